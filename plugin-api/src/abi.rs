@@ -1,0 +1,148 @@
+//! The binary contract between the runner and a plugin library. Everything here is `#[repr(C)]`
+//! and checked by abi_stable when a library loads; nothing here is visible outside this crate
+//! except through the export macro's hidden path.
+//!
+//! Growing the contract: add methods at the end of a `#[sabi_trait]` (with a default) or fields
+//! after `last_prefix_field` of [`PluginModule`]; anything else is a new [`crate::ABI_VERSION`].
+
+// The sabi_trait macro puts impls inside generated modules.
+#![allow(non_local_definitions)]
+
+use abi_stable::{
+    StableAbi, declare_root_module_statics,
+    library::RootModule,
+    sabi_trait,
+    sabi_types::{RRef, VersionStrings},
+    std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString, RVec},
+};
+
+use crate::ErrorKind;
+
+/// What a plugin library says about itself.
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct PluginInfoFfi {
+    pub name: RString,
+    pub version: RString,
+    pub description: RString,
+    pub abi_version: AbiVersionRepr,
+}
+
+#[cfg(not(krm_plugin_api_previous))]
+pub type AbiVersionRepr = u32;
+/// The previous ABI's layout differs here, so that abi_stable's layout check refuses it.
+#[cfg(krm_plugin_api_previous)]
+pub type AbiVersionRepr = u16;
+
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Default)]
+pub struct ResponseFfi {
+    pub resource_list: RVec<u8>,
+    pub log: RVec<u8>,
+    /// Empty when the evaluator served the call itself; the host then puts the instance name.
+    pub served_by: RString,
+    pub declined: RVec<RString>,
+}
+
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone)]
+pub struct ErrorFfi {
+    pub kind: ErrorKind,
+    pub message: RString,
+    pub declined: RVec<RString>,
+    /// What the function printed before failing: its ResourceList (with results) and log.
+    pub resource_list: RVec<u8>,
+    pub log: RVec<u8>,
+}
+
+/// Why a call context was cancelled; `NotCancelled` while it runs.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReasonFfi {
+    NotCancelled = 0,
+    CallerCancelled = 1,
+    DeadlineExceeded = 2,
+    ShuttingDown = 3,
+}
+
+/// Called by the host, at most once, when a call is cancelled.
+#[sabi_trait]
+pub trait CancelCallbackFfi: Send + Sync {
+    fn cancelled(&self, reason: CancelReasonFfi);
+}
+
+/// One call's deadline and cancellation signal, owned by the host.
+#[sabi_trait]
+pub trait CallContextFfi: Send + Sync {
+    /// Nanoseconds left before the caller's deadline, if it set one (0 once past).
+    fn remaining_nanos(&self) -> ROption<u64>;
+    fn cancel_reason(&self) -> CancelReasonFfi;
+    /// Blocks up to `timeout_nanos`; returns the reason, `NotCancelled` on timeout.
+    fn wait_cancelled(&self, timeout_nanos: u64) -> CancelReasonFfi;
+    /// Runs `callback` once the call is cancelled (at once if it already is).
+    fn on_cancel(&self, callback: CancelCallbackFfi_TO<'static, RBox<()>>);
+    /// How many evaluators deep this call is (guards against chains that loop).
+    fn depth(&self) -> u32;
+}
+
+pub type CallContextRef<'a> = CallContextFfi_TO<'a, RRef<'a, ()>>;
+
+/// An evaluator instance, as the host sees it.
+#[sabi_trait]
+pub trait EvaluatorFfi: Send + Sync {
+    fn evaluate(
+        &self,
+        context: CallContextRef<'_>,
+        image: RStr<'_>,
+        resource_list: RSlice<'_, u8>,
+    ) -> RResult<ResponseFfi, ErrorFfi>;
+
+    /// The functions this evaluator implements itself, as JSON (`[FunctionSignature]`).
+    fn functions(&self) -> RString;
+}
+
+pub type EvaluatorBox = EvaluatorFfi_TO<'static, RBox<()>>;
+pub type EvaluatorArc = EvaluatorFfi_TO<'static, RArc<()>>;
+
+/// What the host offers a plugin: logging, settings and the other evaluator instances.
+#[sabi_trait]
+pub trait HostFfi: Send + Sync + Clone {
+    fn log(&self, level: u8, target: RStr<'_>, message: RStr<'_>);
+    fn max_log_level(&self) -> u8;
+    fn setting(&self, key: RStr<'_>) -> ROption<RString>;
+    fn evaluator(&self, name: RStr<'_>) -> ROption<EvaluatorArc>;
+}
+
+pub type HostArc = HostFfi_TO<'static, RArc<()>>;
+
+#[repr(C)]
+#[derive(StableAbi)]
+#[sabi(kind(Prefix(prefix_ref = PluginModuleRef)))]
+#[sabi(missing_field(panic))]
+pub struct PluginModule {
+    pub info: extern "C" fn() -> PluginInfoFfi,
+    #[sabi(last_prefix_field)]
+    pub build: extern "C" fn(
+        instance: RStr<'_>,
+        config_json: RStr<'_>,
+        host: HostArc,
+    ) -> RResult<EvaluatorBox, RString>,
+}
+
+impl RootModule for PluginModuleRef {
+    declare_root_module_statics! {PluginModuleRef}
+    const BASE_NAME: &'static str = "krm_runner_plugin";
+    const NAME: &'static str = "krm-runner evaluator plugin";
+    const VERSION_STRINGS: VersionStrings = crate::INTERFACE_VERSION;
+}
+
+/// Log levels on the wire: 1 = error ... 5 = trace.
+pub fn level_to_u8(level: tracing::Level) -> u8 {
+    match level {
+        tracing::Level::ERROR => 1,
+        tracing::Level::WARN => 2,
+        tracing::Level::INFO => 3,
+        tracing::Level::DEBUG => 4,
+        tracing::Level::TRACE => 5,
+    }
+}

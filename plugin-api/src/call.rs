@@ -1,0 +1,258 @@
+//! What an evaluator receives and returns for one call.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::ROption;
+
+use crate::abi::{CallContextRef, CancelCallbackFfi, CancelCallbackFfi_TO, CancelReasonFfi};
+
+/// Why a call failed, as the runner maps it onto gRPC status codes.
+#[repr(u8)]
+#[derive(abi_stable::StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// This evaluator does not serve the image; the chain asks the next one (gRPC NOT_FOUND).
+    NotFound,
+    /// The request itself is unusable, e.g. the ResourceList does not parse (INVALID_ARGUMENT).
+    InvalidInput,
+    /// The function ran and failed (INTERNAL, carrying its stderr and results).
+    Failed,
+    /// The caller's deadline passed (DEADLINE_EXCEEDED).
+    DeadlineExceeded,
+    /// The caller went away (CANCELLED).
+    Cancelled,
+    /// The evaluator cannot serve right now, e.g. a queue is full (UNAVAILABLE or
+    /// RESOURCE_EXHAUSTED, as the message says).
+    Unavailable,
+    /// A bug or an unexpected condition in the evaluator, including a panic (INTERNAL).
+    Internal,
+}
+
+/// An evaluator's error: a kind and a message for the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct EvalError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// Evaluators that declined (answered NotFound) before this error, in order. Delegating
+    /// evaluators such as `multi` fill it; leaf evaluators leave it empty.
+    pub declined: Vec<String>,
+    /// What a failed function printed anyway: its ResourceList (carrying `results`), if any.
+    pub resource_list: Vec<u8>,
+    /// The failed function's log (stderr), if any.
+    pub log: Vec<u8>,
+}
+
+impl EvalError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            declined: Vec::new(),
+            resource_list: Vec::new(),
+            log: Vec::new(),
+        }
+    }
+
+    /// Attaches what the function printed before failing.
+    pub fn with_output(mut self, resource_list: Vec<u8>, log: Vec<u8>) -> Self {
+        self.resource_list = resource_list;
+        self.log = log;
+        self
+    }
+
+    /// The conventional decline: `function "<image>" not found`, as kpt and Porch word it.
+    pub fn not_found(image: &str) -> Self {
+        Self::new(ErrorKind::NotFound, format!("function \"{image}\" not found"))
+    }
+
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Failed, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+
+    pub fn invalid_input(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidInput, message)
+    }
+}
+
+/// A successful call's output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvalResponse {
+    /// The output ResourceList.
+    pub resource_list: Vec<u8>,
+    /// The function's log (its stderr, for process-based evaluators).
+    pub log: Vec<u8>,
+    /// The evaluator instance that really served the call, when this one delegated. Leave it
+    /// `None` when serving yourself: the runner fills in your instance name.
+    pub served_by: Option<String>,
+    /// Evaluators that declined before the one that served, in order (delegating evaluators).
+    pub declined: Vec<String>,
+}
+
+impl EvalResponse {
+    pub fn new(resource_list: Vec<u8>, log: Vec<u8>) -> Self {
+        Self {
+            resource_list,
+            log,
+            ..Self::default()
+        }
+    }
+}
+
+/// Why a call stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The caller cancelled or disconnected.
+    CallerCancelled,
+    /// The caller's deadline passed.
+    DeadlineExceeded,
+    /// The runner is shutting down and its grace period is over.
+    ShuttingDown,
+}
+
+impl CancelReason {
+    pub(crate) fn from_ffi(reason: CancelReasonFfi) -> Option<Self> {
+        match reason {
+            CancelReasonFfi::NotCancelled => None,
+            CancelReasonFfi::CallerCancelled => Some(Self::CallerCancelled),
+            CancelReasonFfi::DeadlineExceeded => Some(Self::DeadlineExceeded),
+            CancelReasonFfi::ShuttingDown => Some(Self::ShuttingDown),
+        }
+    }
+
+    /// The error an evaluator returns when it stops for this reason.
+    pub fn to_error(self, image: &str) -> EvalError {
+        match self {
+            Self::CallerCancelled => {
+                EvalError::new(ErrorKind::Cancelled, format!("call to {image:?} cancelled by the caller"))
+            }
+            Self::DeadlineExceeded => EvalError::new(
+                ErrorKind::DeadlineExceeded,
+                format!("call to {image:?} exceeded the caller's deadline"),
+            ),
+            Self::ShuttingDown => EvalError::new(
+                ErrorKind::Unavailable,
+                format!("call to {image:?} stopped: the runner is shutting down"),
+            ),
+        }
+    }
+}
+
+/// One call's deadline and cancellation signal. The runner cancels the context when the
+/// caller cancels, when its deadline passes and when shutdown's grace period ends; a long-running
+/// evaluator checks [`CallContext::is_cancelled`] or waits on [`CallContext::cancelled`] and
+/// stops its work (kill its processes, release its slots).
+pub struct CallContext<'a> {
+    pub(crate) inner: CallContextRef<'a>,
+}
+
+impl<'a> CallContext<'a> {
+    pub(crate) fn new(inner: CallContextRef<'a>) -> Self {
+        Self { inner }
+    }
+
+    /// When the caller stops waiting, if it said.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.inner.remaining_nanos() {
+            ROption::RSome(nanos) => Some(Instant::now() + Duration::from_nanos(nanos)),
+            ROption::RNone => None,
+        }
+    }
+
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        CancelReason::from_ffi(self.inner.cancel_reason())
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel_reason().is_some()
+    }
+
+    /// Blocks the calling thread until the call is cancelled or `timeout` passes.
+    pub fn wait_cancelled(&self, timeout: Duration) -> Option<CancelReason> {
+        let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        CancelReason::from_ffi(self.inner.wait_cancelled(nanos))
+    }
+
+    /// Runs `callback` once, from a runner thread, when the call is cancelled; at once if it
+    /// already is. Keep it short: wake your own task and return.
+    pub fn on_cancel(&self, callback: impl FnOnce(CancelReason) + Send + 'static) {
+        let callback = OnceCallback(Mutex::new(Some(Box::new(callback))));
+        self.inner
+            .on_cancel(CancelCallbackFfi_TO::from_value(callback, TD_Opaque));
+    }
+
+    /// Completes when the call is cancelled; for evaluators that run their own async runtime.
+    pub fn cancelled(&self) -> impl Future<Output = CancelReason> + Send + 'static {
+        let state = Arc::new(Mutex::new(CancelledState::default()));
+        let writer = state.clone();
+        self.on_cancel(move |reason| {
+            let mut state = writer.lock().unwrap_or_else(PoisonError::into_inner);
+            state.reason = Some(reason);
+            if let Some(waker) = state.waker.take() {
+                waker.wake();
+            }
+        });
+        CancelledFuture(state)
+    }
+
+    /// How many evaluators deep this call is; delegating evaluators pass it on unchanged.
+    pub fn depth(&self) -> u32 {
+        self.inner.depth()
+    }
+}
+
+type Callback = Box<dyn FnOnce(CancelReason) + Send>;
+
+struct OnceCallback(Mutex<Option<Callback>>);
+
+impl CancelCallbackFfi for OnceCallback {
+    fn cancelled(&self, reason: CancelReasonFfi) {
+        let callback = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let (Some(callback), Some(reason)) = (callback, CancelReason::from_ffi(reason)) {
+            // A panic must not cross back into the runner.
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| callback(reason)));
+        }
+    }
+}
+
+#[derive(Default)]
+struct CancelledState {
+    reason: Option<CancelReason>,
+    waker: Option<Waker>,
+}
+
+struct CancelledFuture(Arc<Mutex<CancelledState>>);
+
+impl Future for CancelledFuture {
+    type Output = CancelReason;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CancelReason> {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match state.reason {
+            Some(reason) => Poll::Ready(reason),
+            None => {
+                state.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl From<CancelReason> for CancelReasonFfi {
+    fn from(reason: CancelReason) -> Self {
+        match reason {
+            CancelReason::CallerCancelled => Self::CallerCancelled,
+            CancelReason::DeadlineExceeded => Self::DeadlineExceeded,
+            CancelReason::ShuttingDown => Self::ShuttingDown,
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! The runner's side: loading plugin libraries, building instances and calling them. Only the
+//! `krm-runner` host (and tests that embed it) use this module.
+
+use std::ffi::{CStr, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use abi_stable::{
+    library::{LibraryError, RawLibrary, lib_header_from_raw_library},
+    sabi_trait::TD_Opaque,
+    sabi_types::RRef,
+    std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString},
+};
+use serde::Deserialize;
+
+use crate::abi::{
+    CallContextFfi, CallContextFfi_TO, CallContextRef, CancelCallbackFfi_TO, CancelReasonFfi,
+    ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc, HostFfi,
+    HostFfi_TO, PluginModuleRef, ResponseFfi, level_to_u8,
+};
+use crate::plugin::{from_ffi_result, to_ffi_result};
+use crate::{ABI_VERSION, CancelReason, FunctionSignature, ErrorKind, EvalError, EvalResponse, PLUGIN_API_VERSION};
+
+/// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
+pub const MAX_CALL_DEPTH: u32 = 16;
+
+/// A plugin as it describes itself.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    pub abi_version: u32,
+    pub plugin_api_version: String,
+}
+
+/// Why a library could not be used as a plugin.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: cannot load plugin library: {reason}", path = .path.display())]
+    Open { path: PathBuf, reason: String },
+    #[error("{path}: not a krm-runner plugin (it exports no krm_runner_plugin_info)", path = .path.display())]
+    NotAPlugin { path: PathBuf },
+    /// The short form of abi_stable's layout report, naming both sides' versions.
+    #[error(
+        "{path}: plugin {plugin} was built against plugin ABI {their_abi} (krm-plugin-api {their_api}), \
+         but this runner speaks plugin ABI {ABI_VERSION} (krm-plugin-api {PLUGIN_API_VERSION}); \
+         rebuild the plugin against krm-plugin-api {PLUGIN_API_VERSION} ({detail})",
+        path = .path.display()
+    )]
+    Incompatible {
+        path: PathBuf,
+        plugin: String,
+        their_abi: u32,
+        their_api: String,
+        detail: String,
+    },
+    #[error("{path}: plugin failed to initialise: {reason}", path = .path.display())]
+    Init { path: PathBuf, reason: String },
+}
+
+/// A loaded plugin library. Libraries are never unloaded: evaluators and their threads may
+/// outlive any handle to them.
+pub struct PluginLibrary {
+    path: PathBuf,
+    info: PluginInfo,
+    module: PluginModuleRef,
+}
+
+impl PluginLibrary {
+    /// Loads the library at `path`, checks that it speaks this runner's ABI and initialises it.
+    /// Each file is loaded through its own library header, so any number of plugins coexist.
+    pub fn load(path: &Path) -> Result<Self, LoadError> {
+        let raw = RawLibrary::load_at(path).map_err(|error| LoadError::Open {
+            path: path.to_owned(),
+            reason: short_library_error(&error),
+        })?;
+        let info = read_info(&raw, path)?;
+        let header = unsafe { lib_header_from_raw_library(&raw) }.map_err(|error| {
+            incompatible(path, &info, short_library_error(&error))
+        })?;
+        // Keep the library mapped for the life of the process.
+        std::mem::forget(raw);
+        let module = header.init_root_module::<PluginModuleRef>().map_err(|error| match error {
+            LibraryError::RootModule { err, .. } => LoadError::Init {
+                path: path.to_owned(),
+                reason: err.to_string(),
+            },
+            other => incompatible(path, &info, short_library_error(&other)),
+        })?;
+        if info.abi_version != ABI_VERSION {
+            return Err(incompatible(path, &info, "ABI version differs".to_owned()));
+        }
+        let described = (module.info())();
+        if described.name.as_str() != info.name {
+            return Err(LoadError::Init {
+                path: path.to_owned(),
+                reason: format!(
+                    "plugin describes itself as {:?} through the ABI but {:?} outside it",
+                    described.name, info.name
+                ),
+            });
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            info,
+            module,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+
+    /// Builds the instance `instance` from its `config:` section (JSON text). The error is the
+    /// plugin's own message, naming the field at fault.
+    pub fn build(
+        &self,
+        instance: &str,
+        config_json: &str,
+        services: Arc<dyn HostServices>,
+    ) -> Result<EvaluatorInstance, String> {
+        let host: HostArc = HostFfi_TO::from_ptr(
+            RArc::new(HostAdapter {
+                plugin: self.info.name.clone(),
+                instance: instance.to_owned(),
+                services,
+            }),
+            TD_Opaque,
+        );
+        let build = self.module.build();
+        match build(RStr::from_str(instance), RStr::from_str(config_json), host) {
+            RResult::ROk(inner) => Ok(EvaluatorInstance {
+                name: instance.to_owned(),
+                inner,
+            }),
+            RResult::RErr(message) => Err(message.into_string()),
+        }
+    }
+}
+
+fn read_info(raw: &RawLibrary, path: &Path) -> Result<PluginInfo, LoadError> {
+    let describe = unsafe { raw.get::<extern "C" fn() -> *const c_char>(b"krm_runner_plugin_info\0") }
+        .map_err(|_| LoadError::NotAPlugin {
+            path: path.to_owned(),
+        })?;
+    let text = unsafe { CStr::from_ptr(describe()) }.to_string_lossy().into_owned();
+    serde_json::from_str(&text).map_err(|error| LoadError::Init {
+        path: path.to_owned(),
+        reason: format!("unreadable plugin description {text:?}: {error}"),
+    })
+}
+
+fn incompatible(path: &Path, info: &PluginInfo, detail: String) -> LoadError {
+    LoadError::Incompatible {
+        path: path.to_owned(),
+        plugin: format!("{} {}", info.name, info.version),
+        their_abi: info.abi_version,
+        their_api: info.plugin_api_version.clone(),
+        detail,
+    }
+}
+
+/// abi_stable's errors can run to hundreds of lines (a full layout diff); keep the first line.
+fn short_library_error(error: &LibraryError) -> String {
+    let text = match error {
+        LibraryError::AbiInstability(_) => {
+            let full = error.to_string();
+            let first = full.lines().find(|line| !line.trim().is_empty()).unwrap_or("");
+            format!("abi_stable: type layouts differ: {}", first.trim())
+        }
+        other => other.to_string(),
+    };
+    let mut line = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    if line.len() > 300 {
+        let cut = (0..=300).rev().find(|i| line.is_char_boundary(*i)).unwrap_or(0);
+        line.truncate(cut);
+        line.push_str("...");
+    }
+    line
+}
+
+/// What the runner offers the plugins it builds.
+pub trait HostServices: Send + Sync + 'static {
+    /// A runner-wide setting by key (`default_image_prefix`, `max_message_bytes`).
+    fn setting(&self, key: &str) -> Option<String>;
+    /// The slot of the instance `name`, looked up by `asking` while it is built.
+    fn evaluator(&self, asking: &str, name: &str) -> Option<Arc<EvaluatorSlot>>;
+}
+
+#[derive(Clone)]
+struct HostAdapter {
+    plugin: String,
+    instance: String,
+    services: Arc<dyn HostServices>,
+}
+
+impl HostFfi for HostAdapter {
+    fn log(&self, level: u8, target: RStr<'_>, message: RStr<'_>) {
+        let (plugin, target, message) = (&self.plugin, target.as_str(), message.as_str());
+        match level {
+            0 | 1 => tracing::error!(plugin, target, "{message}"),
+            2 => tracing::warn!(plugin, target, "{message}"),
+            3 => tracing::info!(plugin, target, "{message}"),
+            4 => tracing::debug!(plugin, target, "{message}"),
+            _ => tracing::trace!(plugin, target, "{message}"),
+        }
+    }
+
+    fn max_log_level(&self) -> u8 {
+        tracing::level_filters::LevelFilter::current()
+            .into_level()
+            .map_or(0, level_to_u8)
+    }
+
+    fn setting(&self, key: RStr<'_>) -> ROption<RString> {
+        let services = &self.services;
+        catch_unwind(AssertUnwindSafe(|| services.setting(key.as_str())))
+            .ok()
+            .flatten()
+            .map(RString::from)
+            .into()
+    }
+
+    fn evaluator(&self, name: RStr<'_>) -> ROption<EvaluatorArc> {
+        let services = &self.services;
+        catch_unwind(AssertUnwindSafe(|| services.evaluator(&self.instance, name.as_str())))
+            .ok()
+            .flatten()
+            .map(|slot| EvaluatorFfi_TO::from_ptr(RArc::new(SlotEvaluator(slot)), TD_Opaque))
+            .into()
+    }
+}
+
+/// A configured instance that other instances may call, filled once it is built. Lookups happen
+/// while instances are being built, in any order, so they return the slot, not the instance.
+pub struct EvaluatorSlot {
+    name: String,
+    state: OnceLock<SlotState>,
+}
+
+enum SlotState {
+    Ready(Arc<EvaluatorInstance>),
+    Disabled,
+}
+
+impl EvaluatorSlot {
+    pub fn new(name: impl Into<String>) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.into(),
+            state: OnceLock::new(),
+        })
+    }
+
+    pub fn fill(&self, instance: Arc<EvaluatorInstance>) {
+        let _ = self.state.set(SlotState::Ready(instance));
+    }
+
+    /// Disabled instances decline every call, so delegating evaluators skip them.
+    pub fn disable(&self) {
+        let _ = self.state.set(SlotState::Disabled);
+    }
+}
+
+struct SlotEvaluator(Arc<EvaluatorSlot>);
+
+impl EvaluatorFfi for SlotEvaluator {
+    fn evaluate(
+        &self,
+        context: CallContextRef<'_>,
+        image: RStr<'_>,
+        resource_list: RSlice<'_, u8>,
+    ) -> RResult<ResponseFfi, ErrorFfi> {
+        let slot = &self.0;
+        if context.depth() >= MAX_CALL_DEPTH {
+            return to_ffi_result(Err(EvalError::internal(format!(
+                "evaluator chain deeper than {MAX_CALL_DEPTH} calls at {:?}: the configuration loops",
+                slot.name
+            ))));
+        }
+        match slot.state.get() {
+            Some(SlotState::Ready(instance)) => {
+                let depth = context.depth() + 1;
+                let nested = NestedContext {
+                    parent: context,
+                    depth,
+                };
+                instance.evaluate_ffi(
+                    CallContextFfi_TO::from_ptr(RRef::new(&nested), TD_Opaque),
+                    image,
+                    resource_list,
+                )
+            }
+            Some(SlotState::Disabled) => to_ffi_result(Err(EvalError::new(
+                ErrorKind::NotFound,
+                format!("evaluator {:?} is disabled", slot.name),
+            ))),
+            None => to_ffi_result(Err(EvalError::new(
+                ErrorKind::Unavailable,
+                format!("evaluator {:?} is not built yet", slot.name),
+            ))),
+        }
+    }
+
+    fn functions(&self) -> RString {
+        match self.0.state.get() {
+            Some(SlotState::Ready(instance)) => instance.inner.functions(),
+            _ => RString::from("[]"),
+        }
+    }
+}
+
+/// A built evaluator instance.
+pub struct EvaluatorInstance {
+    name: String,
+    inner: EvaluatorBox,
+}
+
+impl EvaluatorInstance {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs one call on the current thread (it blocks: call it from a blocking thread). The
+    /// response's `served_by` is always set.
+    pub fn evaluate(
+        &self,
+        context: &HostCallContext,
+        image: &str,
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError> {
+        from_ffi_result(self.evaluate_ffi(
+            CallContextFfi_TO::from_ptr(RRef::new(context), TD_Opaque),
+            RStr::from_str(image),
+            RSlice::from_slice(resource_list),
+        ))
+    }
+
+    /// The functions the instance implements itself, with their signatures.
+    pub fn functions(&self) -> Vec<FunctionSignature> {
+        serde_json::from_str(self.inner.functions().as_str()).unwrap_or_default()
+    }
+
+    fn evaluate_ffi(
+        &self,
+        context: CallContextRef<'_>,
+        image: RStr<'_>,
+        resource_list: RSlice<'_, u8>,
+    ) -> RResult<ResponseFfi, ErrorFfi> {
+        let mut result = self.inner.evaluate(context, image, resource_list);
+        if let RResult::ROk(response) = &mut result
+            && response.served_by.is_empty()
+        {
+            response.served_by = RString::from(self.name.as_str());
+        }
+        result
+    }
+}
+
+/// One call's deadline and cancellation, owned by the runner and lent to the evaluators.
+pub struct HostCallContext {
+    deadline: Option<Instant>,
+    state: Mutex<CancelState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct CancelState {
+    reason: Option<CancelReason>,
+    callbacks: Vec<CancelCallbackFfi_TO<'static, RBox<()>>>,
+}
+
+impl HostCallContext {
+    pub fn new(deadline: Option<Instant>) -> Arc<Self> {
+        Arc::new(Self {
+            deadline,
+            state: Mutex::new(CancelState::default()),
+            changed: Condvar::new(),
+        })
+    }
+
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        self.lock().reason
+    }
+
+    /// Cancels the call; the first reason given stands. Registered callbacks run on this thread.
+    pub fn cancel(&self, reason: CancelReason) {
+        let callbacks = {
+            let mut state = self.lock();
+            if state.reason.is_some() {
+                return;
+            }
+            state.reason = Some(reason);
+            std::mem::take(&mut state.callbacks)
+        };
+        self.changed.notify_all();
+        for callback in callbacks {
+            callback.cancelled(reason.into());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CancelState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn reason_to_ffi(reason: Option<CancelReason>) -> CancelReasonFfi {
+    reason.map_or(CancelReasonFfi::NotCancelled, CancelReasonFfi::from)
+}
+
+impl CallContextFfi for HostCallContext {
+    fn remaining_nanos(&self) -> ROption<u64> {
+        self.deadline
+            .map(|deadline| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                u64::try_from(left.as_nanos()).unwrap_or(u64::MAX)
+            })
+            .into()
+    }
+
+    fn cancel_reason(&self) -> CancelReasonFfi {
+        reason_to_ffi(self.lock().reason)
+    }
+
+    fn wait_cancelled(&self, timeout_nanos: u64) -> CancelReasonFfi {
+        let timeout = Duration::from_nanos(timeout_nanos);
+        let state = self.lock();
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, timeout, |state| state.reason.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        reason_to_ffi(state.reason)
+    }
+
+    fn on_cancel(&self, callback: CancelCallbackFfi_TO<'static, RBox<()>>) {
+        let mut state = self.lock();
+        match state.reason {
+            Some(reason) => {
+                drop(state);
+                callback.cancelled(reason.into());
+            }
+            None => state.callbacks.push(callback),
+        }
+    }
+
+    fn depth(&self) -> u32 {
+        0
+    }
+}
+
+/// The context a delegated call sees: the caller's, one level deeper.
+struct NestedContext<'a> {
+    parent: CallContextRef<'a>,
+    depth: u32,
+}
+
+impl CallContextFfi for NestedContext<'_> {
+    fn remaining_nanos(&self) -> ROption<u64> {
+        self.parent.remaining_nanos()
+    }
+
+    fn cancel_reason(&self) -> CancelReasonFfi {
+        self.parent.cancel_reason()
+    }
+
+    fn wait_cancelled(&self, timeout_nanos: u64) -> CancelReasonFfi {
+        self.parent.wait_cancelled(timeout_nanos)
+    }
+
+    fn on_cancel(&self, callback: CancelCallbackFfi_TO<'static, RBox<()>>) {
+        self.parent.on_cancel(callback)
+    }
+
+    fn depth(&self) -> u32 {
+        self.depth
+    }
+}

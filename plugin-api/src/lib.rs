@@ -1,0 +1,85 @@
+//! # Writing a krm-runner evaluator plugin
+//!
+//! krm-runner answers each KRM function call by asking a chain of *evaluators*. Every evaluator
+//! is an instance of a *plugin*: a `cdylib` the runner loads at start-up. To add an execution
+//! strategy (a cache, a remote service, a sandbox), write a plugin; the runner needs no rebuild.
+//!
+//! 1. Make a library crate with `crate-type = ["cdylib"]` and depend on `krm-plugin-api` (and
+//!    `serde` for your config). The crate's library name decides the file: name it
+//!    `krm_plugin_<name>` so `plugin: <name>` finds `libkrm_plugin_<name>.so`.
+//! 2. Implement [`Evaluator`]: take an image name and a ResourceList, return a ResourceList and
+//!    a log, or an [`EvalError`]. Answer [`EvalError::not_found`] for images you do not serve, so
+//!    the chain falls through to the next evaluator. Watch the [`CallContext`]: when the caller
+//!    cancels or its deadline passes, stop and clean up.
+//! 3. Implement [`Plugin`]: a name, a version, a one-line description, a serde config type and a
+//!    `build` function. Config errors name the field ([`ConfigError::field`]); serde's own
+//!    errors get their field path added for you.
+//! 4. Call [`export_plugin!`] once at the crate root.
+//! 5. Put the library in one of the runner's `plugin_dirs` and add an instance:
+//!    ```yaml
+//!    evaluators:
+//!      mine: {plugin: <name>, config: {...}}
+//!      default: {plugin: multi, config: {chain: [mine, exec]}}
+//!    ```
+//!
+//! What the runner guarantees: `evaluate` runs on a blocking thread, many calls at once; a panic
+//! is caught and answered as an `Internal` error; `tracing` events you emit appear in the
+//! runner's log; [`BuildContext::evaluator`] reaches other instances by name. Your plugin links
+//! its own copies of its dependencies (tokio, tracing, ...): start your own runtime if you need
+//! one. Plugins and runner must agree on [`ABI_VERSION`]; a mismatched plugin is refused at
+//! start-up with a message naming both versions.
+//!
+//! The `multi` and `exec` plugins in the krm-runner tree are complete, short examples.
+
+mod abi;
+mod call;
+pub mod host;
+mod logging;
+mod plugin;
+mod signature;
+
+pub use call::{CallContext, CancelReason, ErrorKind, EvalError, EvalResponse};
+pub use signature::{FunctionSignature, Parameter, ParameterType};
+pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
+
+/// The plugin ABI this crate speaks. A runner refuses plugins built for another one.
+#[cfg(not(krm_plugin_api_previous))]
+pub const ABI_VERSION: u32 = 1;
+/// Test-only: builds this crate as it would have looked one ABI ago, so the runner's refusal of
+/// an out-of-date plugin can be tested (`--cfg krm_plugin_api_previous`).
+#[cfg(krm_plugin_api_previous)]
+pub const ABI_VERSION: u32 = 0;
+
+/// This crate's version, as plugins report it.
+pub const PLUGIN_API_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+const INTERFACE_VERSION: abi_stable::sabi_types::VersionStrings =
+    abi_stable::package_version_strings!();
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "(non-string panic payload)".to_owned()
+    }
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::plugin::{info_json, library_header};
+    pub use abi_stable::library::LibHeader;
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn export_name_matches_abi_stable() {
+        // Must equal the literal in `export_plugin!`.
+        assert_eq!(
+            abi_stable::library::ROOT_MODULE_LOADER_NAME,
+            "_1as_0lib_1header_0root_bmodule_bloader"
+        );
+    }
+}

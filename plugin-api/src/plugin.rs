@@ -1,0 +1,359 @@
+//! The plugin author's side: the [`Plugin`] and [`Evaluator`] traits and what they are handed.
+
+use std::ffi::{CString, c_char};
+use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, OnceLock};
+
+use abi_stable::{
+    library::{CheckTypeLayout, LibHeader, RootModuleResult, __call_root_module_loader},
+    prefix_type::PrefixTypeTrait,
+    sabi_trait::TD_Opaque,
+    std_types::{RResult, RSlice, RStr, RString, RVec},
+};
+use serde::de::DeserializeOwned;
+
+use crate::abi::{
+    CallContextRef, ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc,
+    PluginInfoFfi, PluginModule, PluginModuleRef, ResponseFfi,
+};
+use crate::{ABI_VERSION, CallContext, FunctionSignature, ErrorKind, EvalError, EvalResponse, panic_message};
+
+/// A plugin: a named factory of evaluators, one per configured instance.
+///
+/// ```
+/// use krm_plugin_api::{BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin};
+///
+/// #[derive(serde::Deserialize)]
+/// #[serde(deny_unknown_fields)]
+/// struct Config { greeting: String }
+///
+/// struct Hello(String);
+///
+/// impl Evaluator for Hello {
+///     fn evaluate(&self, _: &CallContext<'_>, image: &str, input: &[u8]) -> Result<EvalResponse, EvalError> {
+///         if image != "hello" { return Err(EvalError::not_found(image)); }
+///         Ok(EvalResponse::new(input.to_vec(), self.0.clone().into_bytes()))
+///     }
+/// }
+///
+/// struct HelloPlugin;
+///
+/// impl Plugin for HelloPlugin {
+///     const NAME: &'static str = "hello";
+///     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+///     const DESCRIPTION: &'static str = "answers image `hello` with its input";
+///     type Config = Config;
+///     type Evaluator = Hello;
+///     fn build(config: Config, _: &BuildContext) -> Result<Hello, ConfigError> {
+///         Ok(Hello(config.greeting))
+///     }
+/// }
+/// // In the plugin crate (a `cdylib`): krm_plugin_api::export_plugin!(HelloPlugin);
+/// ```
+pub trait Plugin: 'static {
+    /// The name operators write in `plugin:`; the library file is `libkrm_plugin_<name>.so`.
+    const NAME: &'static str;
+    /// Usually `env!("CARGO_PKG_VERSION")`.
+    const VERSION: &'static str;
+    /// One line for `krm-runner plugins`.
+    const DESCRIPTION: &'static str;
+    /// The instance's `config:` section. Use `#[serde(deny_unknown_fields)]` so typos are errors.
+    type Config: DeserializeOwned;
+    type Evaluator: Evaluator;
+
+    /// Builds one instance. Errors name the offending field (see [`ConfigError::field`]).
+    fn build(config: Self::Config, context: &BuildContext) -> Result<Self::Evaluator, ConfigError>;
+}
+
+/// An execution strategy: answers a call, or declines with [`EvalError::not_found`] so that the
+/// chain asks the next evaluator.
+///
+/// The runner calls `evaluate` on a blocking thread of its own, many calls at once, so block
+/// freely but honour [`CallContext`] cancellation. A panic becomes an `Internal` error for
+/// that call; the runner keeps serving.
+pub trait Evaluator: Send + Sync + 'static {
+    fn evaluate(
+        &self,
+        context: &CallContext<'_>,
+        image: &str,
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError>;
+
+    /// The functions this evaluator implements itself, with their signatures, for discovery
+    /// (`krm-runner functions`). Evaluators that run arbitrary images return none.
+    fn functions(&self) -> Vec<FunctionSignature> {
+        Vec::new()
+    }
+}
+
+/// A configuration problem, with the path of the field at fault (e.g. `functions[2].path`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            field: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.field {
+            Some(field) if !field.is_empty() => write!(f, "{field}: {}", self.message),
+            _ => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// What an instance is built with: its name, the runner's settings and the other instances.
+pub struct BuildContext {
+    instance: String,
+    host: HostArc,
+}
+
+impl BuildContext {
+    /// The instance's name in the runner's `evaluators:` map.
+    pub fn instance_name(&self) -> &str {
+        &self.instance
+    }
+
+    /// A runner-wide setting: `default_image_prefix`, `max_message_bytes`.
+    pub fn setting(&self, key: &str) -> Option<String> {
+        self.host.setting(RStr::from_str(key)).into_option().map(String::from)
+    }
+
+    /// Another configured evaluator instance, for evaluators that delegate. `None` when no
+    /// instance has that name. The runner records the lookup as a dependency: it shows in
+    /// `krm-runner plugins` and cycles are refused at start-up.
+    pub fn evaluator(&self, name: &str) -> Option<EvaluatorHandle> {
+        self.host
+            .evaluator(RStr::from_str(name))
+            .into_option()
+            .map(|inner| EvaluatorHandle {
+                name: name.to_owned(),
+                inner: Arc::new(inner),
+            })
+    }
+}
+
+/// Another evaluator instance, reached through the runner.
+#[derive(Clone)]
+pub struct EvaluatorHandle {
+    name: String,
+    inner: Arc<EvaluatorArc>,
+}
+
+impl EvaluatorHandle {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Calls the instance with this call's context. The response names the instance that
+    /// served (`served_by` is always set).
+    pub fn evaluate(
+        &self,
+        context: &CallContext<'_>,
+        image: &str,
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError> {
+        from_ffi_result(self.inner.evaluate(
+            context.inner.sabi_reborrow(),
+            RStr::from_str(image),
+            RSlice::from_slice(resource_list),
+        ))
+    }
+}
+
+pub(crate) fn from_ffi_result(result: RResult<ResponseFfi, ErrorFfi>) -> Result<EvalResponse, EvalError> {
+    match result {
+        RResult::ROk(response) => Ok(EvalResponse {
+            resource_list: response.resource_list.into_vec(),
+            log: response.log.into_vec(),
+            served_by: Some(response.served_by.into_string()).filter(|s| !s.is_empty()),
+            declined: response.declined.into_iter().map(RString::into_string).collect(),
+        }),
+        RResult::RErr(error) => Err(EvalError {
+            kind: error.kind,
+            message: error.message.into_string(),
+            declined: error.declined.into_iter().map(RString::into_string).collect(),
+            resource_list: error.resource_list.into_vec(),
+            log: error.log.into_vec(),
+        }),
+    }
+}
+
+pub(crate) fn to_ffi_result(result: Result<EvalResponse, EvalError>) -> RResult<ResponseFfi, ErrorFfi> {
+    match result {
+        Ok(response) => RResult::ROk(ResponseFfi {
+            resource_list: RVec::from(response.resource_list),
+            log: RVec::from(response.log),
+            served_by: response.served_by.map(RString::from).unwrap_or_default(),
+            declined: response.declined.into_iter().map(RString::from).collect(),
+        }),
+        Err(error) => RResult::RErr(ErrorFfi {
+            kind: error.kind,
+            message: RString::from(error.message),
+            declined: error.declined.into_iter().map(RString::from).collect(),
+            resource_list: RVec::from(error.resource_list),
+            log: RVec::from(error.log),
+        }),
+    }
+}
+
+/// Puts a plugin's evaluator behind the ABI, containing panics.
+struct ExportedEvaluator<E>(E);
+
+impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
+    fn evaluate(
+        &self,
+        context: CallContextRef<'_>,
+        image: RStr<'_>,
+        resource_list: RSlice<'_, u8>,
+    ) -> RResult<ResponseFfi, ErrorFfi> {
+        let context = CallContext::new(context);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            self.0
+                .evaluate(&context, image.as_str(), resource_list.as_slice())
+        }));
+        to_ffi_result(outcome.unwrap_or_else(|panic| {
+            Err(EvalError::new(
+                ErrorKind::Internal,
+                format!(
+                    "evaluator panicked while evaluating {:?}: {}",
+                    image.as_str(),
+                    panic_message(&*panic)
+                ),
+            ))
+        }))
+    }
+
+    fn functions(&self) -> RString {
+        let signatures = catch_unwind(AssertUnwindSafe(|| self.0.functions())).unwrap_or_default();
+        RString::from(serde_json::to_string(&signatures).unwrap_or_else(|_| "[]".to_owned()))
+    }
+}
+
+fn build_evaluator<P: Plugin>(
+    instance: &str,
+    config_json: &str,
+    host: HostArc,
+) -> Result<EvaluatorBox, String> {
+    crate::logging::forward_to(&host, P::NAME);
+    let deserializer = &mut serde_json::Deserializer::from_str(config_json);
+    let config: P::Config = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let message = error.into_inner().to_string();
+        if path == "." { message } else { format!("{path}: {message}") }
+    })?;
+    let context = BuildContext {
+        instance: instance.to_owned(),
+        host,
+    };
+    let evaluator = P::build(config, &context).map_err(|error| error.to_string())?;
+    Ok(EvaluatorFfi_TO::from_value(ExportedEvaluator(evaluator), TD_Opaque))
+}
+
+extern "C" fn build_entry<P: Plugin>(
+    instance: RStr<'_>,
+    config_json: RStr<'_>,
+    host: HostArc,
+) -> RResult<EvaluatorBox, RString> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        build_evaluator::<P>(instance.as_str(), config_json.as_str(), host)
+    }));
+    match outcome {
+        Ok(Ok(evaluator)) => RResult::ROk(evaluator),
+        Ok(Err(message)) => RResult::RErr(RString::from(message)),
+        Err(panic) => RResult::RErr(RString::from(format!(
+            "plugin {} panicked while building: {}",
+            P::NAME,
+            panic_message(&*panic)
+        ))),
+    }
+}
+
+fn info<P: Plugin>() -> PluginInfoFfi {
+    PluginInfoFfi {
+        name: RString::from(P::NAME),
+        version: RString::from(P::VERSION),
+        description: RString::from(P::DESCRIPTION),
+        abi_version: ABI_VERSION as crate::abi::AbiVersionRepr,
+    }
+}
+
+extern "C" fn info_entry<P: Plugin>() -> PluginInfoFfi {
+    info::<P>()
+}
+
+fn root_module<P: Plugin>() -> PluginModuleRef {
+    PluginModule {
+        info: info_entry::<P>,
+        build: build_entry::<P>,
+    }
+    .leak_into_prefix()
+}
+
+extern "C" fn construct_root_module<P: Plugin>() -> RootModuleResult {
+    __call_root_module_loader(root_module::<P>)
+}
+
+/// The library header abi_stable looks for; emitted by [`crate::export_plugin!`].
+pub const fn library_header<P: Plugin>() -> LibHeader {
+    // SAFETY: the constructor returns a PluginModuleRef, the type named here.
+    unsafe { LibHeader::from_constructor::<PluginModuleRef>(construct_root_module::<P>, CheckTypeLayout::Yes) }
+}
+
+/// A layout-independent description (JSON), read by the runner before the ABI check so that a
+/// refused plugin can still be named.
+pub fn info_json<P: Plugin>() -> *const c_char {
+    static INFO: OnceLock<CString> = OnceLock::new();
+    INFO.get_or_init(|| {
+        let json = serde_json::json!({
+            "name": P::NAME,
+            "version": P::VERSION,
+            "description": P::DESCRIPTION,
+            "abi_version": ABI_VERSION,
+            "plugin_api_version": crate::PLUGIN_API_VERSION,
+        });
+        CString::new(json.to_string()).unwrap_or_default()
+    })
+    .as_ptr()
+}
+
+/// Exports a [`Plugin`] from a `cdylib` crate. Invoke it once, at the crate root.
+#[macro_export]
+macro_rules! export_plugin {
+    ($plugin:ty) => {
+        /// The abi_stable library header of this plugin.
+        #[doc(hidden)]
+        // abi_stable's mangled root-module symbol; `tests::export_name_matches_abi_stable`
+        // keeps it in step with abi_stable.
+        #[unsafe(export_name = "_1as_0lib_1header_0root_bmodule_bloader")]
+        pub static __KRM_RUNNER_PLUGIN_HEADER: $crate::__private::LibHeader =
+            $crate::__private::library_header::<$plugin>();
+
+        /// Describes this plugin without the ABI, so a runner can name it when refusing it.
+        #[doc(hidden)]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn krm_runner_plugin_info() -> *const ::std::ffi::c_char {
+            $crate::__private::info_json::<$plugin>()
+        }
+    };
+}
+
