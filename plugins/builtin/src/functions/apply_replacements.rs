@@ -1,0 +1,23 @@
+//! apply-replacements (not implemented yet).
+
+use krm_plugin_api::Parameter;
+
+use super::{Ctx, Exit, Function};
+
+pub static FUNCTION: Function = Function {
+    name: "apply-replacements",
+    description: "apply-replacements",
+    tags: &[],
+    parameters,
+    changes: &[],
+    run,
+    legacy_results: false,
+};
+
+fn parameters() -> Vec<Parameter> {
+    Vec::new()
+}
+
+fn run(ctx: &mut Ctx) -> Exit {
+    ctx.fail("not implemented")
+}

@@ -1,0 +1,396 @@
+//! set-namespace (catalog `functions/go/set-namespace`, kpt Go SDK).
+
+use std::collections::{BTreeSet, HashSet};
+
+use krm_plugin_api::{Parameter, ParameterType};
+use serde_json::json;
+
+use super::fieldspec::is_namespaced;
+use super::{Ctx, Exit, Function, check, param};
+use crate::rl::{DEPENDS_ON, FnResult, UPSTREAM_ID};
+use crate::yaml::NodeId;
+
+pub static FUNCTION: Function = Function {
+    name: "set-namespace",
+    description: "Set the namespace of namespaced objects and of namespace-valued fields, \
+                  and update depends-on annotations.",
+    tags: &[
+        (
+            "v0.4.1",
+            "Porch's builtin pin; same transformer as the catalog snapshot",
+        ),
+        ("v0.4", "minor line of v0.4.1"),
+    ],
+    parameters,
+    changes: &[
+        "metadata.namespace",
+        "Namespace metadata.name",
+        "ClusterRoleBinding subjects[].namespace",
+        "CustomResourceDefinition spec.conversion.webhook.clientConfig.service.namespace",
+        "APIService spec.service.namespace",
+        "metadata.annotations[config.kubernetes.io/depends-on]",
+    ],
+    run,
+    legacy_results: false,
+};
+
+const PACKAGE_CONTEXT: &str = "kptfile.kpt.dev";
+const CLUSTER: &str = "~C";
+
+fn parameters() -> Vec<Parameter> {
+    let mut namespace = param(
+        "namespace",
+        ParameterType::String,
+        true,
+        "The new namespace (ConfigMap `data.namespace`, or `data.name` of package-context).",
+    );
+    namespace.example = Some("prod".into());
+    let mut matcher = param(
+        "namespaceMatcher",
+        ParameterType::String,
+        false,
+        "Only change namespaces equal to this (or whose upstream origin is this).",
+    );
+    matcher.example = Some("default".into());
+    vec![namespace, matcher]
+}
+
+struct Config {
+    namespace: String,
+    matcher: String,
+}
+
+fn config(ctx: &Ctx) -> Result<Config, String> {
+    let doc = ctx.doc();
+    let Some((api_version, kind)) = ctx.config_gvk() else {
+        return Err(
+            "FunctionConfig is missing. Expect `ConfigMap.v1` or `SetNamespace.v1alpha1.fn.kpt.dev`"
+                .into(),
+        );
+    };
+    let fc = ctx.rl.function_config.unwrap_or_default();
+    if is_gvk(api_version, kind, "", "v1", "ConfigMap") {
+        let data: std::collections::HashMap<String, String> =
+            ctx.config_data().into_iter().collect();
+        let get = |k: &str| data.get(k).cloned().unwrap_or_default();
+        let name = doc.get_str(fc, &["metadata", "name"]).unwrap_or_default();
+        let matcher = get("namespaceMatcher");
+        if !get("namespace").is_empty() {
+            return Ok(Config {
+                namespace: get("namespace"),
+                matcher,
+            });
+        }
+        if !get("name").is_empty() && name == PACKAGE_CONTEXT {
+            return Ok(Config {
+                namespace: get("name"),
+                matcher,
+            });
+        }
+        if name == PACKAGE_CONTEXT {
+            return Err("`data.name` should not be empty".into());
+        }
+        return Err("`data.namespace` should not be empty".into());
+    }
+    if is_gvk(api_version, kind, "fn.kpt.dev", "v1alpha1", "SetNamespace") {
+        let get = |k: &str| doc.get_str(fc, &[k]).unwrap_or_default().to_owned();
+        if get("namespace").is_empty() {
+            return Err("`namespace` should not be empty".into());
+        }
+        return Ok(Config {
+            namespace: get("namespace"),
+            matcher: get("namespaceMatcher"),
+        });
+    }
+    Err(format!(
+        "unknown functionConfig Kind={kind} ApiVersion={api_version}, expect `ConfigMap.v1` or `SetNamespace.v1alpha1.fn.kpt.dev`"
+    ))
+}
+
+/// The SDK's lenient `IsGVK`: an empty group or version on either side matches.
+pub fn is_gvk(api_version: &str, kind: &str, group: &str, version: &str, want_kind: &str) -> bool {
+    let (g, v) = crate::rl::split_api_version(api_version);
+    kind == want_kind
+        && (g.is_empty() || group.is_empty() || g == group)
+        && (v.is_empty() || version.is_empty() || v == version)
+}
+
+fn run(ctx: &mut Ctx) -> Exit {
+    let config = match config(ctx) {
+        Ok(config) => config,
+        Err(message) => {
+            // The catalog reports config problems as an error result but exits 0.
+            let mut result = FnResult::error(message);
+            if let Some(fc) = ctx.rl.function_config {
+                result = result.on(&ctx.rl.obj(fc));
+            }
+            ctx.results.push(result);
+            return Exit::Ok;
+        }
+    };
+    let params = json!({"namespace": config.namespace, "namespaceMatcher": config.matcher});
+    if let Err(Exit::Failed(message)) = check(ctx, &parameters(), &params) {
+        // Same exit semantics as the catalog's own config errors.
+        let _ = message;
+        return Exit::Ok;
+    }
+    transform(ctx, &config);
+    Exit::Ok
+}
+
+/// A namespace-valued field the visitor may change.
+struct Site {
+    node: Option<NodeId>,
+    /// Where to create it when missing: (map, key path).
+    parent: NodeId,
+    path: &'static [&'static str],
+    current: String,
+    origin: String,
+    id: Option<String>,
+}
+
+fn transform(ctx: &mut Ctx, config: &Config) {
+    let rl = ctx.rl;
+    let doc = ctx.doc();
+    let objects = ctx.non_local_items();
+    let new_ns = config.namespace.as_str();
+
+    // depends-on targets as they are before the change.
+    let mut before: HashSet<String> = HashSet::new();
+    for &o in &objects {
+        let obj = rl.obj(o);
+        if is_namespaced(&obj) {
+            before.insert(format!(
+                "{}/namespaces/{}/{}/{}",
+                obj.group(),
+                obj.namespace(),
+                obj.kind(),
+                obj.name()
+            ));
+        }
+    }
+
+    // Origins: refuse ambiguous replace-all.
+    let mut results = Vec::new();
+    let mut origins = BTreeSet::new();
+    for &o in &objects {
+        let obj = rl.obj(o);
+        match obj.annotation(UPSTREAM_ID) {
+            Some(origin) => {
+                if !is_namespaced(&obj) {
+                    continue;
+                }
+                let ns = origin.split('|').nth(2).unwrap_or_default();
+                if ns == CLUSTER {
+                    ctx.results.push(FnResult::error(format!(
+                        "{} is namespace-scoped, but has cluster-scoped or unknown scoepd origin {origin}",
+                        obj.short_string()
+                    )));
+                    return;
+                }
+                origins.insert(ns.to_owned());
+            }
+            None => results.push(FnResult::warning(format!(
+                "{} does not have upstream origin.",
+                obj.short_string()
+            ))),
+        }
+    }
+    if config.matcher.is_empty() && origins.len() > 1 {
+        ctx.results.push(FnResult::error(format!(
+            "unable to use origin `namespace` to match. expect a single upstream namespace, found [{}]. please switch to use `namespaceMatcher`to specify the namespace value you want to change",
+            origins.into_iter().collect::<Vec<_>>().join(" ")
+        )));
+        return;
+    }
+
+    // Visit namespace-valued fields: special cluster-scoped objects first, then namespaced.
+    let mut sites = Vec::new();
+    for &o in &objects {
+        let obj = rl.obj(o);
+        if is_namespaced(&obj) {
+            continue;
+        }
+        let origin_id = obj.annotation(UPSTREAM_ID);
+        match (obj.group(), obj.version(), obj.kind()) {
+            ("" | "v1", _, "Namespace") if obj.version().is_empty() || obj.version() == "v1" => {
+                let origin_name = origin_id
+                    .and_then(|id| id.split('|').nth(3))
+                    .unwrap_or(obj.name());
+                if let Some(md) = doc.get(o, "metadata") {
+                    sites.push(Site {
+                        node: doc.get(md, "name"),
+                        parent: md,
+                        path: &["name"],
+                        current: obj.name().to_owned(),
+                        origin: origin_name.to_owned(),
+                        id: Some(obj.short_string()),
+                    });
+                }
+            }
+            ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
+                // Only when the webhook names a service (catalog test crd-no-webhook-strategy).
+                if let Some(service) = doc.get_path(
+                    o,
+                    &["spec", "conversion", "webhook", "clientConfig", "service"],
+                ) && doc.is_map(service)
+                {
+                    sites.push(namespace_site(doc, service));
+                }
+            }
+            ("apiregistration.k8s.io", "v1", "APIService") => {
+                if let Some(service) = doc.get_path(o, &["spec", "service"])
+                    && doc.is_map(service)
+                {
+                    sites.push(namespace_site(doc, service));
+                }
+            }
+            (_, _, "ClusterRoleBinding" | "RoleBinding") => {
+                if let Some(subjects) = doc.get(o, "subjects") {
+                    for &s in doc.items(subjects) {
+                        if let Some(ns) = doc.get(s, "namespace")
+                            && doc.str(ns).is_some()
+                        {
+                            sites.push(Site {
+                                node: Some(ns),
+                                parent: s,
+                                path: &["namespace"],
+                                current: doc.str(ns).unwrap_or_default().to_owned(),
+                                origin: String::new(),
+                                id: None,
+                            });
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    for &o in &objects {
+        let obj = rl.obj(o);
+        if !is_namespaced(&obj) {
+            continue;
+        }
+        let origin = obj
+            .annotation(UPSTREAM_ID)
+            .and_then(|id| id.split('|').nth(2))
+            .unwrap_or(obj.namespace());
+        let Some(md) = doc.get(o, "metadata").filter(|&m| doc.is_map(m)) else {
+            continue;
+        };
+        sites.push(Site {
+            node: doc.get(md, "namespace"),
+            parent: md,
+            path: &["namespace"],
+            current: obj.namespace().to_owned(),
+            origin: origin.to_owned(),
+            id: Some(obj.short_string()),
+        });
+    }
+
+    let mut count = 0;
+    let mut old = BTreeSet::new();
+    for site in sites {
+        if site.origin == CLUSTER {
+            continue;
+        }
+        let current = if site.current.is_empty() {
+            "default".to_owned()
+        } else {
+            site.current.clone()
+        };
+        if current == new_ns {
+            continue;
+        }
+        let change = if config.matcher.is_empty() {
+            true
+        } else {
+            if config.matcher == site.origin {
+                results.push(FnResult::info(format!(
+                    "[{}] has matching origin {}",
+                    site.id.clone().unwrap_or_default(),
+                    site.origin
+                )));
+            }
+            config.matcher == current || config.matcher == site.origin
+        };
+        if change {
+            old.insert(current);
+            count += 1;
+            match site
+                .node
+                .filter(|&n| doc.str(n).is_some() && !doc.is_null(n))
+            {
+                Some(node) => ctx.ed.set_scalar(doc, node, new_ns, true),
+                None => {
+                    let (last, path) = site.path.split_last().expect("non-empty path");
+                    ctx.ed.ensure_map(
+                        doc,
+                        site.parent,
+                        path,
+                        &[((*last).to_owned(), new_ns.to_owned())],
+                        true,
+                    );
+                }
+            }
+        }
+    }
+    results.push(if count == 0 {
+        FnResult::info(format!(
+            "all matching namespaces are already {new_ns:?}. no value changed"
+        ))
+    } else {
+        FnResult::info(format!(
+            "namespace [{}] updated to {new_ns:?}, {count} value(s) changed",
+            old.into_iter().collect::<Vec<_>>().join(" ")
+        ))
+    });
+
+    // depends-on: only a single namespaced reference to an object of the input.
+    let mut count = 0;
+    let mut old = BTreeSet::new();
+    for &o in &objects {
+        let obj = rl.obj(o);
+        let Some(value) = obj.annotation(DEPENDS_ON) else {
+            continue;
+        };
+        let segments: Vec<&str> = value.split('/').collect();
+        if segments.len() != 5 || segments[1] != "namespaces" || !before.contains(value) {
+            continue;
+        }
+        if segments[2] == new_ns || (!config.matcher.is_empty() && config.matcher != segments[2]) {
+            continue;
+        }
+        old.insert(segments[2].to_owned());
+        count += 1;
+        let mut updated = segments.clone();
+        updated[2] = new_ns;
+        let annotations = doc.get_path(o, &["metadata", "annotations"]);
+        if let Some(node) = annotations.and_then(|a| doc.get(a, DEPENDS_ON)) {
+            ctx.ed.set_scalar(doc, node, &updated.join("/"), true);
+        }
+    }
+    results.push(if count == 0 {
+        FnResult::info("all `depends-on` annotations are up-to-date. no `namespace` changed")
+    } else {
+        FnResult::info(format!(
+            "`depends-on` annotation namespace [{}] updated to {new_ns:?}, {count} value(s) changed",
+            old.into_iter().collect::<Vec<_>>().join(" ")
+        ))
+    });
+    ctx.results.extend(results);
+}
+
+fn namespace_site(doc: &crate::yaml::Doc, service: NodeId) -> Site {
+    Site {
+        node: doc.get(service, "namespace"),
+        parent: service,
+        path: &["namespace"],
+        current: doc
+            .get_str(service, &["namespace"])
+            .unwrap_or_default()
+            .to_owned(),
+        origin: String::new(),
+        id: None,
+    }
+}

@@ -1,0 +1,296 @@
+//! `builtin`: the kpt catalog's most-used functions, in-process and comment-preserving.
+//!
+//! Each function answers to its short name (`set-namespace`) and to the catalog images
+//! (`ghcr.io/kptdev/krm-functions-catalog/NAME:TAG`, `gcr.io/kpt-fn/NAME:TAG`, and the runner's
+//! `default_image_prefix`) for the tags whose behaviour it reproduces; anything else is
+//! NotFound so the chain falls through. Output edits the input text in place, so whatever a
+//! function does not change comes back byte-identical.
+
+use std::collections::BTreeMap;
+
+use krm_plugin_api::{
+    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, FunctionSignature,
+    Plugin,
+};
+use serde::Deserialize;
+
+mod functions;
+mod rl;
+mod yaml;
+
+use functions::{Ctx, Exit, FUNCTIONS, Function};
+
+/// The catalog's image prefixes, always recognised.
+const CATALOG_PREFIXES: &[&str] = &["ghcr.io/kptdev/krm-functions-catalog/", "gcr.io/kpt-fn/"];
+
+/// The plugin's `config:` section.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Per function, the image tags (or `sha256:` digests) it answers to, replacing the
+    /// built-in list for that function. An empty list leaves only the short name.
+    #[serde(default)]
+    pub tags: BTreeMap<String, Vec<String>>,
+    /// More image prefixes (each ending in `/`) to recognise besides the catalog's.
+    #[serde(default)]
+    pub prefixes: Vec<String>,
+    /// Functions not to serve at all.
+    #[serde(default)]
+    pub disabled: Vec<String>,
+}
+
+pub struct BuiltinPlugin;
+
+impl Plugin for BuiltinPlugin {
+    const NAME: &'static str = "builtin";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const DESCRIPTION: &'static str =
+        "kpt catalog functions (set-namespace, set-labels, set-image, ...) run in-process";
+    type Config = Config;
+    type Evaluator = Builtin;
+
+    fn build(config: Config, context: &BuildContext) -> Result<Builtin, ConfigError> {
+        Builtin::new(config, context.setting("default_image_prefix"))
+    }
+}
+
+krm_plugin_api::export_plugin!(BuiltinPlugin);
+
+struct Served {
+    function: &'static Function,
+    tags: Vec<String>,
+}
+
+/// The evaluator: one per configured instance.
+pub struct Builtin {
+    served: Vec<Served>,
+    prefixes: Vec<String>,
+}
+
+impl Builtin {
+    /// Builds an instance; `default_prefix` is the runner's `default_image_prefix`.
+    pub fn new(config: Config, default_prefix: Option<String>) -> Result<Self, ConfigError> {
+        for name in config.tags.keys().chain(&config.disabled) {
+            if !FUNCTIONS.iter().any(|f| f.name == name) {
+                let known: Vec<_> = FUNCTIONS.iter().map(|f| f.name).collect();
+                return Err(ConfigError::field(
+                    format!("tags.{name}"),
+                    format!("unknown function {name:?}; known: {}", known.join(", ")),
+                ));
+            }
+        }
+        let mut prefixes: Vec<String> = CATALOG_PREFIXES.iter().map(|p| (*p).to_owned()).collect();
+        for (i, prefix) in config.prefixes.iter().enumerate() {
+            if prefix.is_empty() || prefix.contains(char::is_whitespace) {
+                return Err(ConfigError::field(
+                    format!("prefixes[{i}]"),
+                    "must be a non-empty image prefix",
+                ));
+            }
+        }
+        prefixes.extend(config.prefixes.iter().cloned());
+        prefixes.extend(default_prefix.filter(|p| !p.is_empty()));
+        for prefix in &mut prefixes {
+            if !prefix.ends_with('/') {
+                prefix.push('/');
+            }
+        }
+        let served = FUNCTIONS
+            .iter()
+            .filter(|f| !config.disabled.iter().any(|d| d == f.name))
+            .map(|&function| Served {
+                function,
+                tags: config.tags.get(function.name).cloned().unwrap_or_else(|| {
+                    function
+                        .tags
+                        .iter()
+                        .map(|(tag, _)| (*tag).to_owned())
+                        .collect()
+                }),
+            })
+            .collect();
+        Ok(Self { served, prefixes })
+    }
+
+    /// The function serving `image`, if any.
+    fn lookup(&self, image: &str) -> Option<&'static Function> {
+        let rest = self
+            .prefixes
+            .iter()
+            .find_map(|p| image.strip_prefix(p.as_str()))
+            .map(|rest| (rest, true))
+            .unwrap_or((image, false));
+        let (rest, prefixed) = rest;
+        let (name_tag, digest) = match rest.split_once('@') {
+            Some((n, d)) => (n, Some(d)),
+            None => (rest, None),
+        };
+        let (name, tag) = match name_tag.split_once(':') {
+            Some((n, t)) => (n, Some(t)),
+            None => (name_tag, None),
+        };
+        let served = self.served.iter().find(|s| s.function.name == name)?;
+        let accepted = match (tag, digest) {
+            // The bare short name means "this implementation".
+            (None, None) => !prefixed,
+            (Some(tag), None) => served.tags.iter().any(|t| t == tag),
+            (tag, Some(digest)) => {
+                served.tags.iter().any(|t| t == digest)
+                    && tag.is_none_or(|tag| served.tags.iter().any(|t| t == tag))
+            }
+        };
+        accepted.then_some(served.function)
+    }
+
+    fn signature(&self, served: &Served) -> FunctionSignature {
+        let f = served.function;
+        let mut images = vec![f.name.to_owned()];
+        for prefix in &self.prefixes {
+            for tag in &served.tags {
+                let sep = if tag.starts_with("sha256:") { '@' } else { ':' };
+                images.push(format!("{prefix}{}{sep}{tag}", f.name));
+            }
+        }
+        FunctionSignature {
+            name: f.name.to_owned(),
+            description: f.description.to_owned(),
+            images,
+            parameters: (f.parameters)(),
+            changes: f.changes.iter().map(|c| (*c).to_owned()).collect(),
+            validates: false,
+        }
+    }
+}
+
+impl Evaluator for Builtin {
+    fn evaluate(
+        &self,
+        context: &CallContext<'_>,
+        image: &str,
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError> {
+        let function = self
+            .lookup(image)
+            .ok_or_else(|| EvalError::not_found(image))?;
+        if let Some(reason) = context.cancel_reason() {
+            return Err(reason.to_error(image));
+        }
+        run(function, resource_list)
+    }
+
+    fn functions(&self) -> Vec<FunctionSignature> {
+        self.served.iter().map(|s| self.signature(s)).collect()
+    }
+}
+
+/// Runs one function over a serialized ResourceList.
+fn run(function: &Function, input: &[u8]) -> Result<EvalResponse, EvalError> {
+    let list = rl::ResourceList::parse(input)
+        .map_err(|e| EvalError::invalid_input(format!("{}: {e}", function.name)))?;
+    let mut ctx = Ctx::new(&list);
+    let exit = (function.run)(&mut ctx);
+    let Ctx {
+        mut ed, results, ..
+    } = ctx;
+    let legacy = function.legacy_results.then_some(function.name);
+    rl::write_results(&list, &mut ed, &results, legacy);
+    let output = ed.finish(&list.doc).into_bytes();
+    match exit {
+        Exit::Ok => Ok(EvalResponse::new(output, Vec::new())),
+        Exit::Failed(message) => {
+            let log = format!("failed to evaluate function: {message}\n").into_bytes();
+            Err(EvalError::failed(format!("{}: {message}", function.name)).with_output(output, log))
+        }
+    }
+}
+
+/// Runs the function named `name` (short name) over `input`, for tests and benchmarks.
+#[doc(hidden)]
+pub fn run_function(name: &str, input: &[u8]) -> Result<EvalResponse, EvalError> {
+    let function = FUNCTIONS
+        .iter()
+        .find(|f| f.name == name)
+        .ok_or_else(|| EvalError::not_found(name))?;
+    run(function, input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builtin(config: serde_json::Value, prefix: Option<&str>) -> Builtin {
+        let config: Config = serde_json::from_value(config).unwrap();
+        Builtin::new(config, prefix.map(String::from)).unwrap()
+    }
+
+    #[test]
+    fn answers_to_short_names_and_reproduced_tags_only() {
+        let b = builtin(serde_json::json!({}), Some("registry.local/fns"));
+        for image in [
+            "set-namespace",
+            "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.1",
+            "gcr.io/kpt-fn/set-namespace:v0.4",
+            "registry.local/fns/set-namespace:v0.4.1",
+            "set-namespace:v0.4.1",
+        ] {
+            assert_eq!(
+                b.lookup(image).map(|f| f.name),
+                Some("set-namespace"),
+                "{image}"
+            );
+        }
+        for image in [
+            "gcr.io/kpt-fn/set-namespace",
+            "gcr.io/kpt-fn/set-namespace:latest",
+            "gcr.io/kpt-fn/set-namespace:v0.1",
+            "docker.io/other/set-namespace:v0.4.1",
+            "gcr.io/kpt-fn/starlark:v0.4.3",
+            "",
+        ] {
+            assert!(b.lookup(image).is_none(), "{image}");
+        }
+    }
+
+    #[test]
+    fn tags_are_configurable_and_config_is_strict() {
+        let b = builtin(
+            serde_json::json!({"tags": {"set-labels": ["v9", "sha256:abc"]}, "disabled": ["set-image"]}),
+            None,
+        );
+        assert!(b.lookup("gcr.io/kpt-fn/set-labels:v9").is_some());
+        assert!(b.lookup("gcr.io/kpt-fn/set-labels@sha256:abc").is_some());
+        assert!(b.lookup("gcr.io/kpt-fn/set-labels:v0.2").is_none());
+        assert!(b.lookup("set-image").is_none());
+        assert!(serde_json::from_value::<Config>(serde_json::json!({"tag": {}})).is_err());
+        let err = Builtin::new(
+            serde_json::from_value(serde_json::json!({"tags": {"nope": []}})).unwrap(),
+            None,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(err.field.as_deref(), Some("tags.nope"));
+    }
+
+    #[test]
+    fn every_function_has_a_signature_and_reasoned_tags() {
+        let b = builtin(serde_json::json!({}), None);
+        let signatures = b.functions();
+        assert_eq!(signatures.len(), FUNCTIONS.len());
+        for f in FUNCTIONS {
+            assert!(f.tags.iter().all(|(_, reason)| !reason.is_empty()));
+        }
+        let ns = signatures
+            .iter()
+            .find(|s| s.name == "set-namespace")
+            .unwrap();
+        assert!(
+            ns.images
+                .contains(&"gcr.io/kpt-fn/set-namespace:v0.4.1".to_owned())
+        );
+        assert!(
+            ns.parameters
+                .iter()
+                .any(|p| p.name == "namespace" && p.required)
+        );
+    }
+}

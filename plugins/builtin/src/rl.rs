@@ -1,0 +1,256 @@
+//! The ResourceList around the functions: its items, functionConfig and results.
+
+use crate::yaml::{Doc, Editor, New, NodeId, block_entries};
+
+pub const LOCAL_CONFIG: &str = "config.kubernetes.io/local-config";
+pub const PATH: &str = "internal.config.kubernetes.io/path";
+pub const LEGACY_PATH: &str = "config.kubernetes.io/path";
+pub const INDEX: &str = "internal.config.kubernetes.io/index";
+pub const LEGACY_INDEX: &str = "config.kubernetes.io/index";
+pub const DEPENDS_ON: &str = "config.kubernetes.io/depends-on";
+pub const UPSTREAM_ID: &str = "internal.kpt.dev/upstream-identifier";
+
+pub struct ResourceList<'a> {
+    pub doc: Doc<'a>,
+    pub root: NodeId,
+    /// Items that are mappings, in order; other items are left alone.
+    pub items: Vec<NodeId>,
+    pub function_config: Option<NodeId>,
+}
+
+impl<'a> ResourceList<'a> {
+    /// Parses a ResourceList (or a `kind: List`, as kyaml accepts), naming what is wrong.
+    pub fn parse(input: &'a [u8]) -> Result<Self, String> {
+        let text = std::str::from_utf8(input)
+            .map_err(|e| format!("ResourceList is not UTF-8 text: {e}"))?;
+        let doc = Doc::parse(text).map_err(|e| format!("ResourceList is not valid YAML: {e}"))?;
+        let root = match doc.roots.as_slice() {
+            [] => return Err("input is empty: expected a ResourceList".into()),
+            [root] => *root,
+            // A trailing empty document (`---` at the end) is harmless.
+            [root, rest @ ..] if rest.iter().all(|&r| doc.is_null(r)) => *root,
+            _ => {
+                return Err("input holds several YAML documents: expected one ResourceList".into());
+            }
+        };
+        if !doc.is_map(root) {
+            return Err("input is not a mapping: expected a ResourceList".into());
+        }
+        match doc.get_str(root, &["kind"]) {
+            Some("ResourceList") | Some("List") => {}
+            Some(other) => return Err(format!("input has kind {other:?}: expected ResourceList")),
+            None => return Err("input has no `kind`: expected a ResourceList".into()),
+        }
+        let items = match doc.get(root, "items") {
+            None => Vec::new(),
+            Some(items) if doc.is_null(items) => Vec::new(),
+            Some(items) if doc.is_seq(items) => doc
+                .items(items)
+                .iter()
+                .copied()
+                .filter(|&i| doc.is_map(i))
+                .collect(),
+            Some(_) => return Err("ResourceList `items` is not a list".into()),
+        };
+        let function_config = doc
+            .get(root, "functionConfig")
+            .filter(|&fc| doc.is_map(fc) && !doc.entries(fc).is_empty());
+        Ok(Self {
+            doc,
+            root,
+            items,
+            function_config,
+        })
+    }
+
+    pub fn obj(&self, id: NodeId) -> Obj<'_, 'a> {
+        Obj { doc: &self.doc, id }
+    }
+}
+
+/// A KRM object inside the document.
+#[derive(Clone, Copy)]
+pub struct Obj<'d, 'a> {
+    pub doc: &'d Doc<'a>,
+    pub id: NodeId,
+}
+
+impl<'d, 'a> Obj<'d, 'a> {
+    pub fn str(&self, path: &[&str]) -> Option<&'d str> {
+        self.doc.get_str(self.id, path)
+    }
+    pub fn api_version(&self) -> &'d str {
+        self.str(&["apiVersion"]).unwrap_or_default()
+    }
+    pub fn kind(&self) -> &'d str {
+        self.str(&["kind"]).unwrap_or_default()
+    }
+    pub fn name(&self) -> &'d str {
+        self.str(&["metadata", "name"]).unwrap_or_default()
+    }
+    pub fn namespace(&self) -> &'d str {
+        self.str(&["metadata", "namespace"]).unwrap_or_default()
+    }
+    pub fn group(&self) -> &'d str {
+        split_api_version(self.api_version()).0
+    }
+    pub fn version(&self) -> &'d str {
+        split_api_version(self.api_version()).1
+    }
+    pub fn annotation(&self, key: &str) -> Option<&'d str> {
+        let annotations = self.doc.get_path(self.id, &["metadata", "annotations"])?;
+        self.doc.get_str(annotations, &[key])
+    }
+    /// As kpt's SDK: the annotation is present and not `"false"`.
+    pub fn is_local_config(&self) -> bool {
+        self.annotation(LOCAL_CONFIG).is_some_and(|v| v != "false")
+    }
+    pub fn path_annotation(&self) -> Option<&'d str> {
+        self.annotation(PATH)
+            .or_else(|| self.annotation(LEGACY_PATH))
+    }
+    pub fn index_annotation(&self) -> Option<i64> {
+        self.annotation(INDEX)
+            .or_else(|| self.annotation(LEGACY_INDEX))
+            .and_then(|v| v.parse().ok())
+    }
+    /// The SDK's `ShortString`.
+    pub fn short_string(&self) -> String {
+        format!(
+            "Resource(apiVersion={}, kind={}, namespace={}, name={})",
+            self.api_version(),
+            self.kind(),
+            self.namespace(),
+            self.name()
+        )
+    }
+    pub fn resource_ref(&self) -> New {
+        let mut entries = vec![
+            ("apiVersion".to_owned(), New::str(self.api_version())),
+            ("kind".to_owned(), New::str(self.kind())),
+            ("name".to_owned(), New::str(self.name())),
+        ];
+        if !self.namespace().is_empty() {
+            entries.push(("namespace".to_owned(), New::str(self.namespace())));
+        }
+        New::Map(entries)
+    }
+    pub fn file_ref(&self) -> Option<New> {
+        let path = self.path_annotation()?;
+        let mut entries = vec![("path".to_owned(), New::str(path))];
+        if let Some(index) = self.index_annotation().filter(|&i| i != 0) {
+            entries.push(("index".to_owned(), New::Plain(index.to_string())));
+        }
+        Some(New::Map(entries))
+    }
+}
+
+pub fn split_api_version(api_version: &str) -> (&str, &str) {
+    match api_version.rsplit_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", api_version),
+    }
+}
+
+/// One structured result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FnResult {
+    pub message: String,
+    pub severity: Option<&'static str>,
+    pub resource_ref: Option<New>,
+    pub field: Option<New>,
+    pub file: Option<New>,
+}
+
+impl FnResult {
+    pub fn new(message: impl Into<String>, severity: Option<&'static str>) -> Self {
+        Self {
+            message: message.into(),
+            severity,
+            resource_ref: None,
+            field: None,
+            file: None,
+        }
+    }
+    pub fn info(message: impl Into<String>) -> Self {
+        Self::new(message, Some("info"))
+    }
+    pub fn warning(message: impl Into<String>) -> Self {
+        Self::new(message, Some("warning"))
+    }
+    pub fn error(message: impl Into<String>) -> Self {
+        Self::new(message, Some("error"))
+    }
+    pub fn field_path(mut self, path: impl Into<String>) -> Self {
+        self.field = Some(New::Map(vec![("path".into(), New::str(path))]));
+        self
+    }
+    pub fn on(mut self, obj: &Obj) -> Self {
+        self.resource_ref = Some(obj.resource_ref());
+        self
+    }
+    pub fn in_file_of(mut self, obj: &Obj) -> Self {
+        self.file = obj.file_ref();
+        self
+    }
+    fn to_new(&self) -> New {
+        let mut entries = vec![("message".to_owned(), New::str(self.message.clone()))];
+        if let Some(severity) = self.severity {
+            entries.push(("severity".to_owned(), New::str(severity)));
+        }
+        for (key, value) in [
+            ("resourceRef", &self.resource_ref),
+            ("field", &self.field),
+            ("file", &self.file),
+        ] {
+            if let Some(value) = value {
+                entries.push((key.to_owned(), value.clone()));
+            }
+        }
+        New::Map(entries)
+    }
+}
+
+/// Writes `results` into the ResourceList, replacing any there. `legacy_name` selects the old
+/// kyaml-framework shape `results: {name, items}` that some catalog functions still emit.
+pub fn write_results(
+    rl: &ResourceList,
+    editor: &mut Editor,
+    results: &[FnResult],
+    legacy_name: Option<&str>,
+) {
+    if results.is_empty() {
+        return;
+    }
+    let items = New::Seq(results.iter().map(FnResult::to_new).collect());
+    let value = match legacy_name {
+        Some(name) => New::Map(vec![
+            ("name".to_owned(), New::str(name)),
+            ("items".to_owned(), items),
+        ]),
+        None => items,
+    };
+    let doc = &rl.doc;
+    match doc.entry(rl.root, "results") {
+        Some((key, value_node)) if !doc.node(rl.root).flow => {
+            // Rewrite the whole entry: the old value may span many lines.
+            let col = doc.node(key).col;
+            let mut text = String::new();
+            block_entries(&[("results".to_owned(), value)], col, &mut text);
+            let end = doc.line_end(doc.node(value_node).end.max(doc.node(key).end));
+            let text = text[col..].to_owned();
+            let text = if end == doc.src.len() && !doc.src.ends_with('\n') {
+                text.trim_end_matches('\n').to_owned()
+            } else {
+                text
+            };
+            editor.replace(doc.node(key).start, end, text);
+        }
+        Some((_, value_node)) => {
+            let mut text = String::new();
+            value.flow(&mut text);
+            editor.replace(doc.node(value_node).start, doc.node(value_node).end, text);
+        }
+        None => editor.insert(doc, rl.root, "results", value),
+    }
+}

@@ -1,0 +1,982 @@
+//! Lossless YAML editing: parse once into a tree that remembers byte spans, then change the
+//! original text only at those spans. Whatever no function touched stays byte-identical, with
+//! its comments, quoting and blank lines, by construction.
+
+use saphyr_parser::{Event, Parser, ScalarStyle};
+
+pub type NodeId = usize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Plain,
+    Single,
+    Double,
+    Block,
+}
+
+#[derive(Debug)]
+pub enum Kind {
+    Scalar {
+        value: String,
+        style: Style,
+        tagged: bool,
+    },
+    Map(Vec<(NodeId, NodeId)>),
+    Seq(Vec<NodeId>),
+    /// Points at the anchored node; never edited through.
+    Alias(NodeId),
+}
+
+#[derive(Debug)]
+pub struct Node {
+    pub kind: Kind,
+    /// Byte span of the node's text (for block collections: first entry to end of last).
+    pub start: usize,
+    pub end: usize,
+    /// Column (in characters) where the node starts; the indentation of block entries.
+    pub col: usize,
+    pub flow: bool,
+    pub parent: Option<NodeId>,
+}
+
+pub struct Doc<'a> {
+    pub src: &'a str,
+    pub nodes: Vec<Node>,
+    /// Root node of each document in the stream.
+    pub roots: Vec<NodeId>,
+}
+
+/// Nesting deeper than this is refused rather than risking the stack on hostile input.
+const MAX_DEPTH: usize = 512;
+
+enum Open {
+    Map(NodeId, Vec<(NodeId, NodeId)>, Option<NodeId>),
+    Seq(NodeId, Vec<NodeId>),
+}
+
+impl<'a> Doc<'a> {
+    pub fn parse(src: &'a str) -> Result<Self, String> {
+        // saphyr reports character offsets; map them to bytes only when the text needs it.
+        let char_to_byte: Option<Vec<usize>> = if src.is_ascii() {
+            None
+        } else {
+            let mut table: Vec<usize> = src.char_indices().map(|(i, _)| i).collect();
+            table.push(src.len());
+            Some(table)
+        };
+        let byte = |index: usize| match &char_to_byte {
+            None => index.min(src.len()),
+            Some(table) => table.get(index).copied().unwrap_or(src.len()),
+        };
+        let mut doc = Doc {
+            src,
+            nodes: Vec::new(),
+            roots: Vec::new(),
+        };
+        let mut anchors: std::collections::HashMap<usize, NodeId> = Default::default();
+        let mut stack: Vec<Open> = Vec::new();
+        let mut parser = Parser::new_from_str(src);
+        loop {
+            let Some(next) = parser.next_event() else {
+                break;
+            };
+            let (event, span) = next.map_err(|e| e.to_string())?;
+            let (start, end) = (byte(span.start.index()), byte(span.end.index()));
+            let col = span.start.col();
+            let finished = match event {
+                Event::StreamEnd => break,
+                Event::StreamStart
+                | Event::DocumentStart(_)
+                | Event::DocumentEnd
+                | Event::Nothing => None,
+                Event::Scalar(value, style, anchor, tag) => {
+                    let style = match style {
+                        ScalarStyle::Plain => Style::Plain,
+                        ScalarStyle::SingleQuoted => Style::Single,
+                        ScalarStyle::DoubleQuoted => Style::Double,
+                        _ => Style::Block,
+                    };
+                    let id = doc.push(Node {
+                        kind: Kind::Scalar {
+                            value: value.into_owned(),
+                            style,
+                            tagged: tag.is_some(),
+                        },
+                        start,
+                        end,
+                        col,
+                        flow: false,
+                        parent: None,
+                    });
+                    if anchor > 0 {
+                        anchors.insert(anchor, id);
+                    }
+                    Some(id)
+                }
+                Event::Alias(anchor) => {
+                    let target = *anchors
+                        .get(&anchor)
+                        .ok_or_else(|| format!("unknown alias at byte {start}"))?;
+                    Some(doc.push(Node {
+                        kind: Kind::Alias(target),
+                        start,
+                        end,
+                        col,
+                        flow: false,
+                        parent: None,
+                    }))
+                }
+                Event::MappingStart(anchor, _) | Event::SequenceStart(anchor, _) => {
+                    if stack.len() >= MAX_DEPTH {
+                        return Err(format!("nesting deeper than {MAX_DEPTH} levels"));
+                    }
+                    let is_map = matches!(event, Event::MappingStart(..));
+                    let flow = end > start
+                        && matches!(src.as_bytes().get(end - 1), Some(b'{') | Some(b'['));
+                    // A block collection starts at its first entry; the span may cover an
+                    // anchor or tag before it, which belongs to the parent line.
+                    let (start, col) = if flow { (end - 1, col) } else { (end, col) };
+                    let id = doc.push(Node {
+                        kind: if is_map {
+                            Kind::Map(Vec::new())
+                        } else {
+                            Kind::Seq(Vec::new())
+                        },
+                        start,
+                        end: start,
+                        col,
+                        flow,
+                        parent: None,
+                    });
+                    if anchor > 0 {
+                        anchors.insert(anchor, id);
+                    }
+                    stack.push(if is_map {
+                        Open::Map(id, Vec::new(), None)
+                    } else {
+                        Open::Seq(id, Vec::new())
+                    });
+                    None
+                }
+                Event::MappingEnd | Event::SequenceEnd => {
+                    let (id, kind) = match stack.pop() {
+                        Some(Open::Map(id, entries, _)) => (id, Kind::Map(entries)),
+                        Some(Open::Seq(id, items)) => (id, Kind::Seq(items)),
+                        None => return Err("unbalanced collection end".into()),
+                    };
+                    let node_end = if doc.nodes[id].flow {
+                        end
+                    } else {
+                        let last = match &kind {
+                            Kind::Map(entries) => entries.last().map(|&(_, v)| v),
+                            Kind::Seq(items) => items.last().copied(),
+                            _ => None,
+                        };
+                        last.map_or(doc.nodes[id].start, |last| doc.nodes[last].end)
+                    };
+                    let node = &mut doc.nodes[id];
+                    node.kind = kind;
+                    node.end = node_end.max(node.start);
+                    // A block collection's start is its first child (the event may sit on an
+                    // anchor, or be empty in indentless sequences).
+                    if !node.flow
+                        && let Some(first) = first_child(&node.kind)
+                    {
+                        let (first_start, first_col) =
+                            (doc.nodes[first].start, doc.nodes[first].col);
+                        let node = &mut doc.nodes[id];
+                        node.start = first_start;
+                        node.col = if matches!(node.kind, Kind::Seq(_)) {
+                            // The dash sits two columns before the item in `- item`.
+                            column_of(src, seq_dash(src, first_start)).unwrap_or(first_col)
+                        } else {
+                            first_col
+                        };
+                        if matches!(node.kind, Kind::Seq(_)) {
+                            node.start = seq_dash(src, first_start);
+                        }
+                    }
+                    Some(id)
+                }
+            };
+            if let Some(id) = finished {
+                doc.nodes[id].parent = match stack.last() {
+                    Some(Open::Map(parent, ..) | Open::Seq(parent, _)) => Some(*parent),
+                    None => None,
+                };
+                match stack.last_mut() {
+                    Some(Open::Map(_, entries, pending)) => match pending.take() {
+                        Some(key) => entries.push((key, id)),
+                        None => *pending = Some(id),
+                    },
+                    Some(Open::Seq(_, items)) => items.push(id),
+                    None => doc.roots.push(id),
+                }
+            }
+        }
+        Ok(doc)
+    }
+
+    fn push(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id]
+    }
+
+    /// Follows an alias to its anchored node.
+    pub fn deref(&self, id: NodeId) -> NodeId {
+        match self.nodes[id].kind {
+            Kind::Alias(target) => target,
+            _ => id,
+        }
+    }
+
+    pub fn entries(&self, id: NodeId) -> &[(NodeId, NodeId)] {
+        match &self.nodes[self.deref(id)].kind {
+            Kind::Map(entries) => entries,
+            _ => &[],
+        }
+    }
+
+    pub fn items(&self, id: NodeId) -> &[NodeId] {
+        match &self.nodes[self.deref(id)].kind {
+            Kind::Seq(items) => items,
+            _ => &[],
+        }
+    }
+
+    pub fn is_map(&self, id: NodeId) -> bool {
+        matches!(self.nodes[self.deref(id)].kind, Kind::Map(_))
+    }
+
+    pub fn is_seq(&self, id: NodeId) -> bool {
+        matches!(self.nodes[self.deref(id)].kind, Kind::Seq(_))
+    }
+
+    /// The scalar's value, if the node is a scalar (aliases followed).
+    pub fn str(&self, id: NodeId) -> Option<&str> {
+        match &self.nodes[self.deref(id)].kind {
+            Kind::Scalar { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// A null value: empty, `~` or `null` written plain.
+    pub fn is_null(&self, id: NodeId) -> bool {
+        match &self.nodes[self.deref(id)].kind {
+            Kind::Scalar {
+                value,
+                style: Style::Plain,
+                tagged: false,
+            } => matches!(value.as_str(), "" | "~" | "null" | "Null" | "NULL"),
+            _ => false,
+        }
+    }
+
+    /// The entry `key` of a mapping: (key node, value node).
+    pub fn entry(&self, map: NodeId, key: &str) -> Option<(NodeId, NodeId)> {
+        self.entries(map)
+            .iter()
+            .find(|&&(k, _)| self.str(k) == Some(key))
+            .copied()
+    }
+
+    pub fn get(&self, map: NodeId, key: &str) -> Option<NodeId> {
+        self.entry(map, key).map(|(_, v)| v)
+    }
+
+    pub fn get_path(&self, mut node: NodeId, path: &[&str]) -> Option<NodeId> {
+        for key in path {
+            node = self.get(node, key)?;
+        }
+        Some(node)
+    }
+
+    pub fn get_str(&self, map: NodeId, path: &[&str]) -> Option<&str> {
+        self.get_path(map, path).and_then(|n| self.str(n))
+    }
+
+    /// Text of the rest of the line after byte `pos` (up to the newline).
+    pub fn rest_of_line(&self, pos: usize) -> &'a str {
+        let rest = &self.src[pos.min(self.src.len())..];
+        &rest[..rest.find('\n').unwrap_or(rest.len())]
+    }
+
+    /// The comment on the line after `pos` (`# ...` without the hash), if any.
+    pub fn line_comment(&self, pos: usize) -> Option<&'a str> {
+        let rest = self.rest_of_line(pos).trim_start();
+        rest.strip_prefix('#').map(str::trim)
+    }
+
+    /// Converts a node to JSON, resolving plain scalars like YAML's core schema.
+    pub fn to_json(&self, id: NodeId) -> serde_json::Value {
+        self.to_json_depth(id, 0)
+    }
+
+    fn to_json_depth(&self, id: NodeId, depth: usize) -> serde_json::Value {
+        use serde_json::Value;
+        if depth > MAX_DEPTH {
+            return Value::Null;
+        }
+        let id = self.deref(id);
+        match &self.nodes[id].kind {
+            Kind::Scalar {
+                value,
+                style: Style::Plain,
+                tagged: false,
+            } => resolve_plain(value),
+            Kind::Scalar { value, .. } => Value::String(value.clone()),
+            Kind::Map(entries) => Value::Object(
+                entries
+                    .iter()
+                    .map(|&(k, v)| {
+                        let key = self.str(k).unwrap_or_default().to_owned();
+                        (key, self.to_json_depth(v, depth + 1))
+                    })
+                    .collect(),
+            ),
+            Kind::Seq(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|&i| self.to_json_depth(i, depth + 1))
+                    .collect(),
+            ),
+            Kind::Alias(_) => Value::Null,
+        }
+    }
+
+    /// Byte offset just past the end of the line holding `pos` (past its newline, if any).
+    pub fn line_end(&self, pos: usize) -> usize {
+        let pos = pos.min(self.src.len());
+        if pos > 0 && self.src.as_bytes()[pos - 1] == b'\n' {
+            return pos;
+        }
+        self.src[pos..]
+            .find('\n')
+            .map_or(self.src.len(), |i| pos + i + 1)
+    }
+}
+
+fn first_child(kind: &Kind) -> Option<NodeId> {
+    match kind {
+        Kind::Map(entries) => entries.first().map(|&(k, _)| k),
+        Kind::Seq(items) => items.first().copied(),
+        _ => None,
+    }
+}
+
+/// The `-` indicator of the block sequence item starting at `item`.
+fn seq_dash(src: &str, item: usize) -> usize {
+    let head = &src.as_bytes()[..item.min(src.len())];
+    let mut i = head.len();
+    while i > 0 {
+        match head[i - 1] {
+            b' ' | b'\t' | b'\n' | b'\r' => i -= 1,
+            b'-' => return i - 1,
+            // Anchors or tags before the item: keep looking further back on the line.
+            _ => {
+                let line_start = head[..i]
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |p| p + 1);
+                return head[line_start..i]
+                    .iter()
+                    .position(|&b| b == b'-')
+                    .map_or(item, |p| line_start + p);
+            }
+        }
+    }
+    item
+}
+
+fn column_of(src: &str, pos: usize) -> Option<usize> {
+    let line_start = src[..pos.min(src.len())].rfind('\n').map_or(0, |p| p + 1);
+    src.get(line_start..pos).map(|s| s.chars().count())
+}
+
+/// YAML 1.2 core-schema resolution of a plain scalar (as Go's yaml.v3 decodes it, roughly).
+pub fn resolve_plain(value: &str) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        _ => {}
+    }
+    if let Ok(i) = value.parse::<i64>() {
+        return Value::from(i);
+    }
+    if looks_float(value)
+        && let Ok(f) = value.parse::<f64>()
+        && let Some(n) = serde_json::Number::from_f64(f)
+    {
+        return Value::Number(n);
+    }
+    Value::String(value.to_owned())
+}
+
+fn looks_float(value: &str) -> bool {
+    let v = value.strip_prefix(['-', '+']).unwrap_or(value);
+    !v.is_empty()
+        && v.bytes().any(|b| b.is_ascii_digit())
+        && v.bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'))
+        && v.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_digit() || b == b'.')
+}
+
+/// Would a plain scalar with this text read back as something other than the same string?
+/// Mirrors what Go's yaml.v3 quotes when it writes a string (it also quotes YAML 1.1 booleans,
+/// octals and timestamps for old readers).
+pub fn needs_quotes(value: &str) -> bool {
+    if value.is_empty() || value.trim() != value {
+        return true;
+    }
+    if !resolve_plain(value).is_string() {
+        return true;
+    }
+    let lower = value.to_ascii_lowercase();
+    if matches!(
+        lower.as_str(),
+        "y" | "n" | "yes" | "no" | "on" | "off" | ".inf" | "-.inf" | "+.inf" | ".nan"
+    ) {
+        return true;
+    }
+    let b = value.as_bytes();
+    // Hex/octal/binary numbers, and dates/timestamps.
+    if b[0].is_ascii_digit() || b[0] == b'-' || b[0] == b'+' || b[0] == b'.' {
+        let body = value.trim_start_matches(['-', '+']);
+        if body.starts_with("0x") || body.starts_with("0o") || body.starts_with("0b") {
+            return true;
+        }
+        if body
+            .bytes()
+            .all(|c| c.is_ascii_digit() || c == b'_' || c == b'.' || c == b':')
+        {
+            return true;
+        }
+        if value.len() >= 10
+            && b[..4].iter().all(u8::is_ascii_digit)
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && b[5..7].iter().all(u8::is_ascii_digit)
+        {
+            return true;
+        }
+    }
+    if matches!(
+        b[0],
+        b'-' | b'?'
+            | b':'
+            | b','
+            | b'['
+            | b']'
+            | b'{'
+            | b'}'
+            | b'#'
+            | b'&'
+            | b'*'
+            | b'!'
+            | b'|'
+            | b'>'
+            | b'\''
+            | b'"'
+            | b'%'
+            | b'@'
+            | b'`'
+    ) && !(b[0] == b'-' && b.len() > 1 && b[1] != b' ')
+    {
+        return true;
+    }
+    value.contains(": ")
+        || value.contains(" #")
+        || value.ends_with(':')
+        || value.chars().any(|c| c.is_control() || c == '\u{feff}')
+}
+
+pub fn double_quoted(value: &str) -> String {
+    // JSON string syntax is valid YAML double-quoted syntax.
+    serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// A string rendered as a scalar that reads back as the same string. In flow collections
+/// (JSON input) strings are always quoted, so JSON stays JSON.
+pub fn render_str(value: &str, flow: bool) -> String {
+    if flow || needs_quotes(value) || value.contains(['{', '}', '[', ']', ',']) && flow {
+        double_quoted(value)
+    } else {
+        value.to_owned()
+    }
+}
+
+/// New content to write into a document.
+#[derive(Debug, Clone, PartialEq)]
+pub enum New {
+    /// A string; quoted when needed to stay a string.
+    Str(String),
+    /// A scalar written as is (numbers, booleans; must be valid plain YAML).
+    Plain(String),
+    Map(Vec<(String, New)>),
+    Seq(Vec<New>),
+}
+
+impl New {
+    pub fn str(value: impl Into<String>) -> Self {
+        New::Str(value.into())
+    }
+
+    /// Renders as the value of a block-mapping entry whose key sits at `indent`: either
+    /// ` scalar` for the same line or `\n...` lines for collections.
+    fn block_value(&self, indent: usize, out: &mut String) {
+        match self {
+            New::Str(s) => {
+                out.push(' ');
+                out.push_str(&render_str(s, false));
+                out.push('\n');
+            }
+            New::Plain(s) => {
+                out.push(' ');
+                out.push_str(s);
+                out.push('\n');
+            }
+            New::Map(entries) if entries.is_empty() => out.push_str(" {}\n"),
+            New::Seq(items) if items.is_empty() => out.push_str(" []\n"),
+            New::Map(entries) => {
+                out.push('\n');
+                block_entries(entries, indent + 2, out);
+            }
+            New::Seq(items) => {
+                out.push('\n');
+                block_items(items, indent, out);
+            }
+        }
+    }
+
+    pub fn flow(&self, out: &mut String) {
+        match self {
+            New::Str(s) => out.push_str(&double_quoted(s)),
+            New::Plain(s) => out.push_str(s),
+            New::Map(entries) => {
+                out.push('{');
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&double_quoted(k));
+                    out.push_str(": ");
+                    v.flow(out);
+                }
+                out.push('}');
+            }
+            New::Seq(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    v.flow(out);
+                }
+                out.push(']');
+            }
+        }
+    }
+}
+
+/// Block-mapping lines (each ending in a newline) at `indent`.
+pub fn block_entries(entries: &[(String, New)], indent: usize, out: &mut String) {
+    for (key, value) in entries {
+        push_indent(out, indent);
+        out.push_str(&render_str(key, false));
+        out.push(':');
+        value.block_value(indent, out);
+    }
+}
+
+/// Block-sequence lines at `indent` (the dash's column).
+pub fn block_items(items: &[New], indent: usize, out: &mut String) {
+    for item in items {
+        push_indent(out, indent);
+        out.push('-');
+        match item {
+            New::Map(entries) if !entries.is_empty() => {
+                let mut inner = String::new();
+                block_entries(entries, indent + 2, &mut inner);
+                out.push(' ');
+                out.push_str(&inner[indent + 2..]);
+            }
+            New::Seq(items) if !items.is_empty() => {
+                let mut inner = String::new();
+                block_items(items, indent + 2, &mut inner);
+                out.push(' ');
+                out.push_str(&inner[indent + 2..]);
+            }
+            other => {
+                let mut inner = String::new();
+                other.block_value(indent, &mut inner);
+                out.push_str(&inner);
+            }
+        }
+    }
+}
+
+fn push_indent(out: &mut String, n: usize) {
+    out.extend(std::iter::repeat_n(' ', n));
+}
+
+/// Text changes at byte spans of the original, applied in one pass at the end.
+#[derive(Default)]
+pub struct Editor {
+    edits: Vec<(usize, usize, String)>,
+    /// Entries already queued for insertion into a map node, so that several inserts into one
+    /// map (or under one missing key) are merged instead of creating duplicate keys.
+    pending: std::collections::HashMap<NodeId, Vec<(String, New)>>,
+}
+
+impl Editor {
+    pub fn replace(&mut self, start: usize, end: usize, text: String) {
+        self.edits.push((start, end, text));
+    }
+
+    /// Replaces a scalar's value, keeping its quoting style where that can hold the value.
+    /// `as_string` keeps the value a string (quoting if needed); otherwise a plain scalar is
+    /// written plain, the way the catalog writes a value whose tag it cleared.
+    pub fn set_scalar(&mut self, doc: &Doc, id: NodeId, value: &str, as_string: bool) {
+        if !matches!(doc.nodes[id].kind, Kind::Scalar { .. }) {
+            return;
+        }
+        let node = &doc.nodes[id];
+        let Kind::Scalar { style, tagged, .. } = &node.kind else {
+            return;
+        };
+        let mut start = node.start;
+        let text = match style {
+            Style::Single if !value.contains('\n') => format!("'{}'", value.replace('\'', "''")),
+            Style::Double | Style::Single => double_quoted(value),
+            Style::Plain if !*tagged => {
+                if value.is_empty() || (as_string && needs_quotes(value)) || plain_unsafe(value) {
+                    double_quoted(value)
+                } else {
+                    value.to_owned()
+                }
+            }
+            Style::Plain => double_quoted(value),
+            Style::Block => {
+                // The span starts at the content; the `|`/`>` header belongs to the value.
+                if let Some(header) = doc.src[..start].rfind(['|', '>']) {
+                    start = header;
+                }
+                let mut text = double_quoted(value);
+                text.push('\n');
+                text
+            }
+        };
+        self.edits.push((start, node.end, text));
+    }
+
+    /// Makes sure `path` exists below `map` and holds `entries` (a map), creating missing maps.
+    /// Existing keys are overwritten only when `overwrite`; keys that already exist with the same
+    /// value are left alone. Returns how many keys were written or queued.
+    pub fn ensure_map(
+        &mut self,
+        doc: &Doc,
+        map: NodeId,
+        path: &[&str],
+        entries: &[(String, String)],
+        overwrite: bool,
+    ) -> usize {
+        if entries.is_empty() {
+            return 0;
+        }
+        let mut node = map;
+        for (i, key) in path.iter().enumerate() {
+            match doc.get(node, key) {
+                Some(child) if doc.is_map(child) && !is_alias(doc, child) => node = child,
+                Some(child) if doc.is_null(child) => {
+                    let value = nest(&path[i + 1..], entries);
+                    self.replace_null(doc, node, key, child, value);
+                    return entries.len();
+                }
+                Some(_) => return 0,
+                None => {
+                    let value = nest(&path[i + 1..], entries);
+                    self.insert(doc, node, key, value);
+                    return entries.len();
+                }
+            }
+        }
+        let mut count = 0;
+        for (key, value) in entries {
+            match doc.get(node, key) {
+                Some(existing) => {
+                    if overwrite && doc.str(existing) != Some(value.as_str()) {
+                        if doc.str(existing).is_some() && !is_alias(doc, existing) {
+                            self.set_scalar(doc, existing, value, true);
+                        }
+                        count += 1;
+                    } else if overwrite {
+                        count += 1;
+                    }
+                }
+                None => {
+                    self.insert(doc, node, key, New::str(value.clone()));
+                    count += 1;
+                }
+            }
+        }
+        count
+    }
+
+    /// Queues `key: value` for insertion at the end of mapping `map`.
+    pub fn insert(&mut self, doc: &Doc, map: NodeId, key: &str, value: New) {
+        let pending = self.pending.entry(map).or_default();
+        // Merge into an entry queued earlier under the same key (e.g. two labels under a
+        // `labels:` that did not exist).
+        if let Some((_, New::Map(existing))) = pending.iter_mut().find(|(k, _)| k == key)
+            && let New::Map(more) = value
+        {
+            for (k, v) in more {
+                merge_new(existing, k, v);
+            }
+            return;
+        }
+        let _ = doc;
+        pending.push((key.to_owned(), value));
+    }
+
+    fn replace_null(&mut self, doc: &Doc, map: NodeId, key: &str, null: NodeId, value: New) {
+        // Modelled as a pending insert on the null node itself, flushed in `finish`.
+        let _ = (map, key);
+        let pending = self.pending.entry(null).or_default();
+        if let New::Map(entries) = value {
+            for (k, v) in entries {
+                merge_new(pending, k, v);
+            }
+        }
+        let _ = doc;
+    }
+
+    /// Applies every change to `src`.
+    pub fn finish(mut self, doc: &Doc) -> String {
+        let src = doc.src;
+        let pending = std::mem::take(&mut self.pending);
+        for (id, entries) in pending {
+            let node = &doc.nodes[id];
+            match &node.kind {
+                Kind::Map(existing) if node.flow => {
+                    let mut text = String::new();
+                    for (i, (k, v)) in entries.iter().enumerate() {
+                        if i > 0 || !existing.is_empty() {
+                            text.push_str(", ");
+                        }
+                        text.push_str(&double_quoted(k));
+                        text.push_str(": ");
+                        v.flow(&mut text);
+                    }
+                    let at = node.end.saturating_sub(1);
+                    self.edits.push((at, at, text));
+                }
+                Kind::Map(_) => {
+                    let at = doc.line_end(node.end);
+                    let mut text = String::new();
+                    if at == src.len() && !src.ends_with('\n') {
+                        text.push('\n');
+                    }
+                    block_entries(&entries, node.col, &mut text);
+                    self.edits.push((at, at, text));
+                }
+                Kind::Scalar { .. } => {
+                    // A null value being replaced by a map: find its key's column.
+                    let in_flow = is_in_flow(doc, id);
+                    if in_flow {
+                        let mut text = String::new();
+                        New::Map(entries).flow(&mut text);
+                        self.edits.push((node.start, node.end, text));
+                    } else {
+                        let key_col = key_col_of(doc, id).unwrap_or(0);
+                        self.edits.push((node.start, node.end, String::new()));
+                        let at = doc.line_end(node.end);
+                        let mut text = String::new();
+                        if at == src.len() && !src.ends_with('\n') {
+                            text.push('\n');
+                        }
+                        block_entries(&entries, key_col + 2, &mut text);
+                        self.edits.push((at, at, text));
+                    }
+                }
+                _ => {}
+            }
+        }
+        apply_edits(src, self.edits)
+    }
+}
+
+fn merge_new(entries: &mut Vec<(String, New)>, key: String, value: New) {
+    if let Some((_, existing)) = entries.iter_mut().find(|(k, _)| *k == key) {
+        if let (New::Map(a), New::Map(b)) = (existing, value) {
+            for (k, v) in b {
+                merge_new(a, k, v);
+            }
+        }
+    } else {
+        entries.push((key, value));
+    }
+}
+
+fn nest(path: &[&str], entries: &[(String, String)]) -> New {
+    let mut value = New::Map(
+        entries
+            .iter()
+            .map(|(k, v)| (k.clone(), New::str(v.clone())))
+            .collect(),
+    );
+    for key in path.iter().rev() {
+        value = New::Map(vec![((*key).to_owned(), value)]);
+    }
+    value
+}
+
+fn is_alias(doc: &Doc, id: NodeId) -> bool {
+    matches!(doc.nodes[id].kind, Kind::Alias(_))
+}
+
+fn plain_unsafe(value: &str) -> bool {
+    // Text that would not even parse back as one plain scalar.
+    value.contains('\n') || (needs_quotes(value) && resolve_plain(value).is_string())
+}
+
+fn is_in_flow(doc: &Doc, id: NodeId) -> bool {
+    doc.nodes[id].parent.is_some_and(|p| doc.nodes[p].flow)
+}
+
+fn key_col_of(doc: &Doc, value: NodeId) -> Option<usize> {
+    let parent = doc.nodes[value].parent?;
+    doc.entries(parent)
+        .iter()
+        .find(|&&(_, v)| v == value)
+        .map(|&(k, _)| doc.nodes[k].col)
+}
+
+/// Applies non-overlapping edits (sorted by position; inserts at one spot keep their order).
+pub fn apply_edits(src: &str, mut edits: Vec<(usize, usize, String)>) -> String {
+    edits.sort_by_key(|&(start, end, _)| (start, end));
+    let extra: usize = edits.iter().map(|(_, _, t)| t.len()).sum();
+    let mut out = String::with_capacity(src.len() + extra);
+    let mut at = 0;
+    for (start, end, text) in edits {
+        if start < at {
+            // Overlapping edits would corrupt the text; the earlier one wins.
+            continue;
+        }
+        out.push_str(&src[at..start]);
+        out.push_str(&text);
+        at = end;
+    }
+    out.push_str(&src[at..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edit(src: &str, f: impl FnOnce(&Doc, &mut Editor)) -> String {
+        let doc = Doc::parse(src).unwrap();
+        let mut editor = Editor::default();
+        f(&doc, &mut editor);
+        editor.finish(&doc)
+    }
+
+    #[test]
+    fn spans_and_insertions_keep_everything_else() {
+        let src = "a: 1 # one\nm:\n  k: v   # keep\n\n  # trailing\nz: 'q'\n";
+        let out = edit(src, |doc, ed| {
+            let root = doc.roots[0];
+            let m = doc.get(root, "m").unwrap();
+            ed.ensure_map(doc, m, &[], &[("nk".into(), "3".into())], true);
+            ed.set_scalar(doc, doc.get(root, "z").unwrap(), "it's", true);
+        });
+        assert_eq!(
+            out,
+            "a: 1 # one\nm:\n  k: v   # keep\n  nk: \"3\"\n\n  # trailing\nz: 'it''s'\n"
+        );
+    }
+
+    #[test]
+    fn creates_missing_and_null_maps_once() {
+        let src = "metadata:\n  name: x\nspec:\n";
+        let out = edit(src, |doc, ed| {
+            let root = doc.roots[0];
+            let md = doc.get(root, "metadata").unwrap();
+            ed.ensure_map(doc, md, &["labels"], &[("a".into(), "b".into())], true);
+            ed.ensure_map(doc, md, &["labels"], &[("c".into(), "true".into())], true);
+            ed.ensure_map(doc, root, &["spec", "x"], &[("d".into(), "e".into())], true);
+        });
+        assert_eq!(
+            out,
+            "metadata:\n  name: x\n  labels:\n    a: b\n    c: \"true\"\nspec:\n  x:\n    d: e\n"
+        );
+    }
+
+    #[test]
+    fn flow_maps_stay_flow() {
+        let src = "{\"metadata\": {\"name\": \"x\"}, \"l\": {}}";
+        let out = edit(src, |doc, ed| {
+            let root = doc.roots[0];
+            let md = doc.get(root, "metadata").unwrap();
+            ed.ensure_map(doc, md, &["labels"], &[("a".into(), "b".into())], true);
+            ed.ensure_map(doc, root, &["l"], &[("c".into(), "d".into())], true);
+        });
+        assert_eq!(
+            out,
+            "{\"metadata\": {\"name\": \"x\", \"labels\": {\"a\": \"b\"}}, \"l\": {\"c\": \"d\"}}"
+        );
+    }
+
+    #[test]
+    fn non_ascii_offsets() {
+        let src = "é: \"ü\"\nk: v\n";
+        let out = edit(src, |doc, ed| {
+            ed.set_scalar(doc, doc.get(doc.roots[0], "k").unwrap(), "ö", true);
+        });
+        assert_eq!(out, "é: \"ü\"\nk: ö\n");
+    }
+
+    #[test]
+    fn sequence_nodes_start_at_the_dash() {
+        let src = "a:\n  - x\n  - y\nb:\n- p: 1\n  q: 2\n";
+        let doc = Doc::parse(src).unwrap();
+        let a = doc.get(doc.roots[0], "a").unwrap();
+        assert_eq!(&src[doc.node(a).start..doc.node(a).end], "- x\n  - y");
+        assert_eq!(doc.node(a).col, 2);
+        let b = doc.get(doc.roots[0], "b").unwrap();
+        assert_eq!(doc.node(b).col, 0);
+        let item = doc.items(b)[0];
+        assert_eq!(doc.node(item).col, 2);
+    }
+
+    #[test]
+    fn quoting_rules() {
+        for s in [
+            "",
+            "3",
+            "true",
+            "yes",
+            "null",
+            "1.5",
+            "0x1f",
+            "2024-01-01",
+            "a: b",
+            "-x ",
+            "#c",
+        ] {
+            assert!(needs_quotes(s), "{s}");
+        }
+        for s in ["abc", "nginx:1.2", "a-b", "-x", "foo.bar/baz"] {
+            assert!(!needs_quotes(s), "{s}");
+        }
+    }
+}
