@@ -96,6 +96,12 @@ impl<'a> Doc<'a> {
                         ScalarStyle::DoubleQuoted => Style::Double,
                         _ => Style::Block,
                     };
+                    // saphyr's span of a quoted scalar can run over a trailing comment.
+                    let end = match style {
+                        Style::Single => quoted_end(src, start, b'\'').unwrap_or(end),
+                        Style::Double => quoted_end(src, start, b'"').unwrap_or(end),
+                        _ => end,
+                    };
                     let id = doc.push(Node {
                         kind: Kind::Scalar {
                             value: value.into_owned(),
@@ -165,7 +171,8 @@ impl<'a> Doc<'a> {
                         None => return Err("unbalanced collection end".into()),
                     };
                     let node_end = if doc.nodes[id].flow {
-                        end
+                        // The closing bracket (the event's span may run over a comment).
+                        (start + 1).min(end)
                     } else {
                         let last = match &kind {
                             Kind::Map(entries) => entries.last().map(|&(_, v)| v),
@@ -360,6 +367,27 @@ impl<'a> Doc<'a> {
     }
 }
 
+/// End (exclusive) of the quoted scalar whose opening quote is at or after `start`.
+fn quoted_end(src: &str, start: usize, quote: u8) -> Option<usize> {
+    let bytes = src.as_bytes();
+    let open = start + bytes.get(start..)?.iter().position(|&b| b == quote)?;
+    let mut i = open + 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if quote == b'"' => i += 2,
+            b if b == quote => {
+                if quote == b'\'' && bytes.get(i + 1) == Some(&b'\'') {
+                    i += 2;
+                } else {
+                    return Some(i + 1);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 fn first_child(kind: &Kind) -> Option<NodeId> {
     match kind {
         Kind::Map(entries) => entries.first().map(|&(k, _)| k),
@@ -503,13 +531,26 @@ pub fn double_quoted(value: &str) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_owned())
 }
 
-/// A string rendered as a scalar that reads back as the same string. In flow collections
-/// (JSON input) strings are always quoted, so JSON stays JSON.
+/// A string rendered as a scalar that reads back as the same string, quoted the way Go's
+/// yaml.v3 does: double quotes for strings that would resolve to another type, single quotes
+/// for ones that only need protecting from YAML syntax. In flow collections (JSON input)
+/// strings are always double-quoted, so JSON stays JSON.
 pub fn render_str(value: &str, flow: bool) -> String {
-    if flow || needs_quotes(value) || value.contains(['{', '}', '[', ']', ',']) && flow {
+    if flow || !needs_quotes(value) {
+        return if flow {
+            double_quoted(value)
+        } else {
+            value.to_owned()
+        };
+    }
+    let resolves_to_other = value.is_empty()
+        || !resolve_plain(value).is_string()
+        || value.trim() != value
+        || value.chars().any(|c| c.is_control());
+    if resolves_to_other || value.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
         double_quoted(value)
     } else {
-        value.to_owned()
+        format!("'{}'", value.replace('\'', "''"))
     }
 }
 
@@ -956,6 +997,20 @@ mod tests {
         assert_eq!(doc.node(b).col, 0);
         let item = doc.items(b)[0];
         assert_eq!(doc.node(item).col, 2);
+    }
+
+    #[test]
+    fn quoted_and_flow_spans_stop_before_comments() {
+        let src = "a: \"1\" # c\nb: 'it''s' # d\nc: [x] # e\nd: {y: z} # f\n";
+        let doc = Doc::parse(src).unwrap();
+        let text = |k: &str| {
+            let n = doc.node(doc.get(doc.roots[0], k).unwrap());
+            &src[n.start..n.end]
+        };
+        assert_eq!(text("a"), "\"1\"");
+        assert_eq!(text("b"), "'it''s'");
+        assert_eq!(text("c"), "[x]");
+        assert_eq!(text("d"), "{y: z}");
     }
 
     #[test]

@@ -6,11 +6,8 @@ use serde_json::Value;
 use crate::rl::{FnResult, ResourceList};
 use crate::yaml::{Editor, NodeId};
 
-mod apply_replacements;
 mod apply_setters;
-mod ensure_name_substring;
 mod fieldspec;
-mod search_replace;
 mod set_annotations;
 mod set_image;
 mod set_labels;
@@ -112,9 +109,6 @@ pub const FUNCTIONS: &[&Function] = &[
     &set_annotations::FUNCTION,
     &set_image::FUNCTION,
     &apply_setters::FUNCTION,
-    &search_replace::FUNCTION,
-    &ensure_name_substring::FUNCTION,
-    &apply_replacements::FUNCTION,
 ];
 
 pub fn param(

@@ -97,7 +97,12 @@ fn run(ctx: &mut Ctx) -> Exit {
         }
         _ => return ctx.fail(NOT_CONFIGURED),
     };
-    if annotations.as_object().is_none_or(|m| m.is_empty()) && annotations.is_object() {
+    let annotations = if annotations.is_null() {
+        json!({})
+    } else {
+        annotations
+    };
+    if annotations.as_object().is_some_and(|m| m.is_empty()) {
         return ctx.fail("input annotation list cannot be empty");
     }
     let params = json!({"annotations": annotations, "additionalAnnotationFields": extra});
@@ -170,6 +175,12 @@ fn run(ctx: &mut Ctx) -> Exit {
                 };
                 let _ = key;
                 if applied {
+                    // A created path is reported in full, not up to the first missing map.
+                    let dotted = if value.is_some_and(|v| doc.is_map(v)) {
+                        dotted
+                    } else {
+                        spec.path.trim_matches('/').replace('/', ".")
+                    };
                     let mut result = FnResult::new(summary.clone(), None).field_path(dotted);
                     result.file = obj.file_ref();
                     results.push(result);
