@@ -1,0 +1,143 @@
+//! Hostile and unusual input: never a panic, always a named error or a faithful output.
+
+mod common;
+use common::*;
+use krm_plugin_api::ErrorKind;
+
+const ALL: &[&str] = &[
+    "set-namespace",
+    "set-labels",
+    "set-annotations",
+    "set-image",
+    "apply-setters",
+];
+
+#[test]
+fn bad_input_is_invalid_input_naming_the_problem() {
+    let cases: &[(&[u8], &str)] = &[
+        (b"", "input is empty"),
+        (b"# only a comment\n", "input is empty"),
+        (b"kind: ResourceList\nitems: [\n", "not valid YAML"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"- a\n- b\n", "not a mapping"),
+        (
+            b"apiVersion: v1\nkind: ConfigMap\n",
+            "expected ResourceList",
+        ),
+        (b"kind: ResourceList\nitems: 3\n", "`items` is not a list"),
+        (
+            b"kind: ResourceList\n---\nkind: ResourceList\n",
+            "several YAML documents",
+        ),
+    ];
+    for name in ALL {
+        for (input, expected) in cases {
+            let err = krm_plugin_builtin::run_function(name, input).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::InvalidInput, "{name}: {err:?}");
+            assert!(err.message.contains(expected), "{name}: {}", err.message);
+        }
+    }
+}
+
+#[test]
+fn non_krm_items_and_odd_shapes_are_passed_through() {
+    let items = "- just a string\n- [1, 2]\n- {}\n- kind: NoMetadata\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: null\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p}\n  spec:\n    containers: {not: a list}\n- &anchor\n  apiVersion: v1\n  kind: Secret\n  metadata:\n    name: s\n- *anchor\n";
+    let configs = [
+        ("set-namespace", configmap(&[("namespace", "x")])),
+        ("set-labels", configmap(&[("a", "b")])),
+        ("set-annotations", configmap(&[("a", "b")])),
+        (
+            "set-image",
+            configmap(&[("name", "nginx"), ("newTag", "1")]),
+        ),
+        ("apply-setters", configmap(&[("a", "b")])),
+    ];
+    for (name, config) in configs {
+        let input = rl(items, &config);
+        let out = ok(name, &input);
+        assert!(out.starts_with("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- just a string\n- [1, 2]\n"), "{name}: {out}");
+        // The output is still one parseable ResourceList.
+        assert_eq!(docs(&out).len(), 1, "{name}: {out}");
+    }
+}
+
+#[test]
+fn empty_and_missing_items() {
+    for items in [
+        "kind: ResourceList\n",
+        "kind: ResourceList\nitems: []\n",
+        "kind: ResourceList\nitems:\n",
+    ] {
+        let out = ok(
+            "set-namespace",
+            &format!(
+                "{items}functionConfig:\n{}",
+                configmap(&[("namespace", "x")])
+            ),
+        );
+        assert!(
+            out.contains("all matching namespaces are already \"x\". no value changed"),
+            "{out}"
+        );
+        let out = ok(
+            "set-labels",
+            &format!("{items}functionConfig:\n{}", configmap(&[("a", "b")])),
+        );
+        assert!(out.contains("no input resources"), "{out}");
+    }
+}
+
+#[test]
+fn deep_nesting_and_huge_scalars_do_not_panic() {
+    let deep = format!(
+        "kind: ResourceList\nitems:\n- {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    for name in ALL {
+        let _ = krm_plugin_builtin::run_function(name, deep.as_bytes());
+    }
+    let big = format!(
+        "kind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {{name: c}}\n  data:\n    v: {}\nfunctionConfig:\n{}",
+        "x".repeat(5_000_000),
+        configmap(&[("namespace", "n")])
+    );
+    let out = ok("set-namespace", &big);
+    assert!(out.contains("metadata: {name: c, \"namespace\": \"n\"}"));
+}
+
+#[test]
+fn json_input_stays_json_compatible() {
+    let input = r#"{"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList", "items": [{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}], "functionConfig": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f"}, "data": {"namespace": "n"}}}"#;
+    let out = ok("set-namespace", input);
+    let value: serde_json::Value = serde_json::from_str(&out).expect("still JSON");
+    assert_eq!(value["items"][0]["metadata"]["namespace"], "n");
+    assert_eq!(value["results"][0]["severity"], "warning");
+}
+
+#[test]
+fn untouched_documents_are_byte_identical_at_scale() {
+    // 10,000 Deployments, with comments: set-namespace changes one line per object and nothing else.
+    let items = deployments(10_000);
+    let input = rl(&items, &configmap(&[("namespace", "new")]));
+    let out = ok("set-namespace", &input);
+    let expected = rl(
+        &items.replace("    namespace: old\n", "    namespace: new\n"),
+        &configmap(&[("namespace", "new")]),
+    );
+    assert_eq!(body(&out), expected.trim_end());
+    assert!(results(&out).contains("namespace [old] updated to \"new\", 10000 value(s) changed"));
+    // A second run is a no-op on the items.
+    let again = ok("set-namespace", &format!("{}\n", body(&out)));
+    assert_eq!(body(&again), body(&out));
+    assert!(results(&again).contains("all matching namespaces are already \"new\""));
+    // set-labels over the same: three maps per Deployment.
+    let out = ok("set-labels", &rl(&items, &configmap(&[("tier", "web")])));
+    assert_eq!(
+        out.matches("\n      tier: web\n").count()
+            + out.matches("\n        tier: web\n").count()
+            + out.matches("\n          tier: web\n").count(),
+        30_000
+    );
+    assert!(out.contains("          image: nginx:1.20.2 # pinned\n"));
+}
