@@ -1,1 +1,165 @@
-fn main(){}
+//! `krm-runner`: a Porch-compatible KRM function runner whose evaluators are plugins.
+
+mod bench;
+mod cli;
+mod config;
+mod eval;
+mod limits;
+mod logging;
+mod runtime;
+mod server;
+mod signals;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cli::{Cli, Command};
+use config::{Config, Sources};
+use runtime::Runtime;
+
+/// Exit code for configuration and start-up problems (as Go's flag package uses for usage).
+const EXIT_CONFIG: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse_args();
+    let sources = Sources {
+        config_file: cli.flags.config_file.clone(),
+        skip_system_file: false,
+    };
+    let (figment, config, warnings) = match load_config(&cli, &sources) {
+        Ok(loaded) => loaded,
+        Err(problems) => return report(&problems),
+    };
+    logging::init(&config.log_level, config.log_format);
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
+    for name in config.unknown_disabled() {
+        tracing::warn!("--disable-runtimes: no evaluator instance named {name:?}; ignored");
+    }
+    if let Some(Command::Config) = &cli.command {
+        print_config(&figment, &config);
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match Runtime::start(&config) {
+        Ok(runtime) => Arc::new(runtime),
+        Err(problems) => return report(&problems),
+    };
+    let tokio = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(tokio) => tokio,
+        Err(error) => return report(&[format!("cannot start the async runtime: {error}")]),
+    };
+    let outcome = tokio.block_on(async {
+        match &cli.command {
+            None | Some(Command::Serve) => serve(runtime, &config).await.map(|()| 0),
+            Some(Command::Eval(args)) => eval::run(&runtime, args).await,
+            Some(Command::Plugins) => {
+                print_plugins(&runtime);
+                Ok(0)
+            }
+            Some(Command::Bench(args)) => bench::run(&config, args).await.map(|()| 0),
+            Some(Command::Config) => unreachable!("handled before plugins load"),
+        }
+    });
+    // Blocking threads may still be cleaning up cancelled calls; don't wait for them.
+    tokio.shutdown_timeout(Duration::from_millis(100));
+    match outcome {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(error) => {
+            eprintln!("krm-runner: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_config(
+    cli: &Cli,
+    sources: &Sources,
+) -> Result<(figment::Figment, Config, Vec<String>), Vec<String>> {
+    let without_flags = config::layered(sources, Default::default())?;
+    let (flags, warnings) = cli::flag_layer(&cli.flags, &config::instance_names(&without_flags));
+    let figment = config::layered(sources, flags)?;
+    let config = config::extract(&figment)?;
+    Ok((figment, config, warnings))
+}
+
+fn report(problems: &[String]) -> ExitCode {
+    let mut stderr = std::io::stderr().lock();
+    for problem in problems {
+        let _ = writeln!(stderr, "krm-runner: {problem}");
+    }
+    ExitCode::from(EXIT_CONFIG)
+}
+
+async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|error| anyhow::anyhow!("listen: cannot bind {}: {error}", config.listen))?;
+    let address = listener.local_addr()?;
+    let chain: Vec<&str> = runtime
+        .instances()
+        .iter()
+        .filter(|i| i.position.is_some())
+        .map(|i| i.name.as_str())
+        .collect();
+    tracing::info!(%address, serve = %config.serve, chain = ?chain, "serving");
+    server::serve(
+        runtime,
+        listener,
+        config.max_message_bytes,
+        Duration::from_secs(config.shutdown_grace_seconds),
+    )
+    .await
+}
+
+fn print_plugins(runtime: &Runtime) {
+    println!(
+        "{:<12} {:<6} {:<10} {:<9} {:<4} {:<22} FILE",
+        "INSTANCE", "CHAIN", "PLUGIN", "VERSION", "ABI", "DELEGATES TO"
+    );
+    for instance in runtime.instances() {
+        let position = match (instance.disabled, instance.position) {
+            (true, _) => "off".to_owned(),
+            (false, Some(position)) => position.to_string(),
+            (false, None) => "-".to_owned(),
+        };
+        let file = instance
+            .plugin_file
+            .as_ref()
+            .map_or_else(|| "(disabled)".to_owned(), |p| p.display().to_string());
+        println!(
+            "{:<12} {:<6} {:<10} {:<9} {:<4} {:<22} {}",
+            instance.name,
+            position,
+            instance.plugin_name,
+            instance.plugin_version,
+            instance.abi_version,
+            instance.delegates.join(","),
+            file
+        );
+    }
+    let mut described = std::collections::BTreeMap::new();
+    for instance in runtime.instances().iter().filter(|i| !i.disabled) {
+        described.insert(&instance.plugin_name, &instance.description);
+    }
+    println!();
+    for (plugin, description) in described {
+        println!("{plugin}: {description}");
+    }
+}
+
+fn print_config(figment: &figment::Figment, config: &Config) {
+    match yaml_serde::to_string(config) {
+        Ok(yaml) => print!("{yaml}"),
+        Err(error) => eprintln!("krm-runner: cannot print the configuration: {error}"),
+    }
+    println!("# where each value came from:");
+    for (key, value, source) in config::provenance(figment) {
+        println!("# {key} = {value}  <- {source}");
+    }
+}

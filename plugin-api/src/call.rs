@@ -26,9 +26,10 @@ pub enum ErrorKind {
     DeadlineExceeded,
     /// The caller went away (CANCELLED).
     Cancelled,
-    /// The evaluator cannot serve right now, e.g. a queue is full (UNAVAILABLE or
-    /// RESOURCE_EXHAUSTED, as the message says).
+    /// The evaluator cannot serve right now, e.g. it is shutting down (UNAVAILABLE).
     Unavailable,
+    /// A limit was reached: a full queue, an output too large (RESOURCE_EXHAUSTED).
+    ResourceExhausted,
     /// A bug or an unexpected condition in the evaluator, including a panic (INTERNAL).
     Internal,
 }
@@ -68,7 +69,10 @@ impl EvalError {
 
     /// The conventional decline: `function "<image>" not found`, as kpt and Porch word it.
     pub fn not_found(image: &str) -> Self {
-        Self::new(ErrorKind::NotFound, format!("function \"{image}\" not found"))
+        Self::new(
+            ErrorKind::NotFound,
+            format!("function \"{image}\" not found"),
+        )
     }
 
     pub fn failed(message: impl Into<String>) -> Self {
@@ -132,9 +136,10 @@ impl CancelReason {
     /// The error an evaluator returns when it stops for this reason.
     pub fn to_error(self, image: &str) -> EvalError {
         match self {
-            Self::CallerCancelled => {
-                EvalError::new(ErrorKind::Cancelled, format!("call to {image:?} cancelled by the caller"))
-            }
+            Self::CallerCancelled => EvalError::new(
+                ErrorKind::Cancelled,
+                format!("call to {image:?} cancelled by the caller"),
+            ),
             Self::DeadlineExceeded => EvalError::new(
                 ErrorKind::DeadlineExceeded,
                 format!("call to {image:?} exceeded the caller's deadline"),

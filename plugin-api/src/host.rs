@@ -21,7 +21,10 @@ use crate::abi::{
     HostFfi_TO, PluginModuleRef, ResponseFfi, level_to_u8,
 };
 use crate::plugin::{from_ffi_result, to_ffi_result};
-use crate::{ABI_VERSION, CancelReason, FunctionSignature, ErrorKind, EvalError, EvalResponse, PLUGIN_API_VERSION};
+use crate::{
+    ABI_VERSION, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature,
+    PLUGIN_API_VERSION,
+};
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
 pub const MAX_CALL_DEPTH: u32 = 16;
@@ -78,18 +81,19 @@ impl PluginLibrary {
             reason: short_library_error(&error),
         })?;
         let info = read_info(&raw, path)?;
-        let header = unsafe { lib_header_from_raw_library(&raw) }.map_err(|error| {
-            incompatible(path, &info, short_library_error(&error))
-        })?;
+        let header = unsafe { lib_header_from_raw_library(&raw) }
+            .map_err(|error| incompatible(path, &info, short_library_error(&error)))?;
         // Keep the library mapped for the life of the process.
         std::mem::forget(raw);
-        let module = header.init_root_module::<PluginModuleRef>().map_err(|error| match error {
-            LibraryError::RootModule { err, .. } => LoadError::Init {
-                path: path.to_owned(),
-                reason: err.to_string(),
-            },
-            other => incompatible(path, &info, short_library_error(&other)),
-        })?;
+        let module = header
+            .init_root_module::<PluginModuleRef>()
+            .map_err(|error| match error {
+                LibraryError::RootModule { err, .. } => LoadError::Init {
+                    path: path.to_owned(),
+                    reason: err.to_string(),
+                },
+                other => incompatible(path, &info, short_library_error(&other)),
+            })?;
         if info.abi_version != ABI_VERSION {
             return Err(incompatible(path, &info, "ABI version differs".to_owned()));
         }
@@ -146,11 +150,14 @@ impl PluginLibrary {
 }
 
 fn read_info(raw: &RawLibrary, path: &Path) -> Result<PluginInfo, LoadError> {
-    let describe = unsafe { raw.get::<extern "C" fn() -> *const c_char>(b"krm_runner_plugin_info\0") }
-        .map_err(|_| LoadError::NotAPlugin {
-            path: path.to_owned(),
-        })?;
-    let text = unsafe { CStr::from_ptr(describe()) }.to_string_lossy().into_owned();
+    let describe =
+        unsafe { raw.get::<extern "C" fn() -> *const c_char>(b"krm_runner_plugin_info\0") }
+            .map_err(|_| LoadError::NotAPlugin {
+                path: path.to_owned(),
+            })?;
+    let text = unsafe { CStr::from_ptr(describe()) }
+        .to_string_lossy()
+        .into_owned();
     serde_json::from_str(&text).map_err(|error| LoadError::Init {
         path: path.to_owned(),
         reason: format!("unreadable plugin description {text:?}: {error}"),
@@ -172,14 +179,20 @@ fn short_library_error(error: &LibraryError) -> String {
     let text = match error {
         LibraryError::AbiInstability(_) => {
             let full = error.to_string();
-            let first = full.lines().find(|line| !line.trim().is_empty()).unwrap_or("");
+            let first = full
+                .lines()
+                .find(|line| !line.trim().is_empty())
+                .unwrap_or("");
             format!("abi_stable: type layouts differ: {}", first.trim())
         }
         other => other.to_string(),
     };
     let mut line = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
     if line.len() > 300 {
-        let cut = (0..=300).rev().find(|i| line.is_char_boundary(*i)).unwrap_or(0);
+        let cut = (0..=300)
+            .rev()
+            .find(|i| line.is_char_boundary(*i))
+            .unwrap_or(0);
         line.truncate(cut);
         line.push_str("...");
     }
@@ -230,11 +243,13 @@ impl HostFfi for HostAdapter {
 
     fn evaluator(&self, name: RStr<'_>) -> ROption<EvaluatorArc> {
         let services = &self.services;
-        catch_unwind(AssertUnwindSafe(|| services.evaluator(&self.instance, name.as_str())))
-            .ok()
-            .flatten()
-            .map(|slot| EvaluatorFfi_TO::from_ptr(RArc::new(SlotEvaluator(slot)), TD_Opaque))
-            .into()
+        catch_unwind(AssertUnwindSafe(|| {
+            services.evaluator(&self.instance, name.as_str())
+        }))
+        .ok()
+        .flatten()
+        .map(|slot| EvaluatorFfi_TO::from_ptr(RArc::new(SlotEvaluator(slot)), TD_Opaque))
+        .into()
     }
 }
 

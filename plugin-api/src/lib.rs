@@ -36,11 +36,12 @@ mod call;
 pub mod host;
 mod logging;
 mod plugin;
+pub mod results;
 mod signature;
 
 pub use call::{CallContext, CancelReason, ErrorKind, EvalError, EvalResponse};
-pub use signature::{FunctionSignature, Parameter, ParameterType};
 pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
+pub use signature::{FunctionSignature, Parameter, ParameterType};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.
 #[cfg(not(krm_plugin_api_previous))]

@@ -31,9 +31,8 @@ pub(crate) fn forward_to(host: &HostArc, plugin: &'static str) {
         }
         .with_filter(max_level);
         // Fails only when the library already installed a subscriber of its own: keep that one.
-        let _ = tracing::subscriber::set_global_default(
-            tracing_subscriber::registry().with(forwarder),
-        );
+        let _ =
+            tracing::subscriber::set_global_default(tracing_subscriber::registry().with(forwarder));
     });
 }
 

@@ -6,7 +6,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, OnceLock};
 
 use abi_stable::{
-    library::{CheckTypeLayout, LibHeader, RootModuleResult, __call_root_module_loader},
+    library::{__call_root_module_loader, CheckTypeLayout, LibHeader, RootModuleResult},
     prefix_type::PrefixTypeTrait,
     sabi_trait::TD_Opaque,
     std_types::{RResult, RSlice, RStr, RString, RVec},
@@ -17,7 +17,9 @@ use crate::abi::{
     CallContextRef, ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc,
     PluginInfoFfi, PluginModule, PluginModuleRef, ResponseFfi,
 };
-use crate::{ABI_VERSION, CallContext, FunctionSignature, ErrorKind, EvalError, EvalResponse, panic_message};
+use crate::{
+    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, panic_message,
+};
 
 /// A plugin: a named factory of evaluators, one per configured instance.
 ///
@@ -135,7 +137,10 @@ impl BuildContext {
 
     /// A runner-wide setting: `default_image_prefix`, `max_message_bytes`.
     pub fn setting(&self, key: &str) -> Option<String> {
-        self.host.setting(RStr::from_str(key)).into_option().map(String::from)
+        self.host
+            .setting(RStr::from_str(key))
+            .into_option()
+            .map(String::from)
     }
 
     /// Another configured evaluator instance, for evaluators that delegate. `None` when no
@@ -180,25 +185,37 @@ impl EvaluatorHandle {
     }
 }
 
-pub(crate) fn from_ffi_result(result: RResult<ResponseFfi, ErrorFfi>) -> Result<EvalResponse, EvalError> {
+pub(crate) fn from_ffi_result(
+    result: RResult<ResponseFfi, ErrorFfi>,
+) -> Result<EvalResponse, EvalError> {
     match result {
         RResult::ROk(response) => Ok(EvalResponse {
             resource_list: response.resource_list.into_vec(),
             log: response.log.into_vec(),
             served_by: Some(response.served_by.into_string()).filter(|s| !s.is_empty()),
-            declined: response.declined.into_iter().map(RString::into_string).collect(),
+            declined: response
+                .declined
+                .into_iter()
+                .map(RString::into_string)
+                .collect(),
         }),
         RResult::RErr(error) => Err(EvalError {
             kind: error.kind,
             message: error.message.into_string(),
-            declined: error.declined.into_iter().map(RString::into_string).collect(),
+            declined: error
+                .declined
+                .into_iter()
+                .map(RString::into_string)
+                .collect(),
             resource_list: error.resource_list.into_vec(),
             log: error.log.into_vec(),
         }),
     }
 }
 
-pub(crate) fn to_ffi_result(result: Result<EvalResponse, EvalError>) -> RResult<ResponseFfi, ErrorFfi> {
+pub(crate) fn to_ffi_result(
+    result: Result<EvalResponse, EvalError>,
+) -> RResult<ResponseFfi, ErrorFfi> {
     match result {
         Ok(response) => RResult::ROk(ResponseFfi {
             resource_list: RVec::from(response.resource_list),
@@ -259,14 +276,21 @@ fn build_evaluator<P: Plugin>(
     let config: P::Config = serde_path_to_error::deserialize(deserializer).map_err(|error| {
         let path = error.path().to_string();
         let message = error.into_inner().to_string();
-        if path == "." { message } else { format!("{path}: {message}") }
+        if path == "." {
+            message
+        } else {
+            format!("{path}: {message}")
+        }
     })?;
     let context = BuildContext {
         instance: instance.to_owned(),
         host,
     };
     let evaluator = P::build(config, &context).map_err(|error| error.to_string())?;
-    Ok(EvaluatorFfi_TO::from_value(ExportedEvaluator(evaluator), TD_Opaque))
+    Ok(EvaluatorFfi_TO::from_value(
+        ExportedEvaluator(evaluator),
+        TD_Opaque,
+    ))
 }
 
 extern "C" fn build_entry<P: Plugin>(
@@ -316,7 +340,12 @@ extern "C" fn construct_root_module<P: Plugin>() -> RootModuleResult {
 /// The library header abi_stable looks for; emitted by [`crate::export_plugin!`].
 pub const fn library_header<P: Plugin>() -> LibHeader {
     // SAFETY: the constructor returns a PluginModuleRef, the type named here.
-    unsafe { LibHeader::from_constructor::<PluginModuleRef>(construct_root_module::<P>, CheckTypeLayout::Yes) }
+    unsafe {
+        LibHeader::from_constructor::<PluginModuleRef>(
+            construct_root_module::<P>,
+            CheckTypeLayout::Yes,
+        )
+    }
 }
 
 /// A layout-independent description (JSON), read by the runner before the ABI check so that a
@@ -356,4 +385,3 @@ macro_rules! export_plugin {
         }
     };
 }
-

@@ -1,1 +1,349 @@
+//! Test support: the real `krm-runner` binary and plugin libraries from this workspace's build,
+//! started as processes and called over loopback gRPC.
+//!
+//! The tests need `cargo build --workspace` to have run first (the plugins are `cdylib`s, which
+//! `cargo test` does not build); `tests/run.sh` does that.
 
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
+use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+/// The cargo target folder holding this build's binary and plugin libraries.
+pub fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test binary>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_owned()
+}
+
+/// The `krm-runner` binary of this build.
+pub fn runner_binary() -> PathBuf {
+    let binary = build_dir().join("krm-runner");
+    assert!(
+        binary.is_file(),
+        "{} is missing: run `cargo build --workspace` before the tests (tests/run.sh does)",
+        binary.display()
+    );
+    for plugin in ["exec", "multi", "testkit"] {
+        let library = build_dir().join(format!("libkrm_plugin_{plugin}.so"));
+        assert!(
+            library.is_file(),
+            "{} is missing: run `cargo build --workspace` before the tests (tests/run.sh does)",
+            library.display()
+        );
+    }
+    binary
+}
+
+/// A scratch folder removed when dropped.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("krm-runner-test-")
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// Writes an executable shell script (a KRM function, for the exec evaluator).
+pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod script");
+    path
+}
+
+/// A loopback port nobody is listening on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// A `krm-runner serve` process on loopback, killed when dropped.
+pub struct Server {
+    pub port: u16,
+    child: Child,
+    stderr_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts the runner with `config` (YAML) as its `--config-file`, plus `args`.
+    pub fn start(config: &str, args: &[&str]) -> Self {
+        Self::start_with_env(config, args, &[])
+    }
+
+    pub fn start_with_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let dir = scratch();
+        let config_path = dir.path().join("config.yaml");
+        std::fs::write(&config_path, config).expect("write config");
+        let stderr_path = dir.path().join("stderr.log");
+        let port = free_port();
+        let child = Command::new(runner_binary())
+            .arg("--config-file")
+            .arg(&config_path)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--plugin-dir")
+            .arg(build_dir())
+            .args(args)
+            .arg("serve")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr_path).expect("stderr file"))
+            .spawn()
+            .expect("start krm-runner");
+        let mut server = Self {
+            port,
+            child,
+            stderr_path,
+            _dir: dir,
+        };
+        server.wait_until_serving();
+        server
+    }
+
+    fn wait_until_serving(&mut self) {
+        let started = Instant::now();
+        // Its own thread and runtime: callers may be inside an async test already.
+        let endpoint = self.endpoint();
+        let probe = move || {
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(health_check(endpoint)).is_ok()
+            })
+            .join()
+            .unwrap_or(false)
+        };
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                panic!(
+                    "krm-runner exited early ({status}); stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            if probe.clone()() {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "krm-runner did not serve within 20 s; stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub async fn client(&self) -> FunctionEvaluatorClient<Channel> {
+        FunctionEvaluatorClient::connect(self.endpoint())
+            .await
+            .expect("connect")
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20)
+    }
+
+    /// One Health/Check round trip.
+    pub async fn health_check(&self) -> Result<i32, tonic::Status> {
+        health_check(self.endpoint()).await
+    }
+
+    /// Calls EvaluateFunction; on success also returns the `x-krm-evaluator` header.
+    pub async fn call(
+        &self,
+        image: &str,
+        resource_list: &[u8],
+    ) -> Result<(EvaluateFunctionResponse, String), tonic::Status> {
+        let response = self
+            .client()
+            .await
+            .evaluate_function(EvaluateFunctionRequest {
+                resource_list: resource_list.to_vec(),
+                image: image.to_owned(),
+            })
+            .await?;
+        let evaluator = response
+            .metadata()
+            .get("x-krm-evaluator")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        Ok((response.into_inner(), evaluator))
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "runner ignored SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn health_check(endpoint: String) -> Result<i32, tonic::Status> {
+    let channel = tonic::transport::Endpoint::from_shared(endpoint)
+        .expect("endpoint")
+        .connect()
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let response = HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await?;
+    Ok(response.into_inner().status)
+}
+
+/// Runs `krm-runner ARGS` to completion (plugins from this build), feeding `stdin`.
+pub fn run_cli(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(runner_binary())
+        .arg("--plugin-dir")
+        .arg(build_dir())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run krm-runner");
+    let mut input = child.stdin.take().expect("stdin");
+    let stdin = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&stdin);
+    });
+    let output = child.wait_with_output().expect("krm-runner output");
+    writer.join().expect("stdin writer");
+    output
+}
+
+/// A small ResourceList with one ConfigMap per name.
+pub fn resource_list(names: &[&str]) -> Vec<u8> {
+    let mut text =
+        String::from("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n");
+    for name in names {
+        text.push_str(&format!(
+            "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: {name}\n  data:\n    key: value\n"
+        ));
+    }
+    text.into_bytes()
+}
+
+/// Whether a process with this id exists (zombies count as gone).
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `limit` for every process in `pids` to be gone.
+pub fn wait_gone(pids: &[i32], limit: Duration) -> Vec<i32> {
+    let started = Instant::now();
+    loop {
+        let alive: Vec<i32> = pids
+            .iter()
+            .copied()
+            .filter(|pid| process_alive(*pid))
+            .collect();
+        if alive.is_empty() || started.elapsed() > limit {
+            return alive;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Reads whitespace-separated pids a function wrote to `path`, waiting for it to appear.
+pub fn read_pids(path: &Path, expected: usize, limit: Duration) -> Vec<i32> {
+    let started = Instant::now();
+    loop {
+        let pids: Vec<i32> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if pids.len() >= expected {
+            return pids;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "function never wrote {} pids to {}",
+            expected,
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Builds the `testkit` plugin against the *previous* plugin ABI (krm-plugin-api compiled with
+/// `--cfg krm_plugin_api_previous`) in a separate target folder, and returns the library.
+/// The first build takes a minute; later ones are cached.
+pub fn previous_abi_plugin() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_owned();
+    let target = build_dir().parent().expect("target").join("previous-abi");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&workspace)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "krm-plugin-testkit",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env("RUSTFLAGS", "--cfg krm_plugin_api_previous")
+        .status()
+        .expect("run cargo");
+    assert!(
+        status.success(),
+        "building the previous-ABI testkit plugin failed"
+    );
+    target.join("debug").join("libkrm_plugin_testkit.so")
+}

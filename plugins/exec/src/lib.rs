@@ -1,1 +1,81 @@
+//! `exec`: runs a local executable per function image.
+//!
+//! The executable gets the ResourceList on stdin and no arguments; its stdout is the result and
+//! its stderr the log. Images map to executables by exact string: an image name is never turned
+//! into a path, so a caller cannot make the runner execute arbitrary files.
+//!
+//! A mapped executable that is missing or not executable fails the call (naming the path) rather
+//! than declining: the operator said this image runs from that file, and quietly running the
+//! image somewhere else (a pod, say) would hide a broken deployment.
+//!
+//! Every function runs in its own process group, in a minimal environment (see [`ExecConfig`]).
+//! When the call is cancelled, its deadline passes or the function exits, the whole group is
+//! killed, so nothing a function spawned outlives the call.
 
+mod config;
+mod process;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use krm_plugin_api::{
+    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin,
+    export_plugin,
+};
+
+pub use config::ExecConfig;
+use config::Limits;
+
+/// What one image runs.
+#[derive(Debug, Clone)]
+struct Function {
+    path: PathBuf,
+    env: Vec<(String, String)>,
+    working_dir: PathBuf,
+}
+
+pub struct Exec {
+    functions: HashMap<String, Function>,
+    limits: Limits,
+}
+
+impl Evaluator for Exec {
+    fn evaluate(
+        &self,
+        context: &CallContext<'_>,
+        image: &str,
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError> {
+        let Some(function) = self.functions.get(image) else {
+            return Err(EvalError::not_found(image));
+        };
+        process::run(context, image, function, resource_list, &self.limits)
+    }
+}
+
+pub struct ExecPlugin;
+
+impl Plugin for ExecPlugin {
+    const NAME: &'static str = "exec";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const DESCRIPTION: &'static str =
+        "runs a mapped local executable per image (ResourceList on stdin, result on stdout)";
+    type Config = ExecConfig;
+    type Evaluator = Exec;
+
+    fn build(config: ExecConfig, context: &BuildContext) -> Result<Exec, ConfigError> {
+        let max_message_bytes = context
+            .setting("max_message_bytes")
+            .and_then(|value| value.parse().ok());
+        let (functions, limits) = config.resolve(max_message_bytes)?;
+        for (image, function) in &functions {
+            if let Err(problem) = process::check_executable(&function.path) {
+                tracing::warn!(image, "{problem}; calls to this image will fail");
+            }
+        }
+        tracing::debug!(functions = functions.len(), "exec evaluator ready");
+        Ok(Exec { functions, limits })
+    }
+}
+
+export_plugin!(ExecPlugin);

@@ -1,1 +1,78 @@
+//! Test-only evaluator plugin. Images it answers (anything else is declined):
+//! - `testkit/echo`: returns its input, and the instance name as log;
+//! - `testkit/panic`: panics inside `evaluate`;
+//! - `testkit/sleep:<ms>`: waits, honouring cancellation;
+//! - `testkit/log`: emits a `tracing` event and echoes.
+//!
+//! `panic_on_build: true` makes building the instance panic.
 
+use std::time::Duration;
+
+use krm_plugin_api::{
+    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin,
+    export_plugin,
+};
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestkitConfig {
+    #[serde(default)]
+    panic_on_build: bool,
+}
+
+pub struct Testkit {
+    instance: String,
+}
+
+impl Evaluator for Testkit {
+    fn evaluate(
+        &self,
+        context: &CallContext<'_>,
+        image: &str,
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError> {
+        match image {
+            "testkit/echo" => Ok(EvalResponse::new(
+                resource_list.to_vec(),
+                self.instance.clone().into_bytes(),
+            )),
+            "testkit/panic" => panic!("testkit was asked to panic"),
+            "testkit/log" => {
+                tracing::warn!(instance = %self.instance, "testkit log event");
+                Ok(EvalResponse::new(resource_list.to_vec(), Vec::new()))
+            }
+            other => match other
+                .strip_prefix("testkit/sleep:")
+                .and_then(|ms| ms.parse().ok())
+            {
+                Some(ms) => match context.wait_cancelled(Duration::from_millis(ms)) {
+                    Some(reason) => Err(reason.to_error(image)),
+                    None => Ok(EvalResponse::new(resource_list.to_vec(), Vec::new())),
+                },
+                None => Err(EvalError::not_found(image)),
+            },
+        }
+    }
+}
+
+pub struct TestkitPlugin;
+
+impl Plugin for TestkitPlugin {
+    const NAME: &'static str = "testkit";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const DESCRIPTION: &'static str = "test-only: echoes, sleeps, logs or panics on request";
+    type Config = TestkitConfig;
+    type Evaluator = Testkit;
+
+    fn build(config: TestkitConfig, context: &BuildContext) -> Result<Testkit, ConfigError> {
+        if config.panic_on_build {
+            panic!("testkit was asked to panic while building");
+        }
+        Ok(Testkit {
+            instance: context.instance_name().to_owned(),
+        })
+    }
+}
+
+export_plugin!(TestkitPlugin);

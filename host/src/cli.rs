@@ -1,0 +1,340 @@
+//! Command line: krm-runner's own flags, Porch's flags (same names and defaults), subcommands.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use figment::value::{Dict, Value};
+
+use crate::config::set_path;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "krm-runner",
+    version,
+    about = "Runs KRM functions for Porch, kpt and friends"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub flags: Flags,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve gRPC (the default when no subcommand is given).
+    Serve,
+    /// Run one function through the served chain, like `kpt fn eval`.
+    Eval(EvalArgs),
+    /// List the evaluator instances, their plugins and their place in the served chain.
+    Plugins,
+    /// Print the merged configuration and where each value came from.
+    Config,
+    /// Measure the plugin boundary, gRPC calls against direct process spawns, and idle memory.
+    Bench(crate::bench::BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// The function image (or any name an evaluator answers to).
+    #[arg(long)]
+    pub image: String,
+    /// Input: a ResourceList or resource documents; `-` or absent reads stdin.
+    #[arg(short = 'i', long = "input")]
+    pub input: Option<PathBuf>,
+    /// The functionConfig, as a YAML file.
+    #[arg(long = "fn-config")]
+    pub fn_config: Option<PathBuf>,
+    /// `key=value` pairs: a ConfigMap functionConfig, as kpt builds one.
+    #[arg(last = true)]
+    pub data: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct Flags {
+    /// Configuration file layered over the defaults.
+    #[arg(long, global = true, env = "KRM_RUNNER_CONFIG", value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+    /// Address to bind, e.g. 127.0.0.1:9445.
+    #[arg(long, global = true)]
+    pub listen: Option<String>,
+    /// A folder searched for plugin libraries (repeatable; before the configured ones).
+    #[arg(long = "plugin-dir", global = true, value_name = "DIR")]
+    pub plugin_dirs: Vec<PathBuf>,
+    /// The evaluator instance that answers calls.
+    #[arg(long, global = true, value_name = "INSTANCE")]
+    pub serve: Option<String>,
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormatArg>,
+
+    /// Porch: gRPC port, bound on all interfaces (0.0.0.0:PORT).
+    #[arg(long, global = true)]
+    pub port: Option<u16>,
+    /// Porch: comma-separated evaluator instances to take out of service (e.g. `exec,pod`).
+    #[arg(long, global = true, value_name = "LIST")]
+    pub disable_runtimes: Option<String>,
+    /// Porch: folder of function executables (the `exec` instance's `functions_dir`).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub functions: Option<PathBuf>,
+    /// Porch (v1.5): exec map file `functions: [{function, images}]` for the `exec` instance.
+    #[arg(long = "config", global = true, value_name = "FILE")]
+    pub porch_config: Option<PathBuf>,
+    /// Porch: largest gRPC message, in bytes (default 6291456).
+    #[arg(long, global = true, value_name = "BYTES")]
+    pub max_request_body_size: Option<usize>,
+    /// Porch: klog verbosity 0-5 (2 = info), or a level name.
+    #[arg(long, global = true)]
+    pub log_level: Option<String>,
+    /// Porch: prefix for image names without a registry.
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub default_image_prefix: Option<String>,
+
+    #[command(flatten)]
+    pub pod: PodFlags,
+}
+
+/// Porch's pod-evaluator flags, handed to the `pod` instance's config under the same names
+/// (dashes become underscores).
+#[derive(Debug, Args)]
+pub struct PodFlags {
+    #[arg(long, global = true)]
+    pub pod_namespace: Option<String>,
+    #[arg(long, global = true)]
+    pub pod_ttl: Option<String>,
+    #[arg(long, global = true)]
+    pub scan_interval: Option<String>,
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub warm_up_pod_cache: Option<bool>,
+    #[arg(long, global = true)]
+    pub max_waitlist_length: Option<i64>,
+    #[arg(long, global = true)]
+    pub max_parallel_pods_per_function: Option<i64>,
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_private_registries: Option<bool>,
+    #[arg(long, global = true)]
+    pub registry_auth_secret_path: Option<String>,
+    #[arg(long, global = true)]
+    pub registry_auth_secret_name: Option<String>,
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub enable_private_registries_tls: Option<bool>,
+    #[arg(long, global = true)]
+    pub tls_secret_path: Option<String>,
+    /// Porch (v1.5): pod cache config file.
+    #[arg(long, global = true)]
+    pub pod_cache_config: Option<String>,
+    /// Porch (v1.4): pod template ConfigMap name.
+    #[arg(long, global = true)]
+    pub function_pod_template: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
+impl Cli {
+    /// Parses the process arguments, accepting Go's single-dash long flags (`-port 9445`).
+    pub fn parse_args() -> Self {
+        Self::parse_from(normalize_go_flags(std::env::args_os()))
+    }
+}
+
+/// Go's flag package takes `-name` for long flags; clap wants `--name`.
+pub fn normalize_go_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let command = Cli::command();
+    let mut longs: Vec<String> = command
+        .get_arguments()
+        .filter_map(|arg| arg.get_long().map(str::to_owned))
+        .collect();
+    for sub in command.get_subcommands() {
+        longs.extend(
+            sub.get_arguments()
+                .filter_map(|arg| arg.get_long().map(str::to_owned)),
+        );
+    }
+    let mut after_separator = false;
+    args.into_iter()
+        .map(|arg| {
+            if after_separator {
+                return arg;
+            }
+            let Some(text) = arg.to_str() else { return arg };
+            if text == "--" {
+                after_separator = true;
+                return arg;
+            }
+            match text.strip_prefix('-') {
+                Some(rest) if !rest.starts_with('-') => {
+                    let name = rest.split('=').next().unwrap_or(rest);
+                    if name.len() > 1 && longs.iter().any(|long| long == name) {
+                        OsString::from(format!("-{text}"))
+                    } else {
+                        arg
+                    }
+                }
+                _ => arg,
+            }
+        })
+        .collect()
+}
+
+/// What the flags set, as a config layer, plus warnings for flags that have no target.
+pub fn flag_layer(
+    flags: &Flags,
+    instances: &std::collections::BTreeSet<String>,
+) -> (Dict, Vec<String>) {
+    let mut dict = Dict::new();
+    let mut warnings = Vec::new();
+    let mut set = |path: &[&str], value: Value| set_path(&mut dict, path, value);
+    if let Some(listen) = &flags.listen {
+        set(&["listen"], Value::from(listen.clone()));
+    }
+    if let Some(port) = flags.port {
+        set(&["listen"], Value::from(format!("0.0.0.0:{port}")));
+    }
+    if !flags.plugin_dirs.is_empty() {
+        let dirs: Vec<Value> = flags
+            .plugin_dirs
+            .iter()
+            .map(|d| Value::from(d.display().to_string()))
+            .collect();
+        set(&["plugin_dirs"], Value::from(dirs));
+    }
+    if let Some(serve) = &flags.serve {
+        set(&["serve"], Value::from(serve.clone()));
+    }
+    if let Some(format) = flags.log_format {
+        let format = match format {
+            LogFormatArg::Text => "text",
+            LogFormatArg::Json => "json",
+        };
+        set(&["log_format"], Value::from(format));
+    }
+    if let Some(list) = &flags.disable_runtimes {
+        let names: Vec<Value> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(Value::from)
+            .collect();
+        set(&["disabled"], Value::from(names));
+    }
+    if let Some(bytes) = flags.max_request_body_size {
+        set(&["max_message_bytes"], Value::from(bytes as u64));
+    }
+    if let Some(level) = &flags.log_level {
+        set(&["log_level"], Value::from(level.clone()));
+    }
+    if let Some(prefix) = &flags.default_image_prefix {
+        set(&["default_image_prefix"], Value::from(prefix.clone()));
+    }
+
+    let mut instance_flag = |instance: &str, flag: &str, key: &str, value: Value| {
+        if instances.contains(instance) {
+            set_path(&mut dict, &["evaluators", instance, "config", key], value);
+        } else {
+            warnings.push(format!(
+                "--{flag} ignored: no evaluator instance named {instance:?}"
+            ));
+        }
+    };
+    if let Some(dir) = &flags.functions {
+        instance_flag(
+            "exec",
+            "functions",
+            "functions_dir",
+            Value::from(dir.display().to_string()),
+        );
+    }
+    if let Some(file) = &flags.porch_config {
+        instance_flag(
+            "exec",
+            "config",
+            "porch_config_file",
+            Value::from(file.display().to_string()),
+        );
+    }
+    let pod = &flags.pod;
+    let strings = [
+        ("pod-namespace", &pod.pod_namespace),
+        ("pod-ttl", &pod.pod_ttl),
+        ("scan-interval", &pod.scan_interval),
+        ("registry-auth-secret-path", &pod.registry_auth_secret_path),
+        ("registry-auth-secret-name", &pod.registry_auth_secret_name),
+        ("tls-secret-path", &pod.tls_secret_path),
+        ("pod-cache-config", &pod.pod_cache_config),
+        ("function-pod-template", &pod.function_pod_template),
+    ];
+    for (flag, value) in strings {
+        if let Some(value) = value {
+            instance_flag(
+                "pod",
+                flag,
+                &flag.replace('-', "_"),
+                Value::from(value.clone()),
+            );
+        }
+    }
+    let bools = [
+        ("warm-up-pod-cache", pod.warm_up_pod_cache),
+        ("enable-private-registries", pod.enable_private_registries),
+        (
+            "enable-private-registries-tls",
+            pod.enable_private_registries_tls,
+        ),
+    ];
+    for (flag, value) in bools {
+        if let Some(value) = value {
+            instance_flag("pod", flag, &flag.replace('-', "_"), Value::from(value));
+        }
+    }
+    let numbers = [
+        ("max-waitlist-length", pod.max_waitlist_length),
+        (
+            "max-parallel-pods-per-function",
+            pod.max_parallel_pods_per_function,
+        ),
+    ];
+    for (flag, value) in numbers {
+        if let Some(value) = value {
+            instance_flag("pod", flag, &flag.replace('-', "_"), Value::from(value));
+        }
+    }
+    (dict, warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_style_flags_become_long_flags() {
+        let args = [
+            "krm-runner",
+            "-port",
+            "9445",
+            "-max-request-body-size=10",
+            "-i",
+            "x",
+            "--",
+            "-port",
+        ];
+        let normalized = normalize_go_flags(args.iter().map(OsString::from));
+        let normalized: Vec<_> = normalized.iter().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(
+            normalized,
+            [
+                "krm-runner",
+                "--port",
+                "9445",
+                "--max-request-body-size=10",
+                "-i",
+                "x",
+                "--",
+                "-port"
+            ]
+        );
+    }
+}

@@ -1,0 +1,258 @@
+//! `krm-runner eval`: one call through the served chain, in this process, like `kpt fn eval`.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use krm_plugin_api::CancelReason;
+use krm_plugin_api::host::HostCallContext;
+
+use crate::cli::EvalArgs;
+use crate::runtime::Runtime;
+
+/// Runs the call; returns the process exit code (0 success, 1 function failure).
+pub async fn run(runtime: &Runtime, args: &EvalArgs) -> anyhow::Result<i32> {
+    let input = read_input(args.input.as_deref())?;
+    let function_config = function_config(args)?;
+    let resource_list = resource_list(&input, function_config.as_deref())?;
+    let context = HostCallContext::new(None);
+    let cancel = context.clone();
+    let interrupted = tokio::spawn(async move {
+        crate::signals::terminated().await;
+        cancel.cancel(CancelReason::CallerCancelled);
+    });
+    let outcome = runtime
+        .evaluate(context, args.image.clone(), resource_list.into_bytes())
+        .await;
+    interrupted.abort();
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr().lock();
+    match outcome {
+        Ok(response) => {
+            stderr.write_all(&response.log)?;
+            stdout.write_all(&response.resource_list)?;
+            if let Some(evaluator) = &response.served_by {
+                tracing::debug!(evaluator, declined = ?response.declined, "served");
+            }
+            Ok(0)
+        }
+        Err(error) => {
+            stderr.write_all(&error.log)?;
+            stdout.write_all(&error.resource_list)?;
+            writeln!(stderr, "krm-runner eval: {}", error.message)?;
+            Ok(1)
+        }
+    }
+}
+
+fn read_input(path: Option<&Path>) -> anyhow::Result<String> {
+    let mut text = String::new();
+    match path {
+        None => {
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading stdin")?;
+        }
+        Some(path) if path == Path::new("-") => {
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading stdin")?;
+        }
+        Some(path) => {
+            text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+        }
+    }
+    Ok(text)
+}
+
+fn function_config(args: &EvalArgs) -> anyhow::Result<Option<String>> {
+    match (&args.fn_config, args.data.is_empty()) {
+        (Some(_), false) => bail!("give either --fn-config or key=value pairs, not both"),
+        (Some(path), true) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            match yaml_serde::from_str::<yaml_serde::Value>(&text) {
+                Ok(yaml_serde::Value::Mapping(_)) => Ok(Some(text)),
+                Ok(_) => bail!("--fn-config {}: not a YAML mapping", path.display()),
+                Err(error) => bail!("--fn-config {}: not valid YAML: {error}", path.display()),
+            }
+        }
+        (None, false) => {
+            let mut data = yaml_serde::Mapping::new();
+            for pair in &args.data {
+                let Some((key, value)) = pair.split_once('=') else {
+                    bail!("{pair:?} is not key=value");
+                };
+                data.insert(key.into(), value.into());
+            }
+            let config = yaml_serde::to_string(&yaml_serde::Value::Mapping(
+                [
+                    ("apiVersion".into(), "v1".into()),
+                    ("kind".into(), "ConfigMap".into()),
+                    (
+                        "metadata".into(),
+                        yaml_serde::Value::Mapping(
+                            [("name".into(), "function-input".into())]
+                                .into_iter()
+                                .collect(),
+                        ),
+                    ),
+                    ("data".into(), yaml_serde::Value::Mapping(data)),
+                ]
+                .into_iter()
+                .collect(),
+            ))?;
+            Ok(Some(config))
+        }
+        (None, true) => Ok(None),
+    }
+}
+
+/// Builds the ResourceList text. The input's own text is kept (indented into place) rather
+/// than re-serialised, so its comments and formatting reach the function.
+pub fn resource_list(input: &str, function_config: Option<&str>) -> anyhow::Result<String> {
+    let documents = split_documents(input);
+    let mut parsed = Vec::with_capacity(documents.len());
+    for (index, document) in documents.iter().enumerate() {
+        let value: yaml_serde::Value = yaml_serde::from_str(document).map_err(|error| {
+            anyhow::anyhow!("input document {}: not valid YAML: {error}", index + 1)
+        })?;
+        match &value {
+            yaml_serde::Value::Mapping(map) => {
+                for key in ["apiVersion", "kind"] {
+                    if !map.get(key).is_some_and(yaml_serde::Value::is_string) {
+                        bail!(
+                            "input document {}: not a KRM resource (no {key})",
+                            index + 1
+                        );
+                    }
+                }
+            }
+            _ => bail!("input document {}: not a YAML mapping", index + 1),
+        }
+        parsed.push(value);
+    }
+    let is_resource_list = |value: &yaml_serde::Value| {
+        value.get("kind").and_then(|k| k.as_str()) == Some("ResourceList")
+    };
+    if let [single] = parsed.as_slice()
+        && is_resource_list(single)
+    {
+        return match function_config {
+            None => Ok(documents[0].clone()),
+            Some(config) => {
+                let mut list = single.clone();
+                let config: yaml_serde::Value = yaml_serde::from_str(config)?;
+                if let yaml_serde::Value::Mapping(map) = &mut list {
+                    map.insert("functionConfig".into(), config);
+                }
+                Ok(yaml_serde::to_string(&list)?)
+            }
+        };
+    }
+    if let Some(index) = parsed.iter().position(is_resource_list) {
+        bail!(
+            "input document {}: a ResourceList must be the only document",
+            index + 1
+        );
+    }
+    let mut text = String::from("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:");
+    if documents.is_empty() {
+        text.push_str(" []");
+    }
+    text.push('\n');
+    for document in &documents {
+        push_indented(&mut text, document, "- ");
+    }
+    if let Some(config) = function_config {
+        text.push_str("functionConfig:\n");
+        push_indented(&mut text, config, "  ");
+    }
+    Ok(text)
+}
+
+fn push_indented(out: &mut String, document: &str, first_prefix: &str) {
+    let mut first = true;
+    for line in document.lines() {
+        if first && (line.trim().is_empty() || line.trim_start().starts_with('#')) {
+            // Leading comments stay above the item, at item indentation.
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        if first {
+            out.push_str(first_prefix);
+            first = false;
+        } else if !line.is_empty() {
+            out.push_str("  ");
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+}
+
+/// Splits a YAML stream at document markers, dropping empty documents.
+fn split_documents(input: &str) -> Vec<String> {
+    let mut documents = Vec::new();
+    let mut current = String::new();
+    for line in input.lines() {
+        let trimmed = line.trim_end();
+        if trimmed == "---" || trimmed.starts_with("--- ") || trimmed == "..." {
+            documents.push(std::mem::take(&mut current));
+            if let Some(rest) = trimmed.strip_prefix("--- ") {
+                current.push_str(rest);
+                current.push('\n');
+            }
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+    }
+    documents.push(current);
+    documents
+        .into_iter()
+        .filter(|doc| {
+            doc.lines()
+                .any(|line| !line.trim().is_empty() && !line.trim_start().starts_with('#'))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resource_list;
+
+    #[test]
+    fn wraps_documents_keeping_comments() {
+        let input = "# top\napiVersion: v1\nkind: ConfigMap # inline\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: b}\n";
+        let list = resource_list(input, None).unwrap();
+        assert!(list.contains("# inline"), "{list}");
+        let parsed: yaml_serde::Value = yaml_serde::from_str(&list).unwrap();
+        assert_eq!(parsed["items"][0]["metadata"]["name"], "a");
+        assert_eq!(parsed["items"][1]["kind"], "Secret");
+    }
+
+    #[test]
+    fn rejects_non_krm_and_broken_yaml() {
+        assert!(
+            resource_list("a: [", None)
+                .unwrap_err()
+                .to_string()
+                .contains("not valid YAML")
+        );
+        assert!(
+            resource_list("- 1\n", None)
+                .unwrap_err()
+                .to_string()
+                .contains("not a YAML mapping")
+        );
+        assert!(
+            resource_list("a: 1\n", None)
+                .unwrap_err()
+                .to_string()
+                .contains("no apiVersion")
+        );
+    }
+}

@@ -1,0 +1,352 @@
+//! Loads the configured plugins, builds their instances and runs calls on the served one.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use krm_plugin_api::host::{
+    EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginLibrary,
+};
+use krm_plugin_api::{CancelReason, EvalError, EvalResponse};
+
+use crate::config::Config;
+
+/// A running chain of evaluator instances.
+pub struct Runtime {
+    served: Arc<EvaluatorInstance>,
+    instances: Vec<InstanceReport>,
+    built: BTreeMap<String, Arc<EvaluatorInstance>>,
+}
+
+/// What `krm-runner plugins` shows for one instance.
+#[derive(Debug, Clone)]
+pub struct InstanceReport {
+    pub name: String,
+    pub plugin_file: Option<PathBuf>,
+    pub plugin_name: String,
+    pub plugin_version: String,
+    pub abi_version: u32,
+    pub description: String,
+    /// Instances it delegates to, in lookup order.
+    pub delegates: Vec<String>,
+    /// Its place in the served chain (0 = the served instance), if it is reachable.
+    pub position: Option<usize>,
+    pub disabled: bool,
+}
+
+/// The plugin library file a `plugin:` value names.
+pub fn library_file_name(plugin: &str) -> String {
+    format!("libkrm_plugin_{}.so", plugin.replace('-', "_"))
+}
+
+fn locate_plugin(plugin: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
+    if plugin.contains('/') || plugin.ends_with(".so") {
+        let path = PathBuf::from(plugin);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("{plugin} does not exist"))
+        };
+    }
+    let file = library_file_name(plugin);
+    dirs.iter()
+        .map(|dir| dir.join(&file))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| {
+            let searched = dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>();
+            format!(
+                "{plugin} not found in plugin_dirs [{}] (looked for {file})",
+                searched.join(", ")
+            )
+        })
+}
+
+/// `plugin_dirs`, then the folder of the running executable.
+pub fn search_dirs(config: &Config) -> Vec<PathBuf> {
+    let mut dirs = config.plugin_dirs.clone();
+    if let Some(own) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_owned))
+    {
+        dirs.push(own);
+    }
+    dirs
+}
+
+struct Services {
+    settings: HashMap<&'static str, String>,
+    slots: HashMap<String, Arc<EvaluatorSlot>>,
+    lookups: Mutex<BTreeMap<String, Vec<String>>>,
+}
+
+impl HostServices for Services {
+    fn setting(&self, key: &str) -> Option<String> {
+        self.settings.get(key).cloned()
+    }
+
+    fn evaluator(&self, asking: &str, name: &str) -> Option<Arc<EvaluatorSlot>> {
+        let slot = self.slots.get(name)?.clone();
+        self.lookups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(asking.to_owned())
+            .or_default()
+            .push(name.to_owned());
+        Some(slot)
+    }
+}
+
+impl Runtime {
+    /// Loads and builds everything, reporting every problem, one line each.
+    pub fn start(config: &Config) -> Result<Self, Vec<String>> {
+        let dirs = search_dirs(config);
+        let disabled = config.disabled_set();
+        let mut problems = Vec::new();
+        let mut libraries: HashMap<PathBuf, Arc<PluginLibrary>> = HashMap::new();
+        let mut to_build = Vec::new();
+        for (name, evaluator) in &config.evaluators {
+            if disabled.contains(name.as_str()) {
+                continue;
+            }
+            let path = match locate_plugin(&evaluator.plugin, &dirs) {
+                Ok(path) => path,
+                Err(problem) => {
+                    problems.push(format!("evaluators.{name}.plugin: {problem}"));
+                    continue;
+                }
+            };
+            let key = std::fs::canonicalize(&path).unwrap_or(path.clone());
+            let library = match libraries.get(&key) {
+                Some(library) => library.clone(),
+                None => match PluginLibrary::load(&path) {
+                    Ok(library) => {
+                        let library = Arc::new(library);
+                        libraries.insert(key, library.clone());
+                        library
+                    }
+                    Err(error) => {
+                        problems.push(format!("evaluators.{name}.plugin: {error}"));
+                        continue;
+                    }
+                },
+            };
+            to_build.push((name.clone(), evaluator.config.to_string(), library));
+        }
+
+        let services = Arc::new(Services {
+            settings: HashMap::from([
+                ("default_image_prefix", config.default_image_prefix.clone()),
+                ("max_message_bytes", config.max_message_bytes.to_string()),
+            ]),
+            slots: config
+                .evaluators
+                .keys()
+                .map(|name| (name.clone(), EvaluatorSlot::new(name.clone())))
+                .collect(),
+            lookups: Mutex::default(),
+        });
+        let mut built = BTreeMap::new();
+        let mut reports = Vec::new();
+        for (name, config_json, library) in to_build {
+            match library.build(&name, &config_json, services.clone()) {
+                Ok(instance) => {
+                    let instance = Arc::new(instance);
+                    services.slots[&name].fill(instance.clone());
+                    built.insert(name.clone(), instance);
+                }
+                Err(message) => problems.push(format!("evaluators.{name}.config: {message}")),
+            }
+            let info = library.info();
+            reports.push(InstanceReport {
+                name,
+                plugin_file: Some(library.path().to_owned()),
+                plugin_name: info.name.clone(),
+                plugin_version: info.version.clone(),
+                abi_version: info.abi_version,
+                description: info.description.clone(),
+                delegates: Vec::new(),
+                position: None,
+                disabled: false,
+            });
+        }
+        for name in &disabled {
+            if let Some(slot) = services.slots.get(*name) {
+                slot.disable();
+                reports.push(InstanceReport {
+                    name: (*name).to_owned(),
+                    plugin_file: None,
+                    plugin_name: config.evaluators[*name].plugin.clone(),
+                    plugin_version: String::new(),
+                    abi_version: 0,
+                    description: String::new(),
+                    delegates: Vec::new(),
+                    position: None,
+                    disabled: true,
+                });
+            }
+        }
+        let lookups = std::mem::take(
+            &mut *services
+                .lookups
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if let Some(cycle) = find_cycle(&lookups) {
+            problems.push(format!(
+                "evaluators: delegation loops: {}",
+                cycle.join(" -> ")
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let positions = chain_positions(&config.serve, &lookups);
+        for report in &mut reports {
+            report.delegates = lookups.get(&report.name).cloned().unwrap_or_default();
+            report.position = positions.get(&report.name).copied();
+        }
+        reports.sort_by_key(|r| (r.position.unwrap_or(usize::MAX), r.name.clone()));
+        let served = built
+            .get(&config.serve)
+            .cloned()
+            .ok_or_else(|| vec![format!("serve: instance {:?} was not built", config.serve)])?;
+        Ok(Self {
+            served,
+            instances: reports,
+            built,
+        })
+    }
+
+    /// A built instance by name.
+    pub fn instance(&self, name: &str) -> Option<&Arc<EvaluatorInstance>> {
+        self.built.get(name)
+    }
+
+    pub fn instances(&self) -> &[InstanceReport] {
+        &self.instances
+    }
+
+    /// Runs one call on a blocking thread, so that slow evaluators never stall the async
+    /// workers. Cancelling `context` asks the evaluator to stop; this still waits for it to
+    /// clean up, but no longer than `CLEANUP_LIMIT` past the cancellation.
+    pub async fn evaluate(
+        &self,
+        context: Arc<HostCallContext>,
+        image: String,
+        resource_list: Vec<u8>,
+    ) -> Result<EvalResponse, EvalError> {
+        let served = self.served.clone();
+        let call_context = context.clone();
+        let label = image.clone();
+        let call = tokio::task::spawn_blocking(move || {
+            served.evaluate(&call_context, &image, &resource_list)
+        });
+        await_call(call, &context, &label).await
+    }
+}
+
+/// How long an evaluator may take to return once its call is cancelled.
+const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
+
+async fn await_call(
+    mut call: tokio::task::JoinHandle<Result<EvalResponse, EvalError>>,
+    context: &HostCallContext,
+    image: &str,
+) -> Result<EvalResponse, EvalError> {
+    let deadline = context.deadline().map(tokio::time::Instant::from_std);
+    let joined = tokio::select! {
+        joined = &mut call => joined,
+        () = sleep_until(deadline) => {
+            context.cancel(CancelReason::DeadlineExceeded);
+            match tokio::time::timeout(CLEANUP_LIMIT, &mut call).await {
+                Ok(joined) => joined,
+                Err(_) => return Err(CancelReason::DeadlineExceeded.to_error(image)),
+            }
+        }
+    };
+    joined.unwrap_or_else(|error| {
+        Err(EvalError::internal(format!(
+            "evaluator task failed: {error}"
+        )))
+    })
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Cancels a call's context if the future awaiting it is dropped (the client went away).
+pub struct CancelOnDrop {
+    context: Arc<HostCallContext>,
+}
+
+impl CancelOnDrop {
+    pub fn new(context: Arc<HostCallContext>) -> Self {
+        Self { context }
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let expired = self.context.deadline().is_some_and(|d| d <= Instant::now());
+        self.context.cancel(if expired {
+            CancelReason::DeadlineExceeded
+        } else {
+            CancelReason::CallerCancelled
+        });
+    }
+}
+
+fn find_cycle(edges: &BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|n| n == node) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges
+        .keys()
+        .find_map(|node| visit(node, edges, &mut Vec::new(), &mut done))
+}
+
+/// Depth-first order from the served instance: the order in which a call meets each instance.
+fn chain_positions(root: &str, edges: &BTreeMap<String, Vec<String>>) -> HashMap<String, usize> {
+    let mut positions = HashMap::new();
+    let mut stack = vec![root.to_owned()];
+    while let Some(node) = stack.pop() {
+        if positions.contains_key(&node) {
+            continue;
+        }
+        positions.insert(node.clone(), positions.len());
+        for next in edges.get(&node).into_iter().flatten().rev() {
+            stack.push(next.clone());
+        }
+    }
+    positions
+}

@@ -1,0 +1,245 @@
+//! The gRPC server: Porch's `evaluator.FunctionEvaluator` and `grpc.health.v1.Health`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use krm_plugin_api::host::HostCallContext;
+use krm_plugin_api::{CancelReason, ErrorKind, EvalError};
+use krm_runner_proto::evaluator::function_evaluator_server::{
+    FunctionEvaluator, FunctionEvaluatorServer,
+};
+use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::Stream;
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Response, Status};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+
+use crate::runtime::{CancelOnDrop, Runtime};
+
+const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
+
+/// The response header naming the evaluator instance that served a call.
+pub const EVALUATOR_HEADER: &str = "x-krm-evaluator";
+
+struct EvaluatorService {
+    runtime: Arc<Runtime>,
+    max_message_bytes: usize,
+    shutdown: watch::Receiver<bool>,
+}
+
+#[tonic::async_trait]
+impl FunctionEvaluator for EvaluatorService {
+    async fn evaluate_function(
+        &self,
+        request: Request<EvaluateFunctionRequest>,
+    ) -> Result<Response<EvaluateFunctionResponse>, Status> {
+        // Answer a little before the caller's deadline, so that our DEADLINE_EXCEEDED (and not
+        // tonic's own timeout, which answers CANCELLED) reaches the caller in time.
+        let deadline = grpc_timeout(&request)
+            .map(|timeout| Instant::now() + timeout.saturating_sub(DEADLINE_MARGIN));
+        let EvaluateFunctionRequest {
+            resource_list,
+            image,
+        } = request.into_inner();
+        let context = HostCallContext::new(deadline);
+        // The call runs on its own task, so that it is logged and cleaned up even when the
+        // caller goes away; dropping this handler (the caller cancelled) cancels the call.
+        let _cancel_if_dropped = CancelOnDrop::new(context.clone());
+        let call = tokio::spawn(run_call(
+            self.runtime.clone(),
+            self.shutdown.clone(),
+            self.max_message_bytes,
+            context,
+            image,
+            resource_list,
+        ));
+        call.await
+            .unwrap_or_else(|error| Err(Status::internal(format!("call task failed: {error}"))))
+    }
+}
+
+async fn run_call(
+    runtime: Arc<Runtime>,
+    mut shutdown: watch::Receiver<bool>,
+    max_message_bytes: usize,
+    context: Arc<HostCallContext>,
+    image: String,
+    resource_list: Vec<u8>,
+) -> Result<Response<EvaluateFunctionResponse>, Status> {
+    let started = Instant::now();
+    let outcome = tokio::select! {
+        outcome = runtime.evaluate(context.clone(), image.clone(), resource_list) => outcome,
+        _ = shutdown.wait_for(|forced| *forced) => {
+            context.cancel(CancelReason::ShuttingDown);
+            Err(CancelReason::ShuttingDown.to_error(&image))
+        }
+    };
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let response = match outcome {
+        Ok(response) => response,
+        Err(error) => {
+            let status = to_status(&error);
+            log_call(&image, "", &error.declined, elapsed_ms, status.code());
+            return Err(status);
+        }
+    };
+    let served_by = response.served_by.clone().unwrap_or_default();
+    let size = response.resource_list.len() + response.log.len();
+    if size > max_message_bytes {
+        let status = Status::resource_exhausted(format!(
+            "output of function {image:?} is {size} bytes, over max_message_bytes {max_message_bytes}"
+        ));
+        log_call(
+            &image,
+            &served_by,
+            &response.declined,
+            elapsed_ms,
+            status.code(),
+        );
+        return Err(status);
+    }
+    log_call(
+        &image,
+        &served_by,
+        &response.declined,
+        elapsed_ms,
+        tonic::Code::Ok,
+    );
+    let mut reply = Response::new(EvaluateFunctionResponse {
+        resource_list: response.resource_list,
+        log: response.log,
+    });
+    if let Ok(value) = MetadataValue::try_from(served_by.as_str()) {
+        reply.metadata_mut().insert(EVALUATOR_HEADER, value);
+    }
+    Ok(reply)
+}
+
+fn log_call(
+    image: &str,
+    evaluator: &str,
+    declined: &[String],
+    duration_ms: f64,
+    code: tonic::Code,
+) {
+    let declined = declined.join(",");
+    let outcome = format!("{code:?}");
+    if code == tonic::Code::Ok {
+        tracing::info!(image, evaluator, declined, duration_ms, outcome, "call");
+    } else {
+        tracing::warn!(image, evaluator, declined, duration_ms, outcome, "call");
+    }
+}
+
+/// The gRPC status for an evaluator's error.
+pub fn to_status(error: &EvalError) -> Status {
+    let message = error.message.clone();
+    match error.kind {
+        ErrorKind::NotFound => Status::not_found(message),
+        ErrorKind::InvalidInput => Status::invalid_argument(message),
+        ErrorKind::Failed | ErrorKind::Internal => Status::internal(message),
+        ErrorKind::DeadlineExceeded => Status::deadline_exceeded(message),
+        ErrorKind::Cancelled => Status::cancelled(message),
+        ErrorKind::Unavailable => Status::unavailable(message),
+        ErrorKind::ResourceExhausted => Status::resource_exhausted(message),
+    }
+}
+
+/// The caller's `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
+fn grpc_timeout<T>(request: &Request<T>) -> Option<Duration> {
+    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+/// Porch's health checker: SERVING for any service name.
+struct AlwaysServing;
+
+type HealthStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Health for AlwaysServing {
+    async fn check(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        Ok(Response::new(serving()))
+    }
+
+    type WatchStream = HealthStream;
+
+    async fn watch(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthStream>, Status> {
+        Ok(Response::new(Box::pin(tokio_stream::once(Ok(serving())))))
+    }
+}
+
+fn serving() -> HealthCheckResponse {
+    HealthCheckResponse {
+        status: ServingStatus::Serving as i32,
+    }
+}
+
+/// Serves until SIGTERM or SIGINT, then drains: in-flight calls get `grace` to finish before
+/// they are cancelled. A second signal exits at once.
+pub async fn serve(
+    runtime: Arc<Runtime>,
+    listener: TcpListener,
+    max_message_bytes: usize,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    let (force_tx, force_rx) = watch::channel(false);
+    let evaluator = FunctionEvaluatorServer::new(EvaluatorService {
+        runtime,
+        max_message_bytes,
+        shutdown: force_rx,
+    })
+    .max_decoding_message_size(max_message_bytes)
+    .max_encoding_message_size(max_message_bytes);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let stop = async move {
+        crate::signals::terminated().await;
+        tracing::info!(
+            grace_seconds = grace.as_secs(),
+            "shutting down: no new calls; draining in-flight calls"
+        );
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(grace) => {
+                    tracing::warn!("grace period over: cancelling in-flight calls");
+                    let _ = force_tx.send(true);
+                }
+                () = crate::signals::terminated() => {
+                    tracing::warn!("second signal: exiting now");
+                    std::process::exit(1);
+                }
+            }
+        });
+    };
+    tonic::transport::Server::builder()
+        .layer(crate::limits::ResourceExhaustedLayer::new(
+            max_message_bytes,
+        ))
+        .add_service(HealthServer::new(AlwaysServing))
+        .add_service(evaluator)
+        .serve_with_incoming_shutdown(incoming, stop)
+        .await?;
+    tracing::info!("stopped");
+    Ok(())
+}

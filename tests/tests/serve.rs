@@ -1,0 +1,454 @@
+//! The runner as Porch sees it: the real `krm-runner` binary, real plugin libraries loaded from
+//! the build folder, real function processes, called over loopback gRPC.
+
+use std::time::{Duration, Instant};
+
+use krm_runner_proto::evaluator::EvaluateFunctionRequest;
+use krm_runner_tests::{Server, read_pids, resource_list, scratch, script, wait_gone};
+use tonic::Code;
+
+/// exec serves mapped scripts; multi chains testkit (declines unknown images) then exec.
+fn config(functions: &[(&str, &std::path::Path)], chain: &str, extra: &str) -> String {
+    let mut text =
+        String::from("evaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n");
+    for (image, path) in functions {
+        text.push_str(&format!(
+            "        - {{image: \"{image}\", path: \"{}\"}}\n",
+            path.display()
+        ));
+    }
+    if functions.is_empty() {
+        text = text.replace("      functions:\n", "      functions: []\n");
+    }
+    text.push_str(&format!(
+        "  kit:\n    plugin: testkit\n  kit2:\n    plugin: testkit\n  default:\n    plugin: multi\n    config: {{chain: [{chain}]}}\n{extra}"
+    ));
+    text
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_function_transforms_and_logs() {
+    let dir = scratch();
+    let function = script(
+        dir.path(),
+        "rename",
+        "echo 'renaming' >&2\nsed 's/name: first/name: renamed/'",
+    );
+    let server = Server::start(
+        &config(&[("example.com/rename:v1", &function)], "kit, exec", ""),
+        &[],
+    );
+    let (response, evaluator) = server
+        .call("example.com/rename:v1", &resource_list(&["first"]))
+        .await
+        .expect("call succeeds");
+    let output = String::from_utf8(response.resource_list).unwrap();
+    assert!(output.contains("name: renamed"), "{output}");
+    assert_eq!(String::from_utf8(response.log).unwrap(), "renaming\n");
+    assert_eq!(evaluator, "exec");
+    // The call's log line names the evaluator that served and the one that declined first.
+    let log = server.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("example.com/rename:v1"))
+        .unwrap_or_else(|| panic!("no call line in:\n{log}"));
+    assert!(
+        line.contains("evaluator=\"exec\"") || line.contains("evaluator=exec"),
+        "{line}"
+    );
+    assert!(
+        line.contains("declined=\"kit\"") || line.contains("declined=kit"),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_image_is_not_found_with_porchs_message() {
+    let server = Server::start(&config(&[], "kit, exec", ""), &[]);
+    let status = server
+        .call("example.com/nothing:v1", &resource_list(&["a"]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "function \"example.com/nothing:v1\" not found"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failing_function_reports_status_stderr_and_results() {
+    let dir = scratch();
+    let function = script(
+        dir.path(),
+        "fails",
+        r#"cat >/dev/null
+cat <<'EOF'
+apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items: []
+results:
+- message: replicas must be at least 2
+  severity: error
+  resourceRef: {apiVersion: apps/v1, kind: Deployment, name: web, namespace: prod}
+  field: {path: spec.replicas}
+EOF
+echo 'validation failed' >&2
+exit 3"#,
+    );
+    let server = Server::start(
+        &config(&[("example.com/fails:v1", &function)], "exec", ""),
+        &[],
+    );
+    let status = server
+        .call("example.com/fails:v1", &resource_list(&["a"]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal);
+    let message = status.message();
+    assert!(
+        message.starts_with("Failed to execute function \"example.com/fails:v1\""),
+        "{message}"
+    );
+    assert!(message.contains("exit status 3"), "{message}");
+    assert!(message.contains("validation failed"), "{message}");
+    assert!(
+        message.contains(
+            "[error] apps/v1/Deployment/prod/web spec.replicas: replicas must be at least 2"
+        ),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_executable_fails_naming_the_path() {
+    let server = Server::start(
+        &config(
+            &[(
+                "example.com/gone:v1",
+                std::path::Path::new("/nonexistent/fn"),
+            )],
+            "exec",
+            "",
+        ),
+        &[],
+    );
+    let status = server
+        .call("example.com/gone:v1", &resource_list(&["a"]))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        status.code(),
+        Code::Internal,
+        "a mapped image never falls through"
+    );
+    assert!(
+        status.message().contains("/nonexistent/fn"),
+        "{}",
+        status.message()
+    );
+}
+
+/// A function that starts a background child, records both pids, and hangs.
+fn hanging_function(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let pids = dir.join("pids");
+    let function = script(
+        dir,
+        "hangs",
+        &format!("sleep 300 &\necho $$ $! > {}\nsleep 300", pids.display()),
+    );
+    (function, pids)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deadline_kills_the_whole_process_group() {
+    let dir = scratch();
+    let (function, pids_file) = hanging_function(dir.path());
+    let server = Server::start(
+        &config(&[("example.com/hangs:v1", &function)], "exec", ""),
+        &[],
+    );
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: resource_list(&["a"]),
+        image: "example.com/hangs:v1".into(),
+    });
+    request.set_timeout(Duration::from_millis(700));
+    let status = server
+        .client()
+        .await
+        .evaluate_function(request)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    let pids = read_pids(&pids_file, 2, Duration::from_secs(5));
+    let alive = wait_gone(&pids, Duration::from_secs(5));
+    assert!(
+        alive.is_empty(),
+        "function processes survived the deadline: {alive:?}"
+    );
+    // And the runner keeps serving.
+    assert!(server.health_check().await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn caller_cancel_kills_the_whole_process_group() {
+    let dir = scratch();
+    let (function, pids_file) = hanging_function(dir.path());
+    let server = Server::start(
+        &config(&[("example.com/hangs:v1", &function)], "exec", ""),
+        &[],
+    );
+    let mut client = server.client().await;
+    let call = tokio::spawn(async move {
+        client
+            .evaluate_function(EvaluateFunctionRequest {
+                resource_list: resource_list(&["a"]),
+                image: "example.com/hangs:v1".into(),
+            })
+            .await
+    });
+    let pids = read_pids(&pids_file, 2, Duration::from_secs(10));
+    // Dropping the call resets the HTTP/2 stream: gRPC cancellation.
+    call.abort();
+    let alive = wait_gone(&pids, Duration::from_secs(5));
+    assert!(
+        alive.is_empty(),
+        "function processes survived the cancellation: {alive:?}"
+    );
+    let started = Instant::now();
+    while !server.stderr().contains("Cancelled") && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        server.stderr().contains("outcome=\"Cancelled\"")
+            || server.stderr().contains("outcome=Cancelled"),
+        "{}",
+        server.stderr()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_request_is_resource_exhausted_and_server_keeps_serving() {
+    let server = Server::start(
+        &config(
+            &[("krm-runner/identity", std::path::Path::new("/bin/cat"))],
+            "exec",
+            "max_message_bytes: 65536\n",
+        ),
+        &[],
+    );
+    let big = vec![b'x'; 100 * 1024];
+    let status = server.call("krm-runner/identity", &big).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("65536"), "{}", status.message());
+    let (response, _) = server
+        .call("krm-runner/identity", &resource_list(&["a"]))
+        .await
+        .expect("normal call");
+    assert_eq!(response.resource_list, resource_list(&["a"]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn function_output_over_the_limit_is_resource_exhausted() {
+    let dir = scratch();
+    let function = script(
+        dir.path(),
+        "spews",
+        "cat >/dev/null\nhead -c 200000 /dev/zero",
+    );
+    let server = Server::start(
+        &config(
+            &[("example.com/spews:v1", &function)],
+            "exec",
+            "max_message_bytes: 65536\n",
+        ),
+        &[],
+    );
+    let status = server
+        .call("example.com/spews:v1", &resource_list(&["a"]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status.message().contains("exceeded 65536 bytes"),
+        "{}",
+        status.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plugins_loaded_from_one_folder_stay_distinct() {
+    let dir = scratch();
+    let function = script(dir.path(), "id", "cat");
+    let server = Server::start(
+        &config(&[("example.com/id:v1", &function)], "kit, exec", ""),
+        &[],
+    );
+    let (response, evaluator) = server.call("testkit/echo", b"hello").await.unwrap();
+    assert_eq!(
+        (response.resource_list.as_slice(), evaluator.as_str()),
+        (&b"hello"[..], "kit")
+    );
+    assert_eq!(response.log, b"kit");
+    let (_, evaluator) = server.call("example.com/id:v1", b"x").await.unwrap();
+    assert_eq!(evaluator, "exec");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn panicking_plugin_answers_internal_and_server_keeps_serving() {
+    let server = Server::start(&config(&[], "kit", ""), &[]);
+    for _ in 0..3 {
+        let status = server.call("testkit/panic", b"x").await.unwrap_err();
+        assert_eq!(status.code(), Code::Internal);
+        assert!(
+            status.message().contains("testkit was asked to panic"),
+            "{}",
+            status.message()
+        );
+    }
+    let (response, _) = server.call("testkit/echo", b"still here").await.unwrap();
+    assert_eq!(response.resource_list, b"still here");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chain_order_is_the_configured_order() {
+    for (chain, expected) in [("kit, kit2", "kit"), ("kit2, kit", "kit2")] {
+        // Several starts each: Porch's order changed from start to start.
+        for _ in 0..3 {
+            let server = Server::start(&config(&[], chain, ""), &[]);
+            let (response, evaluator) = server.call("testkit/echo", b"x").await.unwrap();
+            assert_eq!(evaluator, expected, "chain [{chain}]");
+            assert_eq!(response.log, expected.as_bytes());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn disabled_runtime_is_skipped() {
+    let server = Server::start(
+        &config(
+            &[("krm-runner/identity", std::path::Path::new("/bin/cat"))],
+            "kit, exec",
+            "",
+        ),
+        &["--disable-runtimes", "exec,nosuch"],
+    );
+    let status = server.call("krm-runner/identity", b"x").await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    assert!(
+        server.stderr().contains("nosuch"),
+        "unknown names are warned about"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_stays_fast_while_slow_calls_are_in_flight() {
+    let dir = scratch();
+    let function = script(
+        dir.path(),
+        "slow",
+        "cat >/dev/null\nsleep 2\necho 'items: []'",
+    );
+    let server = Server::start(
+        &config(&[("example.com/slow:v1", &function)], "exec", ""),
+        &[],
+    );
+    let endpoint = server.endpoint();
+    let mut calls = Vec::new();
+    for _ in 0..40 {
+        let endpoint = endpoint.clone();
+        calls.push(tokio::spawn(async move {
+            let mut client =
+                krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient::connect(endpoint)
+                    .await
+                    .unwrap();
+            client
+                .evaluate_function(EvaluateFunctionRequest {
+                    resource_list: b"items: []".to_vec(),
+                    image: "example.com/slow:v1".into(),
+                })
+                .await
+        }));
+    }
+    // Let the calls start their processes, then probe health while they sleep.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        server.health_check().await.expect("health answers");
+        slowest = slowest.max(started.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        slowest < Duration::from_millis(100),
+        "slowest health check took {slowest:?}"
+    );
+    for call in calls {
+        call.await.unwrap().expect("slow call completes");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plugin_logs_reach_the_runner_log() {
+    let server = Server::start(&config(&[], "kit", ""), &[]);
+    server.call("testkit/log", b"x").await.unwrap();
+    let started = Instant::now();
+    while !server.stderr().contains("testkit log event")
+        && started.elapsed() < Duration::from_secs(5)
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        server.stderr().contains("testkit log event"),
+        "{}",
+        server.stderr()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_lets_in_flight_calls_finish() {
+    let server = Server::start(&config(&[], "kit", ""), &[]);
+    let mut client = server.client().await;
+    let call = tokio::spawn(async move {
+        client
+            .evaluate_function(EvaluateFunctionRequest {
+                resource_list: b"x".to_vec(),
+                image: "testkit/sleep:1000".into(),
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let status = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    let response = call.await.unwrap().expect("the in-flight call finished");
+    assert_eq!(response.into_inner().resource_list, b"x");
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn grace_period_cancels_calls_that_outlive_it() {
+    let server = Server::start(&config(&[], "kit", "shutdown_grace_seconds: 1\n"), &[]);
+    let mut client = server.client().await;
+    let call = tokio::spawn(async move {
+        client
+            .evaluate_function(EvaluateFunctionRequest {
+                resource_list: b"x".to_vec(),
+                image: "testkit/sleep:60000".into(),
+            })
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let status = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let error = call.await.unwrap().unwrap_err();
+    assert_eq!(error.code(), Code::Unavailable, "{error:?}");
+    assert!(status.success(), "{status}");
+}
