@@ -76,10 +76,7 @@ impl<'a> Doc<'a> {
         let mut anchors: std::collections::HashMap<usize, NodeId> = Default::default();
         let mut stack: Vec<Open> = Vec::new();
         let mut parser = Parser::new_from_str(src);
-        loop {
-            let Some(next) = parser.next_event() else {
-                break;
-            };
+        while let Some(next) = parser.next_event() {
             let (event, span) = next.map_err(|e| e.to_string())?;
             let (start, end) = (byte(span.start.index()), byte(span.end.index()));
             let col = span.start.col();

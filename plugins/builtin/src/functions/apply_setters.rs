@@ -102,12 +102,12 @@ fn visit(
                         } else {
                             after_colon(doc, doc.node(key).end)
                         };
-                        if let Some(pattern) = setter_pattern(comment) {
-                            if let Some(value_text) = array_setter(setters, pattern) {
-                                set_array(ctx, key, value, pattern, value_text)?;
-                                results.push(result(obj, &field, value_text));
-                                continue;
-                            }
+                        if let Some(pattern) = setter_pattern(comment)
+                            && let Some(value_text) = array_setter(setters, pattern)
+                        {
+                            set_array(ctx, key, value, pattern, value_text)?;
+                            results.push(result(obj, &field, value_text));
+                            continue;
                         }
                         visit(ctx, setters, obj, value, field, results)?;
                     }

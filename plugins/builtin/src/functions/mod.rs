@@ -187,15 +187,15 @@ pub fn validate(parameters: &[Parameter], params: &Value) -> Result<(), String> 
             let n = value
                 .as_i64()
                 .or_else(|| value.as_str().and_then(|s| s.parse().ok()));
-            if let Some(n) = n {
-                if p.minimum.is_some_and(|min| n < min) || p.maximum.is_some_and(|max| n > max) {
-                    return Err(format!(
-                        "parameter `{}` must be within [{}, {}], got {n}",
-                        p.name,
-                        p.minimum.map_or("-inf".into(), |v| v.to_string()),
-                        p.maximum.map_or("inf".into(), |v| v.to_string())
-                    ));
-                }
+            if let Some(n) = n
+                && (p.minimum.is_some_and(|min| n < min) || p.maximum.is_some_and(|max| n > max))
+            {
+                return Err(format!(
+                    "parameter `{}` must be within [{}, {}], got {n}",
+                    p.name,
+                    p.minimum.map_or("-inf".into(), |v| v.to_string()),
+                    p.maximum.map_or("inf".into(), |v| v.to_string())
+                ));
             }
         }
     }
