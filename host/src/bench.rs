@@ -115,11 +115,12 @@ async fn grpc_and_rss(
     let dir = std::env::temp_dir().join(format!("krm-runner-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let config_file = dir.join("config.yaml");
-    let plugin_dirs = yaml_serde::to_string(&base.plugin_dirs)?;
+    // JSON is YAML, and keeps the list on one line.
+    let plugin_dirs = serde_json::to_string(&base.plugin_dirs)?;
     std::fs::write(
         &config_file,
         format!(
-            "listen: 127.0.0.1:{port}\nlog_level: warn\nplugin_dirs:\n{plugin_dirs}\nevaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n        - {{image: bench/cat, path: /bin/cat}}\n  default:\n    plugin: multi\n    config: {{chain: [exec]}}\n"
+            "listen: 127.0.0.1:{port}\nlog_level: warn\nplugin_dirs: {plugin_dirs}\nevaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n        - {{image: bench/cat, path: /bin/cat}}\n  default:\n    plugin: multi\n    config: {{chain: [exec]}}\n"
         ),
     )?;
     let mut server = Command::new(std::env::current_exe()?)

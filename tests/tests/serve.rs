@@ -452,3 +452,115 @@ async fn grace_period_cancels_calls_that_outlive_it() {
     assert_eq!(error.code(), Code::Unavailable, "{error:?}");
     assert!(status.success(), "{status}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn porch_legacy_exec_config_and_functions_dir_load() {
+    let dir = scratch();
+    let functions = dir.path().join("functions");
+    std::fs::create_dir(&functions).unwrap();
+    script(&functions, "set-marker", "sed 's/key: value/key: marked/'");
+    let legacy = dir.path().join("porch-config.yaml");
+    std::fs::write(
+        &legacy,
+        "functions:\n- function: set-marker\n  images:\n  - ghcr.io/kptdev/krm-functions-catalog/set-marker:v1\n  - ghcr.io/kptdev/krm-functions-catalog/set-marker:latest\n",
+    )
+    .unwrap();
+    let server = Server::start(
+        &config(&[], "exec", ""),
+        &[
+            "--functions",
+            functions.to_str().unwrap(),
+            "--config",
+            legacy.to_str().unwrap(),
+        ],
+    );
+    for image in [
+        "ghcr.io/kptdev/krm-functions-catalog/set-marker:v1",
+        "ghcr.io/kptdev/krm-functions-catalog/set-marker:latest",
+    ] {
+        let (response, evaluator) = server
+            .call(image, &resource_list(&["a"]))
+            .await
+            .expect(image);
+        assert!(
+            String::from_utf8(response.resource_list)
+                .unwrap()
+                .contains("key: marked")
+        );
+        assert_eq!(evaluator, "exec");
+    }
+    // Exact strings only: another tag, or the short name, is not mapped.
+    let status = server
+        .call("set-marker", &resource_list(&["a"]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn functions_get_a_minimal_environment() {
+    let dir = scratch();
+    let function = script(
+        dir.path(),
+        "env",
+        "cat >/dev/null\nenv | sort >&2\necho 'items: []'",
+    );
+    let config_text = format!(
+        "evaluators:\n  exec:\n    plugin: exec\n    config:\n      env: {{SHARED: everyone}}\n      inherit_env: [PASSED_THROUGH]\n      functions:\n        - {{image: example.com/env:v1, path: \"{}\", env: {{OWN: mine}}}}\n  default:\n    plugin: multi\n    config: {{chain: [exec]}}\n",
+        function.display()
+    );
+    let server = Server::start_with_env(
+        &config_text,
+        &[],
+        &[("RUNNER_SECRET", "do-not-leak"), ("PASSED_THROUGH", "yes")],
+    );
+    let (response, _) = server
+        .call("example.com/env:v1", b"items: []")
+        .await
+        .unwrap();
+    let env = String::from_utf8(response.log).unwrap();
+    assert!(!env.contains("RUNNER_SECRET"), "{env}");
+    for expected in [
+        "OWN=mine",
+        "SHARED=everyone",
+        "PASSED_THROUGH=yes",
+        "HOME=/tmp",
+        "PATH=/usr/local/sbin",
+    ] {
+        assert!(env.contains(expected), "missing {expected} in:\n{env}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_is_serving_for_any_service_name() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let server = Server::start(&config(&[], "kit", ""), &[]);
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+    for service in ["", "evaluator.FunctionEvaluator", "anything-at-all"] {
+        let response = client
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(response.into_inner().status, 1, "SERVING for {service:?}");
+    }
+    let mut watch = client
+        .watch(HealthCheckRequest {
+            service: "x".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(watch.message().await.unwrap().unwrap().status, 1);
+    assert!(
+        watch.message().await.unwrap().is_none(),
+        "Watch sends exactly one message"
+    );
+}
