@@ -6,6 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian packages the container tests use (podman + runc run pods for real, docker-registry is the
+# local OCI registry, busybox-static gives test images a static shell). Installed when missing.
+packages=()
+for pair in podman:podman runc:runc docker-registry:docker-registry busybox:busybox-static; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/bin/${pair%%:*}" ] || packages+=("${pair#*:}")
+done
+if [ ${#packages[@]} -gt 0 ]; then
+  echo "tests/run.sh: installing ${packages[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+fi
+
 missing=()
 for tool in kubectl kpt; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
