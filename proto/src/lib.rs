@@ -2,7 +2,14 @@
 //!
 //! [`evaluator`] is Porch's `evaluator.FunctionEvaluator` service, byte-compatible with
 //! `nephio-project/porch/func/evaluator/evaluator.proto`; both the runner and Porch-style clients
-//! use it.
+//! use it. [`krmrunner::v1`] holds krm-runner's own services, kept out of Porch's package.
+
+/// krm-runner's extensions (package `krmrunner.v1`): the function catalog.
+pub mod krmrunner {
+    pub mod v1 {
+        tonic::include_proto!("krmrunner.v1");
+    }
+}
 
 /// Porch's function-evaluator service (package `evaluator`).
 pub mod evaluator {
