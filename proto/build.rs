@@ -2,7 +2,10 @@
 //! workspace never needs a system `protoc`.
 
 fn main() {
-    let protos = ["proto/evaluator.proto", "proto/krmrunner/v1/functions.proto"];
+    let protos = [
+        "proto/evaluator.proto",
+        "proto/krmrunner/v1/functions.proto",
+    ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

@@ -31,6 +31,19 @@ pub enum Command {
     Plugins,
     /// Print the merged configuration and where each value came from.
     Config,
+    /// List the functions evaluators implement themselves (e.g. the builtins), or show one's
+    /// signature.
+    Functions {
+        /// A short name or image; without it, all are listed.
+        name: Option<String>,
+    },
+    /// Be the KRM function NAME: ResourceList on stdin, ResourceList on stdout, log on stderr,
+    /// exit status; for `kpt fn eval --exec` and Kptfile `exec:` steps.
+    #[command(name = "fn")]
+    Function {
+        /// A function some evaluator implements (see `krm-runner functions`).
+        name: String,
+    },
     /// Measure the plugin boundary, gRPC calls against direct process spawns, and idle memory.
     Bench(crate::bench::BenchArgs),
 }

@@ -7,8 +7,9 @@ use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
 use krm_plugin_api::host::HostCallContext;
 
+use crate::catalog::Catalog;
 use crate::cli::EvalArgs;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, evaluate_on};
 
 /// Runs the call; returns the process exit code (0 success, 1 function failure).
 pub async fn run(runtime: &Runtime, args: &EvalArgs) -> anyhow::Result<i32> {
@@ -25,6 +26,36 @@ pub async fn run(runtime: &Runtime, args: &EvalArgs) -> anyhow::Result<i32> {
         .evaluate(context, args.image.clone(), resource_list.into_bytes())
         .await;
     interrupted.abort();
+    write_outcome(outcome, "krm-runner eval")
+}
+
+/// `krm-runner fn NAME`: a KRM function in the spec's sense, served by the instance that
+/// implements NAME. The input is passed through untouched.
+pub async fn run_function(runtime: &Runtime, catalog: &Catalog, name: &str) -> anyhow::Result<i32> {
+    let Some((instance, _)) = catalog.find(name) else {
+        bail!(
+            "no evaluator implements a function named {name:?} (known: {})",
+            catalog.names().join(", ")
+        );
+    };
+    let instance = runtime
+        .instance(instance)
+        .with_context(|| format!("instance {instance:?} is not built"))?
+        .clone();
+    let mut input = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut input)
+        .context("reading stdin")?;
+    let context = HostCallContext::new(None);
+    let outcome = evaluate_on(instance, context, name.to_owned(), input).await;
+    write_outcome(outcome, "krm-runner fn")
+}
+
+/// Writes a call's output as a KRM function does; returns the exit status.
+fn write_outcome(
+    outcome: Result<krm_plugin_api::EvalResponse, krm_plugin_api::EvalError>,
+    command: &str,
+) -> anyhow::Result<i32> {
     let mut stdout = std::io::stdout().lock();
     let mut stderr = std::io::stderr().lock();
     match outcome {
@@ -39,7 +70,7 @@ pub async fn run(runtime: &Runtime, args: &EvalArgs) -> anyhow::Result<i32> {
         Err(error) => {
             stderr.write_all(&error.log)?;
             stdout.write_all(&error.resource_list)?;
-            writeln!(stderr, "krm-runner eval: {}", error.message)?;
+            writeln!(stderr, "{command}: {}", error.message)?;
             Ok(1)
         }
     }

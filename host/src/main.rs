@@ -1,6 +1,7 @@
 //! `krm-runner`: a Porch-compatible KRM function runner whose evaluators are plugins.
 
 mod bench;
+mod catalog;
 mod cli;
 mod config;
 mod eval;
@@ -63,6 +64,11 @@ fn main() -> ExitCode {
                 Ok(0)
             }
             Some(Command::Bench(args)) => bench::run(&config, args).await.map(|()| 0),
+            Some(Command::Functions { name }) => print_functions(&runtime, name.as_deref()),
+            Some(Command::Function { name }) => {
+                eval::run_function(&runtime, &catalog::Catalog::new(runtime.functions()), name)
+                    .await
+            }
             Some(Command::Config) => unreachable!("handled before plugins load"),
         }
     });
@@ -151,6 +157,23 @@ fn print_plugins(runtime: &Runtime) {
     for (plugin, description) in described {
         println!("{plugin}: {description}");
     }
+}
+
+fn print_functions(runtime: &Runtime, name: Option<&str>) -> anyhow::Result<i32> {
+    let catalog = catalog::Catalog::new(runtime.functions());
+    match name {
+        None => print!("{}", catalog.table()),
+        Some(name) => match catalog.find(name) {
+            Some((instance, signature)) => {
+                print!("{}", catalog::Catalog::describe(instance, signature))
+            }
+            None => anyhow::bail!(
+                "no evaluator implements a function named {name:?} (known: {})",
+                catalog.names().join(", ")
+            ),
+        },
+    }
+    Ok(0)
 }
 
 fn print_config(figment: &figment::Figment, config: &Config) {

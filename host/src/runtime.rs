@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use krm_plugin_api::host::{
     EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginLibrary,
 };
-use krm_plugin_api::{CancelReason, EvalError, EvalResponse};
+use krm_plugin_api::{CancelReason, EvalError, EvalResponse, FunctionSignature};
 
 use crate::config::Config;
 
@@ -230,23 +230,44 @@ impl Runtime {
         &self.instances
     }
 
-    /// Runs one call on a blocking thread, so that slow evaluators never stall the async
-    /// workers. Cancelling `context` asks the evaluator to stop; this still waits for it to
-    /// clean up, but no longer than `CLEANUP_LIMIT` past the cancellation.
+    /// Every function some instance implements itself, with the instance's name.
+    pub fn functions(&self) -> Vec<(String, FunctionSignature)> {
+        self.built
+            .iter()
+            .flat_map(|(name, instance)| {
+                instance
+                    .functions()
+                    .into_iter()
+                    .map(move |f| (name.clone(), f))
+            })
+            .collect()
+    }
+
+    /// Runs one call on the served instance; see [`evaluate_on`].
     pub async fn evaluate(
         &self,
         context: Arc<HostCallContext>,
         image: String,
         resource_list: Vec<u8>,
     ) -> Result<EvalResponse, EvalError> {
-        let served = self.served.clone();
-        let call_context = context.clone();
-        let label = image.clone();
-        let call = tokio::task::spawn_blocking(move || {
-            served.evaluate(&call_context, &image, &resource_list)
-        });
-        await_call(call, &context, &label).await
+        evaluate_on(self.served.clone(), context, image, resource_list).await
     }
+}
+
+/// Runs one call on a blocking thread, so that slow evaluators never stall the async workers.
+/// Cancelling `context` asks the evaluator to stop; this still waits for it to clean up, but no
+/// longer than `CLEANUP_LIMIT` past the cancellation.
+pub async fn evaluate_on(
+    served: Arc<EvaluatorInstance>,
+    context: Arc<HostCallContext>,
+    image: String,
+    resource_list: Vec<u8>,
+) -> Result<EvalResponse, EvalError> {
+    let call_context = context.clone();
+    let label = image.clone();
+    let call =
+        tokio::task::spawn_blocking(move || served.evaluate(&call_context, &image, &resource_list));
+    await_call(call, &context, &label).await
 }
 
 /// How long an evaluator may take to return once its call is cancelled.

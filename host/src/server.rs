@@ -10,6 +10,7 @@ use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
+use krm_runner_proto::krmrunner::v1::function_catalog_server::FunctionCatalogServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::Stream;
@@ -19,6 +20,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
+use crate::catalog::Catalog;
 use crate::runtime::{CancelOnDrop, Runtime};
 
 const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
@@ -205,6 +207,7 @@ pub async fn serve(
     grace: Duration,
 ) -> anyhow::Result<()> {
     let (force_tx, force_rx) = watch::channel(false);
+    let catalog = FunctionCatalogServer::new(Catalog::new(runtime.functions()));
     let evaluator = FunctionEvaluatorServer::new(EvaluatorService {
         runtime,
         max_message_bytes,
@@ -239,6 +242,7 @@ pub async fn serve(
         ))
         .add_service(HealthServer::new(AlwaysServing))
         .add_service(evaluator)
+        .add_service(catalog)
         .serve_with_incoming_shutdown(incoming, stop)
         .await?;
     tracing::info!("stopped");

@@ -59,3 +59,17 @@ pub enum ParameterType {
     List,
     Object,
 }
+
+impl ParameterType {
+    /// The name used in signatures: `string`, `integer`, `boolean`, `map`, `list`, `object`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::String => "string",
+            Self::Integer => "integer",
+            Self::Boolean => "boolean",
+            Self::Map => "map",
+            Self::List => "list",
+            Self::Object => "object",
+        }
+    }
+}

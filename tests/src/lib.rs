@@ -34,7 +34,7 @@ pub fn runner_binary() -> PathBuf {
         "{} is missing: run `cargo build --workspace` before the tests (tests/run.sh does)",
         binary.display()
     );
-    for plugin in ["exec", "multi", "testkit"] {
+    for plugin in ["builtin", "exec", "multi", "testkit"] {
         let library = build_dir().join(format!("libkrm_plugin_{plugin}.so"));
         assert!(
             library.is_file(),
@@ -346,4 +346,22 @@ pub fn previous_abi_plugin() -> PathBuf {
         "building the previous-ABI testkit plugin failed"
     );
     target.join("debug").join("libkrm_plugin_testkit.so")
+}
+
+/// Whether `tool` is on PATH. Missing outside CI: the caller skips with a loud message; under
+/// `CI=true` a missing tool fails the test, so CI never passes by skipping.
+pub fn have_tool(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{tool} is required under CI=true but is not on PATH"
+        );
+        eprintln!("SKIPPING: {tool} is not on PATH; this test needs the real {tool}");
+    }
+    found
 }

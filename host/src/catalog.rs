@@ -1,0 +1,167 @@
+//! The functions evaluators implement themselves, with their signatures: `krm-runner functions`
+//! and the `krmrunner.v1.FunctionCatalog` gRPC service.
+
+use std::fmt::Write as _;
+
+use krm_plugin_api::{FunctionSignature, Parameter};
+use krm_runner_proto::krmrunner::v1 as pb;
+use krm_runner_proto::krmrunner::v1::function_catalog_server::FunctionCatalog;
+use tonic::{Request, Response, Status};
+
+/// Every function some instance implements, with that instance's name, in instance order.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    entries: Vec<(String, FunctionSignature)>,
+}
+
+impl Catalog {
+    pub fn new(entries: Vec<(String, FunctionSignature)>) -> Self {
+        Self { entries }
+    }
+
+    /// The function named `name`, by short name or by any image it answers to.
+    pub fn find(&self, name: &str) -> Option<&(String, FunctionSignature)> {
+        self.entries
+            .iter()
+            .find(|(_, signature)| signature.name == name)
+            .or_else(|| {
+                self.entries
+                    .iter()
+                    .find(|(_, signature)| signature.images.iter().any(|image| image == name))
+            })
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.entries.iter().map(|(_, s)| s.name.as_str()).collect()
+    }
+
+    /// The table `krm-runner functions` prints.
+    pub fn table(&self) -> String {
+        let mut out = format!("{:<24} {:<10} DESCRIPTION\n", "NAME", "EVALUATOR");
+        for (instance, signature) in &self.entries {
+            let _ = writeln!(
+                out,
+                "{:<24} {:<10} {}",
+                signature.name, instance, signature.description
+            );
+        }
+        out
+    }
+
+    /// One function's signature, as `krm-runner functions NAME` prints it.
+    pub fn describe(instance: &str, signature: &FunctionSignature) -> String {
+        let mut out = format!(
+            "{} (evaluator {instance})\n  {}\n",
+            signature.name, signature.description
+        );
+        if !signature.changes.is_empty() {
+            let _ = writeln!(out, "changes: {}", signature.changes.join(", "));
+        }
+        let _ = writeln!(
+            out,
+            "validates: {}",
+            if signature.validates { "yes" } else { "no" }
+        );
+        out.push_str("parameters:\n");
+        if signature.parameters.is_empty() {
+            out.push_str("  (none)\n");
+        }
+        for parameter in &signature.parameters {
+            let _ = writeln!(out, "  {}", describe_parameter(parameter));
+            if !parameter.description.is_empty() {
+                let _ = writeln!(out, "      {}", parameter.description);
+            }
+            if let Some(example) = &parameter.example {
+                let _ = writeln!(out, "      example: {example}");
+            }
+        }
+        out.push_str("images:\n");
+        for image in &signature.images {
+            let _ = writeln!(out, "  {image}");
+        }
+        out
+    }
+}
+
+fn describe_parameter(parameter: &Parameter) -> String {
+    let kind = parameter.parameter_type.as_str();
+    let mut line = format!(
+        "{} ({kind}, {})",
+        parameter.name,
+        if parameter.required {
+            "required"
+        } else {
+            "optional"
+        }
+    );
+    if let Some(pattern) = &parameter.pattern {
+        let _ = write!(line, " matching /{pattern}/");
+    }
+    if !parameter.allowed.is_empty() {
+        let _ = write!(line, " one of [{}]", parameter.allowed.join(", "));
+    }
+    match (parameter.minimum, parameter.maximum) {
+        (Some(min), Some(max)) => {
+            let _ = write!(line, " in {min}..={max}");
+        }
+        (Some(min), None) => {
+            let _ = write!(line, " >= {min}");
+        }
+        (None, Some(max)) => {
+            let _ = write!(line, " <= {max}");
+        }
+        (None, None) => {}
+    }
+    line
+}
+
+fn to_message(instance: &str, signature: &FunctionSignature) -> pb::FunctionSignature {
+    pb::FunctionSignature {
+        name: signature.name.clone(),
+        description: signature.description.clone(),
+        images: signature.images.clone(),
+        parameters: signature
+            .parameters
+            .iter()
+            .map(|p| pb::Parameter {
+                name: p.name.clone(),
+                r#type: p.parameter_type.as_str().to_owned(),
+                required: p.required,
+                description: p.description.clone(),
+                example: p.example.clone(),
+                pattern: p.pattern.clone(),
+                allowed: p.allowed.clone(),
+                minimum: p.minimum,
+                maximum: p.maximum,
+            })
+            .collect(),
+        changes: signature.changes.clone(),
+        validates: signature.validates,
+        evaluator: instance.to_owned(),
+    }
+}
+
+#[tonic::async_trait]
+impl FunctionCatalog for Catalog {
+    async fn list_functions(
+        &self,
+        _: Request<pb::ListFunctionsRequest>,
+    ) -> Result<Response<pb::ListFunctionsResponse>, Status> {
+        Ok(Response::new(pb::ListFunctionsResponse {
+            functions: self.entries.iter().map(|(i, s)| to_message(i, s)).collect(),
+        }))
+    }
+
+    async fn get_function(
+        &self,
+        request: Request<pb::GetFunctionRequest>,
+    ) -> Result<Response<pb::FunctionSignature>, Status> {
+        let name = request.into_inner().name;
+        match self.find(&name) {
+            Some((instance, signature)) => Ok(Response::new(to_message(instance, signature))),
+            None => Err(Status::not_found(format!(
+                "no evaluator implements a function named {name:?}"
+            ))),
+        }
+    }
+}
