@@ -5,11 +5,15 @@
 //! - `grpc`: EvaluateFunction over loopback to a `krm-runner serve` child running `/bin/cat`
 //!   through `exec`, against spawning `/bin/cat` directly, same input, same run; target < 1 ms
 //!   added at p50 for a 1 KiB ResourceList;
-//! - `rss`: resident memory of that idle server with its plugins loaded, target < 30 MiB.
+//! - `rss`: resident memory of that idle server with its plugins loaded, target < 30 MiB;
+//! - `builtin`: set-namespace and set-labels over 10 to 10,000 Deployments, inside the plugin,
+//!   over gRPC and as a whole `krm-runner fn` process, against `kubectl kustomize` doing the
+//!   same transformation in the same run (only up to `--kustomize-max` objects: it grows
+//!   quadratically).
 
 use std::io::Write;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,9 +34,15 @@ pub struct BenchArgs {
     /// Size of the ResourceList sent in the gRPC measurement.
     #[arg(long, default_value_t = 1024)]
     pub payload_bytes: usize,
-    /// Which measurements: abi, grpc, rss (comma-separated).
-    #[arg(long, default_value = "abi,grpc,rss", value_delimiter = ',')]
+    /// Which measurements: abi, grpc, rss, builtin (comma-separated).
+    #[arg(long, default_value = "abi,grpc,rss,builtin", value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Deployment counts for the builtin measurement.
+    #[arg(long, default_value = "10,100,1000,10000", value_delimiter = ',')]
+    pub sizes: Vec<usize>,
+    /// Largest input `kubectl kustomize` is run on (it took 79 s at 5,000 objects here).
+    #[arg(long, default_value_t = 1000)]
+    pub kustomize_max: usize,
 }
 
 pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
@@ -45,8 +55,23 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     if wants("abi") {
         abi(base, args.calls.max(100) * 100)?;
     }
-    if wants("grpc") || wants("rss") {
-        grpc_and_rss(base, args, wants("grpc"), wants("rss")).await?;
+    if wants("grpc") || wants("rss") || wants("builtin") {
+        let mut server = BenchServer::start(base).await?;
+        let outcome = async {
+            if wants("rss") {
+                server.idle_rss().await?;
+            }
+            if wants("grpc") {
+                server.grpc_vs_spawn(args).await?;
+            }
+            if wants("builtin") {
+                builtin(base, &mut server, args).await?;
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        server.stop();
+        outcome?;
     }
     Ok(())
 }
@@ -101,135 +126,283 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn grpc_and_rss(
-    base: &Config,
-    args: &BenchArgs,
-    grpc: bool,
-    rss: bool,
-) -> anyhow::Result<()> {
-    let cat = PathBuf::from("/bin/cat");
-    if !cat.exists() {
-        bail!("the gRPC benchmark needs /bin/cat");
-    }
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let dir = std::env::temp_dir().join(format!("krm-runner-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let config_file = dir.join("config.yaml");
-    // JSON is YAML, and keeps the list on one line.
-    let plugin_dirs = serde_json::to_string(&base.plugin_dirs)?;
-    std::fs::write(
-        &config_file,
-        format!(
-            "listen: 127.0.0.1:{port}\nlog_level: warn\nplugin_dirs: {plugin_dirs}\nevaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n        - {{image: bench/cat, path: /bin/cat}}\n  default:\n    plugin: multi\n    config: {{chain: [exec]}}\n"
-        ),
-    )?;
-    let mut server = Command::new(std::env::current_exe()?)
-        .arg("--config-file")
-        .arg(&config_file)
-        .arg("serve")
-        .stdin(Stdio::null())
-        .spawn()
-        .context("starting krm-runner serve")?;
-    let outcome = measure_server(&mut server, port, args, grpc, rss).await;
-    let _ = server.kill();
-    let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
-    outcome
+/// A `krm-runner serve` child on loopback: the embedded default chain (builtin, then exec),
+/// with exec mapping `bench/cat` to `/bin/cat`.
+struct BenchServer {
+    child: std::process::Child,
+    client: FunctionEvaluatorClient<tonic::transport::Channel>,
+    dir: PathBuf,
 }
 
-async fn measure_server(
-    server: &mut std::process::Child,
-    port: u16,
-    args: &BenchArgs,
-    grpc: bool,
-    rss: bool,
-) -> anyhow::Result<()> {
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let started = Instant::now();
-    let mut client = loop {
-        match FunctionEvaluatorClient::connect(endpoint.clone()).await {
-            Ok(client) => break client,
-            Err(_) if started.elapsed() < Duration::from_secs(20) => {
-                if let Some(status) = server.try_wait()? {
-                    bail!("krm-runner serve exited early: {status}");
+impl BenchServer {
+    async fn start(base: &Config) -> anyhow::Result<Self> {
+        if !Path::new("/bin/cat").exists() {
+            bail!("the gRPC benchmark needs /bin/cat");
+        }
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let dir = std::env::temp_dir().join(format!("krm-runner-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let config_file = dir.join("config.yaml");
+        // JSON is YAML, and keeps the list on one line.
+        let plugin_dirs = serde_json::to_string(&base.plugin_dirs)?;
+        std::fs::write(
+            &config_file,
+            format!(
+                "listen: 127.0.0.1:{port}\nlog_level: warn\nplugin_dirs: {plugin_dirs}\nevaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n        - {{image: bench/cat, path: /bin/cat}}\n"
+            ),
+        )?;
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("--config-file")
+            .arg(&config_file)
+            .arg("serve")
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting krm-runner serve")?;
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let started = Instant::now();
+        let client = loop {
+            match FunctionEvaluatorClient::connect(endpoint.clone()).await {
+                Ok(client) => {
+                    break client
+                        .max_decoding_message_size(64 << 20)
+                        .max_encoding_message_size(64 << 20);
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err(_) if started.elapsed() < Duration::from_secs(20) => {
+                    if let Some(status) = child.try_wait()? {
+                        bail!("krm-runner serve exited early: {status}");
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => bail!("cannot reach krm-runner serve: {error}"),
             }
-            Err(error) => bail!("cannot reach krm-runner serve: {error}"),
-        }
-    };
-    if rss {
+        };
+        Ok(Self { child, client, dir })
+    }
+
+    fn stop(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    async fn call(&mut self, image: &str, resource_list: &[u8]) -> anyhow::Result<Vec<u8>> {
+        let response = self
+            .client
+            .evaluate_function(EvaluateFunctionRequest {
+                resource_list: resource_list.to_vec(),
+                image: image.into(),
+            })
+            .await?;
+        Ok(response.into_inner().resource_list)
+    }
+
+    async fn idle_rss(&self) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        println!("\n## Idle runner memory (exec + multi plugins loaded, no call yet)");
+        println!("\n## Idle runner memory (builtin, exec and multi plugins loaded, no call yet)");
         println!("| measure | value |\n|---|---|");
-        println!("| VmRSS | {:.1} MiB |", resident_mib(server.id())?);
+        println!("| VmRSS | {:.1} MiB |", resident_mib(self.child.id())?);
+        Ok(())
     }
-    if !grpc {
-        return Ok(());
+
+    async fn grpc_vs_spawn(&mut self, args: &BenchArgs) -> anyhow::Result<()> {
+        let payload = resource_list_of(args.payload_bytes);
+        for _ in 0..50 {
+            self.call("bench/cat", &payload).await?;
+        }
+        let mut over_grpc = Vec::with_capacity(args.calls);
+        let wall = Instant::now();
+        for _ in 0..args.calls {
+            let started = Instant::now();
+            let output = self.call("bench/cat", &payload).await?;
+            over_grpc.push(started.elapsed());
+            if output != payload {
+                bail!("the runner returned something other than its input");
+            }
+        }
+        let grpc_rate = args.calls as f64 / wall.elapsed().as_secs_f64();
+
+        let mut direct = Vec::with_capacity(args.calls);
+        let wall = Instant::now();
+        for _ in 0..args.calls {
+            let started = Instant::now();
+            let output = spawn_with_input(Command::new("/bin/cat"), &payload)?;
+            direct.push(started.elapsed());
+            if output != payload {
+                bail!("/bin/cat returned something other than its input");
+            }
+        }
+        let direct_rate = args.calls as f64 / wall.elapsed().as_secs_f64();
+
+        let (grpc_p50, grpc_p99) = percentiles(&mut over_grpc);
+        let (direct_p50, direct_p99) = percentiles(&mut direct);
+        println!(
+            "\n## EvaluateFunction vs direct spawn ({} calls, {} B ResourceList, sequential)",
+            args.calls,
+            payload.len()
+        );
+        println!("| path | p50 | p99 | calls/s |\n|---|---|---|---|");
+        println!(
+            "| gRPC -> multi -> (builtin declines) -> exec -> /bin/cat | {} | {} | {grpc_rate:.0} |",
+            ms(grpc_p50),
+            ms(grpc_p99)
+        );
+        println!(
+            "| spawn /bin/cat directly | {} | {} | {direct_rate:.0} |",
+            ms(direct_p50),
+            ms(direct_p99)
+        );
+        println!(
+            "| added by the runner | {} | {} | |",
+            ms(grpc_p50.saturating_sub(direct_p50)),
+            ms(grpc_p99.saturating_sub(direct_p99))
+        );
+        Ok(())
     }
-    let payload = resource_list_of(args.payload_bytes);
-    let request = || EvaluateFunctionRequest {
-        resource_list: payload.clone(),
-        image: "bench/cat".into(),
-    };
-    for _ in 0..50 {
-        client.evaluate_function(request()).await?;
-    }
-    let mut over_grpc = Vec::with_capacity(args.calls);
-    let wall = Instant::now();
-    for _ in 0..args.calls {
-        let started = Instant::now();
-        let response = client.evaluate_function(request()).await?;
-        over_grpc.push(started.elapsed());
-        if response.get_ref().resource_list != payload {
-            bail!("the runner returned something other than its input");
+}
+
+/// The two builtin transformations and their kustomize equivalents.
+const BUILTIN_CASES: [(&str, &str, &str); 2] = [
+    (
+        "set-namespace",
+        "data: {namespace: prod}",
+        "namespace: prod\n",
+    ),
+    (
+        "set-labels",
+        "data: {color: blue}",
+        "labels:\n- pairs: {color: blue}\n  includeSelectors: true\n  includeTemplates: true\n",
+    ),
+];
+
+async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> anyhow::Result<()> {
+    let runtime =
+        Runtime::start(base).map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
+    let instance = runtime
+        .instance("builtin")
+        .context("the builtin instance")?
+        .clone();
+    let have_kubectl = Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok();
+    let dir = std::env::temp_dir().join(format!("krm-runner-bench-builtin-{}", std::process::id()));
+    println!("\n## Builtin functions vs kubectl kustomize (wall time per run, median of runs)");
+    println!(
+        "| Deployments | function | in plugin | gRPC end to end | `krm-runner fn` process | `kubectl kustomize` | kustomize / fn |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for &size in &args.sizes {
+        let deployments = deployments(size);
+        let runs = (2000 / size.max(1)).clamp(3, 50);
+        for (function, config, kustomization) in BUILTIN_CASES {
+            let input = format!(
+                "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{}functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata: {{name: fn}}\n  {config}\n",
+                indent_items(&deployments)
+            )
+            .into_bytes();
+            let context = HostCallContext::new(None);
+            let in_plugin = median(runs, || {
+                let started = Instant::now();
+                instance
+                    .evaluate(&context, function, &input)
+                    .map_err(|e| anyhow::anyhow!(e.message))?;
+                Ok(started.elapsed())
+            })?;
+            let mut over_grpc = Vec::with_capacity(runs);
+            for _ in 0..runs {
+                let started = Instant::now();
+                server.call(function, &input).await?;
+                over_grpc.push(started.elapsed());
+            }
+            let over_grpc = percentiles(&mut over_grpc).0;
+            let process = median(runs.min(10), || {
+                let mut command = Command::new(std::env::current_exe()?);
+                command.args(["fn", function]);
+                let started = Instant::now();
+                spawn_with_input(command, &input)?;
+                Ok(started.elapsed())
+            })?;
+            let kustomize = if have_kubectl && size <= args.kustomize_max {
+                std::fs::create_dir_all(&dir)?;
+                std::fs::write(dir.join("deployments.yaml"), &deployments)?;
+                std::fs::write(
+                    dir.join("kustomization.yaml"),
+                    format!("resources: [deployments.yaml]\n{kustomization}"),
+                )?;
+                let started = Instant::now();
+                let output = Command::new("kubectl")
+                    .arg("kustomize")
+                    .arg(&dir)
+                    .output()?;
+                if !output.status.success() {
+                    bail!(
+                        "kubectl kustomize failed: {}",
+                        String::from_utf8_lossy(&output.stderr)
+                    );
+                }
+                Some(started.elapsed())
+            } else {
+                None
+            };
+            println!(
+                "| {size} | {function} | {} | {} | {} | {} | {} |",
+                ms(in_plugin),
+                ms(over_grpc),
+                ms(process),
+                kustomize.map_or("not run".to_owned(), ms),
+                kustomize.map_or(String::new(), |k| format!(
+                    "{:.0}x",
+                    k.as_secs_f64() / process.as_secs_f64()
+                )),
+            );
         }
     }
-    let grpc_rate = args.calls as f64 / wall.elapsed().as_secs_f64();
-
-    let mut direct = Vec::with_capacity(args.calls);
-    let wall = Instant::now();
-    for _ in 0..args.calls {
-        let started = Instant::now();
-        let output = spawn_cat(&payload)?;
-        direct.push(started.elapsed());
-        if output != payload {
-            bail!("/bin/cat returned something other than its input");
-        }
-    }
-    let direct_rate = args.calls as f64 / wall.elapsed().as_secs_f64();
-
-    let (grpc_p50, grpc_p99) = percentiles(&mut over_grpc);
-    let (direct_p50, direct_p99) = percentiles(&mut direct);
-    println!(
-        "\n## EvaluateFunction vs direct spawn ({} calls, {} B ResourceList, sequential)",
-        args.calls,
-        payload.len()
-    );
-    println!("| path | p50 | p99 | calls/s |\n|---|---|---|---|");
-    println!(
-        "| gRPC -> multi -> exec -> /bin/cat | {} | {} | {grpc_rate:.0} |",
-        ms(grpc_p50),
-        ms(grpc_p99)
-    );
-    println!(
-        "| spawn /bin/cat directly | {} | {} | {direct_rate:.0} |",
-        ms(direct_p50),
-        ms(direct_p99)
-    );
-    println!(
-        "| added by the runner | {} | {} | |",
-        ms(grpc_p50.saturating_sub(direct_p50)),
-        ms(grpc_p99.saturating_sub(direct_p99))
-    );
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
-fn spawn_cat(input: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut child = Command::new("/bin/cat")
+fn median(
+    runs: usize,
+    mut measure: impl FnMut() -> anyhow::Result<Duration>,
+) -> anyhow::Result<Duration> {
+    let mut samples = (0..runs)
+        .map(|_| measure())
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(percentiles(&mut samples).0)
+}
+
+/// `count` one-container Deployments, as a YAML stream.
+fn deployments(count: usize) -> String {
+    (0..count)
+        .map(|i| {
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-{i}\n  labels:\n    app: app-{i}\nspec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: app-{i}\n  template:\n    metadata:\n      labels:\n        app: app-{i}\n    spec:\n      containers:\n      - name: app\n        image: nginx:1.25\n        ports:\n        - containerPort: 80\n---\n"
+            )
+        })
+        .collect()
+}
+
+fn indent_items(stream: &str) -> String {
+    let mut out = String::with_capacity(stream.len() * 2);
+    for document in stream.split("---\n").filter(|d| !d.trim().is_empty()) {
+        let mut first = true;
+        for line in document.lines() {
+            out.push_str(if first { "- " } else { "  " });
+            out.push_str(line);
+            out.push('\n');
+            first = false;
+        }
+    }
+    out
+}
+
+/// Runs `command` with `input` on stdin and returns its stdout.
+fn spawn_with_input(mut command: Command, input: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()?;
     let mut stdin = child.stdin.take().context("stdin")?;
     let input = input.to_vec();
