@@ -67,6 +67,13 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
             if wants("builtin") {
                 builtin(base, &mut server, args).await?;
             }
+            if wants("rss") {
+                // After every call above: memory a long-running runner keeps.
+                println!(
+                    "\n| VmRSS after the calls above | {:.1} MiB |",
+                    resident_mib(server.child.id())?
+                );
+            }
             anyhow::Ok(())
         }
         .await;

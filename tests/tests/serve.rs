@@ -564,3 +564,66 @@ async fn health_is_serving_for_any_service_name() {
         "Watch sends exactly one message"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chatty_function_log_is_capped_not_fatal() {
+    let dir = scratch();
+    // 5 MiB of stderr, more than the 1 MiB log cap, and a normal result.
+    let function = script(
+        dir.path(),
+        "chatty",
+        "head -c 5242880 /dev/zero | tr '\\0' 'x' >&2\ncat",
+    );
+    let server = Server::start(
+        &config(&[("example.com/chatty:v1", &function)], "exec", ""),
+        &[],
+    );
+    let (response, _) = server
+        .call("example.com/chatty:v1", &resource_list(&["a"]))
+        .await
+        .expect("call succeeds");
+    assert_eq!(response.resource_list, resource_list(&["a"]));
+    let log = String::from_utf8(response.log).unwrap();
+    assert!(
+        log.len() < 1024 * 1024 + 200,
+        "log is capped, got {} bytes",
+        log.len()
+    );
+    assert!(
+        log.ends_with("[krm-runner: 4194304 more bytes of log dropped]\n"),
+        "{}",
+        &log[log.len() - 80..]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn crashing_function_is_internal_and_server_keeps_serving() {
+    let dir = scratch();
+    let function = script(dir.path(), "crash", "kill -SEGV $$");
+    let server = Server::start(
+        &config(
+            &[
+                ("example.com/crash:v1", &function),
+                ("krm-runner/identity", std::path::Path::new("/bin/cat")),
+            ],
+            "exec",
+            "",
+        ),
+        &[],
+    );
+    let status = server
+        .call("example.com/crash:v1", b"items: []")
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal);
+    assert!(
+        status.message().contains("killed by signal 11"),
+        "{}",
+        status.message()
+    );
+    let (response, _) = server
+        .call("krm-runner/identity", b"items: []")
+        .await
+        .unwrap();
+    assert_eq!(response.resource_list, b"items: []");
+}
