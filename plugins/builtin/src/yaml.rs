@@ -352,6 +352,55 @@ impl<'a> Doc<'a> {
         }
     }
 
+    /// Byte offset of the start of the line holding `pos`.
+    pub fn line_start(&self, pos: usize) -> usize {
+        let pos = pos.min(self.src.len());
+        self.src[..pos].rfind('\n').map_or(0, |p| p + 1)
+    }
+
+    /// The subtree as new content to write elsewhere: scalars keep their written form (quoting
+    /// included) where it fits on one line; block scalars become quoted strings; comments go.
+    pub fn to_new(&self, id: NodeId) -> New {
+        self.to_new_depth(id, 0)
+    }
+
+    fn to_new_depth(&self, id: NodeId, depth: usize) -> New {
+        let id = self.deref(id);
+        let node = &self.nodes[id];
+        if depth > MAX_DEPTH {
+            return New::Plain("null".into());
+        }
+        match &node.kind {
+            Kind::Scalar { value, style, .. } => {
+                let text = &self.src[node.start.min(node.end)..node.end];
+                match style {
+                    Style::Block => New::Str(value.clone()),
+                    _ if text.is_empty() && node.start == node.end => New::Plain("null".into()),
+                    _ if text.contains('\n') => New::Str(value.clone()),
+                    _ => New::Plain(text.to_owned()),
+                }
+            }
+            Kind::Map(entries) => New::Map(
+                entries
+                    .iter()
+                    .map(|&(k, v)| {
+                        (
+                            self.str(k).unwrap_or_default().to_owned(),
+                            self.to_new_depth(v, depth + 1),
+                        )
+                    })
+                    .collect(),
+            ),
+            Kind::Seq(items) => New::Seq(
+                items
+                    .iter()
+                    .map(|&i| self.to_new_depth(i, depth + 1))
+                    .collect(),
+            ),
+            Kind::Alias(_) => New::Plain("null".into()),
+        }
+    }
+
     /// Byte offset just past the end of the line holding `pos` (past its newline, if any).
     pub fn line_end(&self, pos: usize) -> usize {
         let pos = pos.min(self.src.len());
@@ -594,6 +643,36 @@ impl New {
         }
     }
 
+    /// Like [`New::flow`], but strings are quoted only when they need it (block context).
+    pub fn flow_plain(&self, out: &mut String) {
+        match self {
+            New::Str(s) => out.push_str(&render_str(s, false)),
+            New::Plain(s) => out.push_str(s),
+            New::Map(entries) => {
+                out.push('{');
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&render_str(k, false));
+                    out.push_str(": ");
+                    v.flow_plain(out);
+                }
+                out.push('}');
+            }
+            New::Seq(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    v.flow_plain(out);
+                }
+                out.push(']');
+            }
+        }
+    }
+
     pub fn flow(&self, out: &mut String) {
         match self {
             New::Str(s) => out.push_str(&double_quoted(s)),
@@ -683,14 +762,134 @@ impl Editor {
     /// `as_string` keeps the value a string (quoting if needed); otherwise a plain scalar is
     /// written plain, the way the catalog writes a value whose tag it cleared.
     pub fn set_scalar(&mut self, doc: &Doc, id: NodeId, value: &str, as_string: bool) {
-        if !matches!(doc.nodes[id].kind, Kind::Scalar { .. }) {
+        if let Some(edit) = scalar_edit(doc, id, value, as_string) {
+            self.edits.push(edit);
+        }
+    }
+
+    /// Replaces the whole node `target` (scalar or collection) with `value`, the way kyaml's
+    /// `SetYNode` does: collections are written in block style at the node's indentation (flow
+    /// inside flow collections); the rest of the document is untouched.
+    pub fn replace_node(&mut self, doc: &Doc, target: NodeId, value: &New) {
+        let node = &doc.nodes[target];
+        let in_flow = is_in_flow(doc, target);
+        let empty_collection = matches!(value, New::Map(e) if e.is_empty())
+            || matches!(value, New::Seq(i) if i.is_empty());
+        let scalar_like = matches!(value, New::Str(_) | New::Plain(_)) || empty_collection;
+        if in_flow {
+            let mut text = String::new();
+            value.flow(&mut text);
+            let (start, end) = value_span(doc, target);
+            self.edits.push((start, end, text));
             return;
         }
+        let parent = node.parent.map(|p| &doc.nodes[p]);
+        let parent_is_seq = parent.is_some_and(|p| matches!(p.kind, Kind::Seq(_)));
+        let key_col = key_col_of(doc, target);
+        let own_line_block = !node.flow
+            && matches!(node.kind, Kind::Map(_) | Kind::Seq(_))
+            && !parent_is_seq
+            && !doc.src[doc.line_start(node.start)..node.start]
+                .chars()
+                .any(|c| !c.is_whitespace());
+        let mut scalar = String::new();
+        if scalar_like {
+            value.flow_plain(&mut scalar);
+        }
+        if parent_is_seq || key_col.is_none() {
+            // `- item` (or a root): the first line continues after the dash.
+            let (start, end) = value_span(doc, target);
+            let text = if scalar_like {
+                scalar
+            } else {
+                let mut lines = String::new();
+                render_block(value, node.col, &mut lines);
+                lines[node.col.min(lines.len())..]
+                    .trim_end_matches('\n')
+                    .to_owned()
+            };
+            self.edits.push((start, end, text));
+            return;
+        }
+        let key_col = key_col.unwrap_or(0);
+        let colon = value_colon(doc, target);
+        if scalar_like {
+            let text = format!(" {scalar}");
+            self.edits.push((colon, node.end.max(colon), text));
+            return;
+        }
+        let indent = match (value, &node.kind) {
+            (New::Seq(_), Kind::Seq(_)) if own_line_block => node.col,
+            (_, Kind::Map(_)) if own_line_block => node.col,
+            _ => key_col + 2,
+        };
+        let mut lines = String::new();
+        render_block(value, indent, &mut lines);
+        let lines = lines.trim_end_matches('\n');
+        if own_line_block {
+            self.edits
+                .push((doc.line_start(node.start), node.end, lines.to_owned()));
+        } else {
+            // `key: scalar` or `key: {flow}` becomes `key:` and lines below.
+            self.edits
+                .push((colon, node.end.max(colon), format!("\n{lines}")));
+        }
+    }
+}
+
+/// Byte just after the `:` that introduces the value `id` of a block or flow mapping entry.
+fn value_colon(doc: &Doc, id: NodeId) -> usize {
+    let Some(parent) = doc.nodes[id].parent else {
+        return doc.nodes[id].start;
+    };
+    let Some(&(key, _)) = doc.entries(parent).iter().find(|&&(_, v)| v == id) else {
+        return doc.nodes[id].start;
+    };
+    let from = doc.nodes[key].end;
+    let bytes = doc.src.as_bytes();
+    let mut i = from;
+    while i < bytes.len() && bytes[i] != b':' {
+        i += 1;
+    }
+    (i + 1).min(bytes.len())
+}
+
+/// The span to overwrite for node `id`; an empty value sits after its key's colon.
+fn value_span(doc: &Doc, id: NodeId) -> (usize, usize) {
+    let node = &doc.nodes[id];
+    if node.start == node.end && doc.src.as_bytes().get(node.start) == Some(&b':') {
+        return (node.start + 1, node.start + 1);
+    }
+    (node.start, node.end)
+}
+
+/// Renders a value as block lines at `indent` (each ending in a newline).
+fn render_block(value: &New, indent: usize, out: &mut String) {
+    match value {
+        New::Map(entries) => block_entries(entries, indent, out),
+        New::Seq(items) => block_items(items, indent, out),
+        other => {
+            push_indent(out, indent);
+            other.flow_plain(out);
+            out.push('\n');
+        }
+    }
+}
+
+/// The edit that sets a scalar's value (see [`Editor::set_scalar`]).
+pub fn scalar_edit(
+    doc: &Doc,
+    id: NodeId,
+    value: &str,
+    as_string: bool,
+) -> Option<(usize, usize, String)> {
+    {
         let node = &doc.nodes[id];
         let Kind::Scalar { style, tagged, .. } = &node.kind else {
-            return;
+            return None;
         };
-        let mut start = node.start;
+        let (mut start, end) = value_span(doc, id);
+        let empty_after_colon = start != node.start;
         let text = match style {
             Style::Single if !value.contains('\n') => format!("'{}'", value.replace('\'', "''")),
             Style::Double | Style::Single => double_quoted(value),
@@ -712,9 +911,16 @@ impl Editor {
                 text
             }
         };
-        self.edits.push((start, node.end, text));
+        let text = if empty_after_colon {
+            format!(" {text}")
+        } else {
+            text
+        };
+        Some((start, end, text))
     }
+}
 
+impl Editor {
     /// Makes sure `path` exists below `map` and holds `entries` (a map), creating missing maps.
     /// Existing keys are overwritten only when `overwrite`; keys that already exist with the same
     /// value are left alone. Returns how many keys were written or queued.
@@ -879,6 +1085,16 @@ fn nest(path: &[&str], entries: &[(String, String)]) -> New {
 
 fn is_alias(doc: &Doc, id: NodeId) -> bool {
     matches!(doc.nodes[id].kind, Kind::Alias(_))
+}
+
+/// A scalar whose tag was cleared, as kyaml writes it: plain (so `3` reads back as a number)
+/// unless plain text could not hold it.
+pub fn untyped_scalar(value: &str) -> String {
+    if value.is_empty() || plain_unsafe(value) {
+        double_quoted(value)
+    } else {
+        value.to_owned()
+    }
 }
 
 fn plain_unsafe(value: &str) -> bool {

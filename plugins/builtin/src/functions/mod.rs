@@ -7,7 +7,10 @@ use crate::rl::{FnResult, ResourceList};
 use crate::yaml::{Editor, NodeId};
 
 mod apply_setters;
+mod ensure_name_substring;
 mod fieldspec;
+mod nameref;
+mod search_replace;
 mod set_annotations;
 mod set_image;
 mod set_labels;
@@ -109,6 +112,8 @@ pub const FUNCTIONS: &[&Function] = &[
     &set_annotations::FUNCTION,
     &set_image::FUNCTION,
     &apply_setters::FUNCTION,
+    &search_replace::FUNCTION,
+    &ensure_name_substring::FUNCTION,
 ];
 
 pub fn param(
