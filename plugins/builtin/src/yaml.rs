@@ -767,6 +767,34 @@ impl Editor {
         }
     }
 
+    /// Appends `item` to sequence `seq` (block or flow).
+    pub fn append_item(&mut self, doc: &Doc, seq: NodeId, item: New) {
+        let node = &doc.nodes[seq];
+        if node.flow || doc.items(seq).is_empty() {
+            let mut text = String::new();
+            if !doc.items(seq).is_empty() {
+                text.push_str(", ");
+            }
+            if node.flow {
+                item.flow(&mut text);
+            } else {
+                item.flow_plain(&mut text);
+            }
+            let at = node.end.saturating_sub(1);
+            if node.flow {
+                self.edits.push((at, at, text));
+            }
+            return;
+        }
+        let at = doc.line_end(node.end);
+        let mut text = String::new();
+        if at == doc.src.len() && !doc.src.ends_with('\n') {
+            text.push('\n');
+        }
+        block_items(&[item], node.col, &mut text);
+        self.edits.push((at, at, text));
+    }
+
     /// Replaces the whole node `target` (scalar or collection) with `value`, the way kyaml's
     /// `SetYNode` does: collections are written in block style at the node's indentation (flow
     /// inside flow collections); the rest of the document is untouched.

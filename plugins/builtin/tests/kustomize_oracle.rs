@@ -193,3 +193,83 @@ fn labels_match_kustomize_with_selectors_and_templates() {
         ))
     );
 }
+
+/// Runs kustomize over INPUT with `replacements:` set; None when kustomize fails.
+fn kustomize_replacements(replacements: &str) -> Option<Vec<Value>> {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("input.yaml"), INPUT).unwrap();
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        format!("resources: [input.yaml]\nreplacements:\n{replacements}"),
+    )
+    .unwrap();
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| docs(&String::from_utf8(out.stdout).unwrap()))
+}
+
+fn input_items() -> String {
+    INPUT
+        .split("---\n")
+        .map(|doc| {
+            let mut lines = doc.lines();
+            let first = lines.next().unwrap();
+            let mut out = format!("- {first}\n");
+            for line in lines {
+                out.push_str(&format!("  {line}\n"));
+            }
+            out
+        })
+        .collect()
+}
+
+/// apply-replacements over INPUT with the same list; None when the function fails.
+fn ours_replacements(replacements: &str) -> Option<Vec<Value>> {
+    let indented: String = replacements.lines().map(|l| format!("  {l}\n")).collect();
+    let config = format!(
+        "  apiVersion: fn.kpt.dev/v1alpha1\n  kind: ApplyReplacements\n  metadata:\n    name: r\n  replacements:\n{indented}"
+    );
+    run("apply-replacements", &rl(&input_items(), &config))
+        .ok()
+        .map(|out| items(&out))
+}
+
+#[test]
+fn replacements_match_kustomize() {
+    if !kubectl() {
+        return;
+    }
+    let cases = [
+        // Reference §5.2: a ConfigMap value into a label that does not exist yet.
+        "- source: {kind: ConfigMap, name: settings, fieldPath: data.color}\n  targets:\n  - select: {kind: Deployment, name: web}\n    fieldPaths: [spec.template.metadata.labels.color]\n    options: {create: true}\n",
+        // Existing scalars, list matchers, delimiters (prefix, replace, suffix).
+        "- source: {kind: ConfigMap, fieldPath: metadata.name}\n  targets:\n  - select: {kind: Service}\n    fieldPaths: [spec.selector.app]\n  - select: {kind: Deployment}\n    fieldPaths: [\"spec.template.spec.containers.[name=web].image\"]\n    options: {delimiter: ':', index: 0}\n  - select: {kind: Deployment}\n    fieldPaths: [\"spec.template.spec.containers.[name=w.*].name\"]\n    options: {delimiter: '-', index: -1}\n  - select: {kind: Deployment}\n    fieldPaths: [spec.selector.matchLabels.app]\n    options: {delimiter: '-', index: 5}\n",
+        // A map replaces a map; a source with a delimiter index; the default target path.
+        "- source: {kind: Deployment, fieldPath: spec.selector.matchLabels}\n  targets:\n  - select: {kind: Service}\n    fieldPaths: [spec.selector]\n- source: {kind: ConfigMap, fieldPath: data.color, options: {delimiter: 'l', index: 1}}\n  targets:\n  - select: {kind: Namespace}\n",
+        // Namespace-scoped selection with reject, numeric index, wildcard, port number into int.
+        "- source: {kind: Namespace, fieldPath: metadata.name}\n  targets:\n  - select: {namespace: old}\n    reject: [{kind: ConfigMap}]\n    fieldPaths: [metadata.annotations.ns]\n    options: {create: true}\n  - select: {kind: Deployment}\n    fieldPaths: [spec.template.spec.containers.0.name, spec.template.spec.containers.*.image]\n- source: {kind: Service, fieldPath: spec.ports.0.port}\n  targets:\n  - select: {kind: ConfigMap}\n    fieldPaths: [data.color]\n",
+        // A later replacement reads what an earlier one wrote.
+        "- source: {kind: ConfigMap, fieldPath: data.color}\n  targets:\n  - select: {kind: Service}\n    fieldPaths: [metadata.labels.color]\n    options: {create: true}\n- source: {kind: Service, fieldPath: metadata.labels.color}\n  targets:\n  - select: {kind: Deployment}\n    fieldPaths: [spec.template.metadata.labels.copied, \"spec.template.spec.containers.[name=new].image\"]\n    options: {create: true}\n",
+        // Label selectors on targets.
+        "- source: {kind: ConfigMap, fieldPath: data.color}\n  targets:\n  - select: {labelSelector: \"!app\"}\n    fieldPaths: [metadata.annotations.color]\n    options: {create: true}\n",
+        // Failures on both sides: no source, several sources, missing target field, bad index.
+        "- source: {kind: Secret}\n  targets:\n  - select: {kind: Deployment}\n",
+        "- source: {version: v1}\n  targets:\n  - select: {kind: Deployment}\n",
+        "- source: {kind: ConfigMap, fieldPath: data.color}\n  targets:\n  - select: {kind: Deployment}\n    fieldPaths: [spec.nope.x]\n",
+        "- source: {kind: ConfigMap, fieldPath: data.color}\n  targets:\n  - select: {kind: Deployment}\n    fieldPaths: [spec.template.spec.containers.5.image]\n    options: {create: true}\n",
+    ];
+    let unchanged = by_id(docs(INPUT));
+    for (i, case) in cases.iter().enumerate() {
+        let theirs = kustomize_replacements(case).map(by_id);
+        let mine = ours_replacements(case).map(by_id);
+        assert_eq!(mine, theirs, "replacements:\n{case}");
+        // The first six change something; the last four fail on both sides.
+        assert_eq!(theirs.is_some(), i < 6, "{case}");
+        assert!(theirs.is_none_or(|t| t != unchanged), "{case}");
+    }
+}

@@ -10,6 +10,9 @@ const ALL: &[&str] = &[
     "set-annotations",
     "set-image",
     "apply-setters",
+    "search-replace",
+    "ensure-name-substring",
+    "apply-replacements",
 ];
 
 #[test]
@@ -51,6 +54,12 @@ fn non_krm_items_and_odd_shapes_are_passed_through() {
             configmap(&[("name", "nginx"), ("newTag", "1")]),
         ),
         ("apply-setters", configmap(&[("a", "b")])),
+        ("search-replace", configmap(&[("by-value", "s"), ("put-value", "t")])),
+        ("ensure-name-substring", configmap(&[("prepend", "x-")])),
+        (
+            "apply-replacements",
+            "  apiVersion: fn.kpt.dev/v1alpha1\n  kind: ApplyReplacements\n  metadata: {name: r}\n  replacements:\n  - source: {kind: Pod}\n    targets:\n    - select: {kind: Pod}\n      fieldPaths: [metadata.annotations.copy]\n      options: {create: true}\n".to_owned(),
+        ),
     ];
     for (name, config) in configs {
         let input = rl(items, &config);

@@ -328,3 +328,141 @@ fn ensure_name_substring_append_typed_and_errors() {
     let out = ok("ensure-name-substring", &rl(ENS_ITEMS, ""));
     assert_eq!(out, rl(ENS_ITEMS, ""));
 }
+
+const AR_CONFIG: &str =
+    "  apiVersion: fn.kpt.dev/v1alpha1\n  kind: ApplyReplacements\n  metadata:\n    name: r\n";
+
+#[test]
+fn apply_replacements_keeps_format_and_chains() {
+    let items = r#"# package context
+- apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: ctx # the source
+    annotations:
+      config.kubernetes.io/local-config: "true"
+  data:
+    name: shop
+    port: "8080"
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata:
+    name: 'web'   # quoted
+  spec:
+    replicas: 3 # three
+
+    template:
+      spec:
+        containers: [{name: app, image: "nginx:1"}]
+- apiVersion: v1
+  kind: Service
+  metadata:
+    name: untouched # comment
+"#;
+    let config = format!(
+        "{AR_CONFIG}  replacements:\n  - source: {{kind: ConfigMap, name: ctx, fieldPath: data.name}}\n    targets:\n    - select: {{kind: Deployment}}\n      fieldPaths: [metadata.name, spec.template.metadata.labels.app]\n      options: {{create: true}}\n    - select: {{kind: Deployment}}\n      fieldPaths: [\"spec.template.spec.containers.[name=app].image\"]\n      options: {{delimiter: ':', index: 0}}\n  - source: {{kind: ConfigMap, fieldPath: data.port}}\n    targets:\n    - select: {{kind: Deployment}}\n      fieldPaths: [spec.replicas]\n  - source: {{kind: Deployment, name: shop, fieldPath: spec.template.metadata}}\n    targets:\n    - select: {{kind: Service}}\n      fieldPaths: [spec.copied]\n      options: {{create: true}}\n"
+    );
+    let out = ok("apply-replacements", &rl(items, &config));
+    let expected = items
+        .replace("    name: 'web'   # quoted", "    name: 'shop'   # quoted")
+        .replace("    replicas: 3 # three\n", "    replicas: 8080 # three\n")
+        .replace(
+            "containers: [{name: app, image: \"nginx:1\"}]\n",
+            "containers: [{name: app, image: \"shop:1\"}]\n      metadata:\n        labels:\n          app: shop\n",
+        )
+        .replace(
+            "    name: untouched # comment\n",
+            "    name: untouched # comment\n  spec:\n    copied:\n      labels:\n        app: shop\n",
+        );
+    assert_eq!(out, rl(&expected, &config), "{out}");
+    assert!(!out.contains("results:"), "no results on success");
+}
+
+#[test]
+fn apply_replacements_config_errors_exit_1() {
+    let items =
+        "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: c\n  data:\n    k: v\n";
+    for (config, message) in [
+        (
+            "".to_owned(),
+            "FunctionConfig is missing. Expect `ApplyReplacements`",
+        ),
+        (
+            configmap(&[("a", "b")]),
+            "received functionConfig of kind ConfigMap and apiVersion v1, only functionConfig of kind ApplyReplacements",
+        ),
+        (
+            format!("{AR_CONFIG}  replacements: {{a: b}}\n"),
+            "parameter `replacements` must be a list",
+        ),
+        (
+            format!("{AR_CONFIG}  replacements:\n  - source: {{kind: ConfigMap}}\n"),
+            "replacements must specify a source and at least one target",
+        ),
+        (
+            format!(
+                "{AR_CONFIG}  replacements:\n  - source: {{kind: ConfigMap}}\n    targets: [{{fieldPaths: [a]}}]\n"
+            ),
+            "target must specify resources to select",
+        ),
+        (
+            format!(
+                "{AR_CONFIG}  replacements:\n  - source: {{kind: ConfigMap, fieldPath: data.nope}}\n    targets: [{{select: {{kind: ConfigMap}}}}]\n"
+            ),
+            "fieldPath `data.nope` is missing for replacement source ConfigMap.[noVer].[noGrp]/[noName].[noNs]",
+        ),
+        (
+            format!(
+                "{AR_CONFIG}  replacements:\n  - source: {{kind: ConfigMap, fieldPath: data.k, options: {{delimiter: ',', index: 3}}}}\n    targets: [{{select: {{kind: ConfigMap}}}}]\n"
+            ),
+            "options.index 3 is out of bounds for value v",
+        ),
+        (
+            format!(
+                "{AR_CONFIG}  replacements:\n  - source: {{kind: ConfigMap, fieldPath: data.k}}\n    targets: [{{select: {{kind: ConfigMap}}, fieldPaths: [data], options: {{delimiter: ','}}}}]\n"
+            ),
+            "delimiter option can only be used with scalar nodes",
+        ),
+        (
+            format!(
+                "{AR_CONFIG}  replacements:\n  - source: {{kind: ConfigMap, fieldPath: data.k}}\n    targets: [{{select: {{kind: ConfigMap}}, fieldPaths: [data.k.x]}}]\n"
+            ),
+            "unable to find field \\\"data.k.x\\\" in replacement target: wrong node kind",
+        ),
+    ] {
+        let (out, _) = failed("apply-replacements", &rl(items, &config));
+        assert!(results(&out).contains(message), "{message}: {out}");
+        assert!(out.starts_with(&rl(items, "")), "items untouched: {out}");
+    }
+    // An empty replacement list is a no-op.
+    let config = format!("{AR_CONFIG}  replacements: []\n");
+    assert_eq!(
+        ok("apply-replacements", &rl(items, &config)),
+        rl(items, &config)
+    );
+}
+
+#[test]
+fn new_functions_scale_linearly_enough_on_10k_objects() {
+    let items = deployments(10_000);
+    let cm = configmap(&[("by-value", "nginx:1.20.2"), ("put-value", "nginx:1.21")]);
+    let out = ok("search-replace", &rl(&items, &cm));
+    assert_eq!(out.matches("image: nginx:1.21 # pinned\n").count(), 10_000);
+    let out = ok(
+        "ensure-name-substring",
+        &rl(&items, &configmap(&[("append", "-x")])),
+    );
+    assert_eq!(out.matches("    name: app-").count(), 10_000);
+    assert!(out.contains("    name: app-9999-x\n"));
+    let config = format!(
+        "{AR_CONFIG}  replacements:\n  - source: {{kind: Deployment, name: app-0, fieldPath: spec.replicas}}\n    targets:\n    - select: {{kind: Deployment}}\n      fieldPaths: [spec.template.metadata.labels.replicas]\n      options: {{create: true}}\n"
+    );
+    let out = ok("apply-replacements", &rl(&items, &config));
+    assert_eq!(out.matches("          replicas: \"1\"\n").count(), 0);
+    assert_eq!(out.matches("\n          app: app-").count(), 10_000);
+    assert_eq!(
+        out.matches("\n          replicas: 1\n").count(),
+        10_000,
+        "created with the int type"
+    );
+}

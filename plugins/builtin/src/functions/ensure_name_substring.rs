@@ -391,6 +391,32 @@ fn depends_on_update(
     Some(segments.join("/"))
 }
 
+/// What a referrer may reference (kustomize's `SubsetThatCouldBeReferencedByResource`),
+/// with candidates looked up by original name.
+struct Candidates<'r> {
+    by_name: HashMap<&'r str, Vec<&'r Res>>,
+    referrer_cluster: bool,
+    referrer_ns: &'r str,
+    binding_namespaces: HashSet<&'r str>,
+}
+
+impl<'r> Candidates<'r> {
+    fn named(&self, name: &str) -> Vec<&'r Res> {
+        self.by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|c| {
+                self.referrer_cluster
+                    || c.cluster_scoped()
+                    || c.effective_namespace() == self.referrer_ns
+                    || self.binding_namespaces.contains(c.namespace.as_str())
+            })
+            .collect()
+    }
+}
+
 /// kustomize's `FixNameBackReference` over the renamed resources.
 fn fix_name_references(
     doc: &crate::yaml::Doc,
@@ -398,9 +424,11 @@ fn fix_name_references(
     changes: &mut Changes,
 ) -> Result<(), String> {
     let refs = back_refs();
+    let mut by_name: HashMap<&str, Vec<&Res>> = HashMap::new();
+    for r in resources {
+        by_name.entry(r.original_name.as_str()).or_default().push(r);
+    }
     for referrer in resources {
-        // Candidates: what the referrer could reference (kustomize's
-        // SubsetThatCouldBeReferencedByResource).
         let binding_namespaces: HashSet<&str> = if referrer.kind == "RoleBinding" {
             doc.get(referrer.id, "subjects")
                 .map(|s| {
@@ -414,15 +442,12 @@ fn fix_name_references(
         } else {
             HashSet::new()
         };
-        let candidates: Vec<&Res> = resources
-            .iter()
-            .filter(|c| {
-                referrer.cluster_scoped()
-                    || c.cluster_scoped()
-                    || c.effective_namespace() == referrer.effective_namespace()
-                    || binding_namespaces.contains(c.namespace.as_str())
-            })
-            .collect();
+        let candidates = Candidates {
+            by_name: std::mem::take(&mut by_name),
+            referrer_cluster: referrer.cluster_scoped(),
+            referrer_ns: referrer.effective_namespace(),
+            binding_namespaces,
+        };
         for back in &refs {
             for spec in &back.referrers {
                 if !referrer.selected_by(&spec.group, &spec.version, &spec.kind) {
@@ -439,6 +464,7 @@ fn fix_name_references(
                 }
             }
         }
+        by_name = candidates.by_name;
     }
     Ok(())
 }
@@ -447,7 +473,7 @@ fn set_reference(
     doc: &crate::yaml::Doc,
     referrer: &Res,
     back: &super::nameref::BackRef,
-    candidates: &[&Res],
+    candidates: &Candidates,
     role_ref: bool,
     node: NodeId,
     changes: &mut Changes,
@@ -458,7 +484,8 @@ fn set_reference(
     match &doc.node(doc.deref(node)).kind {
         Kind::Scalar { .. } => {
             let old = changes.current(doc, node).to_owned();
-            let (name, _) = select_referral(doc, &old, referrer, back, candidates, role_ref)?;
+            let subset = candidates.named(&old);
+            let (name, _) = select_referral(doc, &old, referrer, back, &subset, role_ref)?;
             if name != old {
                 changes.scalars.insert(node, name);
             }
@@ -486,7 +513,7 @@ fn set_name_and_namespace(
     doc: &crate::yaml::Doc,
     referrer: &Res,
     back: &super::nameref::BackRef,
-    candidates: &[&Res],
+    candidates: &Candidates,
     role_ref: bool,
     map: NodeId,
     changes: &mut Changes,
@@ -501,21 +528,12 @@ fn set_name_and_namespace(
         return Ok(());
     }
     let namespace = doc.get_str(map, &["namespace"]);
-    let subset: Vec<&Res> = match namespace {
-        Some(ns) => {
-            let subset: Vec<&Res> = candidates
-                .iter()
-                .copied()
-                .filter(|c| c.namespace == ns)
-                .collect();
-            if subset.is_empty() {
-                return Ok(());
-            }
-            subset
-        }
-        None => candidates.to_vec(),
-    };
     let old = changes.current(doc, name_node).to_owned();
+    let subset: Vec<&Res> = candidates
+        .named(&old)
+        .into_iter()
+        .filter(|c| namespace.is_none_or(|ns| c.namespace == ns))
+        .collect();
     let (name, ns) = select_referral(doc, &old, referrer, back, &subset, role_ref)?;
     if name == old && ns.is_empty() {
         return Ok(());

@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::rl::{FnResult, ResourceList};
 use crate::yaml::{Editor, NodeId};
 
+mod apply_replacements;
 mod apply_setters;
 mod ensure_name_substring;
 mod fieldspec;
@@ -114,6 +115,7 @@ pub const FUNCTIONS: &[&Function] = &[
     &apply_setters::FUNCTION,
     &search_replace::FUNCTION,
     &ensure_name_substring::FUNCTION,
+    &apply_replacements::FUNCTION,
 ];
 
 pub fn param(

@@ -535,7 +535,9 @@ fn resolve_pattern(
             out = out.replace(&format!("${{{i}}}"), group);
         }
     }
-    let unresolved = regex::Regex::new(r"\$\{([0-9]+)\}").expect("static regex");
+    static UNRESOLVED: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let unresolved =
+        UNRESOLVED.get_or_init(|| regex::Regex::new(r"\$\{([0-9]+)\}").expect("static regex"));
     if unresolved.is_match(&out) {
         return Err("unable to resolve capture groups".into());
     }
