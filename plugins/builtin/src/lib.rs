@@ -14,6 +14,7 @@ use krm_plugin_api::{
 };
 use serde::Deserialize;
 
+mod fast_yaml;
 mod functions;
 mod rl;
 mod yaml;

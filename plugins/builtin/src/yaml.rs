@@ -14,7 +14,7 @@ pub enum Style {
     Block,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub enum Kind {
     Scalar {
         value: String,
@@ -27,7 +27,7 @@ pub enum Kind {
     Alias(NodeId),
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct Node {
     pub kind: Kind,
     /// Byte span of the node's text (for block collections: first entry to end of last).
@@ -56,6 +56,39 @@ enum Open {
 
 impl<'a> Doc<'a> {
     pub fn parse(src: &'a str) -> Result<Self, String> {
+        match crate::fast_yaml::parse(src) {
+            Some(doc) => {
+                #[cfg(debug_assertions)]
+                doc.assert_same_as_general();
+                Ok(doc)
+            }
+            None => Self::parse_general(src),
+        }
+    }
+
+    /// Checks the fast parser's tree against the general parser's.
+    #[cfg(debug_assertions)]
+    pub(crate) fn assert_same_as_general(&self) {
+        let general = Self::parse_general(self.src).unwrap_or_else(|e| {
+            panic!(
+                "fast parser accepted what saphyr rejects ({e}): {:?}",
+                self.src
+            )
+        });
+        assert_eq!(self.roots, general.roots, "roots of {:?}", self.src);
+        assert_eq!(
+            self.nodes.len(),
+            general.nodes.len(),
+            "node count of {:?}",
+            self.src
+        );
+        for (i, (a, b)) in self.nodes.iter().zip(&general.nodes).enumerate() {
+            assert_eq!(a, b, "node {i} of {:?}", self.src);
+        }
+    }
+
+    /// The general parser (saphyr events), for whatever the fast path leaves.
+    pub fn parse_general(src: &'a str) -> Result<Self, String> {
         // saphyr reports character offsets; map them to bytes only when the text needs it.
         let char_to_byte: Option<Vec<usize>> = if src.is_ascii() {
             None

@@ -1,0 +1,529 @@
+//! A fast path for [`Doc::parse`](crate::yaml::Doc::parse): a line-oriented parser for the
+//! plain block YAML that tools write (block mappings and sequences, single-line plain and
+//! quoted scalars, comments, blank lines). It builds exactly the tree the saphyr-based parser
+//! builds (same node order, spans, columns and values) and gives up (`None`) on anything else,
+//! leaving that input to the general parser: flow collections, block scalars, multi-line
+//! scalars, anchors, aliases, tags, documents markers, tabs, unusual keys or indentation.
+//! Debug builds check every accepted input against the general parser.
+
+use crate::yaml::{Doc, Kind, Node, NodeId, Style};
+
+/// Nesting deeper than this goes to the general parser (which refuses it).
+const MAX_DEPTH: usize = 256;
+
+type R<T> = Result<T, ()>;
+
+struct P<'a> {
+    src: &'a str,
+    b: &'a [u8],
+    nodes: Vec<Node>,
+    /// Start of the line the cursor is on (lines before it are consumed).
+    pos: usize,
+}
+
+pub fn parse(src: &str) -> Option<Doc<'_>> {
+    let b = src.as_bytes();
+    if b.contains(&b'\t') || b.contains(&b'\r') || src.starts_with('\u{feff}') {
+        return None;
+    }
+    let mut p = P {
+        src,
+        b,
+        nodes: Vec::with_capacity(src.len() / 10),
+        pos: 0,
+    };
+    let root = p.document().ok()?;
+    Some(Doc {
+        src,
+        nodes: p.nodes,
+        roots: vec![root],
+    })
+}
+
+fn is_space_or_end(b: &[u8], i: usize) -> bool {
+    i >= b.len() || b[i] == b' ' || b[i] == b'\n'
+}
+
+impl<'a> P<'a> {
+    fn document(&mut self) -> R<NodeId> {
+        let Some((ls, indent)) = self.peek()? else {
+            return Err(());
+        };
+        if indent != 0 {
+            return Err(());
+        }
+        let root = self.block_node(ls, 0, 0)?;
+        self.nodes[root].parent = None;
+        if self.peek()?.is_some() {
+            return Err(());
+        }
+        Ok(root)
+    }
+
+    /// End of the line holding `i` (the newline's index, or the text's length).
+    fn eol(&self, i: usize) -> usize {
+        match self.b[i.min(self.b.len())..]
+            .iter()
+            .position(|&c| c == b'\n')
+        {
+            Some(p) => i + p,
+            None => self.b.len(),
+        }
+    }
+
+    /// The next line with content, skipping blank and comment lines: (line start, indent).
+    /// Document markers and directives give up.
+    fn peek(&mut self) -> R<Option<(usize, usize)>> {
+        let b = self.b;
+        loop {
+            let ls = self.pos;
+            if ls >= b.len() {
+                return Ok(None);
+            }
+            let mut i = ls;
+            while i < b.len() && b[i] == b' ' {
+                i += 1;
+            }
+            if i >= b.len() {
+                self.pos = b.len();
+                return Ok(None);
+            }
+            match b[i] {
+                b'\n' => self.pos = i + 1,
+                b'#' => self.pos = (self.eol(i) + 1).min(b.len()),
+                _ => {
+                    if i == ls
+                        && (b[i] == b'%'
+                            || ((b[ls..].starts_with(b"---") || b[ls..].starts_with(b"..."))
+                                && is_space_or_end(b, ls + 3)))
+                    {
+                        return Err(());
+                    }
+                    return Ok(Some((ls, i - ls)));
+                }
+            }
+        }
+    }
+
+    fn col(&self, ls: usize, at: usize) -> usize {
+        let prefix = &self.src[ls..at];
+        if prefix.is_ascii() {
+            at - ls
+        } else {
+            prefix.chars().count()
+        }
+    }
+
+    fn push(&mut self, kind: Kind, start: usize, end: usize, col: usize) -> NodeId {
+        self.nodes.push(Node {
+            kind,
+            start,
+            end,
+            col,
+            flow: false,
+            parent: None,
+        });
+        self.nodes.len() - 1
+    }
+
+    fn is_dash(&self, at: usize) -> bool {
+        self.b[at] == b'-' && is_space_or_end(self.b, at + 1)
+    }
+
+    /// A block node whose first line is the content line at `ls` with `indent`.
+    fn block_node(&mut self, ls: usize, indent: usize, depth: usize) -> R<NodeId> {
+        if depth > MAX_DEPTH {
+            return Err(());
+        }
+        let at = ls + indent;
+        if self.is_dash(at) {
+            self.seq(ls, at, depth)
+        } else if self.key_end(at)?.is_some() {
+            self.map(ls, at, depth)
+        } else {
+            Err(())
+        }
+    }
+
+    /// If a mapping key starts at `at`: (end of the key text, index of its `:`).
+    fn key_end(&self, at: usize) -> R<Option<(usize, usize)>> {
+        let b = self.b;
+        let eol = self.eol(at);
+        match b[at] {
+            q @ (b'"' | b'\'') => {
+                let Some(close) = quoted_close(b, at, eol, q) else {
+                    return Err(());
+                };
+                if close < eol && b[close] == b':' && is_space_or_end(b, close + 1) {
+                    Ok(Some((close, close)))
+                } else {
+                    Ok(None)
+                }
+            }
+            c if is_indicator(c) => Ok(None),
+            _ => {
+                let line = &b[at..eol];
+                for (i, &c) in line.iter().enumerate() {
+                    match c {
+                        b':' if is_space_or_end(b, at + i + 1) => {
+                            if line[i - 1] == b' ' {
+                                return Err(());
+                            }
+                            return Ok(Some((at + i, at + i)));
+                        }
+                        b'#' | b'{' | b'}' | b'[' | b']' | b',' => return Err(()),
+                        _ => {}
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// A block mapping whose first key starts at `at` (on the line starting at `ls`).
+    fn map(&mut self, mut ls: usize, mut at: usize, depth: usize) -> R<NodeId> {
+        let col = self.col(ls, at);
+        let id = self.push(Kind::Map(Vec::new()), at, at, col);
+        let mut entries = Vec::new();
+        loop {
+            let Some((key_end, colon)) = self.key_end(at)? else {
+                return Err(());
+            };
+            if key_end - at > 1000 {
+                return Err(());
+            }
+            let key = self.scalar_at(ls, at, key_end)?;
+            self.nodes[key].parent = Some(id);
+            let value = self.value(ls, colon + 1, col, depth)?;
+            self.nodes[value].parent = Some(id);
+            entries.push((key, value));
+            match self.peek()? {
+                Some((next, indent)) if indent == col && !self.is_dash(next + indent) => {
+                    ls = next;
+                    at = next + indent;
+                }
+                Some((_, indent)) if indent >= col => return Err(()),
+                _ => break,
+            }
+        }
+        let end = self.nodes[entries.last().ok_or(())?.1].end;
+        let node = &mut self.nodes[id];
+        node.end = end.max(node.start);
+        node.kind = Kind::Map(entries);
+        Ok(id)
+    }
+
+    /// A block sequence whose first dash is at `at` (on the line starting at `ls`).
+    fn seq(&mut self, mut ls: usize, mut at: usize, depth: usize) -> R<NodeId> {
+        let col = self.col(ls, at);
+        let id = self.push(Kind::Seq(Vec::new()), at, at, col);
+        let mut items = Vec::new();
+        loop {
+            let item = self.value(ls, at + 1, col, depth)?;
+            self.nodes[item].parent = Some(id);
+            items.push(item);
+            match self.peek()? {
+                Some((next, indent)) if indent == col && self.is_dash(next + indent) => {
+                    ls = next;
+                    at = next + indent;
+                }
+                Some((_, indent)) if indent > col => return Err(()),
+                _ => break,
+            }
+        }
+        let end = self.nodes[*items.last().ok_or(())?].end;
+        let node = &mut self.nodes[id];
+        node.end = end.max(node.start);
+        node.kind = Kind::Seq(items);
+        Ok(id)
+    }
+
+    /// The value after a key's `:` or an item's `-` at `from` on the line starting at `ls`;
+    /// `parent_col` is the column of the key or dash. Leaves the cursor after the value.
+    fn value(&mut self, ls: usize, from: usize, parent_col: usize, depth: usize) -> R<NodeId> {
+        let b = self.b;
+        let mut q = from;
+        while q < b.len() && b[q] == b' ' {
+            q += 1;
+        }
+        let eol = self.eol(q);
+        if q == eol || b[q] == b'#' {
+            if q < eol && q == from {
+                return Err(());
+            }
+            // Nothing on this line: a nested block, an indentless sequence or a null.
+            self.pos = (eol + 1).min(b.len());
+            let next = self.peek()?;
+            let is_item = b[from - 1] == b'-';
+            return match next {
+                Some((next, indent)) if indent > parent_col => {
+                    self.block_node(next, indent, depth + 1)
+                }
+                Some((next, indent))
+                    if indent == parent_col && !is_item && self.is_dash(next + indent) =>
+                {
+                    self.seq(next, next + indent, depth + 1)
+                }
+                _ if q != from => Err(()),
+                _ => {
+                    // saphyr puts an empty value at a key's colon, or just after a dash.
+                    let at = if is_item { from } else { from - 1 };
+                    Ok(self.push(
+                        Kind::Scalar {
+                            value: String::new(),
+                            style: Style::Plain,
+                            tagged: false,
+                        },
+                        at,
+                        at,
+                        self.col(ls, at),
+                    ))
+                }
+            };
+        }
+        if q == from {
+            return Err(());
+        }
+        let is_item = b[from - 1] == b'-';
+        if is_item && (self.is_dash(q) || self.key_end(q)?.is_some()) {
+            if self.is_dash(q) {
+                return Err(());
+            }
+            // `- key: value`: a mapping inside the item.
+            return self.map(ls, q, depth + 1);
+        }
+        let id = match b[q] {
+            b'"' | b'\'' => {
+                let close = quoted_close(b, q, eol, b[q]).ok_or(())?;
+                let id = self.scalar_at(ls, q, close)?;
+                self.expect_comment_or_eol(close, eol)?;
+                id
+            }
+            b'-' if is_space_or_end(b, q + 1) => return Err(()),
+            c if c != b'-' && is_indicator(c) => return Err(()),
+            _ => {
+                // A plain scalar: up to a comment or the end of the line.
+                let mut end = eol;
+                let line = &b[q..eol];
+                let mut prev_space = false;
+                for (i, &c) in line.iter().enumerate() {
+                    match c {
+                        b'#' if prev_space => {
+                            end = q + i;
+                            break;
+                        }
+                        b':' if is_space_or_end(b, q + i + 1) => return Err(()),
+                        _ => {}
+                    }
+                    prev_space = c == b' ';
+                }
+                while end > q && b[end - 1] == b' ' {
+                    end -= 1;
+                }
+                let text = &self.src[q..end];
+                let col = self.col(ls, q);
+                self.push(
+                    Kind::Scalar {
+                        value: text.to_owned(),
+                        style: Style::Plain,
+                        tagged: false,
+                    },
+                    q,
+                    end,
+                    col,
+                )
+            }
+        };
+        self.pos = (eol + 1).min(b.len());
+        // A more indented line next would continue a multi-line scalar.
+        if let Some((_, indent)) = self.peek()?
+            && indent > parent_col
+        {
+            return Err(());
+        }
+        Ok(id)
+    }
+
+    fn expect_comment_or_eol(&self, from: usize, eol: usize) -> R<()> {
+        let b = self.b;
+        let mut i = from;
+        while i < eol && b[i] == b' ' {
+            i += 1;
+        }
+        if i == eol || (b[i] == b'#' && i > from) {
+            Ok(())
+        } else {
+            Err(())
+        }
+    }
+
+    /// A scalar from `at` to `end` (exclusive; for quoted scalars, past the closing quote).
+    fn scalar_at(&mut self, ls: usize, at: usize, end: usize) -> R<NodeId> {
+        let text = &self.src[at..end];
+        let (value, style) = match self.b[at] {
+            b'\'' => (text[1..text.len() - 1].replace("''", "'"), Style::Single),
+            b'"' => (unescape(&text[1..text.len() - 1]).ok_or(())?, Style::Double),
+            _ => (text.to_owned(), Style::Plain),
+        };
+        let col = self.col(ls, at);
+        Ok(self.push(
+            Kind::Scalar {
+                value,
+                style,
+                tagged: false,
+            },
+            at,
+            end,
+            col,
+        ))
+    }
+}
+
+/// Index just past the closing quote of the quoted scalar opening at `at`, on this line.
+fn quoted_close(b: &[u8], at: usize, eol: usize, quote: u8) -> Option<usize> {
+    let mut i = at + 1;
+    while i < eol {
+        match b[i] {
+            b'\\' if quote == b'"' => i += 2,
+            c if c == quote => {
+                if quote == b'\'' && i + 1 < eol && b[i + 1] == b'\'' {
+                    i += 2;
+                } else {
+                    return Some(i + 1);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Characters that start something other than a plain scalar (or that we leave to saphyr).
+fn is_indicator(c: u8) -> bool {
+    matches!(
+        c,
+        b'-' | b'?'
+            | b':'
+            | b','
+            | b'['
+            | b']'
+            | b'{'
+            | b'}'
+            | b'#'
+            | b'&'
+            | b'*'
+            | b'!'
+            | b'|'
+            | b'>'
+            | b'\''
+            | b'"'
+            | b'%'
+            | b'@'
+            | b'`'
+    )
+}
+
+/// The common double-quoted escapes; anything else goes to the general parser.
+fn unescape(s: &str) -> Option<String> {
+    if !s.contains('\\') {
+        return Some(s.to_owned());
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        out.push(match chars.next()? {
+            '\\' => '\\',
+            '"' => '"',
+            '/' => '/',
+            'n' => '\n',
+            't' => '\t',
+            'r' => '\r',
+            '0' => '\0',
+            ' ' => ' ',
+            _ => return None,
+        });
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Inputs the fast path must take, each checked against the general parser.
+    const ACCEPTED: &[&str] = &[
+        "a: 1\n",
+        "a: 1",
+        "a:\n",
+        "a:",
+        "a: 1 # one\nm:\n  k: v   # keep\n\n  # trailing\nz: 'q'\n",
+        "metadata:\n  name: x\nspec:\n",
+        "a:\n  - x\n  - y\nb:\n- p: 1\n  q: 2\n",
+        "a: \"1\" # c\nb: 'it''s' # d\n",
+        "é: \"ü\"\nk: v\n",
+        "k: é\nl:\n  é: ü # ö\n  m: n\n",
+        "# head\n\napiVersion: v1\nkind: List\nitems:\n- a: b\n  c:\n  - d\n  -\n  - e: f\n    g: \"h\\\"i\\\\\"\n-\n- x\n",
+        "a:\n  b:\n    c:\n      d: e\n  f: g\nh: i\n",
+        "args:\n- --port=80\n- -v\n- \"-x\"\nurl: http://a:b/c\nimage: nginx:1.2\n",
+        "a: b#c\nd: e  # f\ng: h{i}[j],k\n",
+        "a: # comment\n  b: c\nd: # c\n- e\n",
+        "a:\n- b\n- c\nd: e\n",
+        "- a\n- b\n",
+        "-\n  a: b\n- c: d\n",
+        "a: \"\"\nb: ''\nc: ~\nd: null\n",
+        "\"quoted key\": 1\n'single': 2\n",
+        "x:\n  y: 1\n\n\n   # odd comment\nz: 2\n",
+        "-\n- a\n-\n",
+        "list:\n  -   a: b\n      c: d\n  - e\n",
+    ];
+
+    #[test]
+    fn accepts_common_block_yaml_exactly_as_saphyr() {
+        for src in ACCEPTED {
+            let fast = parse(src).unwrap_or_else(|| panic!("fast path gave up on {src:?}"));
+            fast.assert_same_as_general();
+        }
+    }
+
+    #[test]
+    fn leaves_the_rest_to_saphyr() {
+        for src in [
+            "a: [1, 2]\n",
+            "{a: b}\n",
+            "a: |\n  x\n",
+            "a: &x 1\nb: *x\n",
+            "a: !t 1\n",
+            "---\na: 1\n",
+            "a: 1\n---\n",
+            "-  \n- a\n-   # y\n",
+            "b:\n- c:   \n  d:  # x\n",
+            "a: b\n  c\n",
+            "a: \"b\n  c\"\n",
+            "a:\tb\n",
+            "a: b: c\n",
+            "a: 1\n b: 2\n",
+            "? a\n: b\n",
+            "- - a\n",
+            "a\n",
+            "",
+            "# only a comment\n",
+            "a: \"\\u00e9\"\n",
+            "a: 1\n  # c\n    b: 2\n",
+            "a:\n  - b\n  c: d\n",
+        ] {
+            if let Some(doc) = parse(src) {
+                doc.assert_same_as_general();
+            }
+            // Whatever the fast path does, Doc::parse agrees with saphyr's verdict.
+            assert_eq!(
+                Doc::parse(src).is_ok(),
+                Doc::parse_general(src).is_ok(),
+                "{src:?}"
+            );
+        }
+    }
+}
