@@ -6,6 +6,8 @@
 //! scalars, anchors, aliases, tags, documents markers, tabs, unusual keys or indentation.
 //! Debug builds check every accepted input against the general parser.
 
+use std::borrow::Cow;
+
 use crate::yaml::{Doc, Kind, Node, NodeId, Style};
 
 /// Nesting deeper than this goes to the general parser (which refuses it).
@@ -16,7 +18,10 @@ type R<T> = Result<T, ()>;
 struct P<'a> {
     src: &'a str,
     b: &'a [u8],
-    nodes: Vec<Node>,
+    nodes: Vec<Node<'a>>,
+    /// Children of the collections being read (one allocation each when done).
+    entries: Vec<(NodeId, NodeId)>,
+    items: Vec<NodeId>,
     /// Start of the line the cursor is on (lines before it are consumed).
     pos: usize,
 }
@@ -30,6 +35,8 @@ pub fn parse(src: &str) -> Option<Doc<'_>> {
         src,
         b,
         nodes: Vec::with_capacity(src.len() / 10),
+        entries: Vec::new(),
+        items: Vec::new(),
         pos: 0,
     };
     let root = p.document().ok()?;
@@ -114,7 +121,7 @@ impl<'a> P<'a> {
         }
     }
 
-    fn push(&mut self, kind: Kind, start: usize, end: usize, col: usize) -> NodeId {
+    fn push(&mut self, kind: Kind<'a>, start: usize, end: usize, col: usize) -> NodeId {
         self.nodes.push(Node {
             kind,
             start,
@@ -184,7 +191,7 @@ impl<'a> P<'a> {
     fn map(&mut self, mut ls: usize, mut at: usize, depth: usize) -> R<NodeId> {
         let col = self.col(ls, at);
         let id = self.push(Kind::Map(Vec::new()), at, at, col);
-        let mut entries = Vec::new();
+        let base = self.entries.len();
         loop {
             let Some((key_end, colon)) = self.key_end(at)? else {
                 return Err(());
@@ -196,7 +203,7 @@ impl<'a> P<'a> {
             self.nodes[key].parent = Some(id);
             let value = self.value(ls, colon + 1, col, depth)?;
             self.nodes[value].parent = Some(id);
-            entries.push((key, value));
+            self.entries.push((key, value));
             match self.peek()? {
                 Some((next, indent)) if indent == col && !self.is_dash(next + indent) => {
                     ls = next;
@@ -206,6 +213,7 @@ impl<'a> P<'a> {
                 _ => break,
             }
         }
+        let entries = self.entries.split_off(base);
         let end = self.nodes[entries.last().ok_or(())?.1].end;
         let node = &mut self.nodes[id];
         node.end = end.max(node.start);
@@ -217,11 +225,11 @@ impl<'a> P<'a> {
     fn seq(&mut self, mut ls: usize, mut at: usize, depth: usize) -> R<NodeId> {
         let col = self.col(ls, at);
         let id = self.push(Kind::Seq(Vec::new()), at, at, col);
-        let mut items = Vec::new();
+        let base = self.items.len();
         loop {
             let item = self.value(ls, at + 1, col, depth)?;
             self.nodes[item].parent = Some(id);
-            items.push(item);
+            self.items.push(item);
             match self.peek()? {
                 Some((next, indent)) if indent == col && self.is_dash(next + indent) => {
                     ls = next;
@@ -231,6 +239,7 @@ impl<'a> P<'a> {
                 _ => break,
             }
         }
+        let items = self.items.split_off(base);
         let end = self.nodes[*items.last().ok_or(())?].end;
         let node = &mut self.nodes[id];
         node.end = end.max(node.start);
@@ -270,7 +279,7 @@ impl<'a> P<'a> {
                     let at = if is_item { from } else { from - 1 };
                     Ok(self.push(
                         Kind::Scalar {
-                            value: String::new(),
+                            value: Cow::Borrowed(""),
                             style: Style::Plain,
                             tagged: false,
                         },
@@ -324,7 +333,7 @@ impl<'a> P<'a> {
                 let col = self.col(ls, q);
                 self.push(
                     Kind::Scalar {
-                        value: text.to_owned(),
+                        value: Cow::Borrowed(text),
                         style: Style::Plain,
                         tagged: false,
                     },
@@ -361,9 +370,17 @@ impl<'a> P<'a> {
     fn scalar_at(&mut self, ls: usize, at: usize, end: usize) -> R<NodeId> {
         let text = &self.src[at..end];
         let (value, style) = match self.b[at] {
-            b'\'' => (text[1..text.len() - 1].replace("''", "'"), Style::Single),
+            b'\'' => {
+                let inner = &text[1..text.len() - 1];
+                let value = if inner.contains("''") {
+                    Cow::Owned(inner.replace("''", "'"))
+                } else {
+                    Cow::Borrowed(inner)
+                };
+                (value, Style::Single)
+            }
             b'"' => (unescape(&text[1..text.len() - 1]).ok_or(())?, Style::Double),
-            _ => (text.to_owned(), Style::Plain),
+            _ => (Cow::Borrowed(text), Style::Plain),
         };
         let col = self.col(ls, at);
         Ok(self.push(
@@ -424,9 +441,9 @@ fn is_indicator(c: u8) -> bool {
 }
 
 /// The common double-quoted escapes; anything else goes to the general parser.
-fn unescape(s: &str) -> Option<String> {
+fn unescape(s: &str) -> Option<Cow<'_, str>> {
     if !s.contains('\\') {
-        return Some(s.to_owned());
+        return Some(Cow::Borrowed(s));
     }
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars();
@@ -447,7 +464,7 @@ fn unescape(s: &str) -> Option<String> {
             _ => return None,
         });
     }
-    Some(out)
+    Some(Cow::Owned(out))
 }
 
 #[cfg(test)]

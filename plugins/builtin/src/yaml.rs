@@ -15,9 +15,10 @@ pub enum Style {
 }
 
 #[derive(Debug, PartialEq)]
-pub enum Kind {
+pub enum Kind<'a> {
     Scalar {
-        value: String,
+        /// Borrowed from the text when written verbatim.
+        value: std::borrow::Cow<'a, str>,
         style: Style,
         tagged: bool,
     },
@@ -28,8 +29,8 @@ pub enum Kind {
 }
 
 #[derive(Debug, PartialEq)]
-pub struct Node {
-    pub kind: Kind,
+pub struct Node<'a> {
+    pub kind: Kind<'a>,
     /// Byte span of the node's text (for block collections: first entry to end of last).
     pub start: usize,
     pub end: usize,
@@ -41,7 +42,7 @@ pub struct Node {
 
 pub struct Doc<'a> {
     pub src: &'a str,
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Node<'a>>,
     /// Root node of each document in the stream.
     pub roots: Vec<NodeId>,
 }
@@ -134,7 +135,7 @@ impl<'a> Doc<'a> {
                     };
                     let id = doc.push(Node {
                         kind: Kind::Scalar {
-                            value: value.into_owned(),
+                            value: std::borrow::Cow::Owned(value.into_owned()),
                             style,
                             tagged: tag.is_some(),
                         },
@@ -254,12 +255,12 @@ impl<'a> Doc<'a> {
         Ok(doc)
     }
 
-    fn push(&mut self, node: Node) -> NodeId {
+    fn push(&mut self, node: Node<'a>) -> NodeId {
         self.nodes.push(node);
         self.nodes.len() - 1
     }
 
-    pub fn node(&self, id: NodeId) -> &Node {
+    pub fn node(&self, id: NodeId) -> &Node<'a> {
         &self.nodes[id]
     }
 
@@ -308,7 +309,7 @@ impl<'a> Doc<'a> {
                 value,
                 style: Style::Plain,
                 tagged: false,
-            } => matches!(value.as_str(), "" | "~" | "null" | "Null" | "NULL"),
+            } => matches!(&**value, "" | "~" | "null" | "Null" | "NULL"),
             _ => false,
         }
     }
@@ -365,7 +366,7 @@ impl<'a> Doc<'a> {
                 style: Style::Plain,
                 tagged: false,
             } => resolve_plain(value),
-            Kind::Scalar { value, .. } => Value::String(value.clone()),
+            Kind::Scalar { value, .. } => Value::String(value.to_string()),
             Kind::Map(entries) => Value::Object(
                 entries
                     .iter()
@@ -407,9 +408,9 @@ impl<'a> Doc<'a> {
             Kind::Scalar { value, style, .. } => {
                 let text = &self.src[node.start.min(node.end)..node.end];
                 match style {
-                    Style::Block => New::Str(value.clone()),
+                    Style::Block => New::Str(value.to_string()),
                     _ if text.is_empty() && node.start == node.end => New::Plain("null".into()),
-                    _ if text.contains('\n') => New::Str(value.clone()),
+                    _ if text.contains('\n') => New::Str(value.to_string()),
                     _ => New::Plain(text.to_owned()),
                 }
             }
@@ -540,6 +541,9 @@ fn looks_float(value: &str) -> bool {
 /// Mirrors what Go's yaml.v3 quotes when it writes a string (it also quotes YAML 1.1 booleans,
 /// octals and timestamps for old readers).
 pub fn needs_quotes(value: &str) -> bool {
+    if plainly_safe(value) {
+        return false;
+    }
     if value.is_empty() || value.trim() != value {
         return true;
     }
@@ -603,6 +607,18 @@ pub fn needs_quotes(value: &str) -> bool {
         || value.contains(" #")
         || value.ends_with(':')
         || value.chars().any(|c| c.is_control() || c == '\u{feff}')
+}
+
+/// The common case answered without allocating: a word that starts with a letter and holds
+/// only letters, digits and `-_./`, and is none of the YAML 1.1 booleans or nulls.
+fn plainly_safe(value: &str) -> bool {
+    let b = value.as_bytes();
+    b.first().is_some_and(u8::is_ascii_alphabetic)
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'/'))
+        && !["y", "n", "yes", "no", "on", "off", "true", "false", "null"]
+            .iter()
+            .any(|word| word.eq_ignore_ascii_case(value))
 }
 
 pub fn double_quoted(value: &str) -> String {
