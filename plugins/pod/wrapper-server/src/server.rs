@@ -1,0 +1,234 @@
+//! The gRPC server: Porch's `evaluator.FunctionEvaluator` for one function, and
+//! `grpc.health.v1.Health`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use krm_runner_proto::evaluator::function_evaluator_server::{
+    FunctionEvaluator, FunctionEvaluatorServer,
+};
+use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
+use tokio::net::TcpListener;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+
+use crate::process::{self, Exited, Limits, Outcome};
+use crate::resource_list;
+
+/// Answer this long before the caller's deadline, so that our DEADLINE_EXCEEDED (and not
+/// tonic's own timeout, which answers CANCELLED) reaches the caller in time.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
+
+/// What the server runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The function's command line: program and arguments.
+    pub entrypoint: Vec<String>,
+    /// Largest request and response message, in bytes (`--max-request-body-size`).
+    pub max_message_bytes: usize,
+}
+
+struct Evaluator {
+    entrypoint: Arc<[String]>,
+    max_message_bytes: usize,
+}
+
+#[tonic::async_trait]
+impl FunctionEvaluator for Evaluator {
+    async fn evaluate_function(
+        &self,
+        request: Request<EvaluateFunctionRequest>,
+    ) -> Result<Response<EvaluateFunctionResponse>, Status> {
+        let deadline = grpc_timeout(&request)
+            .map(|timeout| tokio::time::Instant::now() + timeout.saturating_sub(DEADLINE_MARGIN));
+        let EvaluateFunctionRequest {
+            resource_list,
+            image,
+        } = request.into_inner();
+        let started = Instant::now();
+        let limits = Limits {
+            max_stdout_bytes: self.max_message_bytes,
+            max_log_bytes: self.max_message_bytes,
+        };
+        let outcome = process::run(&self.entrypoint, resource_list, deadline, limits).await;
+        let result = respond(&image, outcome, self.max_message_bytes);
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        match &result {
+            Ok(response) => tracing::info!(
+                image,
+                duration_ms,
+                stdout_bytes = response.get_ref().resource_list.len(),
+                "evaluated"
+            ),
+            Err(status) => tracing::warn!(
+                image,
+                duration_ms,
+                code = ?status.code(),
+                message = status.message(),
+                "evaluation failed"
+            ),
+        }
+        result
+    }
+}
+
+/// The answer for a finished call, with Porch's wrapper-server messages.
+fn respond(
+    image: &str,
+    outcome: Outcome,
+    max_message_bytes: usize,
+) -> Result<Response<EvaluateFunctionResponse>, Status> {
+    let exited = match outcome {
+        Outcome::NotStarted(error) => {
+            return Err(Status::internal(format!(
+                "Failed to execute function {image:?}: {error} ()"
+            )));
+        }
+        Outcome::DeadlineExceeded => {
+            return Err(Status::deadline_exceeded(format!(
+                "Failed to execute function {image:?}: context deadline exceeded; its processes \
+                 were killed"
+            )));
+        }
+        Outcome::Exited(exited) => exited,
+    };
+    let Exited {
+        status,
+        stdout,
+        stderr,
+        overflowed,
+    } = exited;
+    let stderr = String::from_utf8_lossy(&stderr).into_owned();
+    if overflowed {
+        return Err(Status::internal(format!(
+            "Failed to execute function {image:?}: its output exceeded {max_message_bytes} bytes \
+             and it was killed ({stderr})"
+        )));
+    }
+    let Some(stdout) = stdout else {
+        return Err(Status::internal(format!(
+            "Failed to execute function {image:?}: its output pipe was held open by a process \
+             that left its process group ({stderr})"
+        )));
+    };
+    if !status.success() {
+        return Err(match resource_list::check(&stdout) {
+            Ok(()) => Status::internal(format!(
+                "failed to evaluate function {image:?} with structured results: {} and stderr: \
+                 {stderr}",
+                resource_list::results_text(&stdout)
+            )),
+            Err(parse_error) => Status::internal(format!(
+                "failed to parse the output of function {image:?} with stderr '{stderr}': \
+                 {parse_error}"
+            )),
+        });
+    }
+    if let Err(parse_error) = resource_list::check(&stdout) {
+        return Err(Status::internal(format!(
+            "failed to parse the output of function {image:?} with stderr '{stderr}': \
+             {parse_error}"
+        )));
+    }
+    if resource_list::has_error_result(&stdout) {
+        tracing::warn!(
+            image,
+            results = resource_list::results_text(&stdout),
+            stderr,
+            "function exited 0 with error results"
+        );
+    }
+    let response = EvaluateFunctionResponse {
+        resource_list: stdout,
+        log: stderr.into_bytes(),
+    };
+    let size = prost::Message::encoded_len(&response);
+    if size > max_message_bytes {
+        // grpc-go's code and wording for an answer over MaxSendMsgSize.
+        return Err(Status::resource_exhausted(format!(
+            "grpc: trying to send message larger than max ({size} vs. {max_message_bytes})"
+        )));
+    }
+    Ok(Response::new(response))
+}
+
+/// The caller's `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
+fn grpc_timeout<T>(request: &Request<T>) -> Option<Duration> {
+    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+/// Porch's health checker: SERVING for any service name; Watch sends one message and ends.
+struct AlwaysServing;
+
+type HealthStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Health for AlwaysServing {
+    async fn check(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        Ok(Response::new(serving()))
+    }
+
+    type WatchStream = HealthStream;
+
+    async fn watch(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthStream>, Status> {
+        Ok(Response::new(Box::pin(tokio_stream::once(Ok(serving())))))
+    }
+}
+
+fn serving() -> HealthCheckResponse {
+    HealthCheckResponse {
+        status: ServingStatus::Serving as i32,
+    }
+}
+
+/// Binds the wrapper's port on every interface: IPv6 and IPv4 when the host has IPv6, else IPv4.
+/// Addresses are literals, so no resolver is involved.
+pub async fn bind(port: u16) -> std::io::Result<TcpListener> {
+    match TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, port)).await {
+        Ok(listener) => Ok(listener),
+        Err(_) => TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, port)).await,
+    }
+}
+
+/// Serves until `stop` completes, then stops gracefully: no new calls, in-flight calls finish.
+pub async fn serve(
+    config: Config,
+    listener: TcpListener,
+    stop: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let evaluator = FunctionEvaluatorServer::new(Evaluator {
+        entrypoint: config.entrypoint.into(),
+        max_message_bytes: config.max_message_bytes,
+    })
+    .max_decoding_message_size(config.max_message_bytes)
+    .max_encoding_message_size(config.max_message_bytes);
+    // Small unary calls: without TCP_NODELAY, Nagle and delayed ACKs add ~40 ms to each.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(HealthServer::new(AlwaysServing))
+        .add_service(evaluator)
+        .serve_with_incoming_shutdown(incoming, stop)
+        .await
+}
