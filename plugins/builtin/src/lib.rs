@@ -149,7 +149,11 @@ impl Builtin {
         for prefix in &self.prefixes {
             for tag in &served.tags {
                 let sep = if tag.starts_with("sha256:") { '@' } else { ':' };
-                images.push(format!("{prefix}{}{sep}{tag}", f.name));
+                let image = format!("{prefix}{}{sep}{tag}", f.name);
+                // The runner's default prefix may repeat a catalog prefix: list each once.
+                if !images.contains(&image) {
+                    images.push(image);
+                }
             }
         }
         FunctionSignature {
@@ -194,7 +198,7 @@ fn run(function: &Function, input: &[u8]) -> Result<EvalResponse, EvalError> {
         mut ed, results, ..
     } = ctx;
     let legacy = function.legacy_results.then_some(function.name);
-    rl::write_results(&list, &mut ed, &results, legacy);
+    rl::write_results(&list, &mut ed, results, legacy);
     let output = ed.finish(&list.doc).into_bytes();
     match exit {
         Exit::Ok => Ok(EvalResponse::new(output, Vec::new())),
@@ -292,6 +296,34 @@ mod tests {
             ns.parameters
                 .iter()
                 .any(|p| p.name == "namespace" && p.required)
+        );
+    }
+
+    #[test]
+    fn images_are_listed_once_when_prefixes_repeat() {
+        let b = builtin(
+            serde_json::json!({"prefixes": ["gcr.io/kpt-fn", "local.test/fns/"]}),
+            Some("ghcr.io/kptdev/krm-functions-catalog/"),
+        );
+        let ns = b
+            .functions()
+            .into_iter()
+            .find(|s| s.name == "set-namespace")
+            .unwrap();
+        let mut seen = std::collections::HashSet::new();
+        assert!(ns.images.iter().all(|i| seen.insert(i)), "{:?}", ns.images);
+        assert_eq!(ns.images[0], "set-namespace");
+        assert_eq!(
+            ns.images[1],
+            "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.1"
+        );
+        assert!(
+            ns.images
+                .contains(&"local.test/fns/set-namespace:v0.4".to_owned())
+        );
+        assert!(
+            b.lookup("ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4")
+                .is_some()
         );
     }
 }

@@ -193,18 +193,18 @@ impl FnResult {
         self.file = obj.file_ref();
         self
     }
-    fn to_new(&self) -> New {
-        let mut entries = vec![("message".to_owned(), New::str(self.message.clone()))];
+    fn into_new(self) -> New {
+        let mut entries = vec![("message".to_owned(), New::Str(self.message))];
         if let Some(severity) = self.severity {
             entries.push(("severity".to_owned(), New::str(severity)));
         }
         for (key, value) in [
-            ("resourceRef", &self.resource_ref),
-            ("field", &self.field),
-            ("file", &self.file),
+            ("resourceRef", self.resource_ref),
+            ("field", self.field),
+            ("file", self.file),
         ] {
             if let Some(value) = value {
-                entries.push((key.to_owned(), value.clone()));
+                entries.push((key.to_owned(), value));
             }
         }
         New::Map(entries)
@@ -216,13 +216,13 @@ impl FnResult {
 pub fn write_results(
     rl: &ResourceList,
     editor: &mut Editor,
-    results: &[FnResult],
+    results: Vec<FnResult>,
     legacy_name: Option<&str>,
 ) {
     if results.is_empty() {
         return;
     }
-    let items = New::Seq(results.iter().map(FnResult::to_new).collect());
+    let items = New::Seq(results.into_iter().map(FnResult::into_new).collect());
     let value = match legacy_name {
         Some(name) => New::Map(vec![
             ("name".to_owned(), New::str(name)),

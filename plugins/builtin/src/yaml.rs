@@ -626,26 +626,29 @@ pub fn double_quoted(value: &str) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_owned())
 }
 
-/// A string rendered as a scalar that reads back as the same string, quoted the way Go's
+/// Appends a string rendered as a scalar that reads back as the same string, quoted the way Go's
 /// yaml.v3 does: double quotes for strings that would resolve to another type, single quotes
 /// for ones that only need protecting from YAML syntax. In flow collections (JSON input)
 /// strings are always double-quoted, so JSON stays JSON.
-pub fn render_str(value: &str, flow: bool) -> String {
-    if flow || !needs_quotes(value) {
-        return if flow {
-            double_quoted(value)
-        } else {
-            value.to_owned()
-        };
+pub fn push_rendered(out: &mut String, value: &str, flow: bool) {
+    if flow {
+        out.push_str(&double_quoted(value));
+        return;
+    }
+    if !needs_quotes(value) {
+        out.push_str(value);
+        return;
     }
     let resolves_to_other = value.is_empty()
         || !resolve_plain(value).is_string()
         || value.trim() != value
         || value.chars().any(|c| c.is_control());
     if resolves_to_other || value.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
-        double_quoted(value)
+        out.push_str(&double_quoted(value));
     } else {
-        format!("'{}'", value.replace('\'', "''"))
+        out.push('\'');
+        out.push_str(&value.replace('\'', "''"));
+        out.push('\'');
     }
 }
 
@@ -671,7 +674,7 @@ impl New {
         match self {
             New::Str(s) => {
                 out.push(' ');
-                out.push_str(&render_str(s, false));
+                push_rendered(out, s, false);
                 out.push('\n');
             }
             New::Plain(s) => {
@@ -695,7 +698,7 @@ impl New {
     /// Like [`New::flow`], but strings are quoted only when they need it (block context).
     pub fn flow_plain(&self, out: &mut String) {
         match self {
-            New::Str(s) => out.push_str(&render_str(s, false)),
+            New::Str(s) => push_rendered(out, s, false),
             New::Plain(s) => out.push_str(s),
             New::Map(entries) => {
                 out.push('{');
@@ -703,7 +706,7 @@ impl New {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    out.push_str(&render_str(k, false));
+                    push_rendered(out, k, false);
                     out.push_str(": ");
                     v.flow_plain(out);
                 }
@@ -756,7 +759,7 @@ impl New {
 pub fn block_entries(entries: &[(String, New)], indent: usize, out: &mut String) {
     for (key, value) in entries {
         push_indent(out, indent);
-        out.push_str(&render_str(key, false));
+        push_rendered(out, key, false);
         out.push(':');
         value.block_value(indent, out);
     }
@@ -769,22 +772,19 @@ pub fn block_items(items: &[New], indent: usize, out: &mut String) {
         out.push('-');
         match item {
             New::Map(entries) if !entries.is_empty() => {
-                let mut inner = String::new();
-                block_entries(entries, indent + 2, &mut inner);
+                // The first entry continues the dash's line.
                 out.push(' ');
-                out.push_str(&inner[indent + 2..]);
+                let mark = out.len();
+                block_entries(entries, indent + 2, out);
+                out.drain(mark..mark + indent + 2);
             }
             New::Seq(items) if !items.is_empty() => {
-                let mut inner = String::new();
-                block_items(items, indent + 2, &mut inner);
                 out.push(' ');
-                out.push_str(&inner[indent + 2..]);
+                let mark = out.len();
+                block_items(items, indent + 2, out);
+                out.drain(mark..mark + indent + 2);
             }
-            other => {
-                let mut inner = String::new();
-                other.block_value(indent, &mut inner);
-                out.push_str(&inner);
-            }
+            other => other.block_value(indent, out),
         }
     }
 }
@@ -799,7 +799,8 @@ pub struct Editor {
     edits: Vec<(usize, usize, String)>,
     /// Entries already queued for insertion into a map node, so that several inserts into one
     /// map (or under one missing key) are merged instead of creating duplicate keys.
-    pending: std::collections::HashMap<NodeId, Vec<(String, New)>>,
+    /// Flushed deepest node first, so that inserts at one spot nest correctly.
+    pending: std::collections::BTreeMap<NodeId, Vec<(String, New)>>,
 }
 
 impl Editor {
@@ -1084,7 +1085,9 @@ impl Editor {
     pub fn finish(mut self, doc: &Doc) -> String {
         let src = doc.src;
         let pending = std::mem::take(&mut self.pending);
-        for (id, entries) in pending {
+        // Nodes are numbered in document order, parents before children: a later node that
+        // ends where an earlier one ends lies inside it, and its lines must come first.
+        for (id, entries) in pending.into_iter().rev() {
             let node = &doc.nodes[id];
             match &node.kind {
                 Kind::Map(existing) if node.flow => {
