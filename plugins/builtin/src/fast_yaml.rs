@@ -24,6 +24,10 @@ struct P<'a> {
     items: Vec<NodeId>,
     /// Start of the line the cursor is on (lines before it are consumed).
     pos: usize,
+    /// The answer of [`P::peek`] for `pos`, once asked.
+    peeked: Option<(usize, Option<(usize, usize)>)>,
+    /// Byte offsets are columns.
+    ascii: bool,
 }
 
 pub fn parse(src: &str) -> Option<Doc<'_>> {
@@ -38,6 +42,8 @@ pub fn parse(src: &str) -> Option<Doc<'_>> {
         entries: Vec::new(),
         items: Vec::new(),
         pos: 0,
+        peeked: None,
+        ascii: src.is_ascii(),
     };
     let root = p.document().ok()?;
     Some(Doc {
@@ -81,6 +87,17 @@ impl<'a> P<'a> {
     /// The next line with content, skipping blank and comment lines: (line start, indent).
     /// Document markers and directives give up.
     fn peek(&mut self) -> R<Option<(usize, usize)>> {
+        if let Some((pos, answer)) = self.peeked
+            && pos == self.pos
+        {
+            return Ok(answer);
+        }
+        let answer = self.peek_uncached()?;
+        self.peeked = Some((self.pos, answer));
+        Ok(answer)
+    }
+
+    fn peek_uncached(&mut self) -> R<Option<(usize, usize)>> {
         let b = self.b;
         loop {
             let ls = self.pos;
@@ -113,6 +130,9 @@ impl<'a> P<'a> {
     }
 
     fn col(&self, ls: usize, at: usize) -> usize {
+        if self.ascii {
+            return at - ls;
+        }
         let prefix = &self.src[ls..at];
         if prefix.is_ascii() {
             at - ls
@@ -145,8 +165,8 @@ impl<'a> P<'a> {
         let at = ls + indent;
         if self.is_dash(at) {
             self.seq(ls, at, depth)
-        } else if self.key_end(at)?.is_some() {
-            self.map(ls, at, depth)
+        } else if let Some(key) = self.key_end(at)? {
+            self.map(ls, at, key, depth)
         } else {
             Err(())
         }
@@ -155,9 +175,9 @@ impl<'a> P<'a> {
     /// If a mapping key starts at `at`: (end of the key text, index of its `:`).
     fn key_end(&self, at: usize) -> R<Option<(usize, usize)>> {
         let b = self.b;
-        let eol = self.eol(at);
         match b[at] {
             q @ (b'"' | b'\'') => {
+                let eol = self.eol(at);
                 let Some(close) = quoted_close(b, at, eol, q) else {
                     return Err(());
                 };
@@ -169,15 +189,15 @@ impl<'a> P<'a> {
             }
             c if is_indicator(c) => Ok(None),
             _ => {
-                let line = &b[at..eol];
-                for (i, &c) in line.iter().enumerate() {
+                for (i, &c) in b[at..].iter().enumerate() {
                     match c {
                         b':' if is_space_or_end(b, at + i + 1) => {
-                            if line[i - 1] == b' ' {
+                            if b[at + i - 1] == b' ' {
                                 return Err(());
                             }
                             return Ok(Some((at + i, at + i)));
                         }
+                        b'\n' => return Ok(None),
                         b'#' | b'{' | b'}' | b'[' | b']' | b',' => return Err(()),
                         _ => {}
                     }
@@ -188,12 +208,22 @@ impl<'a> P<'a> {
     }
 
     /// A block mapping whose first key starts at `at` (on the line starting at `ls`).
-    fn map(&mut self, mut ls: usize, mut at: usize, depth: usize) -> R<NodeId> {
+    fn map(
+        &mut self,
+        mut ls: usize,
+        mut at: usize,
+        first_key: (usize, usize),
+        depth: usize,
+    ) -> R<NodeId> {
         let col = self.col(ls, at);
         let id = self.push(Kind::Map(Vec::new()), at, at, col);
         let base = self.entries.len();
+        let mut next_key = Some(first_key);
         loop {
-            let Some((key_end, colon)) = self.key_end(at)? else {
+            let Some((key_end, colon)) = next_key
+                .take()
+                .map_or_else(|| self.key_end(at), |k| Ok(Some(k)))?
+            else {
                 return Err(());
             };
             if key_end - at > 1000 {
@@ -294,12 +324,14 @@ impl<'a> P<'a> {
             return Err(());
         }
         let is_item = b[from - 1] == b'-';
-        if is_item && (self.is_dash(q) || self.key_end(q)?.is_some()) {
+        if is_item {
             if self.is_dash(q) {
                 return Err(());
             }
-            // `- key: value`: a mapping inside the item.
-            return self.map(ls, q, depth + 1);
+            if let Some(key) = self.key_end(q)? {
+                // `- key: value`: a mapping inside the item.
+                return self.map(ls, q, key, depth + 1);
+            }
         }
         let id = match b[q] {
             b'"' | b'\'' => {
