@@ -1,0 +1,168 @@
+//! # krm-kube-standin — a TEST-ONLY stand-in for a Kubernetes API server and node
+//!
+//! This is **not Kubernetes** and is never shipped. It exists because no real API server can
+//! be installed on the machines krm-runner is developed and tested on. It speaks the part of
+//! the Kubernetes REST API that kube-rs and `kubectl get` use (discovery, CRUD, selectors,
+//! watch, patches, graceful deletion, finalizers, CRDs stored generically, `Status` errors)
+//! over plain HTTP on 127.0.0.1, and — optionally — runs each pod for real with podman,
+//! giving every pod its own loopback address 127.0.0.N as its pod IP.
+//!
+//! What it does not do (see README.md): authentication/authorization, admission webhooks,
+//! OpenAPI validation and pruning, managedFields, real server-side apply conflict detection,
+//! protobuf, aggregated discovery, garbage collection by ownerReferences (except the
+//! Endpoints/EndpointSlices of Services), and anything about nodes beyond one local podman.
+//!
+//! ```no_run
+//! let dir = tempfile::tempdir().unwrap();
+//! let standin = krm_kube_standin::StandIn::start(dir.path()).unwrap();
+//! // Point kube-rs or kubectl at it:
+//! println!("KUBECONFIG={}", standin.kubeconfig.display());
+//! // Dropping `standin` stops the server (and every container of its pods).
+//! ```
+
+pub mod api;
+pub mod error;
+pub mod patch;
+pub mod resources;
+pub mod selector;
+pub mod store;
+pub mod table;
+pub mod util;
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use store::Store;
+use tokio::sync::oneshot;
+
+/// Name used for the cluster, user and context in the generated kubeconfig.
+pub const CONTEXT: &str = "krm-kube-standin";
+
+/// How to start a stand-in.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Port on 127.0.0.1 (0 = any free port).
+    pub port: u16,
+}
+
+/// A running stand-in. Dropping it stops the server.
+pub struct StandIn {
+    /// `http://127.0.0.1:PORT`.
+    pub base_url: String,
+    /// Listening address.
+    pub addr: SocketAddr,
+    /// Generated kubeconfig (no auth; current context `krm-kube-standin`, namespace `default`).
+    pub kubeconfig: PathBuf,
+    /// State directory given at start.
+    pub state_dir: PathBuf,
+    store: Arc<Store>,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StandIn {
+    /// Starts the API server (no node agent: pods are stored but never run) on a free port.
+    pub fn start(state_dir: &Path) -> Result<Self> {
+        Self::start_with(state_dir, Options::default())
+    }
+
+    /// Starts with options.
+    pub fn start_with(state_dir: &Path, opts: Options) -> Result<Self> {
+        std::fs::create_dir_all(state_dir)
+            .with_context(|| format!("creating state dir {}", state_dir.display()))?;
+        let store = Arc::new(Store::new());
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel::<Result<SocketAddr>>();
+        let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+        let st = store.clone();
+        let port = opts.port;
+        let thread = std::thread::Builder::new()
+            .name("kube-standin".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = addr_tx.send(Err(e.into()));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let listener = match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+                        Ok(l) => l,
+                        Err(e) => {
+                            let _ = addr_tx.send(Err(anyhow::Error::from(e).context("binding 127.0.0.1")));
+                            return;
+                        }
+                    };
+                    let addr = listener.local_addr().expect("local addr");
+                    let app = Arc::new(api::App {
+                        store: st,
+                        addr,
+                        logs: None,
+                    });
+                    let _ = addr_tx.send(Ok(addr));
+                    // No graceful drain: watches are long-lived streams, and a test that
+                    // drops the stand-in wants it gone now. Open connections are cut when the
+                    // runtime shuts down.
+                    tokio::select! {
+                        r = axum::serve(listener, api::router(app)) => if let Err(e) = r { tracing::warn!("server: {e}") },
+                        _ = shutdown_rx => {}
+                    }
+                });
+                rt.shutdown_timeout(std::time::Duration::from_secs(2));
+            })?;
+        let addr = addr_rx
+            .recv()
+            .context("stand-in thread died before listening")??;
+        let base_url = format!("http://{addr}");
+        let kubeconfig = state_dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            serde_json::to_vec_pretty(&kubeconfig_json(&base_url))?,
+        )?;
+        Ok(Self {
+            base_url,
+            addr,
+            kubeconfig,
+            state_dir: state_dir.to_path_buf(),
+            store,
+            shutdown: Some(shutdown_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Direct access to the object store (for assertions that bypass HTTP).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+}
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The kubeconfig document for a server URL (JSON, which is valid YAML for every reader).
+pub fn kubeconfig_json(server: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT, "cluster": {"server": server}}],
+        "users": [{"name": CONTEXT, "user": {}}],
+        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": "default"}}],
+        "current-context": CONTEXT,
+        "preferences": {},
+    })
+}
