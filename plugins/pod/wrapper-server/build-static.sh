@@ -19,9 +19,12 @@ context=${1:-$target_dir/image}
 
 cd "$repo"
 # With --target, RUSTFLAGS apply to the target's artifacts only, not to build scripts and
-# proc-macros (which cannot be static).
+# proc-macros (which cannot be static). No debug info and no symbols: every function pod copies
+# these binaries, so size matters more than backtraces.
 unset CARGO_ENCODED_RUSTFLAGS
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
+CARGO_PROFILE_RELEASE_DEBUG=false \
+CARGO_PROFILE_RELEASE_STRIP=symbols \
   cargo build --release -p krm-wrapper-server --bins \
     --target "$triple" --target-dir "$target_dir" >&2
 

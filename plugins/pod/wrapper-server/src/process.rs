@@ -140,7 +140,11 @@ fn supervise(
         match child.wait() {
             Ok(status) => break status,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => panic!("cannot reap the function process: {e}"),
+            Err(error) => {
+                // Not our child any more (cannot happen): report a failed exit.
+                tracing::error!(%error, "cannot reap the function process");
+                break std::os::unix::process::ExitStatusExt::from_raw(255 << 8);
+            }
         }
     };
     let drain_until = Instant::now() + PIPE_DRAIN_LIMIT;
