@@ -1,0 +1,218 @@
+//! The Kubernetes requests the pool makes: only on the cold path (creating, deleting, adopting
+//! and scanning pods), never per warm call.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, PodTemplate, PodTemplateSpec, Service};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, Error};
+
+use crate::config::{ConnectVia, Settings};
+use crate::template::{BASE_TEMPLATE_NAME, INLINE_TEMPLATE_VERSION, OWNER_LABEL, inline_template};
+
+pub struct Cluster {
+    pods: Api<Pod>,
+    services: Api<Service>,
+    templates: Api<PodTemplate>,
+    namespace: String,
+    owner: String,
+    connect_via: ConnectVia,
+}
+
+/// How often a starting pod's status is read.
+const READY_POLL: Duration = Duration::from_millis(100);
+
+fn is_status(error: &Error, code: u16) -> bool {
+    matches!(error, Error::Api(status) if status.code == code)
+}
+
+impl Cluster {
+    pub fn new(client: Client, settings: &Settings) -> Self {
+        let namespace = settings.namespace.as_str();
+        Self {
+            pods: Api::namespaced(client.clone(), namespace),
+            services: Api::namespaced(client.clone(), namespace),
+            templates: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+            owner: settings.owner.clone(),
+            connect_via: settings.connect_via,
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The base template and its version: `PodTemplate/base-pod-template` if it exists.
+    pub async fn base_template(
+        &self,
+        wrapper_server_image: &str,
+    ) -> Result<(PodTemplateSpec, String), String> {
+        match self.templates.get_opt(BASE_TEMPLATE_NAME).await {
+            Ok(Some(template)) => {
+                let version = template
+                    .metadata
+                    .resource_version
+                    .clone()
+                    .unwrap_or_default();
+                let spec = template
+                    .template
+                    .ok_or_else(|| format!("PodTemplate {BASE_TEMPLATE_NAME} has no template"))?;
+                Ok((spec, version))
+            }
+            Ok(None) => Ok((
+                inline_template(wrapper_server_image),
+                INLINE_TEMPLATE_VERSION.to_owned(),
+            )),
+            Err(error) => Err(format!(
+                "cannot read PodTemplate {BASE_TEMPLATE_NAME}: {error}"
+            )),
+        }
+    }
+
+    pub async fn create(&self, pod: &Pod, service: &Service) -> Result<(), String> {
+        let params = PostParams {
+            field_manager: Some("krm-function-runner".into()),
+            ..Default::default()
+        };
+        self.pods
+            .create(&params, pod)
+            .await
+            .map_err(|e| format!("cannot create pod: {e}"))?;
+        match self.services.create(&params, service).await {
+            Ok(_) => Ok(()),
+            Err(error) if is_status(&error, 409) => Ok(()),
+            Err(error) => Err(format!("cannot create service: {error}")),
+        }
+    }
+
+    /// Deletes a pod and its service; already gone is fine.
+    pub async fn delete(&self, name: &str) {
+        for outcome in [
+            self.pods
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+            self.services
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        ] {
+            if let Err(error) = outcome
+                && !is_status(&error, 404)
+            {
+                tracing::warn!(pod = name, "cannot delete: {error}");
+            }
+        }
+    }
+
+    /// Waits until the pod is Ready, then returns the address to call it at.
+    pub async fn wait_ready(&self, name: &str, until: Instant) -> Result<String, String> {
+        loop {
+            let pod = self
+                .pods
+                .get_opt(name)
+                .await
+                .map_err(|e| format!("cannot read pod {name}: {e}"))?
+                .ok_or_else(|| format!("pod {name} was deleted while starting"))?;
+            let status = pod.status.clone().unwrap_or_default();
+            if status.phase.as_deref() == Some("Failed") {
+                return Err(format!("pod {name} failed: {}", describe_failure(&pod)));
+            }
+            let ready = status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if ready && let Some(address) = self.address(name, &pod).await? {
+                return Ok(address);
+            }
+            if Instant::now() + READY_POLL > until {
+                return Err(format!(
+                    "pod {name} was not ready in time (phase {}): {}",
+                    status.phase.as_deref().unwrap_or("unknown"),
+                    describe_failure(&pod)
+                ));
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    async fn address(&self, name: &str, pod: &Pod) -> Result<Option<String>, String> {
+        Ok(match self.connect_via {
+            ConnectVia::PodIp => pod.status.as_ref().and_then(|s| s.pod_ip.clone()),
+            ConnectVia::ServiceDns => Some(format!("{name}.{}.svc.cluster.local", self.namespace)),
+            ConnectVia::ServiceIp => self
+                .services
+                .get_opt(name)
+                .await
+                .map_err(|e| format!("cannot read service {name}: {e}"))?
+                .and_then(|service| service.spec)
+                .and_then(|spec| spec.cluster_ip)
+                .filter(|ip| !ip.is_empty() && ip != "None"),
+        })
+    }
+
+    /// This runner's pods (by owner label).
+    pub async fn owned_pods(&self) -> Result<Vec<Pod>, String> {
+        let selector = format!("{OWNER_LABEL}={}", self.owner);
+        self.pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map(|list| list.items)
+            .map_err(|e| format!("cannot list pods: {e}"))
+    }
+
+    /// The address of an adopted, ready pod.
+    pub async fn ready_address(&self, pod: &Pod) -> Option<String> {
+        let name = pod.metadata.name.as_deref()?;
+        let ready = pod
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        if !ready || pod.metadata.deletion_timestamp.is_some() {
+            return None;
+        }
+        self.address(name, pod).await.ok().flatten()
+    }
+}
+
+/// The most useful words about why a pod is not running: waiting or terminated reasons.
+fn describe_failure(pod: &Pod) -> String {
+    let status = pod.status.clone().unwrap_or_default();
+    let reasons: Vec<String> = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .filter_map(|c| {
+            let state = c.state.as_ref()?;
+            if let Some(waiting) = &state.waiting {
+                return Some(format!(
+                    "{}: {} {}",
+                    c.name,
+                    waiting.reason.as_deref().unwrap_or("waiting"),
+                    waiting.message.as_deref().unwrap_or("")
+                ));
+            }
+            state.terminated.as_ref().map(|t| {
+                format!(
+                    "{}: exited {} {}",
+                    c.name,
+                    t.exit_code,
+                    t.message.as_deref().or(t.reason.as_deref()).unwrap_or("")
+                )
+            })
+        })
+        .collect();
+    if reasons.is_empty() {
+        status
+            .message
+            .unwrap_or_else(|| "no container status yet".to_owned())
+    } else {
+        reasons.join("; ")
+    }
+}

@@ -1,0 +1,253 @@
+//! The pod plugin's `config:` section. Keys are Porch's flag names with underscores, so
+//! `--pod-ttl 10m` on the runner's command line lands in `pod_ttl`.
+
+use std::time::Duration;
+
+use krm_plugin_api::ConfigError;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PodConfig {
+    /// Namespace of function pods and services (Porch: `--pod-namespace`).
+    pub pod_namespace: String,
+    /// Idle time after which a pod is deleted (Porch: `--pod-ttl`, Go duration).
+    pub pod_ttl: String,
+    /// How often idle pods are looked for (Porch: `--scan-interval`).
+    pub scan_interval: String,
+    /// Create the `warm_up` images' pods at start (Porch: `--warm-up-pod-cache`).
+    pub warm_up_pod_cache: bool,
+    /// Images to start one pod for at start-up.
+    pub warm_up: Vec<String>,
+    /// Per-pod load at which another pod is started (Porch: `--max-waitlist-length`).
+    pub max_waitlist_length: i64,
+    /// Pods per image at most (Porch: `--max-parallel-pods-per-function`).
+    pub max_parallel_pods_per_function: i64,
+    /// Calls per image allowed to wait beyond the pods' preferred load; more are refused
+    /// with RESOURCE_EXHAUSTED (Porch queues without limit).
+    pub max_queued_calls: usize,
+    /// The wrapper-server image (Porch: env `WRAPPER_SERVER_IMAGE`, which is the default here).
+    pub wrapper_server_image: Option<String>,
+    /// Longest wait for a new pod to become ready, never longer than the caller's deadline.
+    pub readiness_timeout: String,
+    /// How the runner reaches a pod: `service_dns` (Porch's way), `service_ip` or `pod_ip`.
+    pub connect_via: ConnectVia,
+    /// A kubeconfig file; default: in-cluster config, else `KUBECONFIG`, else `~/.kube/config`.
+    pub kubeconfig: Option<String>,
+    /// Names this runner's pods, so that several runners sharing a namespace leave each
+    /// other's pods alone. Default: the host name.
+    pub owner: Option<String>,
+    /// Registries spoken to over plain HTTP (local registries only).
+    pub plain_http_registries: Vec<String>,
+    /// Docker config JSON used for registry credentials (Porch: `--registry-auth-secret-path`
+    /// when `--enable-private-registries`).
+    pub enable_private_registries: bool,
+    pub registry_auth_secret_path: String,
+    pub registry_auth_secret_name: String,
+    /// Trust the CA in `tls_secret_path` (`ca.crt` or `ca.pem`) for registries.
+    pub enable_private_registries_tls: bool,
+    pub tls_secret_path: String,
+    /// Accepted for Porch v1.4/v1.5 manifests; FunctionConfig resources replace them.
+    pub pod_cache_config: Option<String>,
+    pub function_pod_template: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectVia {
+    ServiceDns,
+    ServiceIp,
+    PodIp,
+}
+
+impl Default for PodConfig {
+    fn default() -> Self {
+        Self {
+            pod_namespace: "porch-fn-system".into(),
+            pod_ttl: "30m".into(),
+            scan_interval: "1m".into(),
+            warm_up_pod_cache: true,
+            warm_up: Vec::new(),
+            max_waitlist_length: 2,
+            max_parallel_pods_per_function: 1,
+            max_queued_calls: 1000,
+            wrapper_server_image: None,
+            readiness_timeout: "60s".into(),
+            connect_via: ConnectVia::ServiceDns,
+            kubeconfig: None,
+            owner: None,
+            plain_http_registries: Vec::new(),
+            enable_private_registries: false,
+            registry_auth_secret_path: "/var/tmp/config-secret/.dockerconfigjson".into(),
+            registry_auth_secret_name: "auth-secret".into(),
+            enable_private_registries_tls: false,
+            tls_secret_path: "/var/tmp/tls-secret/".into(),
+            pod_cache_config: None,
+            function_pod_template: None,
+        }
+    }
+}
+
+/// The validated settings the pool works with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub namespace: String,
+    pub ttl: Duration,
+    pub scan_interval: Duration,
+    pub readiness_timeout: Duration,
+    pub preferred_load: usize,
+    pub max_pods: usize,
+    pub max_queued_calls: usize,
+    pub wrapper_server_image: String,
+    pub connect_via: ConnectVia,
+    pub owner: String,
+    pub max_message_bytes: usize,
+    pub default_image_prefix: String,
+}
+
+impl PodConfig {
+    pub fn settings(
+        &self,
+        max_message_bytes: usize,
+        default_image_prefix: String,
+    ) -> Result<Settings, ConfigError> {
+        let mut problems = Vec::new();
+        let mut duration = |field: &str, value: &str| match parse_go_duration(value) {
+            Some(duration) => duration,
+            None => {
+                problems.push(format!(
+                    "{field}: {value:?} is not a duration such as 30m or 1m30s"
+                ));
+                Duration::ZERO
+            }
+        };
+        let ttl = duration("pod_ttl", &self.pod_ttl);
+        let scan_interval = duration("scan_interval", &self.scan_interval);
+        let readiness_timeout = duration("readiness_timeout", &self.readiness_timeout);
+        let wrapper_server_image = self
+            .wrapper_server_image
+            .clone()
+            .or_else(|| std::env::var("WRAPPER_SERVER_IMAGE").ok())
+            .filter(|image| !image.is_empty());
+        if wrapper_server_image.is_none() {
+            problems.push(
+                "wrapper_server_image: not set (nor environment variable WRAPPER_SERVER_IMAGE), \
+                 which the pod evaluator needs"
+                    .to_owned(),
+            );
+        }
+        if self.pod_namespace.is_empty() {
+            problems.push("pod_namespace: empty".to_owned());
+        }
+        if !problems.is_empty() {
+            return Err(ConfigError::new(problems.join("; ")));
+        }
+        let owner = self
+            .owner
+            .clone()
+            .or_else(|| std::env::var("POD_NAME").ok())
+            .or_else(|| {
+                std::fs::read_to_string("/etc/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_owned())
+            })
+            .filter(|owner| !owner.is_empty())
+            .unwrap_or_else(|| "krm-runner".to_owned());
+        Ok(Settings {
+            namespace: self.pod_namespace.clone(),
+            ttl,
+            scan_interval: scan_interval.max(Duration::from_millis(100)),
+            readiness_timeout,
+            // Porch: values <= 0 fall back to the defaults.
+            preferred_load: usize::try_from(self.max_waitlist_length)
+                .ok()
+                .filter(|n| *n > 0)
+                .unwrap_or(2),
+            max_pods: usize::try_from(self.max_parallel_pods_per_function)
+                .ok()
+                .filter(|n| *n > 0)
+                .unwrap_or(1),
+            max_queued_calls: self.max_queued_calls,
+            wrapper_server_image: wrapper_server_image.unwrap_or_default(),
+            connect_via: self.connect_via,
+            owner: label_safe(&owner),
+            max_message_bytes,
+            default_image_prefix,
+        })
+    }
+}
+
+/// Go's `time.ParseDuration` for the units operators use: `1h30m`, `30m`, `45s`, `500ms`.
+pub fn parse_go_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(digits);
+        let number: f64 = number.parse().ok()?;
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let seconds = match unit {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += Duration::from_secs_f64(number * seconds);
+        rest = tail;
+    }
+    Some(total)
+}
+
+/// A Kubernetes label value: at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at the ends.
+pub fn label_safe(text: &str) -> String {
+    let cleaned: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    cleaned
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("30m"), Some(Duration::from_secs(1800)));
+        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_go_duration("ten"), None);
+        assert_eq!(parse_go_duration("10"), None);
+    }
+
+    #[test]
+    fn label_values() {
+        assert_eq!(label_safe("runner-7f9c/abc"), "runner-7f9c-abc");
+        assert_eq!(label_safe("-x-"), "x");
+    }
+}

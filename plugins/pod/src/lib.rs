@@ -1,0 +1,183 @@
+//! `pod`: runs any function image in a warm pool of Kubernetes pods, each running the wrapper
+//! server in front of the function (Porch's pod evaluator, with its defects fixed: unique pod
+//! names, leases that cannot leak, pods matched by identity, owner labels so that several
+//! runners can share a namespace, no Kubernetes request on the warm path).
+//!
+//! The plugin runs its own tokio runtime: plugins cannot use the runner's.
+
+mod cluster;
+mod config;
+mod image;
+mod pool;
+mod template;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use krm_plugin_api::{
+    BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator, Plugin,
+    export_plugin,
+};
+use krm_runner_proto::evaluator::EvaluateFunctionRequest;
+use tonic::Code;
+
+use cluster::Cluster;
+pub use config::PodConfig;
+use image::{Registry, RegistryOptions, resolve};
+use pool::Pool;
+
+pub struct PodEvaluator {
+    pool: Arc<Pool>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Evaluator for PodEvaluator {
+    fn evaluate(
+        &self,
+        context: &CallContext<'_>,
+        image: &str,
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError> {
+        let image = resolve(image, &self.pool.settings.default_image_prefix);
+        let deadline = context.deadline();
+        let cancelled = context.cancelled();
+        self.runtime.block_on(async {
+            tokio::select! {
+                outcome = evaluate(&self.pool, &image, resource_list, deadline) => outcome,
+                reason = cancelled => Err(reason.to_error(&image)),
+            }
+        })
+    }
+}
+
+async fn evaluate(
+    pool: &Arc<Pool>,
+    image: &str,
+    resource_list: &[u8],
+    deadline: Option<Instant>,
+) -> Result<EvalResponse, EvalError> {
+    // A pod that went away behind the runner's back fails the connection: evict it and try once
+    // more on a fresh pod. Functions are pure transformations, so a retry is safe.
+    for attempt in 0..2 {
+        let lease = pool.acquire(image, deadline).await?;
+        let mut request = tonic::Request::new(EvaluateFunctionRequest {
+            resource_list: resource_list.to_vec(),
+            image: image.to_owned(),
+        });
+        if let Some(deadline) = deadline {
+            request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+        }
+        match lease.pod.client().evaluate_function(request).await {
+            Ok(response) => {
+                let response = response.into_inner();
+                return Ok(EvalResponse::new(response.resource_list, response.log));
+            }
+            Err(status) if attempt == 0 && status.code() == Code::Unavailable => {
+                let name = lease.pod.name.clone();
+                drop(lease);
+                tracing::warn!(pod = %name, image, "function pod unreachable ({}); replacing it", status.message());
+                pool.evict(&name).await;
+            }
+            Err(status) => return Err(from_wrapper(image, &status)),
+        }
+    }
+    Err(EvalError::new(
+        ErrorKind::Unavailable,
+        format!("unable to evaluate {image} with pod evaluator: no reachable pod"),
+    ))
+}
+
+/// The wrapper's status code is kept (a decline would make the chain run the function
+/// elsewhere, so NOT_FOUND becomes a failure); the message gets Porch's prefix.
+fn from_wrapper(image: &str, status: &tonic::Status) -> EvalError {
+    let kind = match status.code() {
+        Code::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+        Code::Cancelled => ErrorKind::Cancelled,
+        Code::ResourceExhausted => ErrorKind::ResourceExhausted,
+        Code::Unavailable => ErrorKind::Unavailable,
+        Code::InvalidArgument => ErrorKind::InvalidInput,
+        _ => ErrorKind::Failed,
+    };
+    EvalError::new(
+        kind,
+        format!(
+            "unable to evaluate {image} with pod evaluator: rpc error: code = {:?} desc = {}",
+            status.code(),
+            status.message()
+        ),
+    )
+}
+
+pub struct PodPlugin;
+
+impl Plugin for PodPlugin {
+    const NAME: &'static str = "pod";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const DESCRIPTION: &'static str = "runs any function image in a warm pool of Kubernetes pods";
+    type Config = PodConfig;
+    type Evaluator = PodEvaluator;
+
+    fn build(config: PodConfig, context: &BuildContext) -> Result<PodEvaluator, ConfigError> {
+        let max_message_bytes = context
+            .setting("max_message_bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(6 * 1024 * 1024);
+        let prefix = context.setting("default_image_prefix").unwrap_or_default();
+        let settings = config.settings(max_message_bytes, prefix)?;
+        let registry = Registry::new(RegistryOptions {
+            plain_http: &config.plain_http_registries,
+            docker_config: config
+                .enable_private_registries
+                .then_some(Path::new(&config.registry_auth_secret_path)),
+            ca_dir: config
+                .enable_private_registries_tls
+                .then_some(Path::new(&config.tls_secret_path)),
+        })
+        .map_err(ConfigError::new)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("krm-pod")
+            .enable_all()
+            .build()
+            .map_err(|e| ConfigError::new(format!("cannot start the pod plugin's runtime: {e}")))?;
+        let pool = runtime.block_on(async {
+            let client = kube_client(config.kubeconfig.as_deref()).await?;
+            let cluster = Arc::new(Cluster::new(client, &settings));
+            let pool = Pool::new(settings, cluster, registry);
+            pool.adopt()
+                .await
+                .map_err(|e| ConfigError::new(format!("adopting existing function pods: {e}")))?;
+            Ok::<_, ConfigError>(pool)
+        })?;
+        if config.warm_up_pod_cache {
+            let _guard = runtime.enter();
+            for image in &config.warm_up {
+                pool.warm_up(&resolve(image, &pool.settings.default_image_prefix));
+            }
+        }
+        runtime.spawn(pool.clone().scan_forever());
+        Ok(PodEvaluator { pool, runtime })
+    }
+}
+
+async fn kube_client(kubeconfig: Option<&str>) -> Result<kube::Client, ConfigError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| ConfigError::field("kubeconfig", format!("{path}: {e}")))?;
+            kube::Config::from_custom_kubeconfig(file, &Default::default())
+                .await
+                .map_err(|e| ConfigError::field("kubeconfig", format!("{path}: {e}")))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            ConfigError::new(format!(
+                "no Kubernetes configuration (in-cluster or KUBECONFIG): {e}"
+            ))
+        })?,
+    };
+    kube::Client::try_from(config)
+        .map_err(|e| ConfigError::new(format!("cannot build the Kubernetes client: {e}")))
+}
+
+export_plugin!(PodPlugin);

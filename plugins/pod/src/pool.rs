@@ -1,0 +1,447 @@
+//! Per image, a pool of warm pods. Calls go to the least-loaded pod (round robin among equals);
+//! another pod starts when every pod's load reaches the preferred length and the image has
+//! fewer than its maximum; calls beyond `max_queued_calls` are refused. Loads are held by a
+//! lease that is released when dropped, so a cancelled or timed-out call can never leak one.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use krm_plugin_api::{ErrorKind, EvalError};
+use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
+use rand::Rng;
+use tokio::sync::Notify;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::cluster::Cluster;
+use crate::config::Settings;
+use crate::image::{Registry, pod_stem};
+use crate::template::{
+    self, IMAGE_ANNOTATION, PodRequest, TEMPLATE_VERSION_ANNOTATION, WRAPPER_PORT,
+};
+
+/// A ready pod.
+pub struct PodHandle {
+    pub name: String,
+    image: String,
+    client: FunctionEvaluatorClient<Channel>,
+    load: AtomicUsize,
+    last_used: Mutex<Instant>,
+}
+
+impl PodHandle {
+    pub fn client(&self) -> FunctionEvaluatorClient<Channel> {
+        self.client.clone()
+    }
+
+    fn load(&self) -> usize {
+        self.load.load(Ordering::SeqCst)
+    }
+}
+
+/// One call's claim on a pod.
+pub struct Lease {
+    pub pod: Arc<PodHandle>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        *self
+            .pod
+            .last_used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        self.pod.load.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[derive(Default)]
+struct ImagePool {
+    pods: Vec<Arc<PodHandle>>,
+    creating: usize,
+    /// Round-robin position among equally loaded pods.
+    next: usize,
+    /// Creation attempts so far, and the last one that failed with its message.
+    attempts: u64,
+    failure: Option<(u64, EvalError)>,
+    /// Calls waiting for a pod to be created.
+    waiting: usize,
+}
+
+impl ImagePool {
+    fn least_loaded(&mut self) -> Option<Arc<PodHandle>> {
+        let min = self.pods.iter().map(|p| p.load()).min()?;
+        let count = self.pods.len();
+        let index = (0..count)
+            .map(|offset| (self.next + offset) % count)
+            .find(|&i| self.pods[i].load() == min)?;
+        self.next = (index + 1) % count;
+        Some(self.pods[index].clone())
+    }
+
+    fn queued_beyond(&self, preferred: usize) -> usize {
+        self.waiting
+            + self
+                .pods
+                .iter()
+                .map(|p| p.load().saturating_sub(preferred))
+                .sum::<usize>()
+    }
+}
+
+/// Decrements `waiting` when a waiting call stops waiting, however it stops.
+struct Waiting<'a> {
+    pool: &'a Pool,
+    image: &'a str,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.images().get_mut(self.image) {
+            pool.waiting -= 1;
+        }
+    }
+}
+
+pub struct Pool {
+    pub settings: Settings,
+    cluster: Arc<Cluster>,
+    registry: Registry,
+    images: Mutex<HashMap<String, ImagePool>>,
+    /// Pods being created, so that scans don't take them for strays.
+    starting: Mutex<HashSet<String>>,
+    changed: Notify,
+}
+
+impl Pool {
+    pub fn new(settings: Settings, cluster: Arc<Cluster>, registry: Registry) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            cluster,
+            registry,
+            images: Mutex::default(),
+            starting: Mutex::default(),
+            changed: Notify::new(),
+        })
+    }
+
+    fn images(&self) -> MutexGuard<'_, HashMap<String, ImagePool>> {
+        self.images.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A pod for `image`, starting one when needed; waits no longer than `until`.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        image: &str,
+        until: Option<Instant>,
+    ) -> Result<Lease, EvalError> {
+        let preferred = self.settings.preferred_load;
+        let mut waiting: Option<Waiting<'_>> = None;
+        let mut waited_for = u64::MAX;
+        loop {
+            let changed = self.changed.notified();
+            {
+                let mut images = self.images();
+                let pool = images.entry(image.to_owned()).or_default();
+                if let Some((attempt, error)) = &pool.failure
+                    && *attempt >= waited_for
+                    && pool.pods.is_empty()
+                    && pool.creating == 0
+                {
+                    return Err(error.clone());
+                }
+                let best = pool.least_loaded();
+                let total = pool.pods.len() + pool.creating;
+                let busy = best.as_ref().is_some_and(|pod| pod.load() >= preferred);
+                let needs_pod = best.is_none() && pool.creating == 0;
+                if (busy || needs_pod) && total < self.settings.max_pods {
+                    pool.creating += 1;
+                    pool.attempts += 1;
+                    self.clone()
+                        .start_pod(image.to_owned(), pool.attempts, until);
+                }
+                if let Some(pod) = best {
+                    if pod.load() >= preferred
+                        && pool.queued_beyond(preferred) >= self.settings.max_queued_calls
+                    {
+                        return Err(queue_full(image, self.settings.max_queued_calls));
+                    }
+                    pod.load.fetch_add(1, Ordering::SeqCst);
+                    return Ok(Lease { pod });
+                }
+                if waiting.is_none() {
+                    if pool.queued_beyond(preferred) >= self.settings.max_queued_calls {
+                        return Err(queue_full(image, self.settings.max_queued_calls));
+                    }
+                    pool.waiting += 1;
+                    waited_for = pool.attempts;
+                    drop(images);
+                    waiting = Some(Waiting { pool: self, image });
+                }
+            }
+            match until {
+                Some(until) => {
+                    if tokio::time::timeout_at(until.into(), changed)
+                        .await
+                        .is_err()
+                    {
+                        return Err(EvalError::new(
+                            ErrorKind::DeadlineExceeded,
+                            format!(
+                                "function evaluation timed out for {image}: no pod was ready before the deadline"
+                            ),
+                        ));
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+
+    fn start_pod(self: Arc<Self>, image: String, attempt: u64, caller_deadline: Option<Instant>) {
+        let limit = Instant::now() + self.settings.readiness_timeout;
+        let until = caller_deadline.map_or(limit, |deadline| deadline.min(limit));
+        tokio::spawn(async move {
+            let outcome = self.create_pod(&image, until).await;
+            {
+                let mut images = self.images();
+                let pool = images.entry(image.clone()).or_default();
+                pool.creating -= 1;
+                match outcome {
+                    Ok(pod) => {
+                        tracing::info!(pod = %pod.name, image, "function pod ready");
+                        pool.pods.push(pod);
+                    }
+                    Err(error) => {
+                        tracing::warn!(image, "cannot start a function pod: {}", error.message);
+                        pool.failure = Some((attempt, error));
+                    }
+                }
+            }
+            self.changed.notify_waiters();
+        });
+    }
+
+    async fn create_pod(&self, image: &str, until: Instant) -> Result<Arc<PodHandle>, EvalError> {
+        let fail = |message: String| {
+            EvalError::failed(format!(
+                "unable to get the grpc client to the pod for {image}: {message}"
+            ))
+        };
+        let metadata = self.registry.metadata(image).await.map_err(fail)?;
+        let (base, version) = self
+            .cluster
+            .base_template(&self.settings.wrapper_server_image)
+            .await
+            .map_err(fail)?;
+        let suffix: String = (0..5)
+            .map(|_| char::from(b"bcdfghjklmnpqrstvwxz2456789"[rand::rng().random_range(0..27)]))
+            .collect();
+        let name = format!("{}-{suffix}", pod_stem(image, &metadata.digest));
+        let pod = template::pod(
+            &base,
+            &PodRequest {
+                name: &name,
+                namespace: self.cluster.namespace(),
+                image,
+                entrypoint: &metadata.entrypoint,
+                owner: &self.settings.owner,
+                template_version: &version,
+                max_message_bytes: self.settings.max_message_bytes,
+                wrapper_server_image: &self.settings.wrapper_server_image,
+            },
+        )
+        .map_err(fail)?;
+        let service = template::service(&name, self.cluster.namespace(), &self.settings.owner);
+        self.starting().insert(name.clone());
+        let ready = async {
+            self.cluster.create(&pod, &service).await?;
+            self.cluster.wait_ready(&name, until).await
+        }
+        .await;
+        self.starting().remove(&name);
+        match ready {
+            Ok(address) => Ok(self.handle(&name, image, &address)),
+            Err(message) => {
+                self.cluster.delete(&name).await;
+                let kind = if Instant::now() >= until {
+                    ErrorKind::DeadlineExceeded
+                } else {
+                    ErrorKind::Failed
+                };
+                Err(EvalError::new(
+                    kind,
+                    format!("unable to get the grpc client to the pod for {image}: {message}"),
+                ))
+            }
+        }
+    }
+
+    fn starting(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.starting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn handle(&self, name: &str, image: &str, address: &str) -> Arc<PodHandle> {
+        let limit = self.settings.max_message_bytes;
+        let channel = Endpoint::from_shared(format!("http://{address}:{WRAPPER_PORT}"))
+            .expect("a host and port make a valid URI")
+            .tcp_nodelay(true)
+            .connect_lazy();
+        Arc::new(PodHandle {
+            name: name.to_owned(),
+            image: image.to_owned(),
+            client: FunctionEvaluatorClient::new(channel)
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+            load: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+        })
+    }
+
+    /// Takes a pod out of service and deletes it (with its service). Its connection closes
+    /// when the last call using it ends.
+    pub async fn evict(&self, name: &str) {
+        let removed = {
+            let mut images = self.images();
+            images.values_mut().any(|pool| {
+                let before = pool.pods.len();
+                pool.pods.retain(|pod| pod.name != name);
+                pool.pods.len() != before
+            })
+        };
+        if removed {
+            tracing::info!(pod = name, "function pod evicted");
+        }
+        self.cluster.delete(name).await;
+        self.changed.notify_waiters();
+    }
+
+    /// Adopts this runner's ready pods of the current template and deletes its other pods.
+    pub async fn adopt(&self) -> Result<(), String> {
+        let (_, version) = self
+            .cluster
+            .base_template(&self.settings.wrapper_server_image)
+            .await?;
+        for pod in self.cluster.owned_pods().await? {
+            let Some(name) = pod.metadata.name.clone() else {
+                continue;
+            };
+            let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+            let image = annotations.get(IMAGE_ANNOTATION).cloned();
+            let current = annotations.get(TEMPLATE_VERSION_ANNOTATION) == Some(&version);
+            let address = if current {
+                self.cluster.ready_address(&pod).await
+            } else {
+                None
+            };
+            match (image, address) {
+                (Some(image), Some(address)) if self.pods_of(&image) < self.settings.max_pods => {
+                    tracing::info!(pod = %name, image, "adopted function pod");
+                    let handle = self.handle(&name, &image, &address);
+                    self.images().entry(image).or_default().pods.push(handle);
+                }
+                _ => {
+                    tracing::info!(pod = %name, "deleting a function pod this runner cannot use");
+                    self.cluster.delete(&name).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn pods_of(&self, image: &str) -> usize {
+        self.images().get(image).map_or(0, |pool| pool.pods.len())
+    }
+
+    /// Starts one pod for `image` if it has none (warm-up).
+    pub fn warm_up(self: &Arc<Self>, image: &str) {
+        let mut images = self.images();
+        let pool = images.entry(image.to_owned()).or_default();
+        if pool.pods.is_empty() && pool.creating == 0 {
+            pool.creating += 1;
+            pool.attempts += 1;
+            self.clone()
+                .start_pod(image.to_owned(), pool.attempts, None);
+        }
+    }
+
+    /// Every `scan_interval`: deletes idle pods past their TTL, forgets pods that are gone or
+    /// failed, and deletes this runner's pods that nothing uses.
+    pub async fn scan(&self) {
+        let idle: Vec<String> = {
+            let images = self.images();
+            images
+                .values()
+                .flat_map(|pool| pool.pods.iter())
+                .filter(|pod| {
+                    pod.load() == 0
+                        && pod
+                            .last_used
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .elapsed()
+                            > self.settings.ttl
+                })
+                .map(|pod| pod.name.clone())
+                .collect()
+        };
+        for name in idle {
+            tracing::info!(pod = %name, "function pod idle past its TTL");
+            self.evict(&name).await;
+        }
+        let Ok(pods) = self.cluster.owned_pods().await else {
+            return;
+        };
+        let live: HashMap<String, bool> = pods
+            .iter()
+            .filter_map(|pod| {
+                let name = pod.metadata.name.clone()?;
+                let failed = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
+                    || pod.metadata.deletion_timestamp.is_some();
+                Some((name, failed))
+            })
+            .collect();
+        let known: Vec<(String, String)> = {
+            let images = self.images();
+            images
+                .values()
+                .flat_map(|pool| {
+                    pool.pods
+                        .iter()
+                        .map(|pod| (pod.name.clone(), pod.image.clone()))
+                })
+                .collect()
+        };
+        for (name, image) in &known {
+            if live.get(name).is_none_or(|failed| *failed) {
+                tracing::info!(pod = %name, image, "function pod gone or failed");
+                self.evict(name).await;
+            }
+        }
+        let starting = self.starting().clone();
+        for (name, _) in live {
+            if !starting.contains(&name) && !known.iter().any(|(known, _)| *known == name) {
+                self.cluster.delete(&name).await;
+            }
+        }
+    }
+
+    /// Runs [`Pool::scan`] forever.
+    pub async fn scan_forever(self: Arc<Self>) {
+        let mut ticker =
+            tokio::time::interval(self.settings.scan_interval.max(Duration::from_millis(100)));
+        ticker.tick().await;
+        loop {
+            ticker.tick().await;
+            self.scan().await;
+        }
+    }
+}
+
+fn queue_full(image: &str, limit: usize) -> EvalError {
+    EvalError::new(
+        ErrorKind::ResourceExhausted,
+        format!("the queue for {image} is full: {limit} calls are already waiting for its pods"),
+    )
+}

@@ -1,0 +1,243 @@
+//! The pod and service each function pod gets.
+//!
+//! The base is the namespace's `PodTemplate/base-pod-template` when it exists (operators tune
+//! resources, tolerations, security there), else an inline default with secure settings Porch's
+//! lacks: non-root, no privilege escalation, all capabilities dropped, RuntimeDefault seccomp,
+//! no service-account token. The pod's template version is the PodTemplate's resourceVersion
+//! (`inline-v1` for the inline default): pods of another version are replaced.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, ExecAction, Pod,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+pub const BASE_TEMPLATE_NAME: &str = "base-pod-template";
+pub const INLINE_TEMPLATE_VERSION: &str = "inline-v1";
+pub const WRAPPER_PORT: i32 = 9446;
+pub const FUNCTION_CONTAINER: &str = "function";
+const TOOLS_VOLUME: &str = "wrapper-server-tools";
+const TOOLS_DIR: &str = "/wrapper-server-tools";
+
+/// Porch's label: selects the pod for its service.
+pub const IMAGE_LABEL: &str = "fn.kpt.dev/image";
+pub const TEMPLATE_VERSION_ANNOTATION: &str = "fn.kpt.dev/template-version";
+/// Which runner owns the pod: runners sharing a namespace only touch their own pods.
+pub const OWNER_LABEL: &str = "krm-runner.dev/owner";
+/// The full image reference (label values cannot hold one).
+pub const IMAGE_ANNOTATION: &str = "krm-runner.dev/image";
+
+/// The inline default base template.
+pub fn inline_template(wrapper_server_image: &str) -> PodTemplateSpec {
+    let tools_mount = VolumeMount {
+        name: TOOLS_VOLUME.into(),
+        mount_path: TOOLS_DIR.into(),
+        ..Default::default()
+    };
+    let locked_down = SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        read_only_root_filesystem: Some(false),
+        ..Default::default()
+    };
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            annotations: Some(BTreeMap::from([(
+                "cluster-autoscaler.kubernetes.io/safe-to-evict".into(),
+                "true".into(),
+            )])),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            automount_service_account_token: Some(false),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(65532),
+                run_as_group: Some(65532),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            volumes: Some(vec![Volume {
+                name: TOOLS_VOLUME.into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            }]),
+            // Function images may have no shell and no `cp`: the wrapper copies itself.
+            init_containers: Some(vec![Container {
+                name: "copy-wrapper-server".into(),
+                image: Some(wrapper_server_image.into()),
+                command: Some(vec![
+                    "/home/nonroot/wrapper-server/wrapper-server".into(),
+                    "install".into(),
+                    TOOLS_DIR.into(),
+                ]),
+                volume_mounts: Some(vec![tools_mount.clone()]),
+                security_context: Some(locked_down.clone()),
+                ..Default::default()
+            }]),
+            containers: vec![Container {
+                name: FUNCTION_CONTAINER.into(),
+                image: Some("placeholder".into()),
+                command: Some(vec![format!("{TOOLS_DIR}/wrapper-server")]),
+                ports: Some(vec![ContainerPort {
+                    container_port: WRAPPER_PORT,
+                    name: Some("grpc".into()),
+                    ..Default::default()
+                }]),
+                readiness_probe: Some(Probe {
+                    exec: Some(ExecAction {
+                        command: Some(vec![
+                            format!("{TOOLS_DIR}/grpc-health-probe"),
+                            "-addr".into(),
+                            format!("localhost:{WRAPPER_PORT}"),
+                        ]),
+                    }),
+                    period_seconds: Some(1),
+                    ..Default::default()
+                }),
+                volume_mounts: Some(vec![tools_mount]),
+                security_context: Some(locked_down),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    }
+}
+
+/// What one function pod needs.
+pub struct PodRequest<'a> {
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub image: &'a str,
+    pub entrypoint: &'a [String],
+    pub owner: &'a str,
+    pub template_version: &'a str,
+    pub max_message_bytes: usize,
+    pub wrapper_server_image: &'a str,
+}
+
+/// The pod for `request`, from the base template.
+pub fn pod(base: &PodTemplateSpec, request: &PodRequest<'_>) -> Result<Pod, String> {
+    let mut metadata = base.metadata.clone().unwrap_or_default();
+    let mut spec = base
+        .spec
+        .clone()
+        .ok_or("the base pod template has no spec")?;
+    if let Some(init) = spec.init_containers.as_mut().and_then(|c| c.first_mut()) {
+        init.image = Some(request.wrapper_server_image.into());
+    }
+    let function = spec
+        .containers
+        .iter_mut()
+        .find(|c| c.name == FUNCTION_CONTAINER)
+        .ok_or("the base pod template has no container named \"function\"")?;
+    function.image = Some(request.image.into());
+    let args = function.args.get_or_insert_with(Vec::new);
+    args.extend([
+        "--port".into(),
+        WRAPPER_PORT.to_string(),
+        "--max-request-body-size".into(),
+        request.max_message_bytes.to_string(),
+        "--".into(),
+    ]);
+    args.extend(request.entrypoint.iter().cloned());
+
+    metadata.name = Some(request.name.into());
+    metadata.namespace = Some(request.namespace.into());
+    metadata.generate_name = None;
+    let labels = metadata.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert(IMAGE_LABEL.into(), request.name.into());
+    labels.insert(OWNER_LABEL.into(), request.owner.into());
+    let annotations = metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(
+        TEMPLATE_VERSION_ANNOTATION.into(),
+        request.template_version.into(),
+    );
+    annotations.insert(IMAGE_ANNOTATION.into(), request.image.into());
+    Ok(Pod {
+        metadata,
+        spec: Some(spec),
+        status: None,
+    })
+}
+
+/// One ClusterIP service per pod, named like it, selecting it alone.
+pub fn service(name: &str, namespace: &str, owner: &str) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(BTreeMap::from([(OWNER_LABEL.into(), owner.into())])),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(BTreeMap::from([(IMAGE_LABEL.into(), name.into())])),
+            ports: Some(vec![ServicePort {
+                port: WRAPPER_PORT,
+                target_port: Some(IntOrString::Int(WRAPPER_PORT)),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_from_the_inline_template() {
+        let base = inline_template("registry/wrapper:v1");
+        let entrypoint = vec!["/fn".to_owned(), "--flag".to_owned()];
+        let pod = pod(
+            &base,
+            &PodRequest {
+                name: "set-labels-v041-12345678-abcde",
+                namespace: "fns",
+                image: "registry/set-labels:v0.4.1",
+                entrypoint: &entrypoint,
+                owner: "runner-a",
+                template_version: INLINE_TEMPLATE_VERSION,
+                max_message_bytes: 100,
+                wrapper_server_image: "registry/wrapper:v1",
+            },
+        )
+        .unwrap();
+        let spec = pod.spec.unwrap();
+        let function = &spec.containers[0];
+        assert_eq!(
+            function.image.as_deref(),
+            Some("registry/set-labels:v0.4.1")
+        );
+        assert_eq!(
+            function.args.as_ref().unwrap(),
+            &[
+                "--port",
+                "9446",
+                "--max-request-body-size",
+                "100",
+                "--",
+                "/fn",
+                "--flag"
+            ]
+        );
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels[OWNER_LABEL], "runner-a");
+        assert_eq!(labels[IMAGE_LABEL], "set-labels-v041-12345678-abcde");
+    }
+}
