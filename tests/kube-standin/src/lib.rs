@@ -22,7 +22,11 @@
 
 pub mod api;
 pub mod error;
+pub mod image;
+pub mod node;
 pub mod patch;
+pub mod podman;
+pub mod registry;
 pub mod resources;
 pub mod selector;
 pub mod store;
@@ -46,6 +50,8 @@ pub const CONTEXT: &str = "krm-kube-standin";
 pub struct Options {
     /// Port on 127.0.0.1 (0 = any free port).
     pub port: u16,
+    /// Run pods with podman (`None`: pods are stored but never run).
+    pub node: Option<node::NodeOptions>,
 }
 
 /// A running stand-in. Dropping it stops the server.
@@ -61,9 +67,22 @@ pub struct StandIn {
     store: Arc<Store>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    node: Option<Arc<node::NodeAgent>>,
 }
 
 impl StandIn {
+    /// Starts the API server and a node agent that runs pods with podman (private podman state
+    /// under `<state_dir>/podman`). Fails when podman or runc is missing.
+    pub fn start_with_node(state_dir: &Path) -> Result<Self> {
+        Self::start_with(
+            state_dir,
+            Options {
+                node: Some(node::NodeOptions::default()),
+                ..Default::default()
+            },
+        )
+    }
+
     /// Starts the API server (no node agent: pods are stored but never run) on a free port.
     pub fn start(state_dir: &Path) -> Result<Self> {
         Self::start_with(state_dir, Options::default())
@@ -74,6 +93,20 @@ impl StandIn {
         std::fs::create_dir_all(state_dir)
             .with_context(|| format!("creating state dir {}", state_dir.display()))?;
         let store = Arc::new(Store::new());
+        let agent = match &opts.node {
+            Some(nopts) => {
+                podman::available().map_err(anyhow::Error::msg)?;
+                let pm = podman::Podman::new(&state_dir.join("podman"))?;
+                Some(Arc::new(node::NodeAgent::new(
+                    store.clone(),
+                    pm,
+                    state_dir,
+                    nopts.clone(),
+                )))
+            }
+            None => None,
+        };
+        let agent2 = agent.clone();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel::<Result<SocketAddr>>();
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let st = store.clone();
@@ -101,10 +134,20 @@ impl StandIn {
                         }
                     };
                     let addr = listener.local_addr().expect("local addr");
+                    let logs: Option<api::LogFn> = agent2.clone().map(|a| {
+                        let f: api::LogFn = Arc::new(move |ns: String, name: String, c: Option<String>| {
+                            let a = a.clone();
+                            Box::pin(async move { a.logs(&ns, &name, c.as_deref()).await })
+                        });
+                        f
+                    });
+                    if let Some(a) = agent2 {
+                        tokio::spawn(a.run());
+                    }
                     let app = Arc::new(api::App {
                         store: st,
                         addr,
-                        logs: None,
+                        logs,
                     });
                     let _ = addr_tx.send(Ok(addr));
                     // No graceful drain: watches are long-lived streams, and a test that
@@ -134,7 +177,13 @@ impl StandIn {
             store,
             shutdown: Some(shutdown_tx),
             thread: Some(thread),
+            node: agent,
         })
+    }
+
+    /// The node agent, when pods run with podman.
+    pub fn node(&self) -> Option<&Arc<node::NodeAgent>> {
+        self.node.as_ref()
     }
 
     /// Direct access to the object store (for assertions that bypass HTTP).
@@ -150,6 +199,14 @@ impl Drop for StandIn {
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        // The runtime is gone, so no pod worker can start anything any more: remove every
+        // container this stand-in created (twice, in case a cancelled `podman run` was still
+        // completing the first time).
+        if let Some(agent) = self.node.take() {
+            agent.remove_all_blocking();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            agent.remove_all_blocking();
         }
     }
 }

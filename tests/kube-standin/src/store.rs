@@ -835,6 +835,9 @@ impl Store {
         }
         Inner::new_object_meta(&mut body);
         meta_mut(&mut body).insert("generation".into(), 1.into());
+        if def.group.is_empty() && def.plural == "secrets" {
+            fold_string_data(&mut body);
+        }
         body["apiVersion"] = def.storage_api_version().into();
         body["kind"] = def.kind.clone().into();
         let mut new_def: Option<ResourceDef> = None;
@@ -1391,6 +1394,9 @@ fn merge_update(
             }
         }
     }
+    if def.group.is_empty() && def.plural == "secrets" {
+        fold_string_data(&mut new);
+    }
     if def.group.is_empty() && def.plural == "pods" && !status_sub {
         // Pod specs are (nearly) immutable; the node agent owns nodeName.
         if let Some(v) = current.pointer("/spec/nodeName") {
@@ -1580,6 +1586,25 @@ fn allocate_cluster_ip(
     svc["spec"]["clusterIP"] = ip.clone().into();
     svc["spec"]["clusterIPs"] = json!([ip]);
     Ok(())
+}
+
+/// Secrets: `stringData` is write-only and folds into base64 `data`, as on a real server.
+fn fold_string_data(secret: &mut Value) {
+    use base64::Engine;
+    let Some(m) = secret.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(sd)) = m.remove("stringData") else {
+        return;
+    };
+    let data = m.entry("data").or_insert_with(|| json!({}));
+    if !data.is_object() {
+        *data = json!({});
+    }
+    for (k, v) in sd {
+        let s = v.as_str().unwrap_or("").to_string();
+        data[k.as_str()] = base64::engine::general_purpose::STANDARD.encode(s).into();
+    }
 }
 
 fn encode_hex(s: &str) -> String {
