@@ -26,6 +26,7 @@ pub mod image;
 pub mod node;
 pub mod patch;
 pub mod podman;
+pub mod proxy;
 pub mod registry;
 pub mod resources;
 pub mod selector;
@@ -143,6 +144,7 @@ impl StandIn {
                     });
                     if let Some(a) = agent2 {
                         tokio::spawn(a.run());
+                        tokio::spawn(proxy::run(st.clone()));
                     }
                     let app = Arc::new(api::App {
                         store: st,

@@ -1,6 +1,7 @@
 //! `krm-kube-standin`: runs the TEST-ONLY Kubernetes API stand-in until interrupted.
 //!
-//! Usage: `krm-kube-standin --state-dir DIR [--port PORT]`
+//! Usage: `krm-kube-standin --state-dir DIR [--port PORT] [--node]`
+//! (`--node`: run pods for real with podman).
 //! Prints one JSON line `{"url": ..., "kubeconfig": ...}` once it listens.
 
 use anyhow::{Context, Result, bail};
@@ -22,9 +23,10 @@ fn main() -> Result<()> {
                 state_dir = Some(args.next().context("--state-dir needs a value")?.into())
             }
             "--port" => opts.port = args.next().context("--port needs a value")?.parse()?,
+            "--node" => opts.node = Some(krm_kube_standin::node::NodeOptions::default()),
             "-h" | "--help" => {
                 println!(
-                    "krm-kube-standin --state-dir DIR [--port PORT]\nA TEST-ONLY stand-in for a Kubernetes API server. Not Kubernetes."
+                    "krm-kube-standin --state-dir DIR [--port PORT] [--node]\nA TEST-ONLY stand-in for a Kubernetes API server (with --node, pods run for real with podman). Not Kubernetes."
                 );
                 return Ok(());
             }

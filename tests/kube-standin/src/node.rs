@@ -21,7 +21,6 @@ use base64::Engine;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -70,24 +69,9 @@ impl PodIp {
 /// Allocates the lowest free 127.0.0.N (N = 10..=254). The lock files live in
 /// `$TMPDIR/krm-kube-standin-ips/`; an `flock` on one holds the address, across processes.
 pub fn allocate_ip() -> Option<PodIp> {
-    let dir = std::env::temp_dir().join("krm-kube-standin-ips");
-    std::fs::create_dir_all(&dir).ok()?;
-    for octet in 10..=254u8 {
-        let Ok(f) = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(format!("127.0.0.{octet}.lock")))
-        else {
-            continue;
-        };
-        // SAFETY: flock on a file descriptor we own; no memory is involved.
-        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if r == 0 {
-            return Some(PodIp { octet, _lock: f });
-        }
-    }
-    None
+    (10..=254u8).find_map(|octet| {
+        util::lock_address(Ipv4Addr::new(127, 0, 0, octet)).map(|f| PodIp { octet, _lock: f })
+    })
 }
 
 /// The agent.
@@ -442,6 +426,26 @@ impl NodeAgent {
                         }
                         backoff = (backoff * 2).min(Duration::from_secs(10));
                     }
+                }
+            }
+        }
+
+        // runAsNonRoot is enforced as the kubelet does: against runAsUser, else the image's USER.
+        for (key, list) in [
+            ("initContainerStatuses", &inits),
+            ("containerStatuses", &mains),
+        ] {
+            for (i, c) in list.iter().enumerate() {
+                if let Some(msg) = self.non_root_violation(&pod, c).await {
+                    tracing::info!(pod = %run.name, "{msg}");
+                    self.update_status(run, |st| {
+                        st[key][i]["state"] =
+                            json!({"waiting": {"reason": "CreateContainerConfigError", "message": msg}});
+                    });
+                    while let Flow::Continue = self.pause(run, notify, Duration::from_secs(5)).await
+                    {
+                    }
+                    return;
                 }
             }
         }
@@ -817,6 +821,57 @@ impl NodeAgent {
             return matches!(tokio::time::timeout(timeout, fut).await, Ok(Some(code)) if (200..400).contains(&code));
         }
         false
+    }
+
+    /// The kubelet's runAsNonRoot check, or `None` when the container may start.
+    async fn non_root_violation(&self, pod: &Value, c: &Value) -> Option<String> {
+        let psc = pod
+            .pointer("/spec/securityContext")
+            .cloned()
+            .unwrap_or_default();
+        let csc = c.get("securityContext").cloned().unwrap_or_default();
+        let pick = |k: &str| {
+            csc.get(k)
+                .filter(|v| !v.is_null())
+                .or_else(|| psc.get(k).filter(|v| !v.is_null()))
+                .cloned()
+        };
+        if pick("runAsNonRoot").and_then(|v| v.as_bool()) != Some(true) {
+            return None;
+        }
+        match pick("runAsUser").and_then(|v| v.as_i64()) {
+            Some(0) => return Some("container's runAsUser breaks non-root policy".into()),
+            Some(_) => return None,
+            None => {}
+        }
+        let image = c["image"].as_str().unwrap_or("");
+        let user = self
+            .podman
+            .run(
+                &[
+                    "image".into(),
+                    "inspect".into(),
+                    "--format".into(),
+                    "{{.Config.User}}".into(),
+                    image.into(),
+                ],
+                Duration::from_secs(30),
+            )
+            .await
+            .ok()?
+            .trim()
+            .to_string();
+        let uid = user.split(':').next().unwrap_or("");
+        match uid.parse::<u32>() {
+            Ok(0) => Some("container has runAsNonRoot and image will run as root".into()),
+            Ok(_) => None,
+            Err(_) if uid.is_empty() || uid == "root" => {
+                Some("container has runAsNonRoot and image will run as root".into())
+            }
+            Err(_) => Some(format!(
+                "container has runAsNonRoot and image has non-numeric user ({uid}), cannot verify user is non-root"
+            )),
+        }
     }
 
     /// Waits for a container to exit (returns its code), or for the pod's deletion (`None`).

@@ -123,7 +123,7 @@ struct Inner {
     defs: BTreeMap<Gr, Arc<ResourceDef>>,
     objects: HashMap<Gr, BTreeMap<(String, String), Value>>,
     history: VecDeque<Arc<WatchEvent>>,
-    cluster_ips: BTreeMap<u8, (String, String)>,
+    cluster_ips: BTreeMap<u8, ((String, String), std::fs::File)>,
     dirty_endpoints: BTreeSet<String>,
     dirty_namespaces: BTreeSet<String>,
     tx: broadcast::Sender<Arc<WatchEvent>>,
@@ -240,7 +240,7 @@ impl Inner {
                 meta_mut(&mut obj).insert("resourceVersion".into(), rv.to_string().into());
                 if g.0.is_empty() && g.1 == "services" {
                     self.cluster_ips
-                        .retain(|_, k| *k != (ns.into(), name.into()));
+                        .retain(|_, (k, _)| *k != (ns.into(), name.into()));
                 }
                 (EventKind::Deleted, obj, None)
             }
@@ -1558,9 +1558,11 @@ fn allocate_cluster_ip(
         svc["spec"]["clusterIPs"] = json!(["None"]);
         return Ok(());
     }
-    let octet = if requested.is_empty() {
+    let addr = |o: u8| std::net::Ipv4Addr::new(127, 0, 1, o);
+    let (octet, lock) = if requested.is_empty() {
         (1..=254u8)
-            .find(|o| !inner.cluster_ips.contains_key(o))
+            .filter(|o| !inner.cluster_ips.contains_key(o))
+            .find_map(|o| util::lock_address(addr(o)).map(|f| (o, f)))
             .ok_or_else(|| ApiError::internal("no cluster IP left in 127.0.1.0/24"))?
     } else {
         let o = requested
@@ -1572,16 +1574,19 @@ fn allocate_cluster_ip(
                     "spec.clusterIP {requested:?}: the stand-in only allocates from 127.0.1.0/24"
                 ))
             })?;
-        if inner.cluster_ips.contains_key(&o) {
-            return Err(ApiError::bad_request(format!(
-                "spec.clusterIP {requested:?}: provided IP is already allocated"
-            )));
-        }
-        o
+        let lock = (!inner.cluster_ips.contains_key(&o))
+            .then(|| util::lock_address(addr(o)))
+            .flatten()
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "spec.clusterIP {requested:?}: provided IP is already allocated"
+                ))
+            })?;
+        (o, lock)
     };
     inner
         .cluster_ips
-        .insert(octet, (ns.to_string(), name.to_string()));
+        .insert(octet, ((ns.to_string(), name.to_string()), lock));
     let ip = format!("127.0.1.{octet}");
     svc["spec"]["clusterIP"] = ip.clone().into();
     svc["spec"]["clusterIPs"] = json!([ip]);

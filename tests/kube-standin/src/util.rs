@@ -157,6 +157,27 @@ pub fn set_path(obj: &mut Value, dotted: &str, v: Value) {
     }
 }
 
+/// Holds a loopback address for as long as the returned file lives: an `flock` on
+/// `$TMPDIR/krm-kube-standin-ips/<addr>.lock`, exclusive across threads and processes, so two
+/// stand-ins never hand out the same pod IP or cluster IP at the same time.
+pub fn lock_address(addr: std::net::Ipv4Addr) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    if !addr.is_loopback() {
+        return None;
+    }
+    let dir = std::env::temp_dir().join("krm-kube-standin-ips");
+    std::fs::create_dir_all(&dir).ok()?;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(format!("{addr}.lock")))
+        .ok()?;
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    (r == 0).then_some(f)
+}
+
 /// Human age as kubectl prints it (`45s`, `3m2s`, `5h`, `2d`).
 pub fn human_age(created: &str) -> String {
     let Some(t) = parse_rfc3339(created) else {

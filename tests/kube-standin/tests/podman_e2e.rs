@@ -201,6 +201,54 @@ async fn pods_run_for_real_with_podman() {
     .await;
     let subset = &e.subsets.unwrap()[0];
     assert_eq!(subset.ports.as_ref().unwrap()[0].port, 8080);
+
+    // The service IP forwards to the ready pods (port 80 -> targetPort 8080), round robin.
+    let cluster_ip = svcs
+        .get("web")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let (code, body) = http_get(
+            format!("{cluster_ip}:80").parse().unwrap(),
+            "/index.html",
+            Duration::from_secs(5),
+        )
+        .expect("service IP reachable");
+        assert_eq!(code, 200);
+        seen.insert(String::from_utf8_lossy(&body).trim().to_string());
+    }
+    assert_eq!(
+        seen.len(),
+        2,
+        "both pods answered through the service IP: {seen:?}"
+    );
+
+    // kubectl shows the running pods with their IPs.
+    if std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&standin.kubeconfig)
+            .arg("--cache-dir")
+            .arg(dir.path().join("kubectl-cache"))
+            .args(["get", "pods", "-n", "e2e", "-o", "wide"])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.contains("1/1") && out.contains("Running") && out.contains(&ip_a),
+            "{out}"
+        );
+    }
     let uid_a = pods.get("web-a").await.unwrap().metadata.uid.unwrap();
 
     // Delete one pod: containers stop and go, the address is freed, Endpoints follow.
@@ -270,6 +318,43 @@ async fn pods_run_for_real_with_podman() {
             let w = st.container_statuses?.first()?.state.clone()?.waiting?;
             (w.reason.as_deref() == Some("ErrImagePull") && st.phase.as_deref() == Some("Pending"))
                 .then_some(())
+        }
+    })
+    .await;
+
+    // runAsNonRoot with an image that runs as root: the container is refused, as by a kubelet.
+    let rootish: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "rootish"},
+        "spec": {"securityContext": {"runAsNonRoot": true},
+                 "containers": [{"name": "c", "image": image, "command": ["/bin/sleep", "60"]}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &rootish).await.unwrap();
+    eventually(60, "CreateContainerConfigError", || {
+        let pods = pods.clone();
+        async move {
+            let st = pods.get("rootish").await.ok()?.status?;
+            let w = st.container_statuses?.first()?.state.clone()?.waiting?;
+            (w.reason.as_deref() == Some("CreateContainerConfigError")).then_some(())
+        }
+    })
+    .await;
+
+    // restartPolicy Always restarts a crashing container.
+    let crashing: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "crashing"},
+        "spec": {"containers": [{"name": "c", "image": image, "command": ["/bin/sh", "-c", "sleep 0.2; exit 2"]}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &crashing)
+        .await
+        .unwrap();
+    eventually(60, "a restart", || {
+        let pods = pods.clone();
+        async move {
+            let st = pods.get("crashing").await.ok()?.status?;
+            let cs = st.container_statuses?.first()?.clone();
+            (cs.restart_count >= 1 && cs.last_state?.terminated?.exit_code == 2).then_some(())
         }
     })
     .await;
