@@ -237,9 +237,10 @@ fn plugins_lists_instances_in_chain_order() {
         .map(|l| l.split_whitespace().collect())
         .collect();
     assert_eq!(rows[0][..3], ["default", "0", "multi"], "{text}");
-    assert_eq!(rows[1][..3], ["exec", "1", "exec"], "{text}");
+    assert_eq!(rows[1][..3], ["builtin", "1", "builtin"], "{text}");
+    assert_eq!(rows[2][..3], ["exec", "2", "exec"], "{text}");
     assert!(
-        rows[1].last().unwrap().ends_with("libkrm_plugin_exec.so"),
+        rows[2].last().unwrap().ends_with("libkrm_plugin_exec.so"),
         "{text}"
     );
 }
