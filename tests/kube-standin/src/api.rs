@@ -290,7 +290,17 @@ async fn dispatch(
         ("GET", None) => {
             let (labels, fields) = selectors(q)?;
             if is_true(q, "watch") {
-                return watch(app, def, version, ns, labels, fields, q).await;
+                return watch(
+                    app,
+                    def,
+                    version,
+                    ns,
+                    labels,
+                    fields,
+                    q,
+                    wants_table(headers),
+                )
+                .await;
             }
             let limit = q.get("limit").and_then(|l| l.parse().ok());
             let page = store.list(
@@ -633,6 +643,7 @@ fn line(kind: &str, obj: &Value) -> Bytes {
     Bytes::from(v)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn watch(
     app: &Arc<App>,
     def: Arc<ResourceDef>,
@@ -641,7 +652,25 @@ async fn watch(
     labels: LabelSelector,
     fields: FieldSelector,
     q: &HashMap<String, String>,
+    as_table: bool,
 ) -> Result<Response, ApiError> {
+    let include = q
+        .get("includeObject")
+        .cloned()
+        .unwrap_or_else(|| "Metadata".into());
+    // Each event's object: the object, or (for kubectl get -w) a one-row Table, as on a real
+    // server.
+    let render = {
+        let def = def.clone();
+        let version = version.clone();
+        move |o: Value, rv: u64| -> Value {
+            if as_table {
+                table::table(&def, &[o], rv, &include)
+            } else {
+                with_version(o, &def, &version)
+            }
+        }
+    };
     let rv: Option<u64> = match q.get("resourceVersion").map(String::as_str) {
         None | Some("") => None,
         Some(s) => Some(
@@ -680,10 +709,7 @@ async fn watch(
         let mut last_rv = start_rv;
         for ev in &initial {
             if let Some((k, o)) = translate(ev, &def, ns.as_deref(), &labels, &fields)
-                && tx
-                    .send(Ok(line(k, &with_version(o, &def, &version))))
-                    .await
-                    .is_err()
+                && tx.send(Ok(line(k, &render(o, ev.rv)))).await.is_err()
             {
                 return;
             }
@@ -709,7 +735,7 @@ async fn watch(
                         }
                         last_rv = ev.rv;
                         if let Some((k, o)) = translate(&ev, &def, ns.as_deref(), &labels, &fields)
-                            && tx.send(Ok(line(k, &with_version(o, &def, &version)))).await.is_err()
+                            && tx.send(Ok(line(k, &render(o, ev.rv)))).await.is_err()
                         {
                             return;
                         }

@@ -120,6 +120,7 @@ pub struct ListPage {
 
 struct Inner {
     rv: u64,
+    history_cap: usize,
     defs: BTreeMap<Gr, Arc<ResourceDef>>,
     objects: HashMap<Gr, BTreeMap<(String, String), Value>>,
     history: VecDeque<Arc<WatchEvent>>,
@@ -259,7 +260,7 @@ impl Inner {
             object: object.clone(),
             old,
         });
-        if self.history.len() >= HISTORY {
+        if self.history.len() >= self.history_cap {
             self.history.pop_front();
         }
         self.history.push_back(ev.clone());
@@ -617,6 +618,11 @@ impl Store {
     /// A store with the built-in types and the usual namespaces (`default`, `kube-system`,
     /// `kube-public`, `kube-node-lease`).
     pub fn new() -> Self {
+        Self::with_history(HISTORY)
+    }
+
+    /// A store keeping `cap` past events for watches that resume (older ones get `410`).
+    pub fn with_history(cap: usize) -> Self {
         let (tx, _) = broadcast::channel(8192);
         let mut defs = BTreeMap::new();
         for d in resources::builtins() {
@@ -625,6 +631,7 @@ impl Store {
         let store = Self {
             inner: Mutex::new(Inner {
                 rv: 0,
+                history_cap: cap.max(1),
                 defs,
                 objects: HashMap::new(),
                 history: VecDeque::new(),
@@ -1633,4 +1640,75 @@ pub fn string_map(pairs: &[(&str, &str)]) -> Map<String, Value> {
         .iter()
         .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_from_a_forgotten_resource_version_is_gone() {
+        let store = Store::with_history(5);
+        let g = gr("", "configmaps");
+        for i in 0..10 {
+            store
+                .create_internal(
+                    &g,
+                    json!({"metadata": {"name": format!("c{i}"), "namespace": "default"}}),
+                )
+                .unwrap();
+        }
+        let now = store.current_rv();
+        let err = store.watch_start(&g, Some(1), false).unwrap_err();
+        assert_eq!((err.code, err.reason), (410, "Expired"));
+        let (replay, _, _) = store.watch_start(&g, Some(now - 2), false).unwrap();
+        assert_eq!(replay.len(), 2, "the last two creations are replayed");
+        let (initial, _, _) = store.watch_start(&g, None, false).unwrap();
+        assert_eq!(
+            initial.len(),
+            10,
+            "no resourceVersion: every current object as ADDED"
+        );
+    }
+
+    #[test]
+    fn no_op_writes_keep_the_resource_version() {
+        let store = Store::new();
+        let g = gr("", "configmaps");
+        let def = store.resolve("", "v1", "configmaps").unwrap();
+        let c = store
+            .create_internal(
+                &g,
+                json!({"metadata": {"name": "c", "namespace": "default"}, "data": {"a": "1"}}),
+            )
+            .unwrap();
+        let same = store
+            .patch(
+                &def,
+                "default",
+                "c",
+                PatchType::Merge,
+                &json!({"data": {"a": "1"}}),
+                false,
+                false,
+            )
+            .unwrap();
+        assert_eq!(
+            meta_str(&same, "resourceVersion"),
+            meta_str(&c, "resourceVersion")
+        );
+    }
+
+    #[test]
+    fn secrets_fold_string_data() {
+        let store = Store::new();
+        let s = store
+            .create_internal(
+                &gr("", "secrets"),
+                json!({"metadata": {"name": "s", "namespace": "default"}, "stringData": {"k": "v"}}),
+            )
+            .unwrap();
+        assert_eq!(s["data"]["k"], "dg==");
+        assert!(s.get("stringData").is_none());
+    }
 }

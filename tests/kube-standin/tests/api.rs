@@ -837,3 +837,37 @@ async fn discovery_and_raw_status_bodies() {
     let (code, reason) = api_error(err);
     assert_eq!((code, reason.as_str()), (404, "NotFound"));
 }
+
+/// Why: leader election / ownership between runner replicas is built on Leases with
+/// optimistic concurrency (replace with the read resourceVersion; the loser gets 409).
+#[tokio::test]
+async fn leases_with_optimistic_concurrency() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let env = start();
+    let c = client(&env.standin).await;
+    namespace(&c, "lease").await;
+    let leases: Api<Lease> = Api::namespaced(c.clone(), "lease");
+    let l: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "runner"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "renewTime": "2026-01-01T00:00:00.000000Z"},
+    }))
+    .unwrap();
+    let created = leases.create(&PostParams::default(), &l).await.unwrap();
+    let mut mine = created.clone();
+    mine.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    let mut theirs = created.clone();
+    theirs.spec.as_mut().unwrap().holder_identity = Some("c".into());
+    leases
+        .replace("runner", &PostParams::default(), &mine)
+        .await
+        .unwrap();
+    let (code, reason) = api_error(
+        leases
+            .replace("runner", &PostParams::default(), &theirs)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((code, reason.as_str()), (409, "Conflict"));
+    let got = leases.get("runner").await.unwrap();
+    assert_eq!(got.spec.unwrap().holder_identity.as_deref(), Some("b"));
+}

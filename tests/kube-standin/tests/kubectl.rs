@@ -120,6 +120,51 @@ async fn kubectl_get_create_delete() {
     let out = run(&["get", "pods", "-A", "--show-labels"]).await;
     assert!(out.contains("app=web"), "{out}");
 
+    // kubectl get -w (server-side printed watch events) sees a change made by kubectl label
+    // (a strategic merge patch); kubectl patch --type=json and --type=merge work too.
+    let watch = {
+        let (kc, cache) = (kc.clone(), cache.clone());
+        tokio::spawn(async move {
+            kubectl(
+                &kc,
+                &cache,
+                &["get", "pods", "-n", "kc", "-w", "--request-timeout=4s"],
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    run(&["label", "pod", "web", "-n", "kc", "tier=front"]).await;
+    run(&[
+        "patch",
+        "pod",
+        "web",
+        "-n",
+        "kc",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"annotations":{"a":"b"}}}"#,
+    ])
+    .await;
+    run(&[
+        "patch",
+        "pod",
+        "web",
+        "-n",
+        "kc",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/metadata/labels/x","value":"y"}]"#,
+    ])
+    .await;
+    let (_, out, err) = watch.await.unwrap();
+    assert!(out.matches("web").count() >= 2, "watch rows:\n{out}\n{err}");
+    let labels = pods.get("web").await.unwrap().metadata.labels.unwrap();
+    assert_eq!(
+        (labels["tier"].as_str(), labels["x"].as_str()),
+        ("front", "y")
+    );
+
     // kubectl delete waits for the object to go away (a watch underneath).
     run(&["delete", "pod", "web", "-n", "kc", "--timeout=20s"]).await;
     let out = run(&["get", "pods", "-n", "kc"]).await;
