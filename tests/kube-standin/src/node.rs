@@ -66,8 +66,8 @@ impl PodIp {
     }
 }
 
-/// Allocates the lowest free 127.0.0.N (N = 10..=254). The lock files live in
-/// `$TMPDIR/krm-kube-standin-ips/`; an `flock` on one holds the address, across processes.
+/// Allocates the lowest free 127.0.0.N (N = 10..=254), held by an `flock` on a lock file (see
+/// [`util::lock_address`]) across threads and processes.
 pub fn allocate_ip() -> Option<PodIp> {
     (10..=254u8).find_map(|octet| {
         util::lock_address(Ipv4Addr::new(127, 0, 0, octet)).map(|f| PodIp { octet, _lock: f })

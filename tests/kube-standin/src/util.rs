@@ -158,14 +158,17 @@ pub fn set_path(obj: &mut Value, dotted: &str, v: Value) {
 }
 
 /// Holds a loopback address for as long as the returned file lives: an `flock` on
-/// `$TMPDIR/krm-kube-standin-ips/<addr>.lock`, exclusive across threads and processes, so two
-/// stand-ins never hand out the same pod IP or cluster IP at the same time.
+/// `/tmp/krm-kube-standin-ips/<addr>.lock` (a fixed path, whatever `TMPDIR` says; override with
+/// `KRM_KUBE_STANDIN_LOCK_DIR`), exclusive across threads and processes, so two stand-ins never
+/// hand out the same pod IP or cluster IP at the same time.
 pub fn lock_address(addr: std::net::Ipv4Addr) -> Option<std::fs::File> {
     use std::os::fd::AsRawFd;
     if !addr.is_loopback() {
         return None;
     }
-    let dir = std::env::temp_dir().join("krm-kube-standin-ips");
+    let dir = std::env::var_os("KRM_KUBE_STANDIN_LOCK_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/tmp/krm-kube-standin-ips"));
     std::fs::create_dir_all(&dir).ok()?;
     let f = std::fs::OpenOptions::new()
         .create(true)

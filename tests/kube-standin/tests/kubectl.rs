@@ -165,6 +165,32 @@ async fn kubectl_get_create_delete() {
         ("front", "y")
     );
 
+    // kubectl apply, client-side then server-side.
+    let cm = env.dir.path().join("cm.yaml");
+    std::fs::write(&cm, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: conf\n  namespace: kc\ndata:\n  a: \"1\"\n").unwrap();
+    let cm_s = cm.to_str().unwrap().to_string();
+    for args in [
+        vec!["apply", "-f", &cm_s],
+        vec!["apply", "--server-side", "-f", &cm_s],
+    ] {
+        let (ok, out, err) = kubectl(&kc, &cache, &args).await;
+        assert!(ok, "kubectl {args:?}: {out}\n{err}");
+    }
+    std::fs::write(&cm, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: conf\n  namespace: kc\ndata:\n  a: \"2\"\n").unwrap();
+    let (ok, out, err) = kubectl(&kc, &cache, &["apply", "-f", &cm_s]).await;
+    assert!(ok && out.contains("configured"), "{out}\n{err}");
+    let out = run(&[
+        "get",
+        "configmap",
+        "conf",
+        "-n",
+        "kc",
+        "-o",
+        "jsonpath={.data.a}",
+    ])
+    .await;
+    assert_eq!(out, "2");
+
     // kubectl delete waits for the object to go away (a watch underneath).
     run(&["delete", "pod", "web", "-n", "kc", "--timeout=20s"]).await;
     let out = run(&["get", "pods", "-n", "kc"]).await;
