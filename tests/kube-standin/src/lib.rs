@@ -69,6 +69,7 @@ pub struct StandIn {
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     node: Option<Arc<node::NodeAgent>>,
+    record: Option<PathBuf>,
 }
 
 impl StandIn {
@@ -97,6 +98,7 @@ impl StandIn {
         let agent = match &opts.node {
             Some(nopts) => {
                 podman::available().map_err(anyhow::Error::msg)?;
+                podman::Podman::sweep_abandoned();
                 let pm = podman::Podman::new(&state_dir.join("podman"))?;
                 Some(Arc::new(node::NodeAgent::new(
                     store.clone(),
@@ -107,6 +109,7 @@ impl StandIn {
             }
             None => None,
         };
+        let record = agent.as_ref().and_then(|a| a.podman.register(&a.instance));
         let agent2 = agent.clone();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel::<Result<SocketAddr>>();
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
@@ -180,6 +183,7 @@ impl StandIn {
             shutdown: Some(shutdown_tx),
             thread: Some(thread),
             node: agent,
+            record,
         })
     }
 
@@ -209,6 +213,9 @@ impl Drop for StandIn {
             agent.remove_all_blocking();
             std::thread::sleep(std::time::Duration::from_millis(300));
             agent.remove_all_blocking();
+        }
+        if let Some(r) = self.record.take() {
+            podman::Podman::unregister(&r);
         }
     }
 }

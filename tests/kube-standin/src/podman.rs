@@ -150,3 +150,58 @@ impl Podman {
             .unwrap_or_default()
     }
 }
+
+/// Where running stand-ins record their podman environments, so that one whose process died
+/// (killed test, CI timeout) has its containers removed by the next stand-in that starts.
+const ROOTS_DIR: &str = "/tmp/krm-kube-standin-roots";
+
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence; no memory is involved.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+impl Podman {
+    /// Records this environment as in use by the current process; returns the record's path
+    /// (remove it with [`Podman::unregister`]).
+    pub fn register(&self, id: &str) -> Option<PathBuf> {
+        std::fs::create_dir_all(ROOTS_DIR).ok()?;
+        let path = Path::new(ROOTS_DIR).join(format!("{id}.json"));
+        let rec = serde_json::json!({"pid": std::process::id(), "dir": self.dir});
+        std::fs::write(&path, rec.to_string()).ok()?;
+        Some(path)
+    }
+
+    /// Drops the record written by [`Podman::register`].
+    pub fn unregister(record: &Path) {
+        let _ = std::fs::remove_file(record);
+    }
+
+    /// Removes every container of environments whose process is gone, and their records.
+    pub fn sweep_abandoned() {
+        let Ok(entries) = std::fs::read_dir(ROOTS_DIR) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let Ok(text) = std::fs::read_to_string(e.path()) else {
+                continue;
+            };
+            let Ok(rec) = serde_json::from_str::<serde_json::Value>(&text) else {
+                let _ = std::fs::remove_file(e.path());
+                continue;
+            };
+            let pid = rec["pid"].as_i64().unwrap_or(0) as i32;
+            if pid > 0 && process_alive(pid) {
+                continue;
+            }
+            if let Some(dir) = rec["dir"].as_str().map(PathBuf::from)
+                && dir.join("containers.conf").is_file()
+            {
+                tracing::info!("removing containers abandoned in {}", dir.display());
+                let pm = Podman { dir };
+                let _ = pm.run_blocking(&["rm", "-a", "-f", "-t", "0"]);
+            }
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}

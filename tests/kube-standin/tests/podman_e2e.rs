@@ -63,7 +63,7 @@ fn web_pod(name: &str, image: &str, greeting: &str) -> Pod {
                 "securityContext": {"runAsUser": 65534, "runAsGroup": 65534, "allowPrivilegeEscalation": false,
                                     "capabilities": {"drop": ["ALL"]}},
             }],
-            "terminationGracePeriodSeconds": 5,
+            "terminationGracePeriodSeconds": 2,
         },
     }))
     .unwrap()
@@ -141,6 +141,7 @@ async fn pods_run_for_real_with_podman() {
     .unwrap();
     svcs.create(&PostParams::default(), &svc).await.unwrap();
 
+    let t_start = std::time::Instant::now();
     // Two pods serving the same port, each on its own loopback address.
     pods.create(&PostParams::default(), &web_pod("web-a", &image, "a"))
         .await
@@ -150,6 +151,10 @@ async fn pods_run_for_real_with_podman() {
         .unwrap();
     let ip_a = wait_ready(&pods, "web-a").await;
     let ip_b = wait_ready(&pods, "web-b").await;
+    eprintln!(
+        "two pods (pull, init container, container, exec probe) Ready in {:?}",
+        t_start.elapsed()
+    );
     assert_ne!(ip_a, ip_b);
     for (ip, who) in [(&ip_a, "a"), (&ip_b, "b")] {
         assert!(ip.starts_with("127.0.0."), "{ip}");
@@ -252,6 +257,7 @@ async fn pods_run_for_real_with_podman() {
     let uid_a = pods.get("web-a").await.unwrap().metadata.uid.unwrap();
 
     // Delete one pod: containers stop and go, the address is freed, Endpoints follow.
+    let t0 = std::time::Instant::now();
     pods.delete("web-a", &DeleteParams::default())
         .await
         .unwrap();
@@ -260,6 +266,10 @@ async fn pods_run_for_real_with_podman() {
         async move { pods.get_opt("web-a").await.ok()?.is_none().then_some(()) }
     })
     .await;
+    eprintln!(
+        "pod deleted (containers stopped and removed) in {:?}",
+        t0.elapsed()
+    );
     let left = agent_podman.labelled_blocking(&format!("krm-kube-standin.pod-uid={uid_a}"));
     assert!(
         left.is_empty(),
@@ -364,4 +374,54 @@ async fn pods_run_for_real_with_podman() {
     let left = agent_podman.labelled_blocking(&format!("{INSTANCE_LABEL}={instance}"));
     assert!(left.is_empty(), "containers left after drop: {left:?}");
     assert!(ip_free(&ip_b), "{ip_b} is free after drop");
+}
+
+/// Why: a test process killed mid-run (a CI timeout) leaves containers publishing ports on
+/// loopback addresses that later pods will reuse; the next stand-in removes them.
+#[test]
+fn containers_of_dead_processes_are_swept() {
+    if !prerequisites() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pm = Podman::new(&dir.path().join("podman")).unwrap();
+    let ctx = dir.path().join("ctx");
+    std::fs::create_dir_all(&ctx).unwrap();
+    ScratchImage::busybox().write_context(&ctx).unwrap();
+    pm.run_blocking(&[
+        "build",
+        "--network",
+        "none",
+        "-t",
+        "localhost/sweep:1",
+        ctx.to_str().unwrap(),
+    ])
+    .unwrap();
+    pm.run_blocking(&[
+        "run",
+        "-d",
+        "--name",
+        "abandoned",
+        "localhost/sweep:1",
+        "/bin/sleep",
+        "300",
+    ])
+    .unwrap();
+    assert_eq!(
+        pm.labelled_blocking("").len(),
+        0,
+        "no label filter match expected"
+    );
+    // A record of a process that is gone.
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    dead.wait().unwrap();
+    std::fs::create_dir_all("/tmp/krm-kube-standin-roots").unwrap();
+    let record =
+        std::path::Path::new("/tmp/krm-kube-standin-roots").join(format!("sweep-test-{pid}.json"));
+    std::fs::write(&record, json!({"pid": pid, "dir": pm.dir}).to_string()).unwrap();
+    Podman::sweep_abandoned();
+    let left = pm.run_blocking(&["ps", "-aq"]).unwrap();
+    assert!(left.trim().is_empty(), "containers left: {left}");
+    assert!(!record.exists());
 }
