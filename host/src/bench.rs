@@ -267,16 +267,17 @@ impl BenchServer {
     }
 }
 
-/// The two builtin transformations and their kustomize equivalents.
+/// The two builtin transformations and their kustomize equivalents. Block style throughout, as
+/// kpt writes ResourceLists (the builtins parse block YAML on a fast path).
 const BUILTIN_CASES: [(&str, &str, &str); 2] = [
     (
         "set-namespace",
-        "data: {namespace: prod}",
+        "data:\n    namespace: prod",
         "namespace: prod\n",
     ),
     (
         "set-labels",
-        "data: {color: blue}",
+        "data:\n    color: blue",
         "labels:\n- pairs: {color: blue}\n  includeSelectors: true\n  includeTemplates: true\n",
     ),
 ];
@@ -304,7 +305,7 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
         let runs = (2000 / size.max(1)).clamp(3, 50);
         for (function, config, kustomization) in BUILTIN_CASES {
             let input = format!(
-                "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{}functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata: {{name: fn}}\n  {config}\n",
+                "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{}functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  {config}\n",
                 indent_items(&deployments)
             )
             .into_bytes();
