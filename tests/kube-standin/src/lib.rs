@@ -22,6 +22,7 @@
 
 pub mod api;
 pub mod error;
+pub mod fixture;
 pub mod image;
 pub mod node;
 pub mod patch;

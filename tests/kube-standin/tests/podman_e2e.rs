@@ -11,36 +11,18 @@ mod common;
 
 use common::{client, eventually, namespace};
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
+use krm_kube_standin::fixture::Cluster;
 use krm_kube_standin::image::ScratchImage;
 use krm_kube_standin::node::INSTANCE_LABEL;
 use krm_kube_standin::podman::Podman;
-use krm_kube_standin::registry::{LocalRegistry, http_get};
-use krm_kube_standin::{StandIn, image, podman, registry};
+use krm_kube_standin::registry::http_get;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 fn prerequisites() -> bool {
-    let missing: Vec<String> = [
-        podman::available(),
-        registry::available(),
-        image::busybox_available(),
-    ]
-    .into_iter()
-    .filter_map(Result::err)
-    .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("podman end-to-end prerequisites missing under CI=true: {missing:?}");
-    }
-    eprintln!(
-        "\n!!!!! SKIPPING podman end-to-end test: {} (tests/run.sh installs podman, runc, docker-registry, busybox-static) !!!!!\n",
-        missing.join("; ")
-    );
-    false
+    krm_kube_standin::fixture::require_podman("podman end-to-end test")
 }
 
 fn web_pod(name: &str, image: &str, greeting: &str) -> Pod {
@@ -112,26 +94,21 @@ async fn pods_run_for_real_with_podman() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let reg = LocalRegistry::start(&dir.path().join("registry")).expect("registry starts");
-    let builder = Podman::new(&dir.path().join("builder")).unwrap();
-    let image = ScratchImage::busybox()
-        .build_and_push(
-            &builder,
-            &dir.path().join("build"),
-            &reg.host,
-            "standin/busybox:1",
-        )
+    // Registry, image builder and stand-in with a podman node, all under one directory.
+    let cluster = Cluster::start(dir.path()).expect("registry, builder and stand-in start");
+    let reg = &cluster.registry;
+    let image = cluster
+        .push(&ScratchImage::busybox(), "standin/busybox:1")
         .expect("scratch busybox image built and pushed");
     assert!(
         reg.has("standin/busybox", "1"),
         "the registry serves the manifest"
     );
 
-    let standin =
-        StandIn::start_with_node(&dir.path().join("standin")).expect("stand-in with node");
+    let standin = &cluster.standin;
     let agent_podman = standin.node().unwrap().podman.clone();
     let instance = standin.node().unwrap().instance.clone();
-    let c = client(&standin).await;
+    let c = client(standin).await;
     namespace(&c, "e2e").await;
     let pods: Api<Pod> = Api::namespaced(c.clone(), "e2e");
     let svcs: Api<Service> = Api::namespaced(c.clone(), "e2e");
@@ -370,7 +347,7 @@ async fn pods_run_for_real_with_podman() {
     .await;
 
     // Dropping the stand-in removes every container it made.
-    drop(standin);
+    drop(cluster);
     let left = agent_podman.labelled_blocking(&format!("{INSTANCE_LABEL}={instance}"));
     assert!(left.is_empty(), "containers left after drop: {left:?}");
     assert!(ip_free(&ip_b), "{ip_b} is free after drop");
