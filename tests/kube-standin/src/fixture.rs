@@ -1,0 +1,89 @@
+//! One-call setup for end-to-end tests: a local registry, a podman environment to build images
+//! in, and a stand-in whose node runs pods with podman — plus the "skip loudly outside CI, fail
+//! under CI=true" rule for missing prerequisites.
+
+use crate::image::{self, ScratchImage};
+use crate::podman::{self, Podman};
+use crate::registry::{self, LocalRegistry};
+use crate::{Options, StandIn, node::NodeOptions};
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+/// What is missing for podman-backed tests (podman, runc, docker-registry, busybox-static).
+pub fn missing_prerequisites() -> Vec<String> {
+    [
+        podman::available(),
+        registry::available(),
+        image::busybox_available(),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect()
+}
+
+/// `true` when podman-backed tests can run. Otherwise: under `CI=true` it panics (CI must have
+/// them: tests/run.sh installs them); elsewhere it prints a loud SKIPPING line naming `test` and
+/// returns `false`.
+pub fn require_podman(test: &str) -> bool {
+    let missing = missing_prerequisites();
+    if missing.is_empty() {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: prerequisites missing under CI=true: {missing:?}");
+    }
+    eprintln!(
+        "\n!!!!! SKIPPING {test}: {} (tests/run.sh installs podman, runc, docker-registry, busybox-static) !!!!!\n",
+        missing.join("; ")
+    );
+    false
+}
+
+/// A stand-in cluster with a node, a registry and an image builder. Dropping it removes every
+/// container, then stops the registry.
+pub struct Cluster {
+    /// The API server and node (dropped first).
+    pub standin: StandIn,
+    /// The local registry.
+    pub registry: LocalRegistry,
+    /// Where images are built.
+    pub builder: Podman,
+    /// Base directory.
+    pub dir: PathBuf,
+}
+
+impl Cluster {
+    /// Starts everything under `dir` (`registry/`, `builder/`, `build/`, `standin/`).
+    pub fn start(dir: &Path) -> Result<Self> {
+        Self::start_with(dir, NodeOptions::default())
+    }
+
+    /// [`Cluster::start`] with node options.
+    pub fn start_with(dir: &Path, node: NodeOptions) -> Result<Self> {
+        let registry = LocalRegistry::start(&dir.join("registry"))?;
+        let builder = Podman::new(&dir.join("builder"))?;
+        let standin = StandIn::start_with(
+            &dir.join("standin"),
+            Options {
+                node: Some(node),
+                ..Default::default()
+            },
+        )?;
+        Ok(Self {
+            standin,
+            registry,
+            builder,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Builds `image` and pushes it as `<registry>/<name_tag>`; returns the reference.
+    pub fn push(&self, image: &ScratchImage, name_tag: &str) -> Result<String> {
+        image.build_and_push(
+            &self.builder,
+            &self.dir.join("build"),
+            &self.registry.host,
+            name_tag,
+        )
+    }
+}
