@@ -655,8 +655,14 @@ impl NodeAgent {
             }
             let code = st["ExitCode"].as_i64().unwrap_or(0);
             let reason = if code == 0 { "Completed" } else { "Error" };
+            // podman's own finish time (UTC), so that repeated observations change nothing.
+            let finished = st["FinishedAt"]
+                .as_str()
+                .and_then(|f| f.get(..19))
+                .map(|f| format!("{f}Z"))
+                .unwrap_or_else(util::now_rfc3339);
             c.state = json!({"terminated": {"exitCode": code, "reason": reason,
-                "startedAt": c.started_at, "finishedAt": util::now_rfc3339()}});
+                "startedAt": c.started_at, "finishedAt": finished}});
             c.probe = Probe::default();
             let restart = policy == "Always" || (policy == "OnFailure" && code != 0);
             if restart {

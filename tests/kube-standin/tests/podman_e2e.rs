@@ -231,6 +231,14 @@ async fn pods_run_for_real_with_podman() {
             "{out}"
         );
     }
+    // A steady pod's status is not rewritten on every probe tick (no resourceVersion churn).
+    let rv1 = pods.get("web-b").await.unwrap().metadata.resource_version;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let rv2 = pods.get("web-b").await.unwrap().metadata.resource_version;
+    assert_eq!(
+        rv1, rv2,
+        "a Ready pod's object stays unchanged between probes"
+    );
     let uid_a = pods.get("web-a").await.unwrap().metadata.uid.unwrap();
 
     // Delete one pod: containers stop and go, the address is freed, Endpoints follow.
