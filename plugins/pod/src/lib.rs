@@ -125,6 +125,9 @@ impl Plugin for PodPlugin {
             .unwrap_or(6 * 1024 * 1024);
         let prefix = context.setting("default_image_prefix").unwrap_or_default();
         let settings = config.settings(max_message_bytes, prefix)?;
+        // The registry client (reqwest) needs a process-wide TLS provider: ring, as kube uses.
+        // Fails only when one is already installed, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let registry = Registry::new(RegistryOptions {
             plain_http: &config.plain_http_registries,
             docker_config: config
