@@ -106,8 +106,13 @@ impl Cluster {
         }
     }
 
-    /// Waits until the pod is Ready, then returns the address to call it at.
-    pub async fn wait_ready(&self, name: &str, until: Instant) -> Result<String, String> {
+    /// Waits until the pod is Ready, then returns the address to call it at. `Ok(Err(_))` is a
+    /// pod that was not ready by `until`.
+    pub async fn wait_ready(
+        &self,
+        name: &str,
+        until: Instant,
+    ) -> Result<Result<String, String>, String> {
         loop {
             let pod = self
                 .pods
@@ -125,14 +130,14 @@ impl Cluster {
                 .flatten()
                 .any(|c| c.type_ == "Ready" && c.status == "True");
             if ready && let Some(address) = self.address(name, &pod).await? {
-                return Ok(address);
+                return Ok(Ok(address));
             }
             if Instant::now() + READY_POLL > until {
-                return Err(format!(
+                return Ok(Err(format!(
                     "pod {name} was not ready in time (phase {}): {}",
                     status.phase.as_deref().unwrap_or("unknown"),
                     describe_failure(&pod)
-                ));
+                )));
             }
             tokio::time::sleep(READY_POLL).await;
         }

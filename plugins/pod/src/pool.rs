@@ -261,21 +261,16 @@ impl Pool {
         }
         .await;
         self.starting().remove(&name);
-        match ready {
-            Ok(address) => Ok(self.handle(&name, image, &address)),
-            Err(message) => {
-                self.cluster.delete(&name).await;
-                let kind = if Instant::now() >= until {
-                    ErrorKind::DeadlineExceeded
-                } else {
-                    ErrorKind::Failed
-                };
-                Err(EvalError::new(
-                    kind,
-                    format!("unable to get the grpc client to the pod for {image}: {message}"),
-                ))
-            }
-        }
+        let (kind, message) = match ready {
+            Ok(Ok(address)) => return Ok(self.handle(&name, image, &address)),
+            Ok(Err(late)) => (ErrorKind::DeadlineExceeded, late),
+            Err(message) => (ErrorKind::Failed, message),
+        };
+        self.cluster.delete(&name).await;
+        Err(EvalError::new(
+            kind,
+            format!("unable to get the grpc client to the pod for {image}: {message}"),
+        ))
     }
 
     fn starting(&self) -> MutexGuard<'_, HashSet<String>> {
