@@ -5,7 +5,6 @@ mod catalog;
 mod cli;
 mod config;
 mod eval;
-mod limits;
 mod logging;
 mod runtime;
 mod server;

@@ -1,6 +1,5 @@
 //! The gRPC server: Porch's `evaluator.FunctionEvaluator` and `grpc.health.v1.Health`.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,14 +10,11 @@ use krm_runner_proto::evaluator::function_evaluator_server::{
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
 use krm_runner_proto::krmrunner::v1::function_catalog_server::FunctionCatalogServer;
+use krm_runner_proto::serving::{ResourceExhaustedLayer, grpc_timeout, health_service};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::Stream;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_server::{Health, HealthServer};
-use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::catalog::Catalog;
 use crate::runtime::{CancelOnDrop, Runtime};
@@ -152,52 +148,6 @@ pub fn to_status(error: &EvalError) -> Status {
     }
 }
 
-/// The caller's `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
-fn grpc_timeout<T>(request: &Request<T>) -> Option<Duration> {
-    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
-    let amount: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(amount.saturating_mul(3600)),
-        "M" => Duration::from_secs(amount.saturating_mul(60)),
-        "S" => Duration::from_secs(amount),
-        "m" => Duration::from_millis(amount),
-        "u" => Duration::from_micros(amount),
-        "n" => Duration::from_nanos(amount),
-        _ => return None,
-    })
-}
-
-/// Porch's health checker: SERVING for any service name.
-struct AlwaysServing;
-
-type HealthStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl Health for AlwaysServing {
-    async fn check(
-        &self,
-        _: Request<HealthCheckRequest>,
-    ) -> Result<Response<HealthCheckResponse>, Status> {
-        Ok(Response::new(serving()))
-    }
-
-    type WatchStream = HealthStream;
-
-    async fn watch(
-        &self,
-        _: Request<HealthCheckRequest>,
-    ) -> Result<Response<HealthStream>, Status> {
-        Ok(Response::new(Box::pin(tokio_stream::once(Ok(serving())))))
-    }
-}
-
-fn serving() -> HealthCheckResponse {
-    HealthCheckResponse {
-        status: ServingStatus::Serving as i32,
-    }
-}
-
 /// Serves until SIGTERM or SIGINT, then drains: in-flight calls get `grace` to finish before
 /// they are cancelled. A second signal exits at once.
 pub async fn serve(
@@ -237,10 +187,8 @@ pub async fn serve(
         });
     };
     tonic::transport::Server::builder()
-        .layer(crate::limits::ResourceExhaustedLayer::new(
-            max_message_bytes,
-        ))
-        .add_service(HealthServer::new(AlwaysServing))
+        .layer(ResourceExhaustedLayer::new(max_message_bytes))
+        .add_service(health_service())
         .add_service(evaluator)
         .add_service(catalog)
         .serve_with_incoming_shutdown(incoming, stop)

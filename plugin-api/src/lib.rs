@@ -36,6 +36,7 @@ mod call;
 pub mod host;
 mod logging;
 mod plugin;
+pub mod process;
 pub mod results;
 mod signature;
 

@@ -15,3 +15,5 @@ pub mod krmrunner {
 pub mod evaluator {
     tonic::include_proto!("evaluator");
 }
+
+pub mod serving;

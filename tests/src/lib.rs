@@ -365,3 +365,29 @@ pub fn have_tool(tool: &str) -> bool {
     }
     found
 }
+
+/// One EvaluateFunction call carrying `grpc-timeout: <grpc_timeout>` but with no deadline timer
+/// on the client side (tonic's channel would cancel locally at the same instant and answer
+/// CANCELLED itself), so the answer is the server's own.
+pub async fn call_with_remote_deadline(
+    endpoint: &str,
+    request: EvaluateFunctionRequest,
+    grpc_timeout: &str,
+) -> Result<EvaluateFunctionResponse, tonic::Status> {
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let http = Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<tonic::body::Body>();
+    let origin: http::Uri = endpoint.parse().expect("endpoint URI");
+    let mut client = FunctionEvaluatorClient::with_origin(http, origin);
+    let mut request = tonic::Request::new(request);
+    request.metadata_mut().insert(
+        "grpc-timeout",
+        grpc_timeout.parse().expect("grpc-timeout value"),
+    );
+    tokio::time::timeout(Duration::from_secs(60), client.evaluate_function(request))
+        .await
+        .expect("call did not finish")
+        .map(tonic::Response::into_inner)
+}

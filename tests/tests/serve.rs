@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
-use krm_runner_tests::{Server, read_pids, resource_list, scratch, script, wait_gone};
+use krm_runner_tests::{
+    Server, call_with_remote_deadline, read_pids, resource_list, scratch, script, wait_gone,
+};
 use tonic::Code;
 
 /// exec serves mapped scripts; multi chains testkit (declines unknown images) then exec.
@@ -168,17 +170,16 @@ async fn deadline_kills_the_whole_process_group() {
         &config(&[("example.com/hangs:v1", &function)], "exec", ""),
         &[],
     );
-    let mut request = tonic::Request::new(EvaluateFunctionRequest {
-        resource_list: resource_list(&["a"]),
-        image: "example.com/hangs:v1".into(),
-    });
-    request.set_timeout(Duration::from_millis(700));
-    let status = server
-        .client()
-        .await
-        .evaluate_function(request)
-        .await
-        .unwrap_err();
+    let status = call_with_remote_deadline(
+        &server.endpoint(),
+        EvaluateFunctionRequest {
+            resource_list: resource_list(&["a"]),
+            image: "example.com/hangs:v1".into(),
+        },
+        "700m",
+    )
+    .await
+    .unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
     let pids = read_pids(&pids_file, 2, Duration::from_secs(5));
     let alive = wait_gone(&pids, Duration::from_secs(5));

@@ -2,7 +2,6 @@
 //! `grpc.health.v1.Health`.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,12 +9,9 @@ use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
+use krm_runner_proto::serving::{ResourceExhaustedLayer, grpc_timeout, health_service};
 use tokio::net::TcpListener;
-use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_server::{Health, HealthServer};
-use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::process::{self, Exited, Limits, Outcome};
 use crate::resource_list;
@@ -157,52 +153,6 @@ fn respond(
     Ok(Response::new(response))
 }
 
-/// The caller's `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
-fn grpc_timeout<T>(request: &Request<T>) -> Option<Duration> {
-    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
-    let amount: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(amount.saturating_mul(3600)),
-        "M" => Duration::from_secs(amount.saturating_mul(60)),
-        "S" => Duration::from_secs(amount),
-        "m" => Duration::from_millis(amount),
-        "u" => Duration::from_micros(amount),
-        "n" => Duration::from_nanos(amount),
-        _ => return None,
-    })
-}
-
-/// Porch's health checker: SERVING for any service name; Watch sends one message and ends.
-struct AlwaysServing;
-
-type HealthStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl Health for AlwaysServing {
-    async fn check(
-        &self,
-        _: Request<HealthCheckRequest>,
-    ) -> Result<Response<HealthCheckResponse>, Status> {
-        Ok(Response::new(serving()))
-    }
-
-    type WatchStream = HealthStream;
-
-    async fn watch(
-        &self,
-        _: Request<HealthCheckRequest>,
-    ) -> Result<Response<HealthStream>, Status> {
-        Ok(Response::new(Box::pin(tokio_stream::once(Ok(serving())))))
-    }
-}
-
-fn serving() -> HealthCheckResponse {
-    HealthCheckResponse {
-        status: ServingStatus::Serving as i32,
-    }
-}
-
 /// Binds the wrapper's port on every interface: IPv6 and IPv4 when the host has IPv6, else IPv4.
 /// Addresses are literals, so no resolver is involved.
 pub async fn bind(port: u16) -> std::io::Result<TcpListener> {
@@ -226,8 +176,10 @@ pub async fn serve(
     .max_encoding_message_size(config.max_message_bytes);
     // Small unary calls: without TCP_NODELAY, Nagle and delayed ACKs add ~40 ms to each.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let limit = config.max_message_bytes;
     tonic::transport::Server::builder()
-        .add_service(HealthServer::new(AlwaysServing))
+        .layer(ResourceExhaustedLayer::new(limit))
+        .add_service(health_service())
         .add_service(evaluator)
         .serve_with_incoming_shutdown(incoming, stop)
         .await

@@ -141,33 +141,22 @@ pub async fn call(
         .expect("call did not finish")
 }
 
-/// One EvaluateFunction call carrying `grpc-timeout: <grpc_timeout>` but with no deadline timer
-/// on the client side (tonic's channel would cancel locally at the same instant), so the
-/// answer is the server's own.
+/// One call with the deadline enforced by the server only (see the runner's test support).
 pub async fn call_with_remote_deadline(
     port: u16,
     image: &str,
     input: &str,
     grpc_timeout: &str,
 ) -> Result<EvaluateFunctionResponse, Status> {
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-    let http = Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http::<tonic::body::Body>();
-    let origin: http::Uri = format!("http://127.0.0.1:{port}").parse().unwrap();
-    let mut client = FunctionEvaluatorClient::with_origin(http, origin);
-    let mut request = tonic::Request::new(EvaluateFunctionRequest {
-        resource_list: input.as_bytes().to_vec(),
-        image: image.to_owned(),
-    });
-    request
-        .metadata_mut()
-        .insert("grpc-timeout", grpc_timeout.parse().unwrap());
-    tokio::time::timeout(BOUND, client.evaluate_function(request))
-        .await
-        .expect("call did not finish")
-        .map(tonic::Response::into_inner)
+    krm_runner_tests::call_with_remote_deadline(
+        &format!("http://127.0.0.1:{port}"),
+        EvaluateFunctionRequest {
+            resource_list: input.as_bytes().to_vec(),
+            image: image.to_owned(),
+        },
+        grpc_timeout,
+    )
+    .await
 }
 
 /// A port that was free a moment ago.

@@ -1,0 +1,141 @@
+//! Server-side conventions shared by every krm-runner gRPC server (the runner and the pods'
+//! wrapper server), so that both answer as Porch's servers do.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio_stream::Stream;
+use tonic::{Code, Request, Response, Status};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+use tower::{Layer, Service};
+
+/// Porch's health checker: SERVING for any service name; Watch sends one message and ends.
+pub fn health_service() -> HealthServer<AlwaysServing> {
+    HealthServer::new(AlwaysServing)
+}
+
+pub struct AlwaysServing;
+
+type HealthStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Health for AlwaysServing {
+    async fn check(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        Ok(Response::new(serving()))
+    }
+
+    type WatchStream = HealthStream;
+
+    async fn watch(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthStream>, Status> {
+        Ok(Response::new(Box::pin(tokio_stream::once(Ok(serving())))))
+    }
+}
+
+fn serving() -> HealthCheckResponse {
+    HealthCheckResponse {
+        status: ServingStatus::Serving as i32,
+    }
+}
+
+/// The caller's `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
+pub fn grpc_timeout<T>(request: &Request<T>) -> Option<Duration> {
+    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+/// Porch's clients expect RESOURCE_EXHAUSTED for a request over the message limit (grpc-go's
+/// code); tonic answers OUT_OF_RANGE. This layer rewrites exactly that answer.
+#[derive(Debug, Clone, Copy)]
+pub struct ResourceExhaustedLayer {
+    limit: usize,
+}
+
+impl ResourceExhaustedLayer {
+    pub fn new(limit: usize) -> Self {
+        Self { limit }
+    }
+}
+
+impl<S> Layer<S> for ResourceExhaustedLayer {
+    type Service = ResourceExhausted<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ResourceExhausted {
+            inner,
+            limit: self.limit,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ResourceExhausted<S> {
+    inner: S,
+    limit: usize,
+}
+
+impl<S, Req, B> Service<Req> for ResourceExhausted<S>
+where
+    S: Service<Req, Response = http::Response<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<B>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        let limit = self.limit;
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let mut response = response.await?;
+            rewrite_too_large(response.headers_mut(), limit);
+            Ok(response)
+        })
+    }
+}
+
+fn rewrite_too_large(headers: &mut http::HeaderMap, limit: usize) {
+    let Some(status) = Status::from_header_map(headers) else {
+        return;
+    };
+    if status.code() != Code::OutOfRange
+        || !status
+            .message()
+            .contains("decoded message length too large")
+    {
+        return;
+    }
+    let size = status
+        .message()
+        .split("found ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or("?");
+    let exhausted = Status::resource_exhausted(format!(
+        "request message of {size} bytes exceeds max_message_bytes {limit} (--max-request-body-size)"
+    ));
+    let _ = exhausted.add_header(headers);
+}
