@@ -98,25 +98,13 @@ async fn cold_call_creates_a_pod_warm_call_reuses_it_and_a_deleted_pod_is_replac
     if !require_podman("pod evaluator end to end") {
         return;
     }
-    // Short: podman refuses a run root longer than 50 characters.
-    let dir = tempfile::Builder::new().prefix("kp").tempdir().unwrap();
-    let context = tokio::task::spawn_blocking(wrapper_binaries).await.unwrap();
-    let cluster = Cluster::start(dir.path()).expect("stand-in cluster");
-    let namespace = dir.path().join("namespace.yaml");
-    std::fs::write(
-        &namespace,
-        format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"),
-    )
-    .unwrap();
-    kubectl(&cluster, &["create", "-f", namespace.to_str().unwrap()]);
-    let wrapper = cluster
-        .push(&wrapper_image(&context), "krm/wrapper-server:test")
-        .expect("wrapper image");
+    let world = tokio::task::spawn_blocking(pod_world).await.unwrap();
+    let (cluster, wrapper) = (&world.cluster, &world.wrapper);
     let function = cluster
         .push(&function_image(&["/bin/cat"]), "krm/identity:v1")
         .expect("function image");
 
-    let server = Server::start(&runner_config(&cluster, &wrapper, ""), &[]);
+    let server = Server::start(&runner_config(cluster, wrapper, ""), &[]);
     let input = resource_list(&["cold"]);
     let mut request = tonic::Request::new(krm_runner_proto::evaluator::EvaluateFunctionRequest {
         resource_list: input.clone(),
@@ -136,9 +124,9 @@ async fn cold_call_creates_a_pod_warm_call_reuses_it_and_a_deleted_pod_is_replac
         });
     assert_eq!(response.metadata().get("x-krm-evaluator").unwrap(), "pod");
     assert_eq!(response.into_inner().resource_list, input);
-    let pods = names(&cluster, "pods");
+    let pods = names(cluster, "pods");
     assert_eq!(pods.len(), 1, "{pods:?}");
-    assert_eq!(names(&cluster, "services").len(), 1);
+    assert_eq!(names(cluster, "services").len(), 1);
 
     // Warm: the same pod serves, nothing new is created.
     for _ in 0..3 {
@@ -151,11 +139,11 @@ async fn cold_call_creates_a_pod_warm_call_reuses_it_and_a_deleted_pod_is_replac
             (resource_list(&["warm"]), "pod")
         );
     }
-    assert_eq!(names(&cluster, "pods"), pods);
+    assert_eq!(names(cluster, "pods"), pods);
 
     // Deleted behind the runner's back: the next call gets a new pod.
     kubectl(
-        &cluster,
+        cluster,
         &[
             "delete",
             "-n",
@@ -175,7 +163,7 @@ async fn cold_call_creates_a_pod_warm_call_reuses_it_and_a_deleted_pod_is_replac
             )
         });
     assert_eq!(response.resource_list, resource_list(&["again"]));
-    let replaced = names(&cluster, "pods");
+    let replaced = names(cluster, "pods");
     assert_eq!(replaced.len(), 1, "{replaced:?}");
     assert_ne!(replaced, pods);
 
@@ -192,7 +180,7 @@ async fn cold_call_creates_a_pod_warm_call_reuses_it_and_a_deleted_pod_is_replac
         status.message()
     );
     assert_eq!(
-        names(&cluster, "pods").len(),
+        names(cluster, "pods").len(),
         1,
         "no pod for the missing image"
     );
