@@ -448,7 +448,7 @@ fn quoted_close(b: &[u8], at: usize, eol: usize, quote: u8) -> Option<usize> {
 }
 
 /// Characters that start something other than a plain scalar (or that we leave to saphyr).
-fn is_indicator(c: u8) -> bool {
+pub(crate) fn is_indicator(c: u8) -> bool {
     matches!(
         c,
         b'-' | b'?'

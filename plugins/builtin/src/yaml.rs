@@ -579,28 +579,7 @@ pub fn needs_quotes(value: &str) -> bool {
             return true;
         }
     }
-    if matches!(
-        b[0],
-        b'-' | b'?'
-            | b':'
-            | b','
-            | b'['
-            | b']'
-            | b'{'
-            | b'}'
-            | b'#'
-            | b'&'
-            | b'*'
-            | b'!'
-            | b'|'
-            | b'>'
-            | b'\''
-            | b'"'
-            | b'%'
-            | b'@'
-            | b'`'
-    ) && !(b[0] == b'-' && b.len() > 1 && b[1] != b' ')
-    {
+    if crate::fast_yaml::is_indicator(b[0]) && !(b[0] == b'-' && b.len() > 1 && b[1] != b' ') {
         return true;
     }
     value.contains(": ")
