@@ -676,37 +676,24 @@ impl New {
 
     /// Like [`New::flow`], but strings are quoted only when they need it (block context).
     pub fn flow_plain(&self, out: &mut String) {
-        match self {
-            New::Str(s) => push_rendered(out, s, false),
-            New::Plain(s) => out.push_str(s),
-            New::Map(entries) => {
-                out.push('{');
-                for (i, (k, v)) in entries.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    push_rendered(out, k, false);
-                    out.push_str(": ");
-                    v.flow_plain(out);
-                }
-                out.push('}');
-            }
-            New::Seq(items) => {
-                out.push('[');
-                for (i, v) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    v.flow_plain(out);
-                }
-                out.push(']');
-            }
-        }
+        self.write_flow(out, false);
     }
 
+    /// Flow style with every string double-quoted: valid JSON as well as YAML.
     pub fn flow(&self, out: &mut String) {
+        self.write_flow(out, true);
+    }
+
+    fn write_flow(&self, out: &mut String, quote_strings: bool) {
+        let string = |out: &mut String, s: &str| {
+            if quote_strings {
+                out.push_str(&double_quoted(s));
+            } else {
+                push_rendered(out, s, false);
+            }
+        };
         match self {
-            New::Str(s) => out.push_str(&double_quoted(s)),
+            New::Str(s) => string(out, s),
             New::Plain(s) => out.push_str(s),
             New::Map(entries) => {
                 out.push('{');
@@ -714,9 +701,9 @@ impl New {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    out.push_str(&double_quoted(k));
+                    string(out, k);
                     out.push_str(": ");
-                    v.flow(out);
+                    v.write_flow(out, quote_strings);
                 }
                 out.push('}');
             }
@@ -726,7 +713,7 @@ impl New {
                     if i > 0 {
                         out.push_str(", ");
                     }
-                    v.flow(out);
+                    v.write_flow(out, quote_strings);
                 }
                 out.push(']');
             }
