@@ -628,3 +628,32 @@ async fn crashing_function_is_internal_and_server_keeps_serving() {
         .unwrap();
     assert_eq!(response.resource_list, b"items: []");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_log_has_one_structured_line_per_call() {
+    let server = Server::start(&config(&[], "kit", ""), &["--log-format", "json"]);
+    server.call("testkit/echo", b"x").await.unwrap();
+    let started = Instant::now();
+    let line = loop {
+        let found = server
+            .stderr()
+            .lines()
+            .find(|l| l.contains("testkit/echo"))
+            .map(str::to_owned);
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no call line in:\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let event: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(event["image"], "testkit/echo");
+    assert_eq!(event["evaluator"], "kit");
+    assert_eq!(event["outcome"], "Ok");
+    assert!(event["duration_ms"].as_f64().is_some(), "{line}");
+}
