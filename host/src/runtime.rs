@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use krm_plugin_api::host::{
     EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginLibrary,
@@ -255,8 +255,9 @@ impl Runtime {
 }
 
 /// Runs one call on a blocking thread, so that slow evaluators never stall the async workers.
-/// Cancelling `context` asks the evaluator to stop; this still waits for it to clean up, but no
-/// longer than `CLEANUP_LIMIT` past the cancellation.
+/// When the deadline passes, the context is cancelled (evaluators kill their work from the
+/// cancellation callback, before this returns) and the answer is DEADLINE_EXCEEDED at once:
+/// waiting for the evaluator's own return could let the caller's deadline pass first.
 pub async fn evaluate_on(
     served: Arc<EvaluatorInstance>,
     context: Arc<HostCallContext>,
@@ -288,23 +289,17 @@ fn release_free_memory() {
     }
 }
 
-/// How long an evaluator may take to return once its call is cancelled.
-const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
-
 async fn await_call(
-    mut call: tokio::task::JoinHandle<Result<EvalResponse, EvalError>>,
+    call: tokio::task::JoinHandle<Result<EvalResponse, EvalError>>,
     context: &HostCallContext,
     image: &str,
 ) -> Result<EvalResponse, EvalError> {
     let deadline = context.deadline().map(tokio::time::Instant::from_std);
     let joined = tokio::select! {
-        joined = &mut call => joined,
+        joined = call => joined,
         () = sleep_until(deadline) => {
             context.cancel(CancelReason::DeadlineExceeded);
-            match tokio::time::timeout(CLEANUP_LIMIT, &mut call).await {
-                Ok(joined) => joined,
-                Err(_) => return Err(CancelReason::DeadlineExceeded.to_error(image)),
-            }
+            return Err(CancelReason::DeadlineExceeded.to_error(image));
         }
     };
     joined.unwrap_or_else(|error| {

@@ -10,7 +10,7 @@ use krm_runner_proto::evaluator::function_evaluator_server::{
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
 use krm_runner_proto::krmrunner::v1::function_catalog_server::FunctionCatalogServer;
-use krm_runner_proto::serving::{ResourceExhaustedLayer, grpc_timeout, health_service};
+use krm_runner_proto::serving::{ResourceExhaustedLayer, answer_by, health_service};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::metadata::MetadataValue;
@@ -18,8 +18,6 @@ use tonic::{Request, Response, Status};
 
 use crate::catalog::Catalog;
 use crate::runtime::{CancelOnDrop, Runtime};
-
-const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
 
 /// The response header naming the evaluator instance that served a call.
 pub const EVALUATOR_HEADER: &str = "x-krm-evaluator";
@@ -36,10 +34,7 @@ impl FunctionEvaluator for EvaluatorService {
         &self,
         request: Request<EvaluateFunctionRequest>,
     ) -> Result<Response<EvaluateFunctionResponse>, Status> {
-        // Answer a little before the caller's deadline, so that our DEADLINE_EXCEEDED (and not
-        // tonic's own timeout, which answers CANCELLED) reaches the caller in time.
-        let deadline = grpc_timeout(&request)
-            .map(|timeout| Instant::now() + timeout.saturating_sub(DEADLINE_MARGIN));
+        let deadline = answer_by(&request);
         let EvaluateFunctionRequest {
             resource_list,
             image,

@@ -3,13 +3,13 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
-use krm_runner_proto::serving::{ResourceExhaustedLayer, grpc_timeout, health_service};
+use krm_runner_proto::serving::{ResourceExhaustedLayer, answer_by, health_service};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
@@ -18,8 +18,6 @@ use crate::resource_list;
 
 /// Answer this long before the caller's deadline, so that our DEADLINE_EXCEEDED (and not
 /// tonic's own timeout, which answers CANCELLED) reaches the caller in time.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
-
 /// What the server runs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -40,8 +38,7 @@ impl FunctionEvaluator for Evaluator {
         &self,
         request: Request<EvaluateFunctionRequest>,
     ) -> Result<Response<EvaluateFunctionResponse>, Status> {
-        let deadline = grpc_timeout(&request)
-            .map(|timeout| tokio::time::Instant::now() + timeout.saturating_sub(DEADLINE_MARGIN));
+        let deadline = answer_by(&request).map(tokio::time::Instant::from_std);
         let EvaluateFunctionRequest {
             resource_list,
             image,
