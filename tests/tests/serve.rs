@@ -188,18 +188,6 @@ async fn deadline_kills_the_whole_process_group() {
         alive.is_empty(),
         "function processes survived the deadline: {alive:?}"
     );
-    // The runner saw the deadline pass, whichever timer answered the caller.
-    let started = Instant::now();
-    while !server.stderr().contains("DeadlineExceeded")
-        && started.elapsed() < Duration::from_secs(5)
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        server.stderr().contains("outcome=\"DeadlineExceeded\""),
-        "{}",
-        server.stderr()
-    );
     // And the runner keeps serving.
     assert!(server.health_check().await.is_ok());
 }
