@@ -10,7 +10,7 @@ use krm_runner_proto::evaluator::function_evaluator_server::{
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
 use krm_runner_proto::krmrunner::v1::function_catalog_server::FunctionCatalogServer;
-use krm_runner_proto::serving::{ResourceExhaustedLayer, answer_by, health_service};
+use krm_runner_proto::serving::{ServingLayer, answer_by, health_service};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::metadata::MetadataValue;
@@ -182,7 +182,7 @@ pub async fn serve(
         });
     };
     tonic::transport::Server::builder()
-        .layer(ResourceExhaustedLayer::new(max_message_bytes))
+        .layer(ServingLayer::new(max_message_bytes))
         .add_service(health_service())
         .add_service(evaluator)
         .add_service(catalog)

@@ -48,17 +48,27 @@ fn serving() -> HealthCheckResponse {
 }
 
 /// How much earlier than the caller's deadline a server answers DEADLINE_EXCEEDED. tonic's
-/// server enforces `grpc-timeout` too, answering CANCELLED; answering first keeps Porch's code.
+/// server enforces `grpc-timeout` too, answering CANCELLED "Timeout expired", from a timer
+/// started in the same poll as ours; answering first keeps Porch's code.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(20);
 
-/// When to give up on a call: a little before the caller's `grpc-timeout`, if it sent one.
+/// When the server gives up on a call, stamped on the request by [`ServingLayer`].
+#[derive(Debug, Clone, Copy)]
+struct AnswerBy(Instant);
+
+/// When to give up on a call: a little before the caller's `grpc-timeout`, counted from the
+/// request's arrival, if the caller sent one. Handlers cancel their work by then; the layer
+/// answers DEADLINE_EXCEEDED at that instant even if a starved handler has not.
 pub fn answer_by<T>(request: &Request<T>) -> Option<Instant> {
-    grpc_timeout(request).map(|timeout| Instant::now() + timeout.saturating_sub(DEADLINE_MARGIN))
+    request
+        .extensions()
+        .get::<AnswerBy>()
+        .map(|answer_by| answer_by.0)
 }
 
 /// The caller's `grpc-timeout` header (`<digits><unit>`, unit one of H M S m u n).
-fn grpc_timeout<T>(request: &Request<T>) -> Option<Duration> {
-    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
     let amount: u64 = digits.parse().ok()?;
     Some(match unit {
@@ -72,24 +82,27 @@ fn grpc_timeout<T>(request: &Request<T>) -> Option<Duration> {
     })
 }
 
-/// Porch's clients expect RESOURCE_EXHAUSTED for a request over the message limit (grpc-go's
-/// code); tonic answers OUT_OF_RANGE. This layer rewrites exactly that answer.
+/// Every krm-runner server's tower layer. It enforces the caller's deadline (see
+/// [`answer_by`]) and, since Porch's clients expect RESOURCE_EXHAUSTED for a request over the
+/// message limit (grpc-go's code) where tonic answers OUT_OF_RANGE, rewrites exactly that answer.
 #[derive(Debug, Clone, Copy)]
-pub struct ResourceExhaustedLayer {
+pub struct ServingLayer {
     limit: usize,
 }
 
-impl ResourceExhaustedLayer {
-    pub fn new(limit: usize) -> Self {
-        Self { limit }
+impl ServingLayer {
+    pub fn new(max_message_bytes: usize) -> Self {
+        Self {
+            limit: max_message_bytes,
+        }
     }
 }
 
-impl<S> Layer<S> for ResourceExhaustedLayer {
-    type Service = ResourceExhausted<S>;
+impl<S> Layer<S> for ServingLayer {
+    type Service = Serving<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ResourceExhausted {
+        Serving {
             inner,
             limit: self.limit,
         }
@@ -97,17 +110,17 @@ impl<S> Layer<S> for ResourceExhaustedLayer {
 }
 
 #[derive(Debug, Clone)]
-pub struct ResourceExhausted<S> {
+pub struct Serving<S> {
     inner: S,
     limit: usize,
 }
 
-impl<S, Req, B> Service<Req> for ResourceExhausted<S>
+impl<S, ReqBody> Service<http::Request<ReqBody>> for Serving<S>
 where
-    S: Service<Req, Response = http::Response<B>>,
+    S: Service<http::Request<ReqBody>, Response = http::Response<tonic::body::Body>>,
     S::Future: Send + 'static,
 {
-    type Response = http::Response<B>;
+    type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
@@ -115,11 +128,31 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Req) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
+        let answer_by = grpc_timeout(request.headers())
+            .map(|timeout| Instant::now() + timeout.saturating_sub(DEADLINE_MARGIN));
+        if let Some(answer_by) = answer_by {
+            request.extensions_mut().insert(AnswerBy(answer_by));
+        }
         let limit = self.limit;
         let response = self.inner.call(request);
         Box::pin(async move {
-            let mut response = response.await?;
+            // tonic's timeout polls this future before its own timer, and ours expires first,
+            // so a handler late past the deadline is answered here (dropping it cancels its call).
+            let mut response = match answer_by {
+                Some(answer_by) => {
+                    match tokio::time::timeout_at(answer_by.into(), response).await {
+                        Ok(response) => response?,
+                        Err(_) => {
+                            return Ok(Status::deadline_exceeded(
+                                "the caller's deadline (grpc-timeout) passed",
+                            )
+                            .into_http());
+                        }
+                    }
+                }
+                None => response.await?,
+            };
             rewrite_too_large(response.headers_mut(), limit);
             Ok(response)
         })

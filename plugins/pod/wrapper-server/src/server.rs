@@ -9,7 +9,7 @@ use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
-use krm_runner_proto::serving::{ResourceExhaustedLayer, answer_by, health_service};
+use krm_runner_proto::serving::{ServingLayer, answer_by, health_service};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
@@ -175,7 +175,7 @@ pub async fn serve(
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let limit = config.max_message_bytes;
     tonic::transport::Server::builder()
-        .layer(ResourceExhaustedLayer::new(limit))
+        .layer(ServingLayer::new(limit))
         .add_service(health_service())
         .add_service(evaluator)
         .serve_with_incoming_shutdown(incoming, stop)
