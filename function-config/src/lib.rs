@@ -1,0 +1,29 @@
+//! `FunctionConfig` (`config.porch.kpt.dev/v1alpha1`): Porch's resource saying, per function
+//! image, which executor runs it — built in (`goExecutor`), a local binary (`binaryExecutor`) or
+//! a pod (`podExecutor`). This crate holds what the runner and the plugins share about it:
+//!
+//! - the types ([`FunctionConfig`] and its parts; plugins deserialize [`PodExecutor`],
+//!   [`BinaryExecutor`] and [`GoExecutor`] from JSON), from which the CRD in
+//!   `deploy/kubernetes/crds/functionconfigs.yaml` is generated;
+//! - [`validate`], reporting every broken rule at once;
+//! - [`load_paths`], reading objects from YAML files and directories;
+//! - [`RoutingTable`], matching a request image to an object and listing the executors to try.
+//!
+//! Objects from the cluster enter through [`Sourced::from_cluster`], which validates them.
+
+mod load;
+mod route;
+mod source;
+mod types;
+mod validate;
+
+pub use load::{LoadError, load_paths};
+pub use route::{
+    Conflict, Executor, ImageRef, LeftOut, Matched, NoMatch, Route, RoutingTable, Step,
+};
+pub use source::{InvalidObject, ObjectId, Source, Sourced};
+pub use types::{
+    BinaryExecutor, ContainerOverrides, DEFAULT_TIME_TO_LIVE, FunctionConfig, FunctionConfigSpec,
+    FunctionConfigStatus, GoExecutor, PodExecutor, TemplateOverrides,
+};
+pub use validate::{FieldError, InvalidDuration, validate};

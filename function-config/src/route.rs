@@ -1,0 +1,395 @@
+//! The routing table: which FunctionConfig a request image matches, and which executors it
+//! names for that image, in the order the runner tries them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::source::{ObjectId, Source, Sourced};
+use crate::types::PodExecutor;
+
+/// A request image taken apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageRef {
+    /// Everything before the short name, e.g. `ghcr.io/kptdev/krm-functions-catalog`; the
+    /// default prefix (without its trailing `/`) for a bare name.
+    pub repo: String,
+    /// The last path segment without tag or digest, e.g. `set-namespace`.
+    pub name: String,
+    /// The tag, `""` when there is none.
+    pub tag: String,
+    /// The digest after `@`, e.g. `sha256:…`.
+    pub digest: Option<String>,
+}
+
+impl ImageRef {
+    /// Splits `image` as Porch does: the digest after `@`; the tag after the last `:` that
+    /// follows the last `/` (so a registry port is not a tag); the repository before the last
+    /// `/`. A name without `/` lives under `default_prefix`.
+    pub fn parse(image: &str, default_prefix: &str) -> Self {
+        let (named, digest) = match image.split_once('@') {
+            Some((named, digest)) => (named, Some(digest.to_owned())),
+            None => (image, None),
+        };
+        let (repo, last) = match named.rsplit_once('/') {
+            Some((repo, last)) => (repo, last),
+            None => (trim_prefix(default_prefix), named),
+        };
+        let (name, tag) = last.rsplit_once(':').unwrap_or((last, ""));
+        Self {
+            repo: repo.to_owned(),
+            name: name.to_owned(),
+            tag: tag.to_owned(),
+            digest,
+        }
+    }
+}
+
+fn trim_prefix(prefix: &str) -> &str {
+    prefix.trim_end_matches('/')
+}
+
+/// The three executors of a FunctionConfig, in the order they are tried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Executor {
+    Go,
+    Binary,
+    Pod,
+}
+
+impl fmt::Display for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Executor::Go => "goExecutor",
+            Executor::Binary => "binaryExecutor",
+            Executor::Pod => "podExecutor",
+        })
+    }
+}
+
+/// One executor the matched FunctionConfig names for the requested tag.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Run the built-in function with this id (`goExecutor.id`, else `metadata.name`).
+    Go { function_id: String },
+    /// Run this executable (made absolute against the functions directory).
+    Binary { path: PathBuf },
+    /// Run the image in a pod with these settings.
+    Pod { settings: Arc<PodExecutor> },
+}
+
+impl Step {
+    pub fn executor(&self) -> Executor {
+        match self {
+            Step::Go { .. } => Executor::Go,
+            Step::Binary { .. } => Executor::Binary,
+            Step::Pod { .. } => Executor::Pod,
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Go { function_id } => write!(f, "goExecutor: built-in function {function_id}"),
+            Step::Binary { path } => write!(f, "binaryExecutor: {}", path.display()),
+            Step::Pod { .. } => f.write_str("podExecutor"),
+        }
+    }
+}
+
+/// Why an executor of the matched FunctionConfig is not in the plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeftOut {
+    /// The FunctionConfig has no such section.
+    Absent(Executor),
+    /// The section does not list the requested tag.
+    TagNotListed {
+        executor: Executor,
+        tag: String,
+        tags: Vec<String>,
+    },
+}
+
+impl fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeftOut::Absent(executor) => write!(f, "{executor}: not configured"),
+            LeftOut::TagNotListed {
+                executor,
+                tag,
+                tags,
+            } => write!(f, "{executor}: tag {tag:?} not among {tags:?}"),
+        }
+    }
+}
+
+/// Why no FunctionConfig applies to a request image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoMatch {
+    /// Digest references name exact content; a FunctionConfig maps tags, so it never applies.
+    Digest { digest: String },
+    /// No FunctionConfig has this `spec.image`.
+    NoObject { name: String },
+    /// The FunctionConfig for this name does not list the image's repository.
+    RepoNotListed {
+        object: ObjectId,
+        repo: String,
+        prefixes: Vec<String>,
+    },
+}
+
+impl fmt::Display for NoMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoMatch::Digest { digest } => write!(
+                f,
+                "digest reference (@{digest}): FunctionConfigs match tags, never digests"
+            ),
+            NoMatch::NoObject { name } => write!(f, "no FunctionConfig has spec.image {name:?}"),
+            NoMatch::RepoNotListed {
+                object,
+                repo,
+                prefixes,
+            } => write!(
+                f,
+                "{object} does not list repository {repo:?} (prefixes {prefixes:?})"
+            ),
+        }
+    }
+}
+
+/// The FunctionConfig a request image matched and what it says to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Matched {
+    pub object: ObjectId,
+    pub image: ImageRef,
+    /// The executors to try, in order. The runner skips one that cannot run the function
+    /// (built-in missing, binary missing, no pod evaluator) and says so itself.
+    pub plan: Vec<Step>,
+    /// The executors not in the plan, each with its reason, in flow order.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// The answer of [`RoutingTable::route`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Route {
+    NoMatch(NoMatch),
+    Matched(Matched),
+}
+
+/// Two objects claiming the same `spec.image`; the first is used, the second ignored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    pub image: String,
+    pub used: ObjectId,
+    pub ignored: ObjectId,
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} and {} both claim spec.image {:?}; using the first, ignoring the second",
+            self.used, self.ignored, self.image
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    sourced: Sourced,
+    /// Repositories the object accepts, without trailing `/`; `None`: any.
+    repos: Option<Vec<String>>,
+    pod: Option<Arc<PodExecutor>>,
+}
+
+/// The FunctionConfigs in force, keyed by `spec.image`.
+#[derive(Debug)]
+pub struct RoutingTable {
+    entries: BTreeMap<String, Entry>,
+    default_prefix: String,
+    functions_dir: PathBuf,
+}
+
+impl RoutingTable {
+    /// Builds the table from valid objects of every source.
+    ///
+    /// `default_prefix` is the runner's default image prefix (what `""` in `spec.prefixes`
+    /// stands for, and where bare names live); `functions_dir` is where relative
+    /// `binaryExecutor.path`s point, made absolute against the working directory.
+    ///
+    /// When several objects claim one `spec.image`, one is used and each other is reported: a
+    /// file-sourced object wins over a cluster one (the operator wrote the file on purpose for
+    /// this runner), then the lowest namespace/name, then the earliest file and document, so the
+    /// outcome never depends on the order objects arrived in.
+    pub fn build(
+        objects: impl IntoIterator<Item = Sourced>,
+        default_prefix: &str,
+        functions_dir: &Path,
+    ) -> (Self, Vec<Conflict>) {
+        let mut objects: Vec<Sourced> = objects.into_iter().collect();
+        objects.sort_by(|a, b| precedence(a).cmp(&precedence(b)));
+        let default_prefix = trim_prefix(default_prefix).to_owned();
+        let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+        let mut conflicts = Vec::new();
+        for sourced in objects {
+            let spec = &sourced.object().spec;
+            if let Some(used) = entries.get(&spec.image) {
+                conflicts.push(Conflict {
+                    image: spec.image.clone(),
+                    used: used.sourced.id(),
+                    ignored: sourced.id(),
+                });
+                continue;
+            }
+            let repos = spec
+                .prefixes
+                .as_ref()
+                .filter(|prefixes| !prefixes.is_empty())
+                .map(|prefixes| {
+                    prefixes
+                        .iter()
+                        .map(|prefix| match trim_prefix(prefix) {
+                            "" => default_prefix.clone(),
+                            prefix => prefix.to_owned(),
+                        })
+                        .collect()
+                });
+            let pod = spec.pod_executor.clone().map(Arc::new);
+            entries.insert(
+                spec.image.clone(),
+                Entry {
+                    sourced,
+                    repos,
+                    pod,
+                },
+            );
+        }
+        let functions_dir =
+            std::path::absolute(functions_dir).unwrap_or_else(|_| functions_dir.to_owned());
+        let table = Self {
+            entries,
+            default_prefix,
+            functions_dir,
+        };
+        (table, conflicts)
+    }
+
+    /// Which FunctionConfig serves `image`, and how.
+    ///
+    /// The repository must equal one of the object's prefixes, not merely start with one as in
+    /// Porch (whose regex is anchored at the start only): with the catalog prefix,
+    /// `…/krm-functions-catalog-evil/set-namespace` would otherwise be routed as the catalog's
+    /// function — to a trusted local binary or built-in, or with the catalog's pod settings.
+    pub fn route(&self, image: &str) -> Route {
+        let image = ImageRef::parse(image, &self.default_prefix);
+        if let Some(digest) = &image.digest {
+            return Route::NoMatch(NoMatch::Digest {
+                digest: digest.clone(),
+            });
+        }
+        let Some(entry) = self.entries.get(&image.name) else {
+            return Route::NoMatch(NoMatch::NoObject { name: image.name });
+        };
+        if let Some(repos) = &entry.repos
+            && !repos.contains(&image.repo)
+        {
+            return Route::NoMatch(NoMatch::RepoNotListed {
+                object: entry.sourced.id(),
+                repo: image.repo,
+                prefixes: repos.clone(),
+            });
+        }
+
+        let spec = &entry.sourced.object().spec;
+        let tag = &image.tag;
+        let mut plan = Vec::new();
+        let mut left_out = Vec::new();
+        let not_listed = |executor, tags: &[String]| LeftOut::TagNotListed {
+            executor,
+            tag: tag.clone(),
+            tags: tags.to_vec(),
+        };
+        match &spec.go_executor {
+            None => left_out.push(LeftOut::Absent(Executor::Go)),
+            Some(go) if go.tags.contains(tag) => plan.push(Step::Go {
+                function_id: go
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| entry.sourced.name().to_owned()),
+            }),
+            Some(go) => left_out.push(not_listed(Executor::Go, &go.tags)),
+        }
+        match &spec.binary_executor {
+            None => left_out.push(LeftOut::Absent(Executor::Binary)),
+            Some(binary) if binary.tags.contains(tag) => plan.push(Step::Binary {
+                path: self.functions_dir.join(&binary.path),
+            }),
+            Some(binary) => left_out.push(not_listed(Executor::Binary, &binary.tags)),
+        }
+        match &entry.pod {
+            None => left_out.push(LeftOut::Absent(Executor::Pod)),
+            Some(pod) if pod.tags.is_empty() || pod.tags.contains(tag) => plan.push(Step::Pod {
+                settings: Arc::clone(pod),
+            }),
+            Some(pod) => left_out.push(not_listed(Executor::Pod, &pod.tags)),
+        }
+        Route::Matched(Matched {
+            object: entry.sourced.id(),
+            image,
+            plan,
+            left_out,
+        })
+    }
+
+    /// The images to start pods for ahead of the first call (Porch's warm-up): for each object
+    /// with a `podExecutor` listing a tag, `<prefix>/<spec.image>:<first tag>`, the prefix being
+    /// the first of `spec.prefixes`, or the default prefix when there is none or it is `""`.
+    /// Sorted by `spec.image`.
+    pub fn warm_up_images(&self) -> Vec<(String, PodExecutor)> {
+        self.entries
+            .iter()
+            .filter_map(|(name, entry)| {
+                let pod = entry.pod.as_ref()?;
+                let tag = pod.tags.first()?;
+                let prefix = entry
+                    .repos
+                    .as_ref()
+                    .and_then(|repos| repos.first())
+                    .unwrap_or(&self.default_prefix);
+                let repository = if prefix.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{prefix}/{name}")
+                };
+                let image = if tag.is_empty() {
+                    repository
+                } else {
+                    format!("{repository}:{tag}")
+                };
+                Some((image, PodExecutor::clone(pod)))
+            })
+            .collect()
+    }
+
+    /// The objects in force (conflict losers excluded), by `spec.image`.
+    pub fn objects(&self) -> impl Iterator<Item = &Sourced> {
+        self.entries.values().map(|entry| &entry.sourced)
+    }
+}
+
+/// Sort key of the conflict rule: files first, then namespace/name, then file and document.
+fn precedence(sourced: &Sourced) -> (bool, Option<&str>, &str, &Source) {
+    let metadata = &sourced.object().metadata;
+    (
+        matches!(sourced.source(), Source::Cluster),
+        metadata.namespace.as_deref(),
+        sourced.name(),
+        sourced.source(),
+    )
+}
+
+#[cfg(test)]
+mod tests;

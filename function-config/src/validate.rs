@@ -1,0 +1,283 @@
+//! Checks a FunctionConfig the way the API server checks it against the CRD, plus the few rules
+//! the CRD cannot express (a parseable duration, a short image name), reporting every problem.
+
+use std::fmt;
+use std::time::Duration;
+
+use jiff::SignedDuration;
+
+use crate::types::{FunctionConfig, PodExecutor};
+
+/// One problem with one field of a FunctionConfig.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    /// Path of the field as written on the wire, e.g. `spec.binaryExecutor.tags`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl FieldError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+/// Every problem with `config`, in field order; empty when it is valid.
+///
+/// Covers the CRD's rules (`spec.image` and `spec.binaryExecutor.path` not empty, at least one
+/// tag for the go and binary executors, at least one executor) and adds: `metadata.name` is set
+/// (the API server guarantees it, files do not), `spec.image` is a short name (with a registry or
+/// tag it could never match a request), `spec.goExecutor.id` is not empty when given, and
+/// `spec.podExecutor.timeToLive` is a Go duration.
+pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if config.metadata.name.as_deref().is_none_or(str::is_empty) {
+        errors.push(FieldError::new("metadata.name", "required"));
+    }
+    let spec = &config.spec;
+    if spec.image.is_empty() {
+        errors.push(FieldError::new("spec.image", "must not be empty"));
+    } else if spec.image.contains(['/', ':', '@']) {
+        errors.push(FieldError::new(
+            "spec.image",
+            format!(
+                "{:?} must be the function's short name without registry, tag or digest \
+                 (e.g. set-namespace); list registries in spec.prefixes",
+                spec.image
+            ),
+        ));
+    }
+    if spec.pod_executor.is_none() && spec.binary_executor.is_none() && spec.go_executor.is_none() {
+        errors.push(FieldError::new(
+            "spec",
+            "at least one of podExecutor, binaryExecutor, goExecutor must be set",
+        ));
+    }
+    if let Some(go) = &spec.go_executor {
+        if go.tags.is_empty() {
+            errors.push(FieldError::new(
+                "spec.goExecutor.tags",
+                "must list at least one tag",
+            ));
+        }
+        if go.id.as_deref() == Some("") {
+            errors.push(FieldError::new(
+                "spec.goExecutor.id",
+                "must not be empty; leave it out to use metadata.name",
+            ));
+        }
+    }
+    if let Some(binary) = &spec.binary_executor {
+        if binary.tags.is_empty() {
+            errors.push(FieldError::new(
+                "spec.binaryExecutor.tags",
+                "must list at least one tag",
+            ));
+        }
+        if binary.path.is_empty() {
+            errors.push(FieldError::new(
+                "spec.binaryExecutor.path",
+                "must not be empty",
+            ));
+        }
+    }
+    if let Some(pod) = &spec.pod_executor
+        && let Err(error) = pod.time_to_live()
+    {
+        errors.push(FieldError::new(
+            "spec.podExecutor.timeToLive",
+            error.to_string(),
+        ));
+    }
+    errors
+}
+
+/// A `timeToLive` that is not a Go duration.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a duration (expected a Go duration such as 30m, 1h30m, 90s or 0)")]
+pub struct InvalidDuration(pub String);
+
+impl PodExecutor {
+    /// The idle time-to-live, parsed; `None` when it is zero or negative, which means "the pod
+    /// evaluator's default", as in Porch.
+    pub fn time_to_live(&self) -> Result<Option<Duration>, InvalidDuration> {
+        let parsed = parse_go_duration(&self.time_to_live)
+            .ok_or_else(|| InvalidDuration(self.time_to_live.clone()))?;
+        Ok(Duration::try_from(parsed).ok().filter(|d| !d.is_zero()))
+    }
+}
+
+/// Parses a duration in Go's `time.ParseDuration` syntax.
+///
+/// jiff does the parsing; its "friendly" format is a superset of Go's for the usual forms, so the
+/// input is first held to Go's alphabet (digits, `.`, a leading sign, the units ns, us, µs, μs,
+/// ms, s, m, h) to refuse what Porch's Go code would refuse (`2 hours`, `1d`, `PT1H`). A few
+/// rare forms Go accepts are refused here (`.5s`, `1.s`, a fraction before the last unit as in
+/// `1.5h30m`, units out of order): refusing is the safe side, never accepting what Porch refuses.
+fn parse_go_duration(text: &str) -> Option<SignedDuration> {
+    let unsigned = text.strip_prefix(['+', '-']).unwrap_or(text);
+    if unsigned == "0" {
+        return Some(SignedDuration::ZERO);
+    }
+    let go_alphabet =
+        |c: char| c.is_ascii_digit() || matches!(c, '.' | 'n' | 's' | 'u' | 'µ' | 'μ' | 'm' | 'h');
+    if unsigned.is_empty() || !unsigned.chars().all(go_alphabet) {
+        return None;
+    }
+    // jiff spells micro- as `µ` (U+00B5); Go also takes the Greek letter `μ` (U+03BC).
+    text.replace('μ', "µ").parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{BinaryExecutor, FunctionConfigSpec, GoExecutor};
+
+    fn pod(ttl: &str) -> PodExecutor {
+        PodExecutor {
+            tags: vec![],
+            time_to_live: ttl.to_owned(),
+            max_parallel_executions: None,
+            preferred_max_queue_length: None,
+            template_overrides: None,
+        }
+    }
+
+    fn config(name: &str, spec: FunctionConfigSpec) -> FunctionConfig {
+        FunctionConfig::new(name, spec)
+    }
+
+    fn messages(config: &FunctionConfig) -> Vec<String> {
+        validate(config).iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn go_durations_parse() {
+        let minutes = |m: u64| Some(Duration::from_secs(m * 60));
+        for (text, expected) in [
+            ("30m", minutes(30)),
+            ("1h30m", minutes(90)),
+            ("90s", Some(Duration::from_secs(90))),
+            ("1h30m0s", minutes(90)),
+            ("1.5h", minutes(90)),
+            ("500ms", Some(Duration::from_millis(500))),
+            ("2us", Some(Duration::from_micros(2))),
+            ("2µs", Some(Duration::from_micros(2))),
+            ("2μs", Some(Duration::from_micros(2))),
+            ("7ns", Some(Duration::from_nanos(7))),
+            ("+5s", Some(Duration::from_secs(5))),
+            ("0", None),
+            ("-0", None),
+            ("0s", None),
+            ("-1m", None),
+        ] {
+            assert_eq!(pod(text).time_to_live(), Ok(expected), "{text}");
+        }
+    }
+
+    #[test]
+    fn non_go_durations_are_refused() {
+        for text in [
+            "3x", "", "1", "1d", "2 hours", "1h 30m", "PT1H", "1min", "1H", "1hour", "s",
+        ] {
+            assert_eq!(
+                pod(text).time_to_live(),
+                Err(InvalidDuration(text.to_owned())),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_valid_config_has_no_errors() {
+        let spec = FunctionConfigSpec {
+            image: "set-namespace".into(),
+            prefixes: Some(vec!["".into()]),
+            pod_executor: Some(pod("30m")),
+            binary_executor: Some(BinaryExecutor {
+                tags: vec!["v0.4.2".into()],
+                path: "set-namespace".into(),
+            }),
+            go_executor: Some(GoExecutor {
+                tags: vec!["v0.4".into()],
+                id: None,
+            }),
+        };
+        assert_eq!(
+            messages(&config("set-namespace", spec)),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once_naming_its_field() {
+        let spec = FunctionConfigSpec {
+            image: String::new(),
+            prefixes: None,
+            pod_executor: Some(pod("3x")),
+            binary_executor: Some(BinaryExecutor {
+                tags: vec![],
+                path: String::new(),
+            }),
+            go_executor: Some(GoExecutor {
+                tags: vec![],
+                id: Some(String::new()),
+            }),
+        };
+        assert_eq!(
+            messages(&config("", spec)),
+            [
+                "metadata.name: required",
+                "spec.image: must not be empty",
+                "spec.goExecutor.tags: must list at least one tag",
+                "spec.goExecutor.id: must not be empty; leave it out to use metadata.name",
+                "spec.binaryExecutor.tags: must list at least one tag",
+                "spec.binaryExecutor.path: must not be empty",
+                "spec.podExecutor.timeToLive: \"3x\" is not a duration (expected a Go duration \
+                 such as 30m, 1h30m, 90s or 0)",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_object_without_executors_breaks_the_crd_rule() {
+        let spec = FunctionConfigSpec {
+            image: "set-labels".into(),
+            prefixes: None,
+            pod_executor: None,
+            binary_executor: None,
+            go_executor: None,
+        };
+        assert_eq!(
+            messages(&config("set-labels", spec)),
+            ["spec: at least one of podExecutor, binaryExecutor, goExecutor must be set"]
+        );
+    }
+
+    #[test]
+    fn a_full_image_reference_is_not_a_short_name() {
+        let spec = FunctionConfigSpec {
+            image: "ghcr.io/kptdev/krm-functions-catalog/set-labels:v0.2".into(),
+            prefixes: None,
+            pod_executor: Some(pod("30m")),
+            binary_executor: None,
+            go_executor: None,
+        };
+        let errors = validate(&config("set-labels", spec));
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.image");
+        assert!(errors[0].message.contains("short name"), "{}", errors[0]);
+    }
+}
