@@ -165,3 +165,46 @@ pub struct FunctionConfigStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Plugins receive their executor section as JSON: the wire names are Porch's camelCase, and
+    /// a pod section without `timeToLive` means the CRD's default, as it would from the cluster.
+    #[test]
+    fn executor_sections_read_and_write_porchs_json() {
+        let pod = json!({
+            "tags": ["v1"],
+            "timeToLive": "5m",
+            "maxParallelExecutions": 2,
+            "preferredMaxQueueLength": 3,
+            "templateOverrides": {
+                "serviceAccountName": "fn",
+                "securityContext": {"runAsUser": 1000},
+                "initContainer": {"env": [{"name": "A", "value": "1"}]},
+                "container": {
+                    "resources": {"limits": {"memory": "64Mi"}},
+                    "envFrom": [{"configMapRef": {"name": "settings"}}],
+                },
+            },
+        });
+        let parsed: PodExecutor = serde_json::from_value(pod.clone()).unwrap();
+        assert_eq!(parsed.preferred_max_queue_length, Some(3));
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), pod);
+
+        let defaulted: PodExecutor = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(defaulted.time_to_live, DEFAULT_TIME_TO_LIVE);
+        assert!(defaulted.tags.is_empty());
+
+        let binary = json!({"tags": ["v1"], "path": "/bin/fn"});
+        let parsed: BinaryExecutor = serde_json::from_value(binary.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), binary);
+
+        let go = json!({"tags": ["v1"], "id": "set-namespace"});
+        let parsed: GoExecutor = serde_json::from_value(go.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), go);
+    }
+}
