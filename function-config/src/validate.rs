@@ -94,7 +94,7 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
         }
     }
     if let Some(pod) = &spec.pod_executor
-        && let Err(error) = pod.time_to_live()
+        && let Err(error) = pod.ttl()
     {
         errors.push(FieldError::new(
             "spec.podExecutor.timeToLive",
@@ -112,7 +112,7 @@ pub struct InvalidDuration(pub String);
 impl PodExecutor {
     /// The idle time-to-live, parsed; `None` when it is zero or negative, which means "the pod
     /// evaluator's default", as in Porch.
-    pub fn time_to_live(&self) -> Result<Option<Duration>, InvalidDuration> {
+    pub fn ttl(&self) -> Result<Option<Duration>, InvalidDuration> {
         let parsed = parse_go_duration(&self.time_to_live)
             .ok_or_else(|| InvalidDuration(self.time_to_live.clone()))?;
         Ok(Duration::try_from(parsed).ok().filter(|d| !d.is_zero()))
@@ -183,7 +183,7 @@ mod tests {
             ("0s", None),
             ("-1m", None),
         ] {
-            assert_eq!(pod(text).time_to_live(), Ok(expected), "{text}");
+            assert_eq!(pod(text).ttl(), Ok(expected), "{text}");
         }
     }
 
@@ -193,7 +193,7 @@ mod tests {
             "3x", "", "1", "1d", "2 hours", "1h 30m", "PT1H", "1min", "1H", "1hour", "s",
         ] {
             assert_eq!(
-                pod(text).time_to_live(),
+                pod(text).ttl(),
                 Err(InvalidDuration(text.to_owned())),
                 "{text}"
             );
