@@ -121,11 +121,11 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
     ] {
         let instance = runtime.instance(instance).context("instance built")?;
         for _ in 0..calls / 10 {
-            instance.evaluate(&context, "testkit/echo", b"").ok();
+            instance.evaluate(&context, None, "testkit/echo", b"").ok();
         }
         let started = Instant::now();
         for _ in 0..calls {
-            std::hint::black_box(instance.evaluate(&context, "testkit/echo", b"")).ok();
+            std::hint::black_box(instance.evaluate(&context, None, "testkit/echo", b"")).ok();
         }
         let per_call = started.elapsed().as_nanos() as f64 / calls as f64;
         println!("| {label} | {per_call:.0} |");
@@ -313,7 +313,7 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
             let in_plugin = median(runs, || {
                 let started = Instant::now();
                 instance
-                    .evaluate(&context, function, &input)
+                    .evaluate(&context, None, function, &input)
                     .map_err(|e| anyhow::anyhow!(e.message))?;
                 Ok(started.elapsed())
             })?;

@@ -29,13 +29,21 @@ pub enum Command {
     Eval(EvalArgs),
     /// List the evaluator instances, their plugins and their place in the served chain.
     Plugins,
-    /// Print the merged configuration and where each value came from.
-    Config,
+    /// Print the merged configuration and where each value came from; `check` validates it
+    /// and the FunctionConfig files without starting anything.
+    Config {
+        #[command(subcommand)]
+        action: Option<ConfigAction>,
+    },
     /// List the functions evaluators implement themselves (e.g. the builtins), or show one's
     /// signature.
     Functions {
         /// A short name or image; without it, all are listed.
         name: Option<String>,
+        /// Explain how IMAGE is routed: the FunctionConfig that matches it, the evaluator that
+        /// would serve it, and why each executor before it is skipped.
+        #[arg(long, value_name = "IMAGE", conflicts_with = "name")]
+        resolve: Option<String>,
     },
     /// Be the KRM function NAME: ResourceList on stdin, ResourceList on stdout, log on stderr,
     /// exit status; for `kpt fn eval --exec` and Kptfile `exec:` steps.
@@ -46,6 +54,12 @@ pub enum Command {
     },
     /// Measure the plugin boundary, gRPC calls against direct process spawns, and idle memory.
     Bench(crate::bench::BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Validate the configuration and the FunctionConfig files; exit 2 listing every problem.
+    Check,
 }
 
 #[derive(Debug, Args)]
@@ -244,6 +258,23 @@ pub fn flag_layer(
         set(&["default_image_prefix"], Value::from(prefix.clone()));
     }
 
+    // Porch's flags also govern FunctionConfig routing: relative binary paths resolve against
+    // --functions, FunctionConfigs live in the pod namespace, and warm-up follows its flag.
+    if let Some(dir) = &flags.functions {
+        set(
+            &["function_configs", "functions_dir"],
+            Value::from(dir.display().to_string()),
+        );
+    }
+    if let Some(namespace) = &flags.pod.pod_namespace {
+        set(
+            &["function_configs", "cluster", "namespace"],
+            Value::from(namespace.clone()),
+        );
+    }
+    if let Some(warm_up) = flags.pod.warm_up_pod_cache {
+        set(&["function_configs", "warm_up"], Value::from(warm_up));
+    }
     let mut instance_flag = |instance: &str, flag: &str, key: &str, value: Value| {
         if instances.contains(instance) {
             set_path(&mut dict, &["evaluators", instance, "config", key], value);

@@ -43,6 +43,80 @@ pub struct Config {
     pub log_format: LogFormat,
     /// On SIGTERM, how long in-flight calls may run before they are cancelled.
     pub shutdown_grace_seconds: u64,
+    /// FunctionConfig routing: which evaluator runs which function image.
+    #[serde(default)]
+    pub function_configs: FunctionConfigs,
+}
+
+/// Where FunctionConfigs come from and which instances run their executors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FunctionConfigs {
+    /// Files and folders of FunctionConfig YAML; relative paths resolve against the working
+    /// directory. Changes are picked up while the runner serves.
+    pub paths: Vec<PathBuf>,
+    /// How often the files are checked for changes.
+    pub reload_interval_seconds: f64,
+    /// Where relative `binaryExecutor.path`s resolve (Porch: `--functions`).
+    pub functions_dir: PathBuf,
+    /// Watch FunctionConfigs in a cluster too.
+    pub cluster: ClusterSource,
+    /// The instances standing for each executor.
+    pub executors: ExecutorInstances,
+    /// After the FunctionConfigs are read, tell the pod executor to start a pod for each one
+    /// with podExecutor tags (Porch: `--warm-up-pod-cache`).
+    pub warm_up: bool,
+}
+
+impl Default for FunctionConfigs {
+    fn default() -> Self {
+        Self {
+            paths: Vec::new(),
+            reload_interval_seconds: 2.0,
+            functions_dir: PathBuf::from("./functions"),
+            cluster: ClusterSource::default(),
+            executors: ExecutorInstances::default(),
+            warm_up: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSource {
+    pub enabled: bool,
+    /// The namespace watched (Porch: the pod namespace).
+    pub namespace: String,
+    /// A kubeconfig file; absent: in-cluster config, else `KUBECONFIG`.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl Default for ClusterSource {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            namespace: "porch-fn-system".to_owned(),
+            kubeconfig: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct ExecutorInstances {
+    pub go_executor: String,
+    pub binary_executor: String,
+    pub pod_executor: String,
+}
+
+impl Default for ExecutorInstances {
+    fn default() -> Self {
+        Self {
+            go_executor: "builtin".to_owned(),
+            binary_executor: "exec".to_owned(),
+            pod_executor: "pod".to_owned(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -227,6 +301,17 @@ impl Config {
         }
         if let Err(error) = crate::logging::filter(&self.log_level) {
             problems.push(format!("log_level: {error}"));
+        }
+        let reload = self.function_configs.reload_interval_seconds;
+        if !(reload.is_finite() && reload > 0.0) {
+            problems.push(format!(
+                "function_configs.reload_interval_seconds: {reload} is not a positive number"
+            ));
+        }
+        if self.function_configs.cluster.enabled
+            && self.function_configs.cluster.namespace.is_empty()
+        {
+            problems.push("function_configs.cluster.namespace: empty".to_owned());
         }
         problems
     }

@@ -9,6 +9,7 @@ use krm_plugin_api::host::HostCallContext;
 
 use crate::catalog::Catalog;
 use crate::cli::EvalArgs;
+use crate::routing::Plan;
 use crate::runtime::{Runtime, evaluate_on};
 
 /// Runs the call; returns the process exit code (0 success, 1 function failure).
@@ -47,7 +48,7 @@ pub async fn run_function(runtime: &Runtime, catalog: &Catalog, name: &str) -> a
         .read_to_end(&mut input)
         .context("reading stdin")?;
     let context = HostCallContext::new(None);
-    let outcome = evaluate_on(instance, context, name.to_owned(), input).await;
+    let outcome = evaluate_on(Plan::default(), instance, context, name.to_owned(), input).await;
     write_outcome(outcome, "krm-runner fn")
 }
 

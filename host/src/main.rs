@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod eval;
 mod logging;
+mod routing;
 mod runtime;
 mod server;
 mod signals;
@@ -39,9 +40,15 @@ fn main() -> ExitCode {
     for name in config.unknown_disabled() {
         tracing::warn!("--disable-runtimes: no evaluator instance named {name:?}; ignored");
     }
-    if let Some(Command::Config) = &cli.command {
-        print_config(&figment, &config);
-        return ExitCode::SUCCESS;
+    match &cli.command {
+        Some(Command::Config { action: None }) => {
+            print_config(&figment, &config);
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Config {
+            action: Some(cli::ConfigAction::Check),
+        }) => return check_function_configs(&config),
+        _ => {}
     }
     let runtime = match Runtime::start(&config) {
         Ok(runtime) => Arc::new(runtime),
@@ -63,12 +70,19 @@ fn main() -> ExitCode {
                 Ok(0)
             }
             Some(Command::Bench(args)) => bench::run(&config, args).await.map(|()| 0),
-            Some(Command::Functions { name }) => print_functions(&runtime, name.as_deref()),
+            Some(Command::Functions {
+                resolve: Some(image),
+                ..
+            }) => {
+                print_resolution(&runtime, &config, image);
+                Ok(0)
+            }
+            Some(Command::Functions { name, .. }) => print_functions(&runtime, name.as_deref()),
             Some(Command::Function { name }) => {
                 eval::run_function(&runtime, &catalog::Catalog::new(runtime.functions()), name)
                     .await
             }
-            Some(Command::Config) => unreachable!("handled before plugins load"),
+            Some(Command::Config { .. }) => unreachable!("handled before plugins load"),
         }
     });
     // Blocking threads may still be cleaning up cancelled calls; don't wait for them.
@@ -112,6 +126,9 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
         .filter(|i| i.position.is_some())
         .map(|i| i.name.as_str())
         .collect();
+    routing::start_sources(runtime.store(), &config.function_configs)
+        .await
+        .map_err(|problem| anyhow::anyhow!(problem))?;
     tracing::info!(%address, serve = %config.serve, chain = ?chain, "serving");
     server::serve(
         runtime,
@@ -173,6 +190,62 @@ fn print_functions(runtime: &Runtime, name: Option<&str>) -> anyhow::Result<i32>
         },
     }
     Ok(0)
+}
+
+/// `krm-runner config check`: the configuration (already checked to get here) and the
+/// FunctionConfig files, offline.
+fn check_function_configs(config: &Config) -> ExitCode {
+    let (objects, problems, conflicts) =
+        routing::check_files(&config.function_configs, &config.default_image_prefix);
+    let all: Vec<String> = problems
+        .into_iter()
+        .chain(conflicts)
+        .map(|problem| format!("function_configs.paths: {problem}"))
+        .collect();
+    if !all.is_empty() {
+        return report(&all);
+    }
+    println!("configuration OK; {objects} FunctionConfigs OK");
+    ExitCode::SUCCESS
+}
+
+/// `krm-runner functions --resolve IMAGE`: which FunctionConfig matches, which evaluator
+/// would serve, and why each executor before it is skipped.
+fn print_resolution(runtime: &Runtime, config: &Config, image: &str) {
+    let explanation = runtime.store().router().explain(image);
+    println!("image:           {image}");
+    let mut serving = None;
+    match &explanation.matched {
+        Ok(object) => println!("matched:         {object}"),
+        Err(reason) => println!("matched:         none ({reason})"),
+    }
+    for (executor, outcome) in &explanation.executors {
+        let line = match outcome {
+            Ok(runs) if serving.is_none() => {
+                serving = Some(runs.clone());
+                format!("serves: {runs}")
+            }
+            Ok(runs) => format!("next if declined: {runs}"),
+            Err(reason) => format!("skipped: {reason}"),
+        };
+        println!("{:<16} {line}", format!("{}:", executor.field()));
+    }
+    match serving {
+        Some(_) => {}
+        None => {
+            let chain: Vec<&str> = runtime
+                .instances()
+                .iter()
+                .filter(|i| i.position.is_some())
+                .map(|i| i.name.as_str())
+                .collect();
+            println!(
+                "serves:          the served chain {:?} ({})",
+                config.serve,
+                chain.join(", ")
+            );
+        }
+    }
 }
 
 fn print_config(figment: &figment::Figment, config: &Config) {

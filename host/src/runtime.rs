@@ -8,15 +8,17 @@ use std::time::Instant;
 use krm_plugin_api::host::{
     EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginLibrary,
 };
-use krm_plugin_api::{CancelReason, EvalError, EvalResponse, FunctionSignature};
+use krm_plugin_api::{CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature};
 
 use crate::config::Config;
+use crate::routing::{Plan, Router, Store};
 
-/// A running chain of evaluator instances.
+/// A running chain of evaluator instances, and the FunctionConfigs routing calls into it.
 pub struct Runtime {
     served: Arc<EvaluatorInstance>,
     instances: Vec<InstanceReport>,
     built: BTreeMap<String, Arc<EvaluatorInstance>>,
+    store: Arc<Store>,
 }
 
 /// What `krm-runner plugins` shows for one instance.
@@ -214,11 +216,39 @@ impl Runtime {
             .get(&config.serve)
             .cloned()
             .ok_or_else(|| vec![format!("serve: instance {:?} was not built", config.serve)])?;
+        let router = Arc::new(Router::new(&config.function_configs.executors, |name| {
+            built.get(name).cloned()
+        }));
+        for (executor, name) in router.missing_instances() {
+            tracing::warn!(
+                "function_configs.executors.{}: no evaluator instance named {name:?}; \
+                 FunctionConfigs' {} sections are skipped",
+                executor.field(),
+                executor.field()
+            );
+        }
+        let store = Store::load(
+            &config.function_configs,
+            &config.default_image_prefix,
+            router,
+        )
+        .map_err(|problems| {
+            problems
+                .into_iter()
+                .map(|problem| format!("function_configs.paths: {problem}"))
+                .collect::<Vec<_>>()
+        })?;
         Ok(Self {
             served,
             instances: reports,
             built,
+            store,
         })
+    }
+
+    /// The FunctionConfigs in force.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
     }
 
     /// A built instance by name.
@@ -243,14 +273,16 @@ impl Runtime {
             .collect()
     }
 
-    /// Runs one call on the served instance; see [`evaluate_on`].
+    /// Runs one call: on the evaluators the image's FunctionConfig names, then (when none
+    /// serves it) on the served instance; see [`evaluate_on`].
     pub async fn evaluate(
         &self,
         context: Arc<HostCallContext>,
         image: String,
         resource_list: Vec<u8>,
     ) -> Result<EvalResponse, EvalError> {
-        evaluate_on(self.served.clone(), context, image, resource_list).await
+        let plan = self.store.router().plan(&image);
+        evaluate_on(plan, self.served.clone(), context, image, resource_list).await
     }
 }
 
@@ -259,6 +291,7 @@ impl Runtime {
 /// cancellation callback, before this returns) and the answer is DEADLINE_EXCEEDED at once:
 /// waiting for the evaluator's own return could let the caller's deadline pass first.
 pub async fn evaluate_on(
+    plan: Plan,
     served: Arc<EvaluatorInstance>,
     context: Arc<HostCallContext>,
     image: String,
@@ -267,13 +300,62 @@ pub async fn evaluate_on(
     let call_context = context.clone();
     let label = image.clone();
     let call = tokio::task::spawn_blocking(move || {
-        let outcome = served.evaluate(&call_context, &image, &resource_list);
+        let outcome = run_plan(plan, &served, &call_context, &image, &resource_list);
         if resource_list.len() >= LARGE_CALL_BYTES {
             release_free_memory();
         }
         outcome
     });
     await_call(call, &context, &label).await
+}
+
+/// Tries the routed evaluators in order (one that declines passes the call on), then the
+/// served instance; the answer lists every instance that declined.
+fn run_plan(
+    plan: Plan,
+    served: &EvaluatorInstance,
+    context: &HostCallContext,
+    image: &str,
+    resource_list: &[u8],
+) -> Result<EvalResponse, EvalError> {
+    let mut declined = Vec::new();
+    for step in plan.steps {
+        match step
+            .instance
+            .evaluate(context, Some(&step.route), image, resource_list)
+        {
+            Err(error) if error.kind == ErrorKind::NotFound => {
+                declined.extend(error.declined);
+                declined.push(step.instance.name().to_owned());
+            }
+            outcome => return with_declined(outcome, declined),
+        }
+    }
+    with_declined(
+        served.evaluate(context, None, image, resource_list),
+        declined,
+    )
+}
+
+fn with_declined(
+    outcome: Result<EvalResponse, EvalError>,
+    mut declined: Vec<String>,
+) -> Result<EvalResponse, EvalError> {
+    if declined.is_empty() {
+        return outcome;
+    }
+    match outcome {
+        Ok(mut response) => {
+            declined.append(&mut response.declined);
+            response.declined = declined;
+            Ok(response)
+        }
+        Err(mut error) => {
+            declined.append(&mut error.declined);
+            error.declined = declined;
+            Err(error)
+        }
+    }
 }
 
 /// Calls at least this large leave big freed blocks behind in the allocator.

@@ -2,8 +2,9 @@
 //! and checked by abi_stable when a library loads; nothing here is visible outside this crate
 //! except through the export macro's hidden path.
 //!
-//! Growing the contract: add methods at the end of a `#[sabi_trait]` (with a default) or fields
-//! after `last_prefix_field` of [`PluginModule`]; anything else is a new [`crate::ABI_VERSION`].
+//! Growing the contract: add methods after the `last_prefix_field` method of a `#[sabi_trait]`
+//! (with a default body) or fields after `last_prefix_field` of [`PluginModule`]; anything else
+//! is a new [`crate::ABI_VERSION`].
 
 // The sabi_trait macro puts impls inside generated modules.
 #![allow(non_local_definitions)]
@@ -83,6 +84,10 @@ pub trait CallContextFfi: Send + Sync {
     fn on_cancel(&self, callback: CancelCallbackFfi_TO<'static, RBox<()>>);
     /// How many evaluators deep this call is (guards against chains that loop).
     fn depth(&self) -> u32;
+    /// Why the runner chose this evaluator, as JSON ([`crate::Route`]); empty when no
+    /// FunctionConfig routed the call.
+    #[sabi(last_prefix_field)]
+    fn route(&self) -> RString;
 }
 
 pub type CallContextRef<'a> = CallContextFfi_TO<'a, RRef<'a, ()>>;
@@ -99,6 +104,11 @@ pub trait EvaluatorFfi: Send + Sync {
 
     /// The functions this evaluator implements itself, as JSON (`[FunctionSignature]`).
     fn functions(&self) -> RString;
+
+    /// A hint that calls for `image` are coming (routed as `route`, JSON or empty): prepare
+    /// without blocking. Errors are the evaluator's to log.
+    #[sabi(last_prefix_field)]
+    fn warm_up(&self, image: RStr<'_>, route: RStr<'_>);
 }
 
 pub type EvaluatorBox = EvaluatorFfi_TO<'static, RBox<()>>;

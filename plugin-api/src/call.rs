@@ -112,6 +112,74 @@ impl EvalResponse {
     }
 }
 
+/// Why the runner sent a call to an evaluator: the FunctionConfig that matched the image and
+/// the executor of it that names this evaluator. Evaluators read their own settings from it
+/// (the builtin its function id, exec its binary path, pod its pool limits).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Route {
+    /// The FunctionConfig, as `namespace/name` (cluster) or `name (file)` (files).
+    pub function_config: String,
+    pub executor: Executor,
+    /// That executor's section of the FunctionConfig's spec (`goExecutor`, `binaryExecutor`
+    /// or `podExecutor`), with a relative binary path made absolute. Read it with
+    /// [`Route::settings`] into the matching type of `krm-runner-function-config`.
+    pub settings: serde_json::Value,
+}
+
+/// The three executors of a FunctionConfig.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Executor {
+    GoExecutor,
+    BinaryExecutor,
+    PodExecutor,
+}
+
+impl Executor {
+    /// The executor's field name in a FunctionConfig spec.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::GoExecutor => "goExecutor",
+            Self::BinaryExecutor => "binaryExecutor",
+            Self::PodExecutor => "podExecutor",
+        }
+    }
+}
+
+impl Route {
+    /// The executor's settings as `T`; an `Internal` error naming the FunctionConfig if they
+    /// do not fit (the runner validated them, so this means mismatched versions).
+    pub fn settings<T: serde::de::DeserializeOwned>(&self) -> Result<T, EvalError> {
+        T::deserialize(&self.settings).map_err(|error| {
+            EvalError::internal(format!(
+                "FunctionConfig {}: unreadable {}: {error}",
+                self.function_config,
+                self.executor.field()
+            ))
+        })
+    }
+
+    pub(crate) fn from_json(json: &str) -> Option<Self> {
+        if json.is_empty() {
+            return None;
+        }
+        match serde_json::from_str(json) {
+            Ok(route) => Some(route),
+            Err(error) => {
+                tracing::error!("unreadable route from the runner ({error}): {json}");
+                None
+            }
+        }
+    }
+
+    pub(crate) fn to_json(route: Option<&Self>) -> String {
+        route
+            .and_then(|route| serde_json::to_string(route).ok())
+            .unwrap_or_default()
+    }
+}
+
 /// Why a call stopped early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelReason {
@@ -212,6 +280,11 @@ impl<'a> CallContext<'a> {
     /// How many evaluators deep this call is; delegating evaluators pass it on unchanged.
     pub fn depth(&self) -> u32 {
         self.inner.depth()
+    }
+
+    /// Why the runner chose this evaluator, when a FunctionConfig routed the call.
+    pub fn route(&self) -> Option<Route> {
+        Route::from_json(self.inner.route().as_str())
     }
 }
 

@@ -23,7 +23,7 @@ use crate::abi::{
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
     ABI_VERSION, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature,
-    PLUGIN_API_VERSION,
+    PLUGIN_API_VERSION, Route,
 };
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
@@ -329,6 +329,12 @@ impl EvaluatorFfi for SlotEvaluator {
             _ => RString::from("[]"),
         }
     }
+
+    fn warm_up(&self, image: RStr<'_>, route: RStr<'_>) {
+        if let Some(SlotState::Ready(instance)) = self.0.state.get() {
+            instance.inner.warm_up(image, route);
+        }
+    }
 }
 
 /// A built evaluator instance.
@@ -342,19 +348,33 @@ impl EvaluatorInstance {
         &self.name
     }
 
-    /// Runs one call on the current thread (it blocks: call it from a blocking thread). The
+    /// Runs one call on the current thread (it blocks: call it from a blocking thread),
+    /// telling the evaluator why it was chosen when a FunctionConfig routed the call. The
     /// response's `served_by` is always set.
     pub fn evaluate(
         &self,
         context: &HostCallContext,
+        route: Option<&Route>,
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
+        let routed = RoutedContext {
+            parent: context,
+            route: Route::to_json(route),
+        };
         from_ffi_result(self.evaluate_ffi(
-            CallContextFfi_TO::from_ptr(RRef::new(context), TD_Opaque),
+            CallContextFfi_TO::from_ptr(RRef::new(&routed), TD_Opaque),
             RStr::from_str(image),
             RSlice::from_slice(resource_list),
         ))
+    }
+
+    /// Tells the instance that calls for `image` are coming; it prepares in the background.
+    pub fn warm_up(&self, image: &str, route: Option<&Route>) {
+        self.inner.warm_up(
+            RStr::from_str(image),
+            RStr::from_str(&Route::to_json(route)),
+        );
     }
 
     /// The functions the instance implements itself, with their signatures.
@@ -471,6 +491,42 @@ impl CallContextFfi for HostCallContext {
     fn depth(&self) -> u32 {
         0
     }
+
+    fn route(&self) -> RString {
+        RString::new()
+    }
+}
+
+/// The context a call sees from the runner: the call's own, plus the route that chose it.
+struct RoutedContext<'a> {
+    parent: &'a HostCallContext,
+    route: String,
+}
+
+impl CallContextFfi for RoutedContext<'_> {
+    fn remaining_nanos(&self) -> ROption<u64> {
+        self.parent.remaining_nanos()
+    }
+
+    fn cancel_reason(&self) -> CancelReasonFfi {
+        CallContextFfi::cancel_reason(self.parent)
+    }
+
+    fn wait_cancelled(&self, timeout_nanos: u64) -> CancelReasonFfi {
+        self.parent.wait_cancelled(timeout_nanos)
+    }
+
+    fn on_cancel(&self, callback: CancelCallbackFfi_TO<'static, RBox<()>>) {
+        self.parent.on_cancel(callback)
+    }
+
+    fn depth(&self) -> u32 {
+        0
+    }
+
+    fn route(&self) -> RString {
+        RString::from(self.route.as_str())
+    }
 }
 
 /// The context a delegated call sees: the caller's, one level deeper.
@@ -498,5 +554,9 @@ impl CallContextFfi for NestedContext<'_> {
 
     fn depth(&self) -> u32 {
         self.depth
+    }
+
+    fn route(&self) -> RString {
+        self.parent.route()
     }
 }

@@ -40,17 +40,17 @@ pub mod process;
 pub mod results;
 mod signature;
 
-pub use call::{CallContext, CancelReason, ErrorKind, EvalError, EvalResponse};
+pub use call::{CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Route};
 pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
 pub use signature::{FunctionSignature, Parameter, ParameterType};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.
 #[cfg(not(krm_plugin_api_previous))]
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 /// Test-only: builds this crate as it would have looked one ABI ago, so the runner's refusal of
 /// an out-of-date plugin can be tested (`--cfg krm_plugin_api_previous`).
 #[cfg(krm_plugin_api_previous)]
-pub const ABI_VERSION: u32 = 0;
+pub const ABI_VERSION: u32 = 1;
 
 /// This crate's version, as plugins report it.
 pub const PLUGIN_API_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -18,7 +18,8 @@ use crate::abi::{
     PluginInfoFfi, PluginModule, PluginModuleRef, ResponseFfi,
 };
 use crate::{
-    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, panic_message,
+    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, Route,
+    panic_message,
 };
 
 /// A plugin: a named factory of evaluators, one per configured instance.
@@ -86,6 +87,12 @@ pub trait Evaluator: Send + Sync + 'static {
     /// (`krm-runner functions`). Evaluators that run arbitrary images return none.
     fn functions(&self) -> Vec<FunctionSignature> {
         Vec::new()
+    }
+
+    /// Calls for `image` are coming (the runner warms what its FunctionConfigs ask for, once
+    /// they are read): start preparing in the background and return at once. Log failures.
+    fn warm_up(&self, image: &str, route: Option<&Route>) {
+        let _ = (image, route);
     }
 }
 
@@ -263,6 +270,19 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
     fn functions(&self) -> RString {
         let signatures = catch_unwind(AssertUnwindSafe(|| self.0.functions())).unwrap_or_default();
         RString::from(serde_json::to_string(&signatures).unwrap_or_else(|_| "[]".to_owned()))
+    }
+
+    fn warm_up(&self, image: RStr<'_>, route: RStr<'_>) {
+        let route = Route::from_json(route.as_str());
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| {
+            self.0.warm_up(image.as_str(), route.as_ref())
+        })) {
+            tracing::error!(
+                "evaluator panicked while warming up {:?}: {}",
+                image.as_str(),
+                panic_message(&*panic)
+            );
+        }
     }
 }
 

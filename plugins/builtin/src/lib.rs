@@ -9,9 +9,10 @@
 use std::collections::BTreeMap;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, FunctionSignature,
-    Plugin,
+    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Executor,
+    FunctionSignature, Plugin,
 };
+use krm_runner_function_config::GoExecutor;
 use serde::Deserialize;
 
 mod fast_yaml;
@@ -174,9 +175,22 @@ impl Evaluator for Builtin {
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
-        let function = self
-            .lookup(image)
-            .ok_or_else(|| EvalError::not_found(image))?;
+        let routed = context
+            .route()
+            .filter(|route| route.executor == Executor::GoExecutor);
+        let function = match routed {
+            // The runner checked that the FunctionConfig's id names one of ours.
+            Some(route) => {
+                let go: GoExecutor = route.settings()?;
+                let id = go.id.unwrap_or_default();
+                self.served
+                    .iter()
+                    .find(|served| served.function.name == id)
+                    .map(|served| served.function)
+            }
+            None => self.lookup(image),
+        }
+        .ok_or_else(|| EvalError::not_found(image))?;
         if let Some(reason) = context.cancel_reason() {
             return Err(reason.to_error(image));
         }

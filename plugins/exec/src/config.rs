@@ -77,10 +77,12 @@ const DEFAULT_MAX_OUTPUT_BYTES: usize = 6 * 1024 * 1024;
 const DEFAULT_MAX_LOG_BYTES: usize = 1024 * 1024;
 
 impl ExecConfig {
+    /// The mapped functions, the output limits, and the environment every function starts
+    /// from (also that of binaries a FunctionConfig routes here).
     pub(crate) fn resolve(
         self,
         max_message_bytes: Option<usize>,
-    ) -> Result<(HashMap<String, Function>, Limits), ConfigError> {
+    ) -> Result<(HashMap<String, Function>, Limits, Vec<(String, String)>), ConfigError> {
         let mut problems = Vec::new();
         let mut base_env: BTreeMap<String, String> = [
             ("PATH", DEFAULT_PATH),
@@ -141,7 +143,7 @@ impl ExecConfig {
                 .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
             max_log_bytes: self.max_log_bytes.unwrap_or(DEFAULT_MAX_LOG_BYTES),
         };
-        Ok((functions, limits))
+        Ok((functions, limits, base_env.into_iter().collect()))
     }
 }
 

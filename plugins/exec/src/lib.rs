@@ -8,6 +8,9 @@
 //! than declining: the operator said this image runs from that file, and quietly running the
 //! image somewhere else (a pod, say) would hide a broken deployment.
 //!
+//! A call a FunctionConfig routes here (its `binaryExecutor`) runs the binary the runner resolved
+//! from it, in the same minimal environment, whatever the map says.
+//!
 //! Every function runs in its own process group, in a minimal environment (see [`ExecConfig`]).
 //! When the call is cancelled, its deadline passes or the function exits, the whole group is
 //! killed, so nothing a function spawned outlives the call.
@@ -19,9 +22,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin,
+    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Executor, Plugin,
     export_plugin,
 };
+use krm_runner_function_config::BinaryExecutor;
 
 pub use config::ExecConfig;
 use config::Limits;
@@ -37,6 +41,7 @@ struct Function {
 pub struct Exec {
     functions: HashMap<String, Function>,
     limits: Limits,
+    base_env: Vec<(String, String)>,
 }
 
 impl Evaluator for Exec {
@@ -46,6 +51,18 @@ impl Evaluator for Exec {
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
+        if let Some(route) = context
+            .route()
+            .filter(|route| route.executor == Executor::BinaryExecutor)
+        {
+            let binary: BinaryExecutor = route.settings()?;
+            let function = Function {
+                path: PathBuf::from(binary.path),
+                env: self.base_env.clone(),
+                working_dir: PathBuf::from("/"),
+            };
+            return process::run(context, image, &function, resource_list, &self.limits);
+        }
         let Some(function) = self.functions.get(image) else {
             return Err(EvalError::not_found(image));
         };
@@ -67,14 +84,18 @@ impl Plugin for ExecPlugin {
         let max_message_bytes = context
             .setting("max_message_bytes")
             .and_then(|value| value.parse().ok());
-        let (functions, limits) = config.resolve(max_message_bytes)?;
+        let (functions, limits, base_env) = config.resolve(max_message_bytes)?;
         for (image, function) in &functions {
             if let Err(problem) = process::check_executable(&function.path) {
                 tracing::warn!(image, "{problem}; calls to this image will fail");
             }
         }
         tracing::debug!(functions = functions.len(), "exec evaluator ready");
-        Ok(Exec { functions, limits })
+        Ok(Exec {
+            functions,
+            limits,
+            base_env,
+        })
     }
 }
 

@@ -1,0 +1,296 @@
+//! FunctionConfig routing: the image's FunctionConfig names the evaluator that runs it (the
+//! PIP's flow: goExecutor, then binaryExecutor, then podExecutor, each for its tags); images no
+//! FunctionConfig claims go to the served chain.
+
+mod cluster;
+mod store;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use krm_plugin_api::host::EvaluatorInstance;
+use krm_plugin_api::{Executor, Route};
+use krm_runner_function_config::{self as fc, RoutingTable};
+
+pub use store::{Store, check_files};
+
+/// Starts what keeps the routing current while serving: the file reload, the cluster watch,
+/// and (once both sources are read) the warm-up.
+pub async fn start_sources(
+    store: &Arc<Store>,
+    config: &crate::config::FunctionConfigs,
+) -> Result<(), String> {
+    if !config.paths.is_empty() {
+        let interval = std::time::Duration::from_secs_f64(config.reload_interval_seconds);
+        tokio::spawn(store.clone().watch_files(config.paths.clone(), interval));
+    }
+    let synced = if config.cluster.enabled {
+        let client = cluster::client(&config.cluster).await?;
+        let (synced, read) = tokio::sync::oneshot::channel();
+        tokio::spawn(cluster::watch(
+            store.clone(),
+            client,
+            config.cluster.namespace.clone(),
+            synced,
+        ));
+        Some(read)
+    } else {
+        None
+    };
+    if config.warm_up {
+        let router = store.router().clone();
+        tokio::spawn(async move {
+            // Porch warms up before its store has read the FunctionConfigs; this waits.
+            if let Some(read) = synced {
+                let _ = read.await;
+            }
+            router.warm_up();
+        });
+    }
+    Ok(())
+}
+
+/// The evaluator instances standing for the three executors, and the routing table in force.
+pub struct Router {
+    executors: [(Executor, Option<Arc<EvaluatorInstance>>, String); 3],
+    /// The functions the goExecutor instance implements, by short name.
+    builtin_functions: Vec<String>,
+    table: RwLock<Arc<RoutingTable>>,
+}
+
+/// One evaluator to try, and why.
+pub struct Step {
+    pub instance: Arc<EvaluatorInstance>,
+    pub route: Route,
+}
+
+/// What a call will try, in order, before the served chain.
+#[derive(Default)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+}
+
+/// How an image is routed, for `krm-runner functions --resolve`.
+pub struct Explanation {
+    /// The FunctionConfig that matched, or why none did.
+    pub matched: Result<String, String>,
+    /// Each executor in order: the instance that would run, or why it is skipped.
+    pub executors: Vec<(Executor, Result<String, String>)>,
+}
+
+impl Router {
+    /// `instance` finds a built instance by name; an empty name means "no instance".
+    pub fn new(
+        names: &crate::config::ExecutorInstances,
+        instance: impl Fn(&str) -> Option<Arc<EvaluatorInstance>>,
+    ) -> Self {
+        let pick = |executor: Executor, name: &str| {
+            let found = (!name.is_empty()).then(|| instance(name)).flatten();
+            (executor, found, name.to_owned())
+        };
+        let executors = [
+            pick(Executor::GoExecutor, &names.go_executor),
+            pick(Executor::BinaryExecutor, &names.binary_executor),
+            pick(Executor::PodExecutor, &names.pod_executor),
+        ];
+        let builtin_functions = executors[0]
+            .1
+            .as_ref()
+            .map(|go| go.functions().into_iter().map(|f| f.name).collect())
+            .unwrap_or_default();
+        Self {
+            executors,
+            builtin_functions,
+            table: RwLock::new(Arc::new(
+                RoutingTable::build(Vec::new(), "", Path::new("")).0,
+            )),
+        }
+    }
+
+    /// Executor names configured but not built: their sections are skipped.
+    pub fn missing_instances(&self) -> Vec<(Executor, &str)> {
+        self.executors
+            .iter()
+            .filter(|(_, instance, name)| instance.is_none() && !name.is_empty())
+            .map(|(executor, _, name)| (*executor, name.as_str()))
+            .collect()
+    }
+
+    pub fn replace_table(&self, table: RoutingTable) {
+        *self.table.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(table);
+    }
+
+    pub fn table(&self) -> Arc<RoutingTable> {
+        self.table
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The evaluators a call for `image` tries before the served chain.
+    pub fn plan(&self, image: &str) -> Plan {
+        let fc::Route::Matched(matched) = self.table().route(image) else {
+            return Plan::default();
+        };
+        let steps = matched
+            .plan
+            .iter()
+            .filter_map(|step| {
+                let planned = Planned::new(&matched, step);
+                let instance = self.runnable(&planned).ok()?;
+                Some(Step {
+                    instance,
+                    route: planned.route,
+                })
+            })
+            .collect();
+        Plan { steps }
+    }
+
+    pub fn explain(&self, image: &str) -> Explanation {
+        let matched = match self.table().route(image) {
+            fc::Route::NoMatch(reason) => {
+                return Explanation {
+                    matched: Err(reason.to_string()),
+                    executors: Vec::new(),
+                };
+            }
+            fc::Route::Matched(matched) => matched,
+        };
+        let mut executors: Vec<_> = matched
+            .plan
+            .iter()
+            .map(|step| {
+                let planned = Planned::new(&matched, step);
+                let outcome = self
+                    .runnable(&planned)
+                    .map(|instance| format!("{step} -> evaluator {:?}", instance.name()));
+                (planned.route.executor, outcome)
+            })
+            .chain(matched.left_out.iter().map(|left_out| {
+                let executor = match left_out {
+                    fc::LeftOut::Absent(executor) | fc::LeftOut::TagNotListed { executor, .. } => {
+                        *executor
+                    }
+                };
+                (to_api(executor), Err(left_out.to_string()))
+            }))
+            .collect();
+        executors.sort_by_key(|(executor, _)| *executor as u8);
+        Explanation {
+            matched: Ok(matched.object.to_string()),
+            executors,
+        }
+    }
+
+    /// The instance that runs `planned`, or why it cannot.
+    fn runnable(&self, planned: &Planned) -> Result<Arc<EvaluatorInstance>, String> {
+        let executor = planned.route.executor;
+        let (_, instance, name) = self
+            .executors
+            .iter()
+            .find(|(candidate, ..)| *candidate == executor)
+            .expect("one entry per executor");
+        let instance = match instance {
+            Some(instance) => instance.clone(),
+            None if name.is_empty() => {
+                return Err(format!(
+                    "no instance stands for {} (function_configs.executors)",
+                    executor.field()
+                ));
+            }
+            None => return Err(format!("no evaluator instance named {name:?} is running")),
+        };
+        match planned.step {
+            fc::Step::Go { function_id } => {
+                if !self.builtin_functions.contains(function_id) {
+                    return Err(format!(
+                        "evaluator {name:?} has no function {function_id:?} compiled in"
+                    ));
+                }
+            }
+            fc::Step::Binary { path } => {
+                if !is_executable(path) {
+                    return Err(format!(
+                        "binary {} is missing or not executable",
+                        path.display()
+                    ));
+                }
+            }
+            fc::Step::Pod { .. } => {}
+        }
+        Ok(instance)
+    }
+
+    /// Asks the podExecutor instance to start pods for what the FunctionConfigs warm up.
+    pub fn warm_up(&self) {
+        let Some(pod) = self.executors[2].1.clone() else {
+            return;
+        };
+        let table = self.table();
+        for (image, settings) in table.warm_up_images() {
+            let function_config = match table.route(&image) {
+                fc::Route::Matched(matched) => matched.object.to_string(),
+                fc::Route::NoMatch(_) => continue,
+            };
+            tracing::info!(image, function_config, "warming up");
+            let route = Route {
+                function_config,
+                executor: Executor::PodExecutor,
+                settings: to_json(&settings),
+            };
+            pod.warm_up(&image, Some(&route));
+        }
+    }
+}
+
+/// One step of a matched FunctionConfig's plan, as the evaluator will be told it.
+struct Planned<'a> {
+    step: &'a fc::Step,
+    route: Route,
+}
+
+impl<'a> Planned<'a> {
+    /// The executor's section of the spec, narrowed to the requested tag, with the builtin's
+    /// id and the binary's absolute path filled in.
+    fn new(matched: &fc::Matched, step: &'a fc::Step) -> Self {
+        let tags = vec![matched.image.tag.clone()];
+        let settings = match step {
+            fc::Step::Go { function_id } => to_json(&fc::GoExecutor {
+                tags,
+                id: Some(function_id.clone()),
+            }),
+            fc::Step::Binary { path } => to_json(&fc::BinaryExecutor {
+                tags,
+                path: path.display().to_string(),
+            }),
+            fc::Step::Pod { settings } => to_json(&**settings),
+        };
+        Self {
+            step,
+            route: Route {
+                function_config: matched.object.to_string(),
+                executor: to_api(step.executor()),
+                settings,
+            },
+        }
+    }
+}
+
+fn to_api(executor: fc::Executor) -> Executor {
+    match executor {
+        fc::Executor::Go => Executor::GoExecutor,
+        fc::Executor::Binary => Executor::BinaryExecutor,
+        fc::Executor::Pod => Executor::PodExecutor,
+    }
+}
+
+fn to_json(settings: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(settings).unwrap_or_default()
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+}

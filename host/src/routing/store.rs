@@ -1,0 +1,177 @@
+//! The FunctionConfigs in force: those read from files and those watched in the cluster,
+//! merged into one routing table. Files are re-read while the runner serves; a change that
+//! does not load cleanly is refused whole and the last good routing stays.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use krm_runner_function_config::{Conflict, ObjectId, RoutingTable, Sourced, load_paths};
+
+use super::Router;
+use crate::config::FunctionConfigs;
+
+pub struct Store {
+    router: Arc<Router>,
+    default_prefix: String,
+    functions_dir: PathBuf,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    files: Vec<Sourced>,
+    /// Cluster objects by `namespace/name`.
+    cluster: BTreeMap<String, Sourced>,
+    conflicts: Vec<Conflict>,
+}
+
+impl Store {
+    /// Reads the files once; every problem is reported, one line each.
+    pub fn load(
+        config: &FunctionConfigs,
+        default_prefix: &str,
+        router: Arc<Router>,
+    ) -> Result<Arc<Self>, Vec<String>> {
+        let files = read_files(&config.paths)?;
+        let store = Arc::new(Self {
+            router,
+            default_prefix: default_prefix.to_owned(),
+            functions_dir: config.functions_dir.clone(),
+            state: Mutex::new(State {
+                files,
+                ..State::default()
+            }),
+        });
+        store.rebuild(&mut store.lock());
+        Ok(store)
+    }
+
+    pub fn router(&self) -> &Arc<Router> {
+        &self.router
+    }
+
+    /// Re-reads the files every `interval`, applying what changed.
+    pub async fn watch_files(self: Arc<Self>, paths: Vec<PathBuf>, interval: Duration) {
+        let mut last_refusal = None;
+        loop {
+            tokio::time::sleep(interval).await;
+            let store = self.clone();
+            let paths = paths.clone();
+            let Ok(outcome) = tokio::task::spawn_blocking(move || read_files(&paths)).await else {
+                continue;
+            };
+            match outcome {
+                Ok(files) => {
+                    last_refusal = None;
+                    let mut state = store.lock();
+                    if state.files != files {
+                        tracing::info!(
+                            objects = files.len(),
+                            "function_configs: files changed; routing updated"
+                        );
+                        state.files = files;
+                        store.rebuild(&mut state);
+                    }
+                }
+                Err(problems) => {
+                    if last_refusal.as_ref() != Some(&problems) {
+                        for problem in &problems {
+                            tracing::error!(
+                                "function_configs: {problem}; keeping the last good routing"
+                            );
+                        }
+                        last_refusal = Some(problems);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies a valid cluster object (added or changed).
+    pub fn put_cluster_object(&self, key: String, object: Sourced) {
+        let mut state = self.lock();
+        if state.cluster.get(&key) != Some(&object) {
+            state.cluster.insert(key, object);
+            self.rebuild(&mut state);
+        }
+    }
+
+    /// Forgets a cluster object (deleted, or no longer valid).
+    pub fn remove_cluster_object(&self, key: &str) {
+        let mut state = self.lock();
+        if state.cluster.remove(key).is_some() {
+            self.rebuild(&mut state);
+        }
+    }
+
+    /// Keeps only the cluster objects in `keys` (after a full re-list).
+    pub fn retain_cluster_objects(&self, keys: &[String]) {
+        let mut state = self.lock();
+        let before = state.cluster.len();
+        state.cluster.retain(|key, _| keys.contains(key));
+        if state.cluster.len() != before {
+            self.rebuild(&mut state);
+        }
+    }
+
+    /// Why `object` is not in force, if it lost a conflict.
+    pub fn conflict_of(&self, object: &ObjectId) -> Option<String> {
+        self.lock()
+            .conflicts
+            .iter()
+            .find(|conflict| &conflict.ignored == object)
+            .map(ToString::to_string)
+    }
+
+    fn rebuild(&self, state: &mut State) {
+        let objects: Vec<Sourced> = state
+            .files
+            .iter()
+            .chain(state.cluster.values())
+            .cloned()
+            .collect();
+        let (table, conflicts) =
+            RoutingTable::build(objects, &self.default_prefix, &self.functions_dir);
+        for conflict in conflicts.iter().filter(|c| !state.conflicts.contains(c)) {
+            tracing::warn!("function_configs: {conflict}");
+        }
+        state.conflicts = conflicts;
+        self.router.replace_table(table);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Loads every file, or reports every problem.
+fn read_files(paths: &[PathBuf]) -> Result<Vec<Sourced>, Vec<String>> {
+    let (objects, errors) = load_paths(paths);
+    if errors.is_empty() {
+        Ok(objects)
+    } else {
+        Err(errors.iter().map(ToString::to_string).collect())
+    }
+}
+
+/// `krm-runner config check`: the files' problems and the conflicts between their objects.
+pub fn check_files(
+    config: &FunctionConfigs,
+    default_prefix: &str,
+) -> (usize, Vec<String>, Vec<String>) {
+    match read_files(&config.paths) {
+        Ok(objects) => {
+            let count = objects.len();
+            let (_, conflicts) =
+                RoutingTable::build(objects, default_prefix, &config.functions_dir);
+            (
+                count,
+                Vec::new(),
+                conflicts.iter().map(ToString::to_string).collect(),
+            )
+        }
+        Err(problems) => (0, problems, Vec::new()),
+    }
+}
