@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/krm-runner.yaml");
 pub const SYSTEM_CONFIG_FILE: &str = "/etc/krm-runner/config.yaml";
 const ENV_PREFIX: &str = "KRM_RUNNER_";
+const EMBEDDED_NAME: &str = "embedded default";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +67,10 @@ pub struct FunctionConfigs {
     /// After the FunctionConfigs are read, tell the pod executor to start a pod for each one
     /// with podExecutor tags (Porch: `--warm-up-pod-cache`).
     pub warm_up: bool,
+    /// Whether `paths` is the embedded default's, whose folder exists only in the source tree:
+    /// missing, it is skipped rather than refused.
+    #[serde(skip)]
+    pub paths_are_default: bool,
 }
 
 impl Default for FunctionConfigs {
@@ -77,6 +82,7 @@ impl Default for FunctionConfigs {
             cluster: ClusterSource::default(),
             executors: ExecutorInstances::default(),
             warm_up: true,
+            paths_are_default: false,
         }
     }
 }
@@ -162,10 +168,7 @@ pub struct Sources {
 /// Builds the layered figment. `flags` holds only the keys set on the command line.
 pub fn layered(sources: &Sources, flags: Dict) -> Result<Figment, Vec<String>> {
     let mut problems = Vec::new();
-    let mut figment = Figment::from(Named::new(
-        "embedded default",
-        Yaml::string(EMBEDDED_DEFAULT),
-    ));
+    let mut figment = Figment::from(Named::new(EMBEDDED_NAME, Yaml::string(EMBEDDED_DEFAULT)));
     if !sources.skip_system_file && Path::new(SYSTEM_CONFIG_FILE).exists() {
         figment = figment.merge(checked_file(Path::new(SYSTEM_CONFIG_FILE), &mut problems));
     }
@@ -250,6 +253,10 @@ pub fn extract(figment: &Figment) -> Result<Config, Vec<String>> {
             })
             .collect::<Vec<_>>()
     })?;
+    let mut config = config;
+    config.function_configs.paths_are_default = figment
+        .find_metadata("function_configs.paths")
+        .is_some_and(|metadata| metadata.name == EMBEDDED_NAME);
     let problems = config.problems();
     if problems.is_empty() {
         Ok(config)

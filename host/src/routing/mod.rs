@@ -23,7 +23,7 @@ pub async fn start_sources(
 ) -> Result<(), String> {
     if !config.paths.is_empty() {
         let interval = std::time::Duration::from_secs_f64(config.reload_interval_seconds);
-        tokio::spawn(store.clone().watch_files(config.paths.clone(), interval));
+        tokio::spawn(store.clone().watch_files(config.clone(), interval));
     }
     let synced = if config.cluster.enabled {
         let client = cluster::client(&config.cluster).await?;
@@ -158,14 +158,24 @@ impl Router {
             }
             fc::Route::Matched(matched) => matched,
         };
+        // The crate's messages start with the executor's name, which the caller prints.
+        let unlabelled = |executor: fc::Executor, text: String| match executor {
+            fc::Executor::Pod if text == executor.to_string() => "the image in pods".to_owned(),
+            _ => text
+                .strip_prefix(&format!("{executor}: "))
+                .map(str::to_owned)
+                .unwrap_or(text),
+        };
         let mut executors: Vec<_> = matched
             .plan
             .iter()
             .map(|step| {
                 let planned = Planned::new(&matched, step);
+                let what = unlabelled(step.executor(), step.to_string());
                 let outcome = self
                     .runnable(&planned)
-                    .map(|instance| format!("{step} -> evaluator {:?}", instance.name()));
+                    .map(|instance| format!("{what} on evaluator {:?}", instance.name()))
+                    .map_err(|reason| format!("{what}: {reason}"));
                 (planned.route.executor, outcome)
             })
             .chain(matched.left_out.iter().map(|left_out| {
@@ -174,7 +184,10 @@ impl Router {
                         *executor
                     }
                 };
-                (to_api(executor), Err(left_out.to_string()))
+                (
+                    to_api(executor),
+                    Err(unlabelled(executor, left_out.to_string())),
+                )
             }))
             .collect();
         executors.sort_by_key(|(executor, _)| *executor as u8);

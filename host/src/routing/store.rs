@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use krm_runner_function_config::{Conflict, ObjectId, RoutingTable, Sourced, load_paths};
+use krm_runner_function_config::{
+    Conflict, LoadError, ObjectId, RoutingTable, Sourced, load_paths,
+};
 
 use super::Router;
 use crate::config::FunctionConfigs;
@@ -34,7 +36,7 @@ impl Store {
         default_prefix: &str,
         router: Arc<Router>,
     ) -> Result<Arc<Self>, Vec<String>> {
-        let files = read_files(&config.paths)?;
+        let files = read_files(config)?;
         let store = Arc::new(Self {
             router,
             default_prefix: default_prefix.to_owned(),
@@ -53,13 +55,13 @@ impl Store {
     }
 
     /// Re-reads the files every `interval`, applying what changed.
-    pub async fn watch_files(self: Arc<Self>, paths: Vec<PathBuf>, interval: Duration) {
+    pub async fn watch_files(self: Arc<Self>, config: FunctionConfigs, interval: Duration) {
         let mut last_refusal = None;
         loop {
             tokio::time::sleep(interval).await;
             let store = self.clone();
-            let paths = paths.clone();
-            let Ok(outcome) = tokio::task::spawn_blocking(move || read_files(&paths)).await else {
+            let config = config.clone();
+            let Ok(outcome) = tokio::task::spawn_blocking(move || read_files(&config)).await else {
                 continue;
             };
             match outcome {
@@ -147,8 +149,11 @@ impl Store {
 }
 
 /// Loads every file, or reports every problem.
-fn read_files(paths: &[PathBuf]) -> Result<Vec<Sourced>, Vec<String>> {
-    let (objects, errors) = load_paths(paths);
+fn read_files(config: &FunctionConfigs) -> Result<Vec<Sourced>, Vec<String>> {
+    let (objects, mut errors) = load_paths(&config.paths);
+    if config.paths_are_default {
+        errors.retain(|error| !matches!(error, LoadError::Missing { .. }));
+    }
     if errors.is_empty() {
         Ok(objects)
     } else {
@@ -161,7 +166,7 @@ pub fn check_files(
     config: &FunctionConfigs,
     default_prefix: &str,
 ) -> (usize, Vec<String>, Vec<String>) {
-    match read_files(&config.paths) {
+    match read_files(config) {
         Ok(objects) => {
             let count = objects.len();
             let (_, conflicts) =

@@ -2,14 +2,17 @@
 //! - `testkit/echo`: returns its input, and the instance name as log;
 //! - `testkit/panic`: panics inside `evaluate`;
 //! - `testkit/sleep:<ms>`: waits, honouring cancellation;
-//! - `testkit/log`: emits a `tracing` event and echoes.
+//! - `testkit/log`: emits a `tracing` event and echoes;
+//! - any image a FunctionConfig routes here: echoes, with the instance name and the route (JSON)
+//!   as log, so tests see what the runner told the evaluator;
+//! - warm-up hints are logged as `testkit warm-up <image> <route JSON>`.
 //!
 //! `panic_on_build: true` makes building the instance panic.
 
 use std::time::Duration;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin,
+    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin, Route,
     export_plugin,
 };
 use serde::Deserialize;
@@ -32,6 +35,13 @@ impl Evaluator for Testkit {
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
+        if let Some(route) = context.route() {
+            let route = serde_json::to_string(&route).unwrap_or_default();
+            return Ok(EvalResponse::new(
+                resource_list.to_vec(),
+                format!("{} {route}", self.instance).into_bytes(),
+            ));
+        }
         match image {
             "testkit/echo" => Ok(EvalResponse::new(
                 resource_list.to_vec(),
@@ -53,6 +63,11 @@ impl Evaluator for Testkit {
                 None => Err(EvalError::not_found(image)),
             },
         }
+    }
+
+    fn warm_up(&self, image: &str, route: Option<&Route>) {
+        let route = serde_json::to_string(&route).unwrap_or_default();
+        tracing::warn!("testkit warm-up {image} {route}");
     }
 }
 

@@ -1,0 +1,553 @@
+//! FunctionConfig routing through the real runner: FunctionConfig files on disk, the real
+//! builtin and exec plugins, and the testkit plugin standing in for the pod evaluator (it
+//! answers any call a FunctionConfig routes to it and logs the route it was given, so the
+//! tests see the per-image pod settings the runner passes on). The cluster source runs against
+//! the Kubernetes API stand-in, driven with the real `kubectl`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use krm_runner_tests::{Server, have_tool, run_cli, scratch, script};
+
+const PODS: &str = "pods";
+
+/// A runner whose FunctionConfigs come from `functions_dir/../fc`, re-read every 100 ms.
+fn routing_config(dir: &Path) -> String {
+    format!(
+        r#"serve: default
+evaluators:
+  builtin: {{plugin: builtin}}
+  exec: {{plugin: exec}}
+  {PODS}: {{plugin: testkit}}
+  default: {{plugin: multi, config: {{chain: [builtin, exec]}}}}
+function_configs:
+  paths: ["{fc}"]
+  reload_interval_seconds: 0.1
+  functions_dir: "{bin}"
+  executors: {{goExecutor: builtin, binaryExecutor: exec, podExecutor: {PODS}}}
+"#,
+        fc = dir.join("fc").display(),
+        bin = dir.join("bin").display(),
+    )
+}
+
+fn write_function_configs(dir: &Path, file: &str, yaml: &str) {
+    std::fs::create_dir_all(dir.join("fc")).unwrap();
+    // Write then rename, as a ConfigMap update does, so the runner never reads half a file.
+    let staged = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&staged, yaml).unwrap();
+    std::fs::rename(&staged, dir.join("fc").join(file)).unwrap();
+}
+
+/// A binary in `dir/bin` that echoes its input and says `marker` on stderr.
+fn marker_binary(dir: &Path) {
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    script(&dir.join("bin"), "marker", "cat\necho marker >&2");
+}
+
+const SET_NAMESPACE: &str = r#"apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: set-namespace}
+spec:
+  image: set-namespace
+  prefixes: [example.com/fns]
+  goExecutor: {tags: [v1]}
+  binaryExecutor: {tags: [v1, v2], path: marker}
+  podExecutor:
+    timeToLive: 5m
+    maxParallelExecutions: 3
+---
+apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: set-labels}
+spec:
+  image: set-labels
+  prefixes: [example.com/fns]
+  binaryExecutor: {tags: [v1], path: /nonexistent/set-labels}
+  podExecutor: {tags: [v1]}
+"#;
+
+fn namespace_input() -> Vec<u8> {
+    b"apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+functionConfig:
+  apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: fn-config}
+  data: {namespace: routed}
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: a}
+"
+    .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn executors_are_tried_in_the_pip_order_for_their_tags() {
+    let dir = scratch();
+    marker_binary(dir.path());
+    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let server = Server::start(&routing_config(dir.path()), &[]);
+
+    // v1 is in goExecutor.tags: the builtin runs it, though it would not answer this
+    // registry on its own.
+    let (response, evaluator) = server
+        .call("example.com/fns/set-namespace:v1", &namespace_input())
+        .await
+        .expect("goExecutor call");
+    assert_eq!(evaluator, "builtin");
+    let output = String::from_utf8(response.resource_list).unwrap();
+    assert!(output.contains("namespace: routed"), "{output}");
+
+    // v2 only in binaryExecutor.tags: the binary, relative to functions_dir.
+    let (response, evaluator) = server
+        .call("example.com/fns/set-namespace:v2", &namespace_input())
+        .await
+        .expect("binaryExecutor call");
+    assert_eq!(evaluator, "exec");
+    assert_eq!(String::from_utf8_lossy(&response.log).trim(), "marker");
+
+    // v3: podExecutor lists no tags, so it takes every other tag, with its settings.
+    let (response, evaluator) = server
+        .call("example.com/fns/set-namespace:v3", &namespace_input())
+        .await
+        .expect("podExecutor call");
+    assert_eq!(evaluator, PODS);
+    let log = String::from_utf8(response.log).unwrap();
+    assert!(log.contains(r#""executor":"podExecutor""#), "{log}");
+    assert!(log.contains(r#""timeToLive":"5m""#), "{log}");
+    assert!(log.contains(r#""maxParallelExecutions":3"#), "{log}");
+    assert!(log.contains("FunctionConfig set-namespace ("), "{log}");
+
+    // A repository the FunctionConfig does not list, and a digest reference: no
+    // FunctionConfig applies, and the served chain (builtin, exec) declines both.
+    for image in [
+        "other.example/fns/set-namespace:v1",
+        "example.com/fns/set-namespace@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+    ] {
+        let status = server
+            .call(image, &namespace_input())
+            .await
+            .expect_err(image);
+        assert_eq!(status.code(), tonic::Code::NotFound, "{image}: {status:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_binary_falls_through_to_pods() {
+    let dir = scratch();
+    marker_binary(dir.path());
+    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let server = Server::start(&routing_config(dir.path()), &[]);
+    let (response, evaluator) = server
+        .call(
+            "example.com/fns/set-labels:v1",
+            &krm_runner_tests::resource_list(&["a"]),
+        )
+        .await
+        .expect("call");
+    assert_eq!(evaluator, PODS);
+    assert!(String::from_utf8_lossy(&response.log).contains("podExecutor"));
+
+    let resolved = run_cli(
+        &[
+            "--config-file",
+            &write_config(dir.path()),
+            "functions",
+            "--resolve",
+            "example.com/fns/set-labels:v1",
+        ],
+        &[],
+        b"",
+    );
+    let text = String::from_utf8_lossy(&resolved.stdout);
+    assert!(resolved.status.success(), "{resolved:?}");
+    assert!(
+        text.contains("matched:         FunctionConfig set-labels ("),
+        "{text}"
+    );
+    assert!(
+        text.contains("binaryExecutor:  skipped: /nonexistent/set-labels: binary /nonexistent/set-labels is missing or not executable"),
+        "{text}"
+    );
+    assert!(
+        text.contains("podExecutor:     serves: the image in pods on evaluator \"pods\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("goExecutor:      skipped: not configured"),
+        "{text}"
+    );
+}
+
+fn write_config(dir: &Path) -> String {
+    let path = dir.join("runner.yaml");
+    std::fs::write(&path, routing_config(dir)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn resolve_explains_unmatched_images_and_tags() {
+    let dir = scratch();
+    marker_binary(dir.path());
+    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let config = write_config(dir.path());
+    let resolve = |image: &str| {
+        let output = run_cli(
+            &["--config-file", &config, "functions", "--resolve", image],
+            &[],
+            b"",
+        );
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let text = resolve("example.com/fns/set-labels:v9");
+    assert!(
+        text.contains(r#"podExecutor:     skipped: tag "v9" not among ["v1"]"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"serves:          the served chain "default""#),
+        "{text}"
+    );
+    let text = resolve("example.com/fns/set-namespace:v1");
+    assert!(
+        text.contains(
+            r#"goExecutor:      serves: built-in function set-namespace on evaluator "builtin""#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("binaryExecutor:  next if declined: "),
+        "{text}"
+    );
+    let text = resolve("other.example/fns/set-namespace:v1");
+    assert!(
+        text.contains(r#"does not list repository "other.example/fns""#),
+        "{text}"
+    );
+}
+
+/// Polls `call` until it is served by `evaluator`, for up to 10 s.
+async fn wait_for_evaluator(server: &Server, image: &str, evaluator: &str) {
+    let started = Instant::now();
+    loop {
+        let served = server
+            .call(image, &krm_runner_tests::resource_list(&["a"]))
+            .await
+            .map(|(_, served)| served);
+        if served.as_ref().is_ok_and(|served| served == evaluator) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{image} still served by {served:?}, not {evaluator}; stderr:\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn identity(executor: &str) -> String {
+    format!(
+        "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {{name: identity}}\nspec:\n  image: identity\n  prefixes: [example.com/fns]\n  {executor}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_change_reroutes_and_an_invalid_one_changes_nothing() {
+    let dir = scratch();
+    marker_binary(dir.path());
+    write_function_configs(
+        dir.path(),
+        "identity.yaml",
+        &identity("binaryExecutor: {tags: [v1], path: marker}"),
+    );
+    let server = Server::start(&routing_config(dir.path()), &[]);
+    let image = "example.com/fns/identity:v1";
+    wait_for_evaluator(&server, image, "exec").await;
+
+    // Rerouted to pods without a restart.
+    write_function_configs(
+        dir.path(),
+        "identity.yaml",
+        &identity("podExecutor: {tags: [v1]}"),
+    );
+    wait_for_evaluator(&server, image, PODS).await;
+
+    // An invalid object (binaryExecutor without tags) is refused whole, with a log line
+    // naming the file and the field; routing stays as it was.
+    write_function_configs(
+        dir.path(),
+        "identity.yaml",
+        &identity("binaryExecutor: {tags: [], path: marker}"),
+    );
+    let started = Instant::now();
+    while !server.stderr().contains("keeping the last good routing") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the invalid file was not reported; stderr:\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stderr = server.stderr();
+    let refusal = stderr
+        .lines()
+        .find(|line| line.contains("keeping the last good routing"))
+        .unwrap();
+    assert!(refusal.contains("identity.yaml"), "{refusal}");
+    assert!(refusal.contains("spec.binaryExecutor.tags"), "{refusal}");
+    let (_, served) = server
+        .call(image, &krm_runner_tests::resource_list(&["a"]))
+        .await
+        .expect("call after the invalid file");
+    assert_eq!(served, PODS);
+}
+
+#[test]
+fn config_check_reports_invalid_objects_and_conflicts() {
+    let dir = scratch();
+    marker_binary(dir.path());
+    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let config = write_config(dir.path());
+    let check = |expect_ok: bool| {
+        let output = run_cli(&["--config-file", &config, "config", "check"], &[], b"");
+        assert_eq!(output.status.success(), expect_ok, "{output:?}");
+        (
+            String::from_utf8(output.stdout).unwrap(),
+            String::from_utf8(output.stderr).unwrap(),
+        )
+    };
+    let (stdout, _) = check(true);
+    assert!(stdout.contains("2 FunctionConfigs OK"), "{stdout}");
+
+    // A second object claiming spec.image set-labels, and a broken one.
+    write_function_configs(
+        dir.path(),
+        "more.yaml",
+        "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {name: labels-again}\nspec:\n  image: set-labels\n  podExecutor: {}\n",
+    );
+    let (_, stderr) = check(false);
+    assert!(
+        stderr.contains("FunctionConfig labels-again (")
+            && stderr.contains("FunctionConfig set-labels (")
+            && stderr.contains(r#"both claim spec.image "set-labels""#),
+        "{stderr}"
+    );
+    write_function_configs(
+        dir.path(),
+        "broken.yaml",
+        "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {name: broken}\nspec:\n  image: broken\n  goExecutor: {tags: [v1]}\n  podExecutor: {timeToLive: 3x}\n  binaryExectuor: {tags: [v1], path: x}\n",
+    );
+    let (_, stderr) = check(false);
+    assert!(stderr.contains("broken.yaml"), "{stderr}");
+    assert!(stderr.contains("spec.podExecutor.timeToLive"), "{stderr}");
+    assert!(stderr.contains("binaryExectuor"), "{stderr}");
+
+    // The server refuses to start on the same files, listing the problem.
+    let output = run_cli(&["--config-file", &config, "plugins"], &[], b"");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("spec.podExecutor.timeToLive"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn warm_up_waits_for_the_function_configs_and_sends_their_pod_settings() {
+    let dir = scratch();
+    marker_binary(dir.path());
+    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let server = Server::start(&routing_config(dir.path()), &[]);
+    let started = Instant::now();
+    while !server.stderr().contains("testkit warm-up") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no warm-up; stderr:\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Only set-labels lists a podExecutor tag; warm-up uses it and the first prefix.
+    let stderr = server.stderr();
+    let warm_ups: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("testkit warm-up"))
+        .collect();
+    assert_eq!(warm_ups.len(), 1, "{stderr}");
+    assert!(
+        warm_ups[0].contains("testkit warm-up example.com/fns/set-labels:v1 "),
+        "{stderr}"
+    );
+    assert!(warm_ups[0].contains("podExecutor"), "{stderr}");
+}
+
+// The cluster source needs the stand-in API server and kubectl, nothing else.
+mod cluster {
+    use super::*;
+    use krm_kube_standin::StandIn;
+    use std::process::Command;
+
+    const NAMESPACE: &str = "porch-fn-system";
+
+    fn kubectl(standin: &StandIn, args: &[&str], stdin: Option<&str>) -> String {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&standin.kubeconfig)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        let input = stdin.unwrap_or_default().to_owned();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+        let started = Instant::now();
+        while !done() {
+            assert!(started.elapsed() < limit, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn cluster_function_configs_route_and_get_finalizer_and_status() {
+        if !have_tool("kubectl") {
+            return;
+        }
+        let dir = scratch();
+        marker_binary(dir.path());
+        std::fs::create_dir_all(dir.path().join("fc")).unwrap();
+        let standin = StandIn::start(&dir.path().join("standin")).expect("stand-in");
+        let crd = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .join("deploy/kubernetes/crds/functionconfigs.yaml");
+        kubectl(&standin, &["create", "-f", crd.to_str().unwrap()], None);
+        // `kubectl create namespace` speaks protobuf, which the stand-in does not.
+        kubectl(
+            &standin,
+            &["create", "-f", "-"],
+            Some(&format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n"
+            )),
+        );
+        let object = format!(
+            "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {{name: identity, namespace: {NAMESPACE}}}\nspec:\n  image: identity\n  prefixes: [example.com/fns]\n  binaryExecutor: {{tags: [v1], path: marker}}\n"
+        );
+        kubectl(&standin, &["create", "-f", "-"], Some(&object));
+
+        let config = format!(
+            "{}  cluster: {{enabled: true, namespace: {NAMESPACE}, kubeconfig: \"{}\"}}\n",
+            routing_config(dir.path()),
+            standin.kubeconfig.display()
+        );
+        let server = Server::start(&config, &[]);
+        let image = "example.com/fns/identity:v1";
+        wait_for_evaluator(&server, image, "exec").await;
+
+        let get = |field: &str| {
+            kubectl(
+                &standin,
+                &[
+                    "get",
+                    "functionconfigs",
+                    "identity",
+                    "-n",
+                    NAMESPACE,
+                    "-o",
+                    &format!("jsonpath={{{field}}}"),
+                ],
+                None,
+            )
+        };
+        wait_until("finalizer and status", Duration::from_secs(10), || {
+            get(".metadata.finalizers")
+                .contains("config.porch.kpt.dev/functionconfig-function-runner")
+                && get(".status.functionRunnerObservedGeneration") == "1"
+        });
+        assert_eq!(get(".status.error"), "");
+
+        // An update that breaks the object: status says why, routing forgets it.
+        kubectl(
+            &standin,
+            &[
+                "patch",
+                "functionconfigs",
+                "identity",
+                "-n",
+                NAMESPACE,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"binaryExecutor":{"tags":[]}}}"#,
+            ],
+            None,
+        );
+        wait_until("status error", Duration::from_secs(10), || {
+            get(".status.error").contains("spec.binaryExecutor.tags")
+                && get(".status.functionRunnerObservedGeneration") == "2"
+        });
+        let status = server
+            .call(image, &krm_runner_tests::resource_list(&["a"]))
+            .await
+            .expect_err("no FunctionConfig any more");
+        assert_eq!(status.code(), tonic::Code::NotFound);
+
+        // Fixed again, then deleted: the runner removes its finalizer so the object goes.
+        kubectl(
+            &standin,
+            &[
+                "patch",
+                "functionconfigs",
+                "identity",
+                "-n",
+                NAMESPACE,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"binaryExecutor":{"tags":["v1"]}}}"#,
+            ],
+            None,
+        );
+        wait_for_evaluator(&server, image, "exec").await;
+        kubectl(
+            &standin,
+            &[
+                "delete",
+                "functionconfigs",
+                "identity",
+                "-n",
+                NAMESPACE,
+                "--wait=false",
+            ],
+            None,
+        );
+        wait_until("the object to go", Duration::from_secs(10), || {
+            kubectl(
+                &standin,
+                &["get", "functionconfigs", "-n", NAMESPACE, "-o", "name"],
+                None,
+            )
+            .trim()
+            .is_empty()
+        });
+        let status = server
+            .call(image, &krm_runner_tests::resource_list(&["a"]))
+            .await
+            .expect_err("deleted FunctionConfig");
+        assert_eq!(status.code(), tonic::Code::NotFound);
+    }
+}
