@@ -76,13 +76,17 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 const DEFAULT_MAX_OUTPUT_BYTES: usize = 6 * 1024 * 1024;
 const DEFAULT_MAX_LOG_BYTES: usize = 1024 * 1024;
 
+/// The configuration, checked and ready to serve.
+pub(crate) struct Resolved {
+    pub functions: HashMap<String, Function>,
+    pub limits: Limits,
+    /// The environment every function starts from (also that of binaries a FunctionConfig
+    /// routes here).
+    pub base_env: Vec<(String, String)>,
+}
+
 impl ExecConfig {
-    /// The mapped functions, the output limits, and the environment every function starts
-    /// from (also that of binaries a FunctionConfig routes here).
-    pub(crate) fn resolve(
-        self,
-        max_message_bytes: Option<usize>,
-    ) -> Result<(HashMap<String, Function>, Limits, Vec<(String, String)>), ConfigError> {
+    pub(crate) fn resolve(self, max_message_bytes: Option<usize>) -> Result<Resolved, ConfigError> {
         let mut problems = Vec::new();
         let mut base_env: BTreeMap<String, String> = [
             ("PATH", DEFAULT_PATH),
@@ -143,7 +147,11 @@ impl ExecConfig {
                 .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
             max_log_bytes: self.max_log_bytes.unwrap_or(DEFAULT_MAX_LOG_BYTES),
         };
-        Ok((functions, limits, base_env.into_iter().collect()))
+        Ok(Resolved {
+            functions,
+            limits,
+            base_env: base_env.into_iter().collect(),
+        })
     }
 }
 

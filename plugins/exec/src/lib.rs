@@ -84,7 +84,11 @@ impl Plugin for ExecPlugin {
         let max_message_bytes = context
             .setting("max_message_bytes")
             .and_then(|value| value.parse().ok());
-        let (functions, limits, base_env) = config.resolve(max_message_bytes)?;
+        let config::Resolved {
+            functions,
+            limits,
+            base_env,
+        } = config.resolve(max_message_bytes)?;
         for (image, function) in &functions {
             if let Err(problem) = process::check_executable(&function.path) {
                 tracing::warn!(image, "{problem}; calls to this image will fail");
