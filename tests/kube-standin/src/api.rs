@@ -17,6 +17,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
@@ -39,6 +40,8 @@ pub struct App {
     pub addr: SocketAddr,
     /// `pods/log`, when a node agent runs.
     pub logs: Option<LogFn>,
+    /// Requests received so far, of every kind (discovery and watches included).
+    pub requests: Arc<AtomicU64>,
 }
 
 /// The axum router serving the API.
@@ -143,6 +146,7 @@ fn route(store: &Store, path: &str) -> Result<Target, ApiError> {
 
 /// The single handler behind every path.
 async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
+    app.requests.fetch_add(1, Ordering::Relaxed);
     let method = req.method().clone();
     let uri = req.uri().clone();
     let headers = req.headers().clone();

@@ -79,11 +79,16 @@ impl Cluster {
 
     /// Builds `image` and pushes it as `<registry>/<name_tag>`; returns the reference.
     pub fn push(&self, image: &ScratchImage, name_tag: &str) -> Result<String> {
-        image.build_and_push(
-            &self.builder,
-            &self.dir.join("build"),
-            &self.registry.host,
-            name_tag,
-        )
+        self.push_to(&self.registry, image, name_tag)
+    }
+
+    /// [`Cluster::push`] to another registry (one requiring a login, say).
+    pub fn push_to(
+        &self,
+        registry: &LocalRegistry,
+        image: &ScratchImage,
+        name_tag: &str,
+    ) -> Result<String> {
+        image.build_and_push(&self.builder, &self.dir.join("build"), registry, name_tag)
     }
 }

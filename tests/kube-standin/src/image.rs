@@ -1,8 +1,8 @@
 //! Builds `FROM scratch` images from local static binaries with `podman build` (offline) and
-//! pushes them to a [`LocalRegistry`](crate::registry::LocalRegistry) with
-//! `podman push --tls-verify=false`.
+//! pushes them to a [`LocalRegistry`] with `podman push --tls-verify=false` (and its login).
 
 use crate::podman::Podman;
+use crate::registry::LocalRegistry;
 use anyhow::{Context, Result};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -100,16 +100,16 @@ impl ScratchImage {
         Ok(())
     }
 
-    /// Builds the image as `<registry_host>/<name_tag>` with podman (no network) and pushes it
+    /// Builds the image as `<registry host>/<name_tag>` with podman (no network) and pushes it
     /// with `--tls-verify=false`. Returns the full reference.
     pub fn build_and_push(
         &self,
         podman: &Podman,
         work_dir: &Path,
-        registry_host: &str,
+        registry: &LocalRegistry,
         name_tag: &str,
     ) -> Result<String> {
-        let reference = format!("{registry_host}/{name_tag}");
+        let reference = format!("{}/{name_tag}", registry.host);
         let ctx = work_dir.join(format!("ctx-{}", name_tag.replace(['/', ':'], "_")));
         let _ = std::fs::remove_dir_all(&ctx);
         std::fs::create_dir_all(&ctx)?;
@@ -118,9 +118,13 @@ impl ScratchImage {
         podman
             .run_blocking(&["build", "--network", "none", "-t", &reference, &ctx_s])
             .context("podman build")?;
-        podman
-            .run_blocking(&["push", "--tls-verify=false", &reference])
-            .context("podman push")?;
+        let mut push = vec!["push".to_owned(), "--tls-verify=false".to_owned()];
+        if let Some((user, password)) = &registry.login {
+            push.extend(["--creds".to_owned(), format!("{user}:{password}")]);
+        }
+        push.push(reference.clone());
+        let push: Vec<&str> = push.iter().map(String::as_str).collect();
+        podman.run_blocking(&push).context("podman push")?;
         Ok(reference)
     }
 }

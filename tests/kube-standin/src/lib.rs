@@ -40,6 +40,7 @@ use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::thread::JoinHandle;
 use store::Store;
 use tokio::sync::oneshot;
@@ -67,6 +68,7 @@ pub struct StandIn {
     /// State directory given at start.
     pub state_dir: PathBuf,
     store: Arc<Store>,
+    requests: Arc<AtomicU64>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     node: Option<Arc<node::NodeAgent>>,
@@ -115,6 +117,8 @@ impl StandIn {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel::<Result<SocketAddr>>();
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
         let st = store.clone();
+        let requests = Arc::new(AtomicU64::new(0));
+        let counted = requests.clone();
         let port = opts.port;
         let thread = std::thread::Builder::new()
             .name("kube-standin".into())
@@ -154,6 +158,7 @@ impl StandIn {
                         store: st,
                         addr,
                         logs,
+                        requests: counted,
                     });
                     let _ = addr_tx.send(Ok(addr));
                     // No graceful drain: watches are long-lived streams, and a test that
@@ -181,6 +186,7 @@ impl StandIn {
             kubeconfig,
             state_dir: state_dir.to_path_buf(),
             store,
+            requests,
             shutdown: Some(shutdown_tx),
             thread: Some(thread),
             node: agent,
@@ -191,6 +197,12 @@ impl StandIn {
     /// The node agent, when pods run with podman.
     pub fn node(&self) -> Option<&Arc<node::NodeAgent>> {
         self.node.as_ref()
+    }
+
+    /// How many API requests the server has received (every kind: discovery, watches, ...),
+    /// for tests and benchmarks that count what a client asks.
+    pub fn api_requests(&self) -> u64 {
+        self.requests.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Direct access to the object store (for assertions that bypass HTTP).

@@ -3,7 +3,8 @@
 //! For every pod it binds (sets `spec.nodeName`), it allocates a loopback address 127.0.0.N
 //! (N from 10 up, held with a lock file so that no two stand-ins — even in different processes —
 //! use one at the same time) as the pod IP, creates emptyDir/secret/configMap volumes as host
-//! directories, pulls the images (plain HTTP, loopback registries only), runs the init containers
+//! directories, pulls the images (plain HTTP, loopback registries only, with the credentials of
+//! the pod's `imagePullSecrets`), runs the init containers
 //! in order, then the containers with their command, args, env, mounts, working directory and
 //! security context, publishing every declared containerPort on 127.0.0.N. It runs readiness
 //! probes (exec via `podman exec`, tcpSocket, httpGet; grpc is checked as a TCP connect) and
@@ -407,7 +408,9 @@ impl NodeAgent {
         for (image, pull) in &images {
             let mut backoff = Duration::from_secs(1);
             loop {
-                match self.ensure_image(image, pull).await {
+                // Read at every attempt, as the kubelet does: the secret may appear later.
+                let authfiles = self.pull_authfiles(run, &spec);
+                match self.ensure_image(image, pull, &authfiles).await {
                     Ok(()) => break,
                     Err(e) => {
                         tracing::info!(pod = %run.name, %image, "pull failed: {e}");
@@ -901,7 +904,43 @@ impl NodeAgent {
         }
     }
 
-    async fn ensure_image(&self, image: &str, pull: &str) -> anyhow::Result<()> {
+    /// The pod's `imagePullSecrets` that exist and are of type `kubernetes.io/dockerconfigjson`,
+    /// written out as podman auth files (the kubelet skips missing ones too).
+    fn pull_authfiles(&self, run: &PodRun, spec: &Value) -> Vec<PathBuf> {
+        let secrets_gr = (String::new(), "secrets".to_string());
+        let mut files = Vec::new();
+        for reference in spec["imagePullSecrets"].as_array().into_iter().flatten() {
+            let Some(name) = reference["name"].as_str() else {
+                continue;
+            };
+            let secret = self.store.get_gr(&secrets_gr, &run.ns, name);
+            let config = secret
+                .filter(|s| s["type"] == "kubernetes.io/dockerconfigjson")
+                .and_then(|s| s["data"][".dockerconfigjson"].as_str().map(String::from))
+                .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok());
+            let Some(config) = config else {
+                tracing::info!(pod = %run.name, secret = name, "image pull secret missing or not a dockerconfigjson");
+                continue;
+            };
+            let file = run.dir.join(format!("pull-secret-{name}.json"));
+            let written =
+                std::fs::create_dir_all(&run.dir).and_then(|()| std::fs::write(&file, config));
+            match written {
+                Ok(()) => files.push(file),
+                Err(e) => tracing::warn!(pod = %run.name, "writing {}: {e}", file.display()),
+            }
+        }
+        files
+    }
+
+    /// Pulls `image` unless present (per `pull` policy), with each auth file in turn until one
+    /// works, anonymously when there are none.
+    async fn ensure_image(
+        &self,
+        image: &str,
+        pull: &str,
+        authfiles: &[PathBuf],
+    ) -> anyhow::Result<()> {
         let present = self
             .podman
             .run(
@@ -924,18 +963,25 @@ impl NodeAgent {
                 "the stand-in pulls only from registries on loopback addresses (127.0.0.0/8, localhost), not {image}"
             );
         }
-        self.podman
-            .run(
-                &[
-                    "pull".into(),
-                    "--tls-verify=false".into(),
-                    "--quiet".into(),
-                    image.into(),
-                ],
-                Duration::from_secs(120),
-            )
-            .await?;
-        Ok(())
+        let credentials: Vec<Option<&PathBuf>> = if authfiles.is_empty() {
+            vec![None]
+        } else {
+            authfiles.iter().map(Some).collect()
+        };
+        let mut failures = Vec::new();
+        for authfile in credentials {
+            let mut args: Vec<String> =
+                vec!["pull".into(), "--tls-verify=false".into(), "--quiet".into()];
+            if let Some(file) = authfile {
+                args.extend(["--authfile".into(), file.display().to_string()]);
+            }
+            args.push(image.into());
+            match self.podman.run(&args, Duration::from_secs(120)).await {
+                Ok(_) => return Ok(()),
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        anyhow::bail!("{}", failures.join("; "))
     }
 
     fn lookup_key(&self, ns: &str, kind: &str, name: &str, key: &str) -> Option<String> {

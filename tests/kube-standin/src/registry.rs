@@ -1,7 +1,9 @@
 //! A local OCI registry for tests: Debian's `docker-registry` (distribution 2.8) serving plain
-//! HTTP on 127.0.0.1:<free port>, storage in a directory. Stopped when dropped.
+//! HTTP on 127.0.0.1:<free port>, storage in a directory, optionally requiring a login
+//! (htpasswd with a bcrypt hash, as a private registry would). Stopped when dropped.
 
 use anyhow::{Context, Result, bail};
+use base64::Engine as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -16,6 +18,8 @@ pub struct LocalRegistry {
     pub addr: SocketAddr,
     /// Storage and config directory.
     pub dir: PathBuf,
+    /// The user and password every request needs, when it requires a login.
+    pub login: Option<(String, String)>,
     child: Child,
 }
 
@@ -53,12 +57,30 @@ pub fn http_get_accept(
     accept: &str,
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>)> {
+    http_get_as(addr, path, accept, None, timeout)
+}
+
+/// [`http_get_accept`] with HTTP basic authentication when `login` is given.
+fn http_get_as(
+    addr: SocketAddr,
+    path: &str,
+    accept: &str,
+    login: Option<&(String, String)>,
+    timeout: Duration,
+) -> Result<(u16, Vec<u8>)> {
+    let authorization = login
+        .map(|(user, password)| {
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            format!("Authorization: Basic {token}\r\n")
+        })
+        .unwrap_or_default();
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     write!(
         s,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: {accept}\r\n\r\n"
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: {accept}\r\n{authorization}\r\n"
     )?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
@@ -80,8 +102,30 @@ impl LocalRegistry {
     /// Starts `docker-registry` with a five-line config in `dir`, waiting (at most 20 s) until
     /// `/v2/` answers.
     pub fn start(dir: &Path) -> Result<Self> {
+        Self::start_with(dir, None)
+    }
+
+    /// [`LocalRegistry::start`], requiring `user` and `password` for every request (htpasswd
+    /// file with a bcrypt hash, the only kind docker-registry accepts).
+    pub fn start_with_login(dir: &Path, user: &str, password: &str) -> Result<Self> {
+        Self::start_with(dir, Some((user.to_owned(), password.to_owned())))
+    }
+
+    fn start_with(dir: &Path, login: Option<(String, String)>) -> Result<Self> {
         available().map_err(anyhow::Error::msg)?;
         std::fs::create_dir_all(dir.join("storage"))?;
+        let auth = match &login {
+            Some((user, password)) => {
+                let hash = bcrypt::hash(password, 5).context("bcrypt")?;
+                let htpasswd = dir.join("htpasswd");
+                std::fs::write(&htpasswd, format!("{user}:{hash}\n"))?;
+                format!(
+                    "auth:\n  htpasswd:\n    realm: krm-standin\n    path: {}\n",
+                    htpasswd.display()
+                )
+            }
+            None => String::new(),
+        };
         let mut last_err = None;
         for _ in 0..5 {
             let port = free_port()?;
@@ -89,7 +133,7 @@ impl LocalRegistry {
             std::fs::write(
                 &config,
                 format!(
-                    "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                    "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}",
                     dir.join("storage").display()
                 ),
             )?;
@@ -107,11 +151,18 @@ impl LocalRegistry {
                 host: format!("127.0.0.1:{port}"),
                 addr,
                 dir: dir.to_path_buf(),
+                login: login.clone(),
                 child,
             };
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
-                if let Ok((200, _)) = http_get(addr, "/v2/", Duration::from_secs(2)) {
+                if let Ok((200, _)) = http_get_as(
+                    addr,
+                    "/v2/",
+                    "*/*",
+                    reg.login.as_ref(),
+                    Duration::from_secs(2),
+                ) {
                     return Ok(reg);
                 }
                 if let Ok(Some(status)) = reg.child.try_wait() {
@@ -133,13 +184,22 @@ impl LocalRegistry {
     /// Whether the registry holds `name:tag` (its manifest answers 200).
     pub fn has(&self, name: &str, tag: &str) -> bool {
         matches!(
-            http_get_accept(
+            http_get_as(
                 self.addr,
                 &format!("/v2/{name}/manifests/{tag}"),
                 "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.index.v1+json",
+                self.login.as_ref(),
                 Duration::from_secs(5)
             ),
             Ok((200, _))
+        )
+    }
+
+    /// Answers `GET /v2/` without credentials with 401 (it requires a login).
+    pub fn refuses_anonymous(&self) -> bool {
+        matches!(
+            http_get(self.addr, "/v2/", Duration::from_secs(5)),
+            Ok((401, _))
         )
     }
 }

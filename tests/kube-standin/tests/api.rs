@@ -871,3 +871,25 @@ async fn leases_with_optimistic_concurrency() {
     let got = leases.get("runner").await.unwrap();
     assert_eq!(got.spec.unwrap().holder_identity.as_deref(), Some("b"));
 }
+
+/// Why: the pod evaluator's benchmark and tests count the API requests a warm call costs (the
+/// target is zero), so the counter must see every request, failed ones included, and nothing else.
+#[tokio::test]
+async fn every_request_is_counted() {
+    let env = start();
+    let c = client(&env.standin).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let before = env.standin.api_requests();
+    pods.list(&Default::default()).await.unwrap();
+    pods.get_opt("absent").await.unwrap();
+    pods.create(&PostParams::default(), &pod("counted", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(env.standin.api_requests() - before, 3);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        env.standin.api_requests() - before,
+        3,
+        "nothing counted while no one asks"
+    );
+}

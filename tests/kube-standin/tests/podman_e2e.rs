@@ -415,3 +415,84 @@ fn containers_of_dead_processes_are_swept() {
     assert!(left.trim().is_empty(), "containers left: {left}");
     assert!(!record.exists());
 }
+
+/// Why: function pods pull from private registries with the runner's pull Secret, so the node
+/// must pull as a kubelet does: with the credentials of the pod's `imagePullSecrets`, and
+/// without them the pull is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_pull_from_a_private_registry_with_their_pull_secrets() {
+    use base64::Engine as _;
+    use k8s_openapi::api::core::v1::Secret;
+    use krm_kube_standin::registry::LocalRegistry;
+    if !prerequisites() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(dir.path()).expect("registry, builder and stand-in start");
+    let private = LocalRegistry::start_with_login(&dir.path().join("private"), "puller", "s3cret")
+        .expect("registry with a login");
+    assert!(private.refuses_anonymous(), "anonymous requests get 401");
+    let image = cluster
+        .push_to(&private, &ScratchImage::busybox(), "private/busybox:1")
+        .expect("pushed with the login");
+    assert!(private.has("private/busybox", "1"));
+
+    let c = client(&cluster.standin).await;
+    namespace(&c, "private").await;
+    let secrets: Api<Secret> = Api::namespaced(c.clone(), "private");
+    let auth = base64::engine::general_purpose::STANDARD.encode("puller:s3cret");
+    let docker_config = json!({"auths": {private.host.clone(): {"auth": auth}}}).to_string();
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "pull"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64::engine::general_purpose::STANDARD.encode(docker_config)},
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "private");
+    let sleeper = |name: &str, pull_secrets: serde_json::Value| -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "imagePullSecrets": pull_secrets,
+                // Always: the image the other pod pulled is no way around the login.
+                "containers": [{"name": "c", "image": image, "imagePullPolicy": "Always",
+                                "command": ["/bin/sleep", "600"]}],
+                "terminationGracePeriodSeconds": 1,
+            },
+        }))
+        .unwrap()
+    };
+    pods.create(&PostParams::default(), &sleeper("anonymous", json!([])))
+        .await
+        .unwrap();
+    // A missing secret is skipped (as by a kubelet); the existing one does the pull.
+    pods.create(
+        &PostParams::default(),
+        &sleeper(
+            "authenticated",
+            json!([{"name": "absent"}, {"name": "pull"}]),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_ready(&pods, "authenticated").await;
+    let refused = eventually(60, "ErrImagePull without credentials", || {
+        let pods = pods.clone();
+        async move {
+            let st = pods.get("anonymous").await.ok()?.status?;
+            let w = st.container_statuses?.first()?.state.clone()?.waiting?;
+            (w.reason.as_deref() == Some("ErrImagePull")).then_some(w.message.unwrap_or_default())
+        }
+    })
+    .await;
+    let refused = refused.to_lowercase();
+    assert!(
+        refused.contains("authentication required") || refused.contains("unauthorized"),
+        "{refused}"
+    );
+}
