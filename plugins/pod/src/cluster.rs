@@ -3,7 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Pod, PodTemplate, PodTemplateSpec, Service};
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, PodTemplate, PodTemplateSpec, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, Error};
 
@@ -14,10 +18,15 @@ pub struct Cluster {
     pods: Api<Pod>,
     services: Api<Service>,
     templates: Api<PodTemplate>,
+    secrets: Api<Secret>,
     namespace: String,
     owner: String,
     connect_via: ConnectVia,
 }
+
+/// The Secret type and key image pull secrets have.
+const DOCKER_CONFIG_JSON_TYPE: &str = "kubernetes.io/dockerconfigjson";
+const DOCKER_CONFIG_JSON_KEY: &str = ".dockerconfigjson";
 
 /// How often a starting pod's status is read.
 const READY_POLL: Duration = Duration::from_millis(100);
@@ -32,7 +41,8 @@ impl Cluster {
         Self {
             pods: Api::namespaced(client.clone(), namespace),
             services: Api::namespaced(client.clone(), namespace),
-            templates: Api::namespaced(client, namespace),
+            templates: Api::namespaced(client.clone(), namespace),
+            secrets: Api::namespaced(client, namespace),
             namespace: namespace.to_owned(),
             owner: settings.owner.clone(),
             connect_via: settings.connect_via,
@@ -70,11 +80,67 @@ impl Cluster {
         }
     }
 
+    /// Makes Secret `name` a `kubernetes.io/dockerconfigjson` Secret holding `docker_config`:
+    /// created when missing, updated when its content differs (Porch's `InspectOrCreateSecret`).
+    /// A Secret of that name and another type is an error: the type cannot be changed.
+    pub async fn ensure_pull_secret(&self, name: &str, docker_config: &[u8]) -> Result<(), String> {
+        let wanted = BTreeMap::from([(
+            DOCKER_CONFIG_JSON_KEY.to_owned(),
+            ByteString(docker_config.to_vec()),
+        )]);
+        // A conflict means another runner changed it meanwhile: look again.
+        for _ in 0..3 {
+            let outcome = match self.secrets.get_opt(name).await {
+                Ok(None) => {
+                    let secret = Secret {
+                        metadata: ObjectMeta {
+                            name: Some(name.to_owned()),
+                            namespace: Some(self.namespace.clone()),
+                            ..Default::default()
+                        },
+                        type_: Some(DOCKER_CONFIG_JSON_TYPE.to_owned()),
+                        data: Some(wanted.clone()),
+                        ..Default::default()
+                    };
+                    self.secrets.create(&manager(), &secret).await.map(|_| ())
+                }
+                Ok(Some(existing)) => {
+                    let kind = existing.type_.as_deref().unwrap_or("Opaque");
+                    if kind != DOCKER_CONFIG_JSON_TYPE {
+                        return Err(format!(
+                            "Secret {name} exists with type {kind}, not {DOCKER_CONFIG_JSON_TYPE}: \
+                             delete it or choose another registry_auth_secret_name"
+                        ));
+                    }
+                    if existing.data.as_ref() == Some(&wanted) {
+                        return Ok(());
+                    }
+                    tracing::info!(secret = name, "updating the registry pull secret");
+                    let updated = Secret {
+                        data: Some(wanted.clone()),
+                        string_data: None,
+                        ..existing
+                    };
+                    self.secrets
+                        .replace(name, &manager(), &updated)
+                        .await
+                        .map(|_| ())
+                }
+                Err(error) => Err(error),
+            };
+            match outcome {
+                Ok(()) => return Ok(()),
+                Err(error) if is_status(&error, 409) => continue,
+                Err(error) => return Err(format!("cannot ensure Secret {name}: {error}")),
+            }
+        }
+        Err(format!(
+            "cannot ensure Secret {name}: it kept changing while being written"
+        ))
+    }
+
     pub async fn create(&self, pod: &Pod, service: &Service) -> Result<(), String> {
-        let params = PostParams {
-            field_manager: Some("krm-function-runner".into()),
-            ..Default::default()
-        };
+        let params = manager();
         self.pods
             .create(&params, pod)
             .await
@@ -182,6 +248,14 @@ impl Cluster {
             return None;
         }
         self.address(name, pod).await.ok().flatten()
+    }
+}
+
+/// Porch's field manager, for everything the runner creates.
+fn manager() -> PostParams {
+    PostParams {
+        field_manager: Some("krm-function-runner".into()),
+        ..Default::default()
     }
 }
 

@@ -1,10 +1,13 @@
 //! The pod plugin's `config:` section. Keys are Porch's flag names with underscores, so
 //! `--pod-ttl 10m` on the runner's command line lands in `pod_ttl`.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use krm_plugin_api::ConfigError;
 use serde::Deserialize;
+
+use crate::docker_config::PrivateRegistries;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -39,12 +42,15 @@ pub struct PodConfig {
     pub owner: Option<String>,
     /// Registries spoken to over plain HTTP (local registries only).
     pub plain_http_registries: Vec<String>,
-    /// Docker config JSON used for registry credentials (Porch: `--registry-auth-secret-path`
-    /// when `--enable-private-registries`).
+    /// Authenticate to registries with the docker config JSON at `registry_auth_secret_path`,
+    /// and let nodes pull with it: it is kept as Secret `registry_auth_secret_name` (type
+    /// `kubernetes.io/dockerconfigjson`) in the pod namespace and named in every function pod's
+    /// `imagePullSecrets` (Porch: `--enable-private-registries` and the two flags below).
     pub enable_private_registries: bool,
     pub registry_auth_secret_path: String,
     pub registry_auth_secret_name: String,
-    /// Trust the CA in `tls_secret_path` (`ca.crt` or `ca.pem`) for registries.
+    /// Trust the CA in `tls_secret_path` (`ca.crt`, else `ca.pem`) for registries (Porch:
+    /// `--enable-private-registries-tls`, `--tls-secret-path`).
     pub enable_private_registries_tls: bool,
     pub tls_secret_path: String,
     /// Accepted for Porch v1.4/v1.5 manifests; FunctionConfig resources replace them.
@@ -103,6 +109,9 @@ pub struct Settings {
     pub owner: String,
     pub max_message_bytes: usize,
     pub default_image_prefix: String,
+    pub private_registries: Option<PrivateRegistries>,
+    /// The extra CA file registries are checked against.
+    pub registry_ca: Option<PathBuf>,
 }
 
 impl PodConfig {
@@ -139,6 +148,37 @@ impl PodConfig {
         if self.pod_namespace.is_empty() {
             problems.push("pod_namespace: empty".to_owned());
         }
+        let private_registries = self.enable_private_registries.then(|| PrivateRegistries {
+            file: PathBuf::from(&self.registry_auth_secret_path),
+            secret_name: self.registry_auth_secret_name.clone(),
+        });
+        if let Some(private) = &private_registries {
+            if let Err(error) = private.read() {
+                problems.push(format!("registry_auth_secret_path: {error}"));
+            }
+            if !is_dns_subdomain(&private.secret_name) {
+                problems.push(format!(
+                    "registry_auth_secret_name: {:?} is not a Secret name (lower-case letters, digits, '-' and '.', at most 253)",
+                    private.secret_name
+                ));
+            }
+        }
+        let registry_ca = if self.enable_private_registries_tls {
+            let dir = Path::new(&self.tls_secret_path);
+            let found = ["ca.crt", "ca.pem"]
+                .iter()
+                .map(|name| dir.join(name))
+                .find(|file| file.is_file());
+            if found.is_none() {
+                problems.push(format!(
+                    "tls_secret_path: no ca.crt or ca.pem in {}",
+                    dir.display()
+                ));
+            }
+            found
+        } else {
+            None
+        };
         if !problems.is_empty() {
             return Err(ConfigError::new(problems.join("; ")));
         }
@@ -173,6 +213,8 @@ impl PodConfig {
             owner: label_safe(&owner),
             max_message_bytes,
             default_image_prefix,
+            private_registries,
+            registry_ca,
         })
     }
 }
@@ -213,6 +255,17 @@ pub fn parse_go_duration(text: &str) -> Option<Duration> {
     Some(total)
 }
 
+/// A Kubernetes object name of the DNS-subdomain kind (Secrets, ...).
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
 /// A Kubernetes label value: at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at the ends.
 pub fn label_safe(text: &str) -> String {
     let cleaned: String = text
@@ -249,5 +302,40 @@ mod tests {
     fn label_values() {
         assert_eq!(label_safe("runner-7f9c/abc"), "runner-7f9c-abc");
         assert_eq!(label_safe("-x-"), "x");
+    }
+
+    #[test]
+    fn private_registry_problems_are_reported_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = PodConfig {
+            wrapper_server_image: Some("registry.example/wrapper:v1".into()),
+            enable_private_registries: true,
+            registry_auth_secret_path: dir.path().join("absent.json").display().to_string(),
+            registry_auth_secret_name: "Not_A_Name".into(),
+            enable_private_registries_tls: true,
+            tls_secret_path: dir.path().display().to_string(),
+            ..PodConfig::default()
+        };
+        let error = config.settings(1, String::new()).unwrap_err().to_string();
+        for expected in [
+            "registry_auth_secret_path: ",
+            "absent.json",
+            "registry_auth_secret_name: \"Not_A_Name\"",
+            "tls_secret_path: no ca.crt or ca.pem",
+        ] {
+            assert!(error.contains(expected), "{expected} in {error}");
+        }
+
+        std::fs::write(dir.path().join("ca.pem"), "pem").unwrap();
+        std::fs::write(dir.path().join("auth.json"), r#"{"auths": {}}"#).unwrap();
+        let config = PodConfig {
+            registry_auth_secret_path: dir.path().join("auth.json").display().to_string(),
+            registry_auth_secret_name: "auth-secret".into(),
+            ..config
+        };
+        let settings = config.settings(1, String::new()).unwrap();
+        assert_eq!(settings.registry_ca, Some(dir.path().join("ca.pem")));
+        let private = settings.private_registries.unwrap();
+        assert_eq!(private.secret_name, "auth-secret");
     }
 }

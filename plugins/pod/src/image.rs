@@ -2,11 +2,13 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
+
+use crate::docker_config::DockerConfig;
 
 /// `name` without a registry gets the default prefix (kpt's rule: only when it has no `/`).
 pub fn resolve(image: &str, default_prefix: &str) -> String {
@@ -63,60 +65,51 @@ pub struct Metadata {
 
 /// Fetches and caches image metadata. A tag's first digest is kept until restart, as in Porch.
 pub struct Registry {
-    client: Client,
-    credentials: HashMap<String, RegistryAuth>,
+    /// The client and the docker config content it was given credentials from: it keeps the
+    /// first credentials it sees per registry, so new credentials need a new client.
+    client: Mutex<(Vec<u8>, Arc<Client>)>,
+    plain_http: Vec<String>,
+    extra_ca: Option<Vec<u8>>,
     cache: Mutex<HashMap<String, Metadata>>,
 }
 
-/// What the registry client is told.
-pub struct RegistryOptions<'a> {
-    pub plain_http: &'a [String],
-    pub docker_config: Option<&'a Path>,
-    pub ca_dir: Option<&'a Path>,
-}
-
 impl Registry {
-    pub fn new(options: RegistryOptions<'_>) -> Result<Self, String> {
-        let mut config = ClientConfig {
-            protocol: if options.plain_http.is_empty() {
-                ClientProtocol::Https
-            } else {
-                ClientProtocol::HttpsExcept(options.plain_http.to_vec())
-            },
-            platform_resolver: Some(Box::new(oci_client::client::linux_amd64_resolver)),
-            ..ClientConfig::default()
-        };
-        if let Some(dir) = options.ca_dir {
-            let file = ["ca.crt", "ca.pem"]
-                .iter()
-                .map(|name| dir.join(name))
-                .find(|path| path.is_file())
-                .ok_or_else(|| {
-                    format!("tls_secret_path: no ca.crt or ca.pem in {}", dir.display())
-                })?;
-            let data = std::fs::read(&file)
-                .map_err(|e| format!("tls_secret_path: {}: {e}", file.display()))?;
-            config.extra_root_certificates.push(Certificate {
-                encoding: CertificateEncoding::Pem,
-                data,
-            });
-        }
-        let credentials = match options.docker_config {
-            Some(path) => read_docker_config(path)?,
-            None => HashMap::new(),
-        };
+    /// `plain_http`: registries spoken to without TLS; `ca_file`: a PEM CA trusted besides the
+    /// system's.
+    pub fn new(plain_http: &[String], ca_file: Option<&Path>) -> Result<Self, String> {
+        let extra_ca = ca_file
+            .map(|file| std::fs::read(file).map_err(|e| format!("{}: {e}", file.display())))
+            .transpose()?;
+        let client = new_client(plain_http, extra_ca.as_deref());
         Ok(Self {
-            client: Client::new(config),
-            credentials,
+            client: Mutex::new((Vec::new(), Arc::new(client))),
+            plain_http: plain_http.to_vec(),
+            extra_ca,
             cache: Mutex::default(),
         })
     }
 
-    pub async fn metadata(&self, image: &str) -> Result<Metadata, String> {
+    /// A client that authenticates with `docker_config`'s credentials.
+    fn client_for(&self, docker_config: &[u8]) -> Arc<Client> {
+        let mut client = self.client.lock().unwrap_or_else(PoisonError::into_inner);
+        if client.0 != docker_config {
+            let fresh = new_client(&self.plain_http, self.extra_ca.as_deref());
+            *client = (docker_config.to_vec(), Arc::new(fresh));
+        }
+        client.1.clone()
+    }
+
+    /// The digest and entrypoint of `image`, authenticated with the matching entry of
+    /// `docker_config` when there is one.
+    pub async fn metadata(
+        &self,
+        image: &str,
+        docker_config: Option<&DockerConfig>,
+    ) -> Result<Metadata, String> {
         if let Some(cached) = self
             .cache
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .get(image)
         {
             return Ok(cached.clone());
@@ -124,13 +117,11 @@ impl Registry {
         let reference: Reference = image
             .parse()
             .map_err(|e| format!("{image:?} is not an image reference: {e}"))?;
-        let auth = self
-            .credentials
-            .get(reference.resolve_registry())
-            .cloned()
-            .unwrap_or(RegistryAuth::Anonymous);
-        let (_, digest, config) = self
-            .client
+        let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
+            config.auth_for(reference.resolve_registry())
+        });
+        let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content));
+        let (_, digest, config) = client
             .pull_manifest_and_config(&reference, &auth)
             .await
             .map_err(|e| format!("unable to get the entrypoint for {image}: {e}"))?;
@@ -157,47 +148,29 @@ impl Registry {
         let metadata = Metadata { digest, entrypoint };
         self.cache
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(image.to_owned(), metadata.clone());
         Ok(metadata)
     }
 }
 
-/// `{"auths": {"registry": {"auth": base64("user:pass")} | {"username", "password"}}}`.
-fn read_docker_config(path: &Path) -> Result<HashMap<String, RegistryAuth>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let config: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{}: not a docker config: {e}", path.display()))?;
-    let mut credentials = HashMap::new();
-    for (registry, entry) in config["auths"].as_object().into_iter().flatten() {
-        let pair = match (
-            entry["username"].as_str(),
-            entry["password"].as_str(),
-            entry["auth"].as_str(),
-        ) {
-            (Some(user), Some(password), _) => Some((user.to_owned(), password.to_owned())),
-            (_, _, Some(encoded)) => decode_basic(encoded),
-            _ => None,
-        };
-        if let Some((user, password)) = pair {
-            let host = registry
-                .trim_start_matches("https://")
-                .trim_start_matches("http://");
-            let host = host.split('/').next().unwrap_or(host).to_owned();
-            credentials.insert(host, RegistryAuth::Basic(user, password));
-        }
+fn new_client(plain_http: &[String], extra_ca: Option<&[u8]>) -> Client {
+    let mut config = ClientConfig {
+        protocol: if plain_http.is_empty() {
+            ClientProtocol::Https
+        } else {
+            ClientProtocol::HttpsExcept(plain_http.to_vec())
+        },
+        platform_resolver: Some(Box::new(oci_client::client::linux_amd64_resolver)),
+        ..ClientConfig::default()
+    };
+    if let Some(data) = extra_ca {
+        config.extra_root_certificates.push(Certificate {
+            encoding: CertificateEncoding::Pem,
+            data: data.to_vec(),
+        });
     }
-    Ok(credentials)
-}
-
-fn decode_basic(encoded: &str) -> Option<(String, String)> {
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .ok()?;
-    let text = String::from_utf8(bytes).ok()?;
-    let (user, password) = text.split_once(':')?;
-    Some((user.to_owned(), password.to_owned()))
+    Client::new(config)
 }
 
 #[cfg(test)]
@@ -234,14 +207,6 @@ mod tests {
         assert_eq!(
             pod_stem("x/fn@sha256:abcdef0123456789", "abcdef0123"),
             "fn-digest-abcdef01"
-        );
-    }
-
-    #[test]
-    fn basic_auth_decodes() {
-        assert_eq!(
-            decode_basic("dXNlcjpwYXNz"),
-            Some(("user".into(), "pass".into()))
         );
     }
 }

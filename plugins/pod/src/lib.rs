@@ -7,11 +7,11 @@
 
 mod cluster;
 mod config;
+mod docker_config;
 mod image;
 mod pool;
 mod template;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -24,7 +24,7 @@ use tonic::Code;
 
 use cluster::Cluster;
 pub use config::PodConfig;
-use image::{Registry, RegistryOptions, resolve};
+use image::{Registry, resolve};
 use pool::Pool;
 
 pub struct PodEvaluator {
@@ -128,16 +128,11 @@ impl Plugin for PodPlugin {
         // The registry client (reqwest) needs a process-wide TLS provider: ring, as kube uses.
         // Fails only when one is already installed, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let registry = Registry::new(RegistryOptions {
-            plain_http: &config.plain_http_registries,
-            docker_config: config
-                .enable_private_registries
-                .then_some(Path::new(&config.registry_auth_secret_path)),
-            ca_dir: config
-                .enable_private_registries_tls
-                .then_some(Path::new(&config.tls_secret_path)),
-        })
-        .map_err(ConfigError::new)?;
+        let registry = Registry::new(
+            &config.plain_http_registries,
+            settings.registry_ca.as_deref(),
+        )
+        .map_err(|e| ConfigError::field("tls_secret_path", e))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("krm-pod")

@@ -229,7 +229,22 @@ impl Pool {
                 "unable to get the grpc client to the pod for {image}: {message}"
             ))
         };
-        let metadata = self.registry.metadata(image).await.map_err(fail)?;
+        let private = self.settings.private_registries.as_ref();
+        let docker_config = private
+            .map(|private| private.read())
+            .transpose()
+            .map_err(|e| fail(e.to_string()))?;
+        let metadata = self
+            .registry
+            .metadata(image, docker_config.as_ref())
+            .await
+            .map_err(fail)?;
+        if let (Some(private), Some(docker_config)) = (private, &docker_config) {
+            self.cluster
+                .ensure_pull_secret(&private.secret_name, &docker_config.content)
+                .await
+                .map_err(fail)?;
+        }
         let (base, version) = self
             .cluster
             .base_template(&self.settings.wrapper_server_image)
@@ -250,6 +265,7 @@ impl Pool {
                 template_version: &version,
                 max_message_bytes: self.settings.max_message_bytes,
                 wrapper_server_image: &self.settings.wrapper_server_image,
+                image_pull_secret: private.map(|private| private.secret_name.as_str()),
             },
         )
         .map_err(fail)?;

@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, ExecAction, Pod,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Service,
-    ServicePort, ServiceSpec, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, ExecAction, LocalObjectReference,
+    Pod, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext,
+    Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -124,6 +124,8 @@ pub struct PodRequest<'a> {
     pub template_version: &'a str,
     pub max_message_bytes: usize,
     pub wrapper_server_image: &'a str,
+    /// The private-registry pull Secret, added to the template's `imagePullSecrets`.
+    pub image_pull_secret: Option<&'a str>,
 }
 
 /// The pod for `request`, from the base template.
@@ -133,6 +135,14 @@ pub fn pod(base: &PodTemplateSpec, request: &PodRequest<'_>) -> Result<Pod, Stri
         .spec
         .clone()
         .ok_or("the base pod template has no spec")?;
+    if let Some(secret) = request.image_pull_secret {
+        let secrets = spec.image_pull_secrets.get_or_insert_with(Vec::new);
+        if !secrets.iter().any(|known| known.name == secret) {
+            secrets.push(LocalObjectReference {
+                name: secret.into(),
+            });
+        }
+    }
     if let Some(init) = spec.init_containers.as_mut().and_then(|c| c.first_mut()) {
         init.image = Some(request.wrapper_server_image.into());
     }
@@ -214,6 +224,7 @@ mod tests {
                 template_version: INLINE_TEMPLATE_VERSION,
                 max_message_bytes: 100,
                 wrapper_server_image: "registry/wrapper:v1",
+                image_pull_secret: None,
             },
         )
         .unwrap();
@@ -239,5 +250,40 @@ mod tests {
         let labels = pod.metadata.labels.unwrap();
         assert_eq!(labels[OWNER_LABEL], "runner-a");
         assert_eq!(labels[IMAGE_LABEL], "set-labels-v041-12345678-abcde");
+        assert_eq!(spec.image_pull_secrets, None);
+    }
+
+    #[test]
+    fn pull_secret_is_appended_once() {
+        let mut base = inline_template("registry/wrapper:v1");
+        let reference = |name: &str| LocalObjectReference { name: name.into() };
+        base.spec.as_mut().unwrap().image_pull_secrets = Some(vec![
+            reference("operators-secret"),
+            reference("auth-secret"),
+        ]);
+        let request = |secret| PodRequest {
+            name: "fn-latest-12345678-abcde",
+            namespace: "fns",
+            image: "registry/fn",
+            entrypoint: &[],
+            owner: "runner-a",
+            template_version: INLINE_TEMPLATE_VERSION,
+            max_message_bytes: 100,
+            wrapper_server_image: "registry/wrapper:v1",
+            image_pull_secret: Some(secret),
+        };
+        let secrets = |pod: Pod| pod.spec.unwrap().image_pull_secrets.unwrap();
+        assert_eq!(
+            secrets(pod(&base, &request("auth-secret")).unwrap()),
+            [reference("operators-secret"), reference("auth-secret")]
+        );
+        assert_eq!(
+            secrets(pod(&base, &request("other")).unwrap()),
+            [
+                reference("operators-secret"),
+                reference("auth-secret"),
+                reference("other")
+            ]
+        );
     }
 }
