@@ -402,3 +402,23 @@ pub fn assert_deadline_answer(status: &tonic::Status) {
         "expected DEADLINE_EXCEEDED, got {status:?}"
     );
 }
+
+/// The image build context holding the static `wrapper-server` and `grpc-health-probe`, built by
+/// the crate's own script (release, in its own target folder; cached after the first build).
+pub fn static_wrapper_server_context() -> PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo");
+    let output = Command::new("sh")
+        .arg(repo.join("plugins/pod/wrapper-server/build-static.sh"))
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .expect("run build-static.sh");
+    assert!(
+        output.status.success(),
+        "build-static.sh failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8 path");
+    PathBuf::from(stdout.lines().last().expect("context dir").trim())
+}
