@@ -120,12 +120,7 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
         .await
         .map_err(|error| anyhow::anyhow!("listen: cannot bind {}: {error}", config.listen))?;
     let address = listener.local_addr()?;
-    let chain: Vec<&str> = runtime
-        .instances()
-        .iter()
-        .filter(|i| i.position.is_some())
-        .map(|i| i.name.as_str())
-        .collect();
+    let chain = runtime.served_chain();
     routing::start_sources(runtime.store(), &config.function_configs)
         .await
         .map_err(|problem| anyhow::anyhow!(problem))?;
@@ -233,12 +228,7 @@ fn print_resolution(runtime: &Runtime, config: &Config, image: &str) {
     match serving {
         Some(_) => {}
         None => {
-            let chain: Vec<&str> = runtime
-                .instances()
-                .iter()
-                .filter(|i| i.position.is_some())
-                .map(|i| i.name.as_str())
-                .collect();
+            let chain = runtime.served_chain();
             println!(
                 "serves:          the served chain {:?} ({})",
                 config.serve,

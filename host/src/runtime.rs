@@ -260,6 +260,15 @@ impl Runtime {
         &self.instances
     }
 
+    /// The instances the served one reaches, in chain order.
+    pub fn served_chain(&self) -> Vec<&str> {
+        self.instances
+            .iter()
+            .filter(|i| i.position.is_some())
+            .map(|i| i.name.as_str())
+            .collect()
+    }
+
     /// Every function some instance implements itself, with the instance's name.
     pub fn functions(&self) -> Vec<(String, FunctionSignature)> {
         self.built

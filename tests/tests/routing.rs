@@ -67,6 +67,14 @@ spec:
   podExecutor: {tags: [v1]}
 "#;
 
+/// A folder with the marker binary and [`SET_NAMESPACE`] as its FunctionConfigs.
+fn with_set_namespace_configs() -> tempfile::TempDir {
+    let dir = scratch();
+    marker_binary(dir.path());
+    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    dir
+}
+
 fn namespace_input() -> Vec<u8> {
     b"apiVersion: config.kubernetes.io/v1
 kind: ResourceList
@@ -85,9 +93,7 @@ items:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn executors_are_tried_in_the_pip_order_for_their_tags() {
-    let dir = scratch();
-    marker_binary(dir.path());
-    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let dir = with_set_namespace_configs();
     let server = Server::start(&routing_config(dir.path()), &[]);
 
     // v1 is in goExecutor.tags: the builtin runs it, though it would not answer this
@@ -136,9 +142,7 @@ async fn executors_are_tried_in_the_pip_order_for_their_tags() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_binary_falls_through_to_pods() {
-    let dir = scratch();
-    marker_binary(dir.path());
-    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let dir = with_set_namespace_configs();
     let server = Server::start(&routing_config(dir.path()), &[]);
     let (response, evaluator) = server
         .call(
@@ -189,9 +193,7 @@ fn write_config(dir: &Path) -> String {
 
 #[test]
 fn resolve_explains_unmatched_images_and_tags() {
-    let dir = scratch();
-    marker_binary(dir.path());
-    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let dir = with_set_namespace_configs();
     let config = write_config(dir.path());
     let resolve = |image: &str| {
         let output = run_cli(
@@ -308,9 +310,7 @@ async fn a_file_change_reroutes_and_an_invalid_one_changes_nothing() {
 
 #[test]
 fn config_check_reports_invalid_objects_and_conflicts() {
-    let dir = scratch();
-    marker_binary(dir.path());
-    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let dir = with_set_namespace_configs();
     let config = write_config(dir.path());
     let check = |expect_ok: bool| {
         let output = run_cli(&["--config-file", &config, "config", "check"], &[], b"");
@@ -354,9 +354,7 @@ fn config_check_reports_invalid_objects_and_conflicts() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn warm_up_waits_for_the_function_configs_and_sends_their_pod_settings() {
-    let dir = scratch();
-    marker_binary(dir.path());
-    write_function_configs(dir.path(), "fns.yaml", SET_NAMESPACE);
+    let dir = with_set_namespace_configs();
     let server = Server::start(&routing_config(dir.path()), &[]);
     let started = Instant::now();
     while !server.stderr().contains("testkit warm-up") {
