@@ -1,6 +1,7 @@
-//! Per image, a pool of warm pods. Calls go to the least-loaded pod (round robin among equals);
-//! another pod starts when every pod's load reaches the preferred length and the image has
-//! fewer than its maximum; calls beyond `max_queued_calls` are refused. Loads are held by a
+//! Per image, a pool of warm pods. Calls go to the least-loaded ready pod (round robin among
+//! equals); another pod starts when every pod's load reaches the preferred length, the pods
+//! already starting cannot take the excess, and the image has fewer than its maximum; calls
+//! beyond `max_queued_calls` are refused. Loads are held by a
 //! lease that is released when dropped, so a cancelled or timed-out call can never leak one.
 
 use std::collections::{HashMap, HashSet};
@@ -153,9 +154,15 @@ impl Pool {
                 }
                 let best = pool.least_loaded();
                 let total = pool.pods.len() + pool.creating;
-                let busy = best.as_ref().is_some_and(|pod| pod.load() >= preferred);
-                let needs_pod = best.is_none() && pool.creating == 0;
-                if (busy || needs_pod) && total < self.settings.max_pods {
+                let beyond_preferred = best.as_ref().is_none_or(|pod| pod.load() >= preferred);
+                // Calls beyond the pods' preferred load, this one included (a waiting call is
+                // counted already); each pod being started will take `preferred` of them. So a
+                // burst starts its pods at once, as Porch's pending pods with waitlists do.
+                let overflow = pool.queued_beyond(preferred) + usize::from(waiting.is_none());
+                if beyond_preferred
+                    && overflow > pool.creating * preferred
+                    && total < self.settings.max_pods
+                {
                     pool.creating += 1;
                     pool.attempts += 1;
                     self.clone()
