@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use krm_kube_standin::fixture::{Cluster, require_podman};
 use krm_kube_standin::image::ScratchImage;
+use krm_kube_standin::registry::LocalRegistry;
 use krm_runner_tests::{Server, resource_list};
 use tonic::Code;
 
@@ -443,4 +444,334 @@ async fn runners_sharing_a_namespace_queue_limits_and_deadlines() {
         .await
         .unwrap();
     assert_eq!(response.resource_list, resource_list(&["fresh"]));
+}
+
+/// `kubectl get <what> -n fns -o json`, parsed.
+fn kubectl_json(cluster: &Cluster, what: &[&str]) -> serde_json::Value {
+    let mut args = vec!["get"];
+    args.extend(what);
+    args.extend(["-n", NAMESPACE, "-o", "json"]);
+    serde_json::from_str(&kubectl(cluster, &args)).unwrap()
+}
+
+fn docker_config(registry: &LocalRegistry, extra: &str) -> String {
+    use base64::Engine as _;
+    let (user, password) = registry.login.clone().expect("a registry with a login");
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!(
+        "{{\"auths\": {{\"{}\": {{\"auth\": \"{auth}\"}}{extra}}}}}",
+        registry.host
+    )
+}
+
+/// The `.dockerconfigjson` of Secret `name`, after checking its type.
+fn pull_secret(cluster: &Cluster, name: &str) -> String {
+    use base64::Engine as _;
+    let secret = kubectl_json(cluster, &["secret", name]);
+    assert_eq!(secret["type"], "kubernetes.io/dockerconfigjson", "{secret}");
+    let data = secret["data"][".dockerconfigjson"].as_str().unwrap();
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn private_registry_secret_pull_secrets_and_authenticated_metadata() {
+    if !require_podman("pod evaluator end to end") {
+        return;
+    }
+    let world = tokio::task::spawn_blocking(pod_world).await.unwrap();
+    let cluster = &world.cluster;
+    let private = LocalRegistry::start_with_login(&cluster.dir.join("private"), "puller", "s3cret")
+        .expect("registry with a login");
+    assert!(private.refuses_anonymous(), "the registry needs the login");
+    let [first, rotated] = ["krm/private:v1", "krm/rotated:v1"].map(|name| {
+        cluster
+            .push_to(&private, &function_image(&["/bin/cat"]), name)
+            .expect("image pushed with the login")
+    });
+    // The wrapper comes from the open registry: credentials are matched by registry host.
+    let config = runner_config(cluster, &world.wrapper, "").replace(
+        &format!("[\"{}\"]", cluster.registry.host),
+        &format!("[\"{}\", \"{}\"]", cluster.registry.host, private.host),
+    );
+
+    // Without the credentials the metadata fetch is refused and nothing is created.
+    let anonymous = Server::start(&config, &[]);
+    let status = anonymous
+        .call(&first, &resource_list(&["x"]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status.message().contains(&format!(
+            "unable to get the entrypoint for {first}: Not authorized"
+        )),
+        "{}",
+        status.message()
+    );
+    drop(anonymous);
+    assert!(names(cluster, "pods").is_empty());
+    assert!(names(cluster, "secrets").is_empty());
+
+    // With them (Porch's flags): the fetch authenticates, the Secret holds the file, the pod
+    // names it and the node pulls with it.
+    let secrets_dir = tempfile::tempdir().unwrap();
+    let auth_file = secrets_dir.path().join(".dockerconfigjson");
+    let auth_path = auth_file.to_str().unwrap();
+    std::fs::write(&auth_file, docker_config(&private, "")).unwrap();
+    let server = Server::start(
+        &config,
+        &[
+            "--enable-private-registries",
+            "--registry-auth-secret-path",
+            auth_path,
+            "--registry-auth-secret-name",
+            "krm-pull",
+        ],
+    );
+    let (response, _) = server
+        .call(&first, &resource_list(&["private"]))
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(response.resource_list, resource_list(&["private"]));
+    assert_eq!(
+        pull_secret(cluster, "krm-pull"),
+        docker_config(&private, "")
+    );
+    let pods = kubectl_json(cluster, &["pods"]);
+    let pod = &pods["items"][0];
+    assert_eq!(
+        pod["spec"]["imagePullSecrets"],
+        serde_json::json!([{"name": "krm-pull"}]),
+        "{pod}"
+    );
+
+    // Rotated credentials: the next pod start updates the Secret.
+    let rotated_config = docker_config(
+        &private,
+        ", \"other.example\": {\"username\": \"u\", \"password\": \"p\"}",
+    );
+    std::fs::write(&auth_file, &rotated_config).unwrap();
+    server
+        .call(&rotated, &resource_list(&["rotated"]))
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(pull_secret(cluster, "krm-pull"), rotated_config);
+
+    // A broken file fails the next pod start naming the file; warm pods keep serving.
+    std::fs::write(&auth_file, "{\"auths\": ").unwrap();
+    let status = server
+        .call(
+            &format!("{}/krm/never:v1", private.host),
+            &resource_list(&["x"]),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status.message().contains(auth_path)
+            && status.message().contains("not a docker config JSON file"),
+        "{}",
+        status.message()
+    );
+    server
+        .call(&first, &resource_list(&["warm"]))
+        .await
+        .expect("the warm pod still serves");
+    assert_eq!(names(cluster, "pods").len(), 2);
+}
+
+/// Start-up: a missing or broken docker config file is a configuration error naming the field
+/// and the file (no cluster needed: it is found before the plugin talks to one).
+#[test]
+fn private_registry_files_are_checked_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.json");
+    std::fs::write(&broken, "not json").unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "evaluators:\n  pod:\n    plugin: pod\n    config:\n      wrapper_server_image: wrapper:v1\n  default:\n    plugin: multi\n    config: {chain: [pod]}\n",
+    )
+    .unwrap();
+    let missing = dir.path().join("missing.json");
+    for (file, expected) in [
+        (&missing, "No such file"),
+        (&broken, "not a docker config JSON file"),
+    ] {
+        let output = krm_runner_tests::run_cli(
+            &[
+                "--config-file",
+                config.to_str().unwrap(),
+                "--enable-private-registries",
+                "--registry-auth-secret-path",
+                file.to_str().unwrap(),
+                "plugins",
+            ],
+            &[],
+            b"",
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&format!("registry_auth_secret_path: {}", file.display()))
+                && stderr.contains(expected),
+            "{stderr}"
+        );
+    }
+}
+
+/// A function that answers with one ConfigMap named after its host, i.e. the pod serving the
+/// call, after sleeping 2 s when the input says "slow".
+const WHOAMI: &str = r#"input=$(cat); case "$input" in *slow*) sleep 2;; esac; printf 'apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: %s\n' "$(/bin/busybox hostname)""#;
+
+/// The pod that served a WHOAMI call.
+fn served_by(response: &krm_runner_proto::evaluator::EvaluateFunctionResponse) -> String {
+    let text = String::from_utf8_lossy(&response.resource_list);
+    text.lines()
+        .find_map(|line| line.trim().strip_prefix("name: "))
+        .unwrap_or_else(|| panic!("no name in {text}"))
+        .to_owned()
+}
+
+/// `count` WHOAMI calls at once; the pods that served them.
+async fn whoami_burst(server: &Server, image: &str, count: usize, input: &str) -> Vec<String> {
+    let calls: Vec<_> = (0..count)
+        .map(|_| {
+            let (endpoint, image, input) = (server.endpoint(), image.to_owned(), input.to_owned());
+            tokio::spawn(async move {
+                let mut client =
+                    krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient::connect(endpoint)
+                        .await
+                        .unwrap();
+                let response = client
+                    .evaluate_function(krm_runner_proto::evaluator::EvaluateFunctionRequest {
+                        resource_list: resource_list(&[&input]),
+                        image,
+                    })
+                    .await
+                    .expect("call in a burst");
+                served_by(response.get_ref())
+            })
+        })
+        .collect();
+    let mut served = Vec::new();
+    for call in calls {
+        served.push(call.await.unwrap());
+    }
+    served
+}
+
+/// Watches the stand-in's pods in the test namespace: the most there were at once and every
+/// name seen, read from its store every 10 ms.
+struct PodWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(usize, std::collections::BTreeSet<String>)>,
+}
+
+impl PodWatch {
+    fn start(cluster: &Cluster) -> Self {
+        let store = cluster.standin.store().clone();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let pods = (String::new(), "pods".to_owned());
+            let (mut most, mut seen) = (0, std::collections::BTreeSet::new());
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                let names: Vec<String> = store
+                    .all(&pods)
+                    .iter()
+                    .filter(|pod| pod["metadata"]["namespace"] == NAMESPACE)
+                    .filter_map(|pod| pod["metadata"]["name"].as_str().map(str::to_owned))
+                    .collect();
+                most = most.max(names.len());
+                seen.extend(names);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (most, seen)
+        });
+        Self { stop, thread }
+    }
+
+    fn finish(self) -> (usize, std::collections::BTreeSet<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scale_out_stops_at_the_pod_limit_and_calls_spread_over_the_pods() {
+    if !require_podman("pod evaluator end to end") {
+        return;
+    }
+    let world = tokio::task::spawn_blocking(pod_world).await.unwrap();
+    let cluster = &world.cluster;
+    let whoami = cluster
+        .push(&function_image(&["/bin/sh", "-c", WHOAMI]), "krm/whoami:v1")
+        .expect("image");
+    // Porch's shipped settings: two pods per function, another pod once one has a call.
+    let server = Server::start(
+        &runner_config(cluster, &world.wrapper, ""),
+        &[
+            "--max-parallel-pods-per-function",
+            "2",
+            "--max-waitlist-length",
+            "1",
+        ],
+    );
+    let watch = PodWatch::start(cluster);
+
+    // A burst of slow calls from cold: two pods start, never a third.
+    let burst = whoami_burst(&server, &whoami, 6, "slow").await;
+    assert_eq!(burst.len(), 6);
+
+    // Fast calls until the second pod has joined (the burst may all have gone to the first).
+    let mut serving = std::collections::BTreeSet::new();
+    let started = std::time::Instant::now();
+    while serving.len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "only {serving:?} served within 60 s\n{}",
+            server.stderr()
+        );
+        let (response, evaluator) = server
+            .call(&whoami, &resource_list(&["fast"]))
+            .await
+            .unwrap();
+        assert_eq!(evaluator, "pod");
+        serving.insert(served_by(&response));
+    }
+
+    // Concurrent slow calls go to the least-loaded pod: two each.
+    let mut spread = whoami_burst(&server, &whoami, 4, "slow").await;
+    spread.sort();
+    let both: Vec<String> = serving.iter().cloned().collect();
+    assert_eq!(
+        spread,
+        [&*both[0], &*both[0], &*both[1], &*both[1]],
+        "four concurrent calls, two per pod"
+    );
+
+    // One at a time, equally loaded pods take turns.
+    let mut turns = Vec::new();
+    for _ in 0..4 {
+        let (response, _) = server
+            .call(&whoami, &resource_list(&["fast"]))
+            .await
+            .unwrap();
+        turns.push(served_by(&response));
+    }
+    assert!(
+        turns[0] != turns[1] && turns[0] == turns[2] && turns[1] == turns[3],
+        "round robin: {turns:?}"
+    );
+
+    let (most, seen) = watch.finish();
+    assert_eq!(most, 2, "pods at once");
+    assert_eq!(seen, serving, "every pod created served calls");
+    assert!(burst.iter().all(|pod| serving.contains(pod)));
 }
