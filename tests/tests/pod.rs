@@ -6,92 +6,24 @@
 //! Needs podman, runc, docker-registry and busybox-static (tests/run.sh installs them): skipped
 //! loudly without them, a failure under CI=true.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "support/pod_world.rs"]
+mod pod_world;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
 use krm_kube_standin::fixture::{Cluster, require_podman};
 use krm_kube_standin::image::ScratchImage;
 use krm_kube_standin::registry::LocalRegistry;
 use krm_runner_tests::{Server, resource_list};
+use pod_world::{NAMESPACE, function_image, kubectl, pod_world, runner_config};
 use tonic::Code;
-
-const NAMESPACE: &str = "fns";
-
-/// The static wrapper-server binaries, built by the crate's own script.
-fn wrapper_binaries() -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let output = Command::new("sh")
-        .arg(repo.join("plugins/pod/wrapper-server/build-static.sh"))
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .output()
-        .expect("run build-static.sh");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    PathBuf::from(stdout.lines().last().expect("context dir").trim())
-}
-
-fn wrapper_image(context: &Path) -> ScratchImage {
-    ScratchImage {
-        files: vec![
-            (
-                context.join("wrapper-server"),
-                "/home/nonroot/wrapper-server/wrapper-server".into(),
-            ),
-            (
-                context.join("grpc-health-probe"),
-                "/home/nonroot/wrapper-server/grpc-health-probe".into(),
-            ),
-        ],
-        symlinks: Vec::new(),
-        entrypoint: Vec::new(),
-        cmd: Vec::new(),
-        user: None,
-        workdir: None,
-    }
-}
-
-/// A function image with no shell of its own in use: busybox `cat`, the identity function.
-fn function_image(entrypoint: &[&str]) -> ScratchImage {
-    ScratchImage {
-        entrypoint: entrypoint.iter().map(|s| (*s).to_owned()).collect(),
-        cmd: Vec::new(),
-        ..ScratchImage::busybox()
-    }
-}
-
-fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
-    let output = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&cluster.standin.kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl");
-    assert!(
-        output.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 fn names(cluster: &Cluster, kind: &str) -> Vec<String> {
     kubectl(cluster, &["get", kind, "-n", NAMESPACE, "-o", "name"])
         .lines()
         .map(str::to_owned)
         .collect()
-}
-
-fn runner_config(cluster: &Cluster, wrapper: &str, extra: &str) -> String {
-    format!(
-        "evaluators:\n  pod:\n    plugin: pod\n    config:\n      kubeconfig: \"{}\"\n      pod_namespace: {NAMESPACE}\n      wrapper_server_image: \"{wrapper}\"\n      plain_http_registries: [\"{}\"]\n      connect_via: pod_ip\n      owner: runner-a\n      readiness_timeout: 90s\n{extra}  default:\n    plugin: multi\n    config: {{chain: [pod]}}\n",
-        cluster.standin.kubeconfig.display(),
-        cluster.registry.host
-    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -185,36 +117,6 @@ async fn cold_call_creates_a_pod_warm_call_reuses_it_and_a_deleted_pod_is_replac
         1,
         "no pod for the missing image"
     );
-}
-
-/// Everything a pod test needs: the stand-in cluster with its registry, the wrapper image, and
-/// the function images pushed.
-struct PodWorld {
-    cluster: Cluster,
-    wrapper: String,
-    _dir: tempfile::TempDir,
-}
-
-fn pod_world() -> PodWorld {
-    // Short: podman refuses a run root longer than 50 characters.
-    let dir = tempfile::Builder::new().prefix("kp").tempdir().unwrap();
-    let context = wrapper_binaries();
-    let cluster = Cluster::start(dir.path()).expect("stand-in cluster");
-    let namespace = dir.path().join("namespace.yaml");
-    std::fs::write(
-        &namespace,
-        format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"),
-    )
-    .unwrap();
-    kubectl(&cluster, &["create", "-f", namespace.to_str().unwrap()]);
-    let wrapper = cluster
-        .push(&wrapper_image(&context), "krm/wrapper-server:test")
-        .expect("wrapper image");
-    PodWorld {
-        cluster,
-        wrapper,
-        _dir: dir,
-    }
 }
 
 async fn eventually(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {

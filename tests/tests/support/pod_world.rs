@@ -1,0 +1,125 @@
+//! The world the pod evaluator's end-to-end tests and benchmark run in: the stand-in cluster
+//! with its registry, the function namespace, the static wrapper-server image, and runner
+//! configs for the `pod` evaluator. Shared by `tests/pod.rs` and `benches/pod.rs`.
+#![allow(dead_code)] // each user takes what it needs
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use krm_kube_standin::fixture::Cluster;
+use krm_kube_standin::image::ScratchImage;
+
+/// The namespace function pods run in.
+pub const NAMESPACE: &str = "fns";
+
+/// The static wrapper-server binaries, built by the crate's own script.
+pub fn wrapper_binaries() -> PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let output = Command::new("sh")
+        .arg(repo.join("plugins/pod/wrapper-server/build-static.sh"))
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .expect("run build-static.sh");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    PathBuf::from(stdout.lines().last().expect("context dir").trim())
+}
+
+pub fn wrapper_image(context: &Path) -> ScratchImage {
+    ScratchImage {
+        files: vec![
+            (
+                context.join("wrapper-server"),
+                "/home/nonroot/wrapper-server/wrapper-server".into(),
+            ),
+            (
+                context.join("grpc-health-probe"),
+                "/home/nonroot/wrapper-server/grpc-health-probe".into(),
+            ),
+        ],
+        symlinks: Vec::new(),
+        entrypoint: Vec::new(),
+        cmd: Vec::new(),
+        user: None,
+        workdir: None,
+    }
+}
+
+/// A busybox function image with `entrypoint` (`/bin/cat`: the identity function).
+pub fn function_image(entrypoint: &[&str]) -> ScratchImage {
+    ScratchImage {
+        entrypoint: entrypoint.iter().map(|s| (*s).to_owned()).collect(),
+        cmd: Vec::new(),
+        ..ScratchImage::busybox()
+    }
+}
+
+/// `kubectl --kubeconfig <stand-in> ARGS`; its stdout, after checking it succeeded.
+pub fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
+    let output = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&cluster.standin.kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The `pod` evaluator instance's section of a runner config, with `extra` config lines.
+pub fn pod_evaluator(cluster: &Cluster, wrapper: &str, extra: &str) -> String {
+    format!(
+        "  pod:\n    plugin: pod\n    config:\n      kubeconfig: \"{}\"\n      pod_namespace: {NAMESPACE}\n      wrapper_server_image: \"{wrapper}\"\n      plain_http_registries: [\"{}\"]\n      connect_via: pod_ip\n      owner: runner-a\n      readiness_timeout: 90s\n{extra}",
+        cluster.standin.kubeconfig.display(),
+        cluster.registry.host
+    )
+}
+
+/// A runner config serving the `pod` evaluator alone.
+pub fn runner_config(cluster: &Cluster, wrapper: &str, extra: &str) -> String {
+    format!(
+        "evaluators:\n{}  default:\n    plugin: multi\n    config: {{chain: [pod]}}\n",
+        pod_evaluator(cluster, wrapper, extra)
+    )
+}
+
+/// Everything a pod test needs: the stand-in cluster with its registry, the wrapper image, and
+/// the function images pushed.
+pub struct PodWorld {
+    pub cluster: Cluster,
+    /// The wrapper-server image reference.
+    pub wrapper: String,
+    _dir: tempfile::TempDir,
+}
+
+/// Builds the static wrapper server, starts the stand-in cluster, creates the namespace and
+/// pushes the wrapper image.
+pub fn pod_world() -> PodWorld {
+    // Short: podman refuses a run root longer than 50 characters.
+    let dir = tempfile::Builder::new().prefix("kp").tempdir().unwrap();
+    let context = wrapper_binaries();
+    let cluster = Cluster::start(dir.path()).expect("stand-in cluster");
+    let namespace = dir.path().join("namespace.yaml");
+    std::fs::write(
+        &namespace,
+        format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"),
+    )
+    .unwrap();
+    kubectl(&cluster, &["create", "-f", namespace.to_str().unwrap()]);
+    let wrapper = cluster
+        .push(&wrapper_image(&context), "krm/wrapper-server:test")
+        .expect("wrapper image");
+    PodWorld {
+        cluster,
+        wrapper,
+        _dir: dir,
+    }
+}
