@@ -487,6 +487,57 @@ async fn private_registry_secret_pull_secrets_and_authenticated_metadata() {
     assert_eq!(names(cluster, "pods").len(), 2);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn private_registry_over_tls_with_a_custom_ca() {
+    if !require_podman("pod evaluator end to end") {
+        return;
+    }
+    let world = tokio::task::spawn_blocking(pod_world).await.unwrap();
+    let cluster = &world.cluster;
+    let registry = LocalRegistry::start_with_tls(&cluster.dir.join("tls")).expect("HTTPS registry");
+    let image = cluster
+        .push_to(&registry, &function_image(&["/bin/cat"]), "krm/tls:v1")
+        .expect("image");
+    let config = runner_config(cluster, &world.wrapper, "");
+
+    // Its CA is nobody's: the metadata fetch refuses the certificate.
+    let untrusting = Server::start(&config, &[]);
+    let status = untrusting
+        .call(&image, &resource_list(&["x"]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains(&format!("unable to get the entrypoint for {image}")),
+        "{}",
+        status.message()
+    );
+    drop(untrusting);
+
+    // Trusted through Porch's flags (ca.crt in the mounted secret's folder): it works.
+    let tls_secret = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        registry.ca_file.as_ref().unwrap(),
+        tls_secret.path().join("ca.crt"),
+    )
+    .unwrap();
+    let server = Server::start(
+        &config,
+        &[
+            "--enable-private-registries-tls",
+            "--tls-secret-path",
+            tls_secret.path().to_str().unwrap(),
+        ],
+    );
+    let (response, _) = server
+        .call(&image, &resource_list(&["tls"]))
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(response.resource_list, resource_list(&["tls"]));
+}
+
 /// Start-up: a missing or broken docker config file is a configuration error naming the field
 /// and the file (no cluster needed: it is found before the plugin talks to one).
 #[test]

@@ -1,6 +1,7 @@
 //! A local OCI registry for tests: Debian's `docker-registry` (distribution 2.8) serving plain
 //! HTTP on 127.0.0.1:<free port>, storage in a directory, optionally requiring a login
-//! (htpasswd with a bcrypt hash, as a private registry would). Stopped when dropped.
+//! (htpasswd with a bcrypt hash, as a private registry would) or serving HTTPS with a
+//! certificate from a CA of its own. Stopped when dropped.
 
 use anyhow::{Context, Result, bail};
 use base64::Engine as _;
@@ -20,6 +21,8 @@ pub struct LocalRegistry {
     pub dir: PathBuf,
     /// The user and password every request needs, when it requires a login.
     pub login: Option<(String, String)>,
+    /// The PEM CA its certificate comes from, when it serves HTTPS.
+    pub ca_file: Option<PathBuf>,
     child: Child,
 }
 
@@ -102,18 +105,35 @@ impl LocalRegistry {
     /// Starts `docker-registry` with a five-line config in `dir`, waiting (at most 20 s) until
     /// `/v2/` answers.
     pub fn start(dir: &Path) -> Result<Self> {
-        Self::start_with(dir, None)
+        Self::start_with(dir, None, false)
     }
 
     /// [`LocalRegistry::start`], requiring `user` and `password` for every request (htpasswd
     /// file with a bcrypt hash, the only kind docker-registry accepts).
     pub fn start_with_login(dir: &Path, user: &str, password: &str) -> Result<Self> {
-        Self::start_with(dir, Some((user.to_owned(), password.to_owned())))
+        Self::start_with(dir, Some((user.to_owned(), password.to_owned())), false)
     }
 
-    fn start_with(dir: &Path, login: Option<(String, String)>) -> Result<Self> {
+    /// [`LocalRegistry::start`] serving HTTPS only, with a certificate for 127.0.0.1 from a
+    /// CA made for it (`ca_file`), which no system trusts.
+    pub fn start_with_tls(dir: &Path) -> Result<Self> {
+        Self::start_with(dir, None, true)
+    }
+
+    fn start_with(dir: &Path, login: Option<(String, String)>, tls: bool) -> Result<Self> {
         available().map_err(anyhow::Error::msg)?;
         std::fs::create_dir_all(dir.join("storage"))?;
+        let (tls_config, ca_file) = if tls {
+            let files = write_certificates(&dir.join("tls"))?;
+            let config = format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                files.certificate.display(),
+                files.key.display()
+            );
+            (config, Some(files.ca))
+        } else {
+            (String::new(), None)
+        };
         let auth = match &login {
             Some((user, password)) => {
                 let hash = bcrypt::hash(password, 5).context("bcrypt")?;
@@ -133,7 +153,7 @@ impl LocalRegistry {
             std::fs::write(
                 &config,
                 format!(
-                    "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}",
+                    "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{tls_config}{auth}",
                     dir.join("storage").display()
                 ),
             )?;
@@ -152,18 +172,28 @@ impl LocalRegistry {
                 addr,
                 dir: dir.to_path_buf(),
                 login: login.clone(),
+                ca_file: ca_file.clone(),
                 child,
             };
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
-                if let Ok((200, _)) = http_get_as(
+                match http_get_as(
                     addr,
                     "/v2/",
                     "*/*",
                     reg.login.as_ref(),
                     Duration::from_secs(2),
                 ) {
-                    return Ok(reg);
+                    Ok((200, _)) => return Ok(reg),
+                    // Go's answer to plain HTTP on its HTTPS port: it is up.
+                    Ok((400, body))
+                        if tls
+                            && body
+                                .starts_with(b"Client sent an HTTP request to an HTTPS server") =>
+                    {
+                        return Ok(reg);
+                    }
+                    _ => {}
                 }
                 if let Ok(Some(status)) = reg.child.try_wait() {
                     last_err = Some(anyhow::anyhow!(
@@ -202,6 +232,38 @@ impl LocalRegistry {
             Ok((401, _))
         )
     }
+}
+
+/// The PEM files of a registry served over HTTPS.
+struct Certificates {
+    ca: PathBuf,
+    certificate: PathBuf,
+    key: PathBuf,
+}
+
+/// A CA, and a certificate for `127.0.0.1` and `localhost` signed by it, in `dir`.
+fn write_certificates(dir: &Path) -> Result<Certificates> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    std::fs::create_dir_all(dir)?;
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "krm-kube-standin test CA");
+    let ca = ca_params.self_signed(&ca_key)?;
+    let key = KeyPair::generate()?;
+    let params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?;
+    let certificate = params.signed_by(&key, &Issuer::new(ca_params, ca_key))?;
+    let files = Certificates {
+        ca: dir.join("ca.crt"),
+        certificate: dir.join("registry.crt"),
+        key: dir.join("registry.key"),
+    };
+    std::fs::write(&files.ca, ca.pem())?;
+    std::fs::write(&files.certificate, certificate.pem())?;
+    std::fs::write(&files.key, key.serialize_pem())?;
+    Ok(files)
 }
 
 impl Drop for LocalRegistry {
