@@ -510,8 +510,9 @@ async fn private_registry_over_tls_with_a_custom_ca() {
     assert!(
         status
             .message()
-            .contains(&format!("unable to get the entrypoint for {image}")),
-        "{}",
+            .contains(&format!("unable to get the entrypoint for {image}"))
+            && status.message().contains("UnknownIssuer"),
+        "the cause is named: {}",
         status.message()
     );
     drop(untrusting);

@@ -124,7 +124,12 @@ impl Registry {
         let (_, digest, config) = client
             .pull_manifest_and_config(&reference, &auth)
             .await
-            .map_err(|e| format!("unable to get the entrypoint for {image}: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "unable to get the entrypoint for {image}: {}",
+                    with_causes(&e)
+                )
+            })?;
         let config: serde_json::Value = serde_json::from_str(&config)
             .map_err(|e| format!("unable to read the image config of {image}: {e}"))?;
         let strings = |key: &str| -> Vec<String> {
@@ -152,6 +157,21 @@ impl Registry {
             .insert(image.to_owned(), metadata.clone());
         Ok(metadata)
     }
+}
+
+/// An error and its causes: HTTP client errors keep the reason (an unknown certificate issuer,
+/// a refused connection) in their sources.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn new_client(plain_http: &[String], extra_ca: Option<&[u8]>) -> Client {
