@@ -8,6 +8,7 @@ use krm_plugin_api::ConfigError;
 use serde::Deserialize;
 
 use crate::docker_config::PrivateRegistries;
+use crate::pod_cache_config::{self, ImageSettings};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -53,8 +54,11 @@ pub struct PodConfig {
     /// `--enable-private-registries-tls`, `--tls-secret-path`).
     pub enable_private_registries_tls: bool,
     pub tls_secret_path: String,
-    /// Accepted for Porch v1.4/v1.5 manifests; FunctionConfig resources replace them.
+    /// Porch's older per-image settings file (Porch: `--pod-cache-config`; see
+    /// `pod_cache_config.rs`): used for calls no FunctionConfig routes, and its images are
+    /// warmed up with `warm_up_pod_cache`.
     pub pod_cache_config: Option<String>,
+    /// Accepted for Porch v1.4/v1.5 manifests; the base PodTemplate replaces it.
     pub function_pod_template: Option<String>,
 }
 
@@ -112,6 +116,8 @@ pub struct Settings {
     pub private_registries: Option<PrivateRegistries>,
     /// The extra CA file registries are checked against.
     pub registry_ca: Option<PathBuf>,
+    /// The pod-cache config file's per-image settings, by image as written.
+    pub pod_cache: ImageSettings,
 }
 
 impl PodConfig {
@@ -179,6 +185,13 @@ impl PodConfig {
         } else {
             None
         };
+        let pod_cache = match &self.pod_cache_config {
+            Some(path) => pod_cache_config::read(Path::new(path)).unwrap_or_else(|error| {
+                problems.push(format!("pod_cache_config: {error}"));
+                Vec::new()
+            }),
+            None => Vec::new(),
+        };
         if !problems.is_empty() {
             return Err(ConfigError::new(problems.join("; ")));
         }
@@ -215,6 +228,7 @@ impl PodConfig {
             default_image_prefix,
             private_registries,
             registry_ca,
+            pod_cache,
         })
     }
 }
@@ -337,5 +351,29 @@ mod tests {
         assert_eq!(settings.registry_ca, Some(dir.path().join("ca.pem")));
         let private = settings.private_registries.unwrap();
         assert_eq!(private.secret_name, "auth-secret");
+    }
+
+    #[test]
+    fn a_broken_pod_cache_config_names_the_key_and_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pod-cache-config.yaml");
+        std::fs::write(&file, "- name: a/b:v1\n  timeToLive: soon\n").unwrap();
+        let config = PodConfig {
+            wrapper_server_image: Some("registry.example/wrapper:v1".into()),
+            pod_cache_config: Some(file.display().to_string()),
+            ..PodConfig::default()
+        };
+        let error = config.settings(1, String::new()).unwrap_err().to_string();
+        for expected in [
+            "pod_cache_config: ",
+            "pod-cache-config.yaml",
+            "a/b:v1: timeToLive",
+        ] {
+            assert!(error.contains(expected), "{expected} in {error}");
+        }
+        std::fs::write(&file, "- name: a/b:v1\n  maxParallelPodsPerFunction: 3\n").unwrap();
+        let settings = config.settings(1, String::new()).unwrap();
+        assert_eq!(settings.pod_cache[0].0, "a/b:v1");
+        assert_eq!(settings.pod_cache[0].1.max_parallel_executions, Some(3));
     }
 }

@@ -3,21 +3,27 @@
 //! names, leases that cannot leak, pods matched by identity, owner labels so that several
 //! runners can share a namespace, no Kubernetes request on the warm path).
 //!
+//! Per image, the pool follows the call's FunctionConfig `podExecutor` settings, else the
+//! pod-cache config file's, else its own flags (see `limits.rs`).
+//!
 //! The plugin runs its own tokio runtime: plugins cannot use the runner's.
 
 mod cluster;
 mod config;
 mod docker_config;
 mod image;
+mod limits;
+mod pod_cache_config;
 mod pool;
 mod template;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator, Plugin,
-    export_plugin,
+    Route, export_plugin,
 };
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use tonic::Code;
@@ -25,6 +31,7 @@ use tonic::Code;
 use cluster::Cluster;
 pub use config::PodConfig;
 use image::{Registry, resolve};
+use limits::Limits;
 use pool::Pool;
 
 pub struct PodEvaluator {
@@ -40,27 +47,38 @@ impl Evaluator for PodEvaluator {
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
         let image = resolve(image, &self.pool.settings.default_image_prefix);
+        let route = context.route();
         let deadline = context.deadline();
         let cancelled = context.cancelled();
         self.runtime.block_on(async {
+            let limits = self.pool.settle(&image, route.as_ref())?;
             tokio::select! {
-                outcome = evaluate(&self.pool, &image, resource_list, deadline) => outcome,
+                outcome = evaluate(&self.pool, &image, &limits, resource_list, deadline) => outcome,
                 reason = cancelled => Err(reason.to_error(&image)),
             }
         })
+    }
+
+    fn warm_up(&self, image: &str, route: Option<&Route>) {
+        let _runtime = self.runtime.enter();
+        self.pool.warm_up(
+            &resolve(image, &self.pool.settings.default_image_prefix),
+            route,
+        );
     }
 }
 
 async fn evaluate(
     pool: &Arc<Pool>,
     image: &str,
+    limits: &Arc<Limits>,
     resource_list: &[u8],
     deadline: Option<Instant>,
 ) -> Result<EvalResponse, EvalError> {
     // A pod that went away behind the runner's back fails the connection: evict it and try once
     // more on a fresh pod. Functions are pure transformations, so a retry is safe.
     for attempt in 0..2 {
-        let lease = pool.acquire(image, deadline).await?;
+        let lease = pool.acquire(image, limits, deadline).await?;
         let mut request = tonic::Request::new(EvaluateFunctionRequest {
             resource_list: resource_list.to_vec(),
             image: image.to_owned(),
@@ -125,6 +143,17 @@ impl Plugin for PodPlugin {
             .unwrap_or(6 * 1024 * 1024);
         let prefix = context.setting("default_image_prefix").unwrap_or_default();
         let settings = config.settings(max_message_bytes, prefix)?;
+        // The file's images match after the resolution calls get, as in Porch.
+        let defaults = Limits::defaults(&settings);
+        let pod_cache = settings
+            .pod_cache
+            .iter()
+            .map(|(image, pod)| {
+                let limits = Limits::from_pod_executor(pod, &defaults)
+                    .map_err(|e| ConfigError::field("pod_cache_config", format!("{image}: {e}")))?;
+                Ok((resolve(image, &settings.default_image_prefix), limits))
+            })
+            .collect::<Result<HashMap<_, _>, ConfigError>>()?;
         // The registry client (reqwest) needs a process-wide TLS provider: ring, as kube uses.
         // Fails only when one is already installed, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -142,7 +171,7 @@ impl Plugin for PodPlugin {
         let pool = runtime.block_on(async {
             let client = kube_client(config.kubeconfig.as_deref()).await?;
             let cluster = Arc::new(Cluster::new(client, &settings));
-            let pool = Pool::new(settings, cluster, registry);
+            let pool = Pool::new(settings, cluster, registry, pod_cache);
             pool.adopt()
                 .await
                 .map_err(|e| ConfigError::new(format!("adopting existing function pods: {e}")))?;
@@ -150,8 +179,9 @@ impl Plugin for PodPlugin {
         })?;
         if config.warm_up_pod_cache {
             let _guard = runtime.enter();
-            for image in &config.warm_up {
-                pool.warm_up(&resolve(image, &pool.settings.default_image_prefix));
+            let listed = pool.settings.pod_cache.iter().map(|(image, _)| image);
+            for image in config.warm_up.iter().chain(listed) {
+                pool.warm_up(&resolve(image, &pool.settings.default_image_prefix), None);
             }
         }
         runtime.spawn(pool.clone().scan_forever());

@@ -29,8 +29,25 @@ pub type ImageSettings = Vec<(String, PodExecutor)>;
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum File {
-    Ttls(BTreeMap<String, String>),
+    Ttls(BTreeMap<String, Ttl>),
     Entries(Vec<Entry>),
+}
+
+/// A TTL as written: Go's YAML reads a bare `0` into a string too.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Ttl {
+    Text(String),
+    Number(i64),
+}
+
+impl Ttl {
+    fn into_text(self) -> String {
+        match self {
+            Self::Text(text) => text,
+            Self::Number(number) => number.to_string(),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -63,7 +80,7 @@ fn parse(text: &str) -> Result<ImageSettings, String> {
     let settings: ImageSettings = match file {
         File::Ttls(ttls) => ttls
             .into_iter()
-            .map(|(image, ttl)| (image, settings(Some(ttl), None, None, None)))
+            .map(|(image, ttl)| (image, settings(Some(ttl.into_text()), None, None, None)))
             .collect(),
         File::Entries(entries) => entries
             .into_iter()
@@ -127,7 +144,10 @@ mod tests {
         let settings = parse("gcr.io/kpt-fn/apply-replacements:v0.1.1: 30m\nx/y:v1: 0\n").unwrap();
         assert_eq!(settings.len(), 2);
         assert_eq!(settings[0].0, "gcr.io/kpt-fn/apply-replacements:v0.1.1");
-        assert_eq!(settings[0].1.ttl().unwrap(), Some(Duration::from_secs(1800)));
+        assert_eq!(
+            settings[0].1.ttl().unwrap(),
+            Some(Duration::from_secs(1800))
+        );
         assert_eq!(settings[1].1.ttl().unwrap(), None);
     }
 

@@ -3,13 +3,18 @@
 //! already starting cannot take the excess, and the image has fewer than its maximum; calls
 //! beyond `max_queued_calls` are refused. Loads are held by a
 //! lease that is released when dropped, so a cancelled or timed-out call can never leak one.
+//!
+//! Each image has its own [`Limits`] (TTL, pod count, preferred load, template overrides),
+//! settled by the first call or warm-up and kept until a call says otherwise. When its template
+//! overrides change, pods made with others are retired: they take no new calls and are deleted
+//! once idle. So are idle pods beyond a lowered pod count.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use krm_plugin_api::{ErrorKind, EvalError};
+use krm_plugin_api::{ErrorKind, EvalError, Route};
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 use rand::Rng;
 use tokio::sync::Notify;
@@ -18,14 +23,18 @@ use tonic::transport::{Channel, Endpoint};
 use crate::cluster::Cluster;
 use crate::config::Settings;
 use crate::image::{Registry, pod_stem};
+use crate::limits::Limits;
 use crate::template::{
-    self, IMAGE_ANNOTATION, PodRequest, TEMPLATE_VERSION_ANNOTATION, WRAPPER_PORT,
+    self, IMAGE_ANNOTATION, OVERRIDES_ANNOTATION, PodRequest, TEMPLATE_VERSION_ANNOTATION,
+    WRAPPER_PORT,
 };
 
 /// A ready pod.
 pub struct PodHandle {
     pub name: String,
     image: String,
+    /// The template overrides' hash it was made with (empty: none).
+    overrides_hash: String,
     client: FunctionEvaluatorClient<Channel>,
     load: AtomicUsize,
     last_used: Mutex<Instant>,
@@ -68,6 +77,10 @@ struct ImagePool {
     failure: Option<(u64, EvalError)>,
     /// Calls waiting for a pod to be created.
     waiting: usize,
+    /// The image's settings once a call or warm-up said them, and the route section that did
+    /// (`None`: no route), which later calls are compared with.
+    limits: Option<Arc<Limits>>,
+    told_by: Option<serde_json::Value>,
 }
 
 impl ImagePool {
@@ -112,19 +125,115 @@ pub struct Pool {
     images: Mutex<HashMap<String, ImagePool>>,
     /// Pods being created, so that scans don't take them for strays.
     starting: Mutex<HashSet<String>>,
+    /// Pods taken out of service (other template overrides, too many), deleted once idle.
+    retiring: Mutex<Vec<Arc<PodHandle>>>,
     changed: Notify,
+    /// The settings of images no route tells about: the pod-cache config file's, by resolved
+    /// image, else the flags'.
+    defaults: Arc<Limits>,
+    pod_cache: HashMap<String, Arc<Limits>>,
 }
 
 impl Pool {
-    pub fn new(settings: Settings, cluster: Arc<Cluster>, registry: Registry) -> Arc<Self> {
+    /// `pod_cache`: the pod-cache config file's settings by resolved image.
+    pub fn new(
+        settings: Settings,
+        cluster: Arc<Cluster>,
+        registry: Registry,
+        pod_cache: HashMap<String, Limits>,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            defaults: Arc::new(Limits::defaults(&settings)),
+            pod_cache: pod_cache
+                .into_iter()
+                .map(|(image, limits)| (image, Arc::new(limits)))
+                .collect(),
             settings,
             cluster,
             registry,
             images: Mutex::default(),
             starting: Mutex::default(),
+            retiring: Mutex::default(),
             changed: Notify::new(),
         })
+    }
+
+    /// The settings of `image` when no route says otherwise.
+    fn unrouted(&self, image: &str) -> &Arc<Limits> {
+        self.pod_cache.get(image).unwrap_or(&self.defaults)
+    }
+
+    /// The image's settings as `route` (or its absence) has them. Cheap when nothing changed:
+    /// a comparison of the route's section with the last one. On a change, pods made with other
+    /// template overrides, and idle pods beyond the pod count, are retired.
+    pub fn settle(
+        self: &Arc<Self>,
+        image: &str,
+        route: Option<&Route>,
+    ) -> Result<Arc<Limits>, EvalError> {
+        let route = route.filter(|route| route.executor == krm_plugin_api::Executor::PodExecutor);
+        let told_by = route.map(|route| &route.settings);
+        let mut retired = Vec::new();
+        let limits = {
+            let mut images = self.images();
+            let pool = images.entry(image.to_owned()).or_default();
+            if let Some(limits) = &pool.limits
+                && pool.told_by.as_ref() == told_by
+            {
+                return Ok(limits.clone());
+            }
+            let limits = match route.and_then(|route| Limits::from_route(route, &self.defaults)) {
+                Some(limits) => Arc::new(limits?),
+                None => self.unrouted(image).clone(),
+            };
+            pool.told_by = told_by.cloned();
+            if pool.limits.as_deref() != Some(&*limits) {
+                pool.pods.retain(|pod| {
+                    let keep = pod.overrides_hash == limits.overrides_hash;
+                    if !keep {
+                        retired.push(pod.clone());
+                    }
+                    keep
+                });
+                while pool.pods.len() > limits.max_pods {
+                    let Some(index) = pool.pods.iter().rposition(|pod| pod.load() == 0) else {
+                        break;
+                    };
+                    retired.push(pool.pods.remove(index));
+                }
+                pool.limits = Some(limits.clone());
+            }
+            limits
+        };
+        if !retired.is_empty() {
+            for pod in &retired {
+                tracing::info!(pod = %pod.name, image, "retiring a function pod: the image's pod settings changed");
+            }
+            self.retire(retired);
+        }
+        Ok(limits)
+    }
+
+    /// Takes pods out of service; they are deleted once idle (now, or by a later scan).
+    fn retire(self: &Arc<Self>, pods: Vec<Arc<PodHandle>>) {
+        self.retiring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(pods);
+        tokio::spawn(self.clone().delete_idle_retired());
+    }
+
+    async fn delete_idle_retired(self: Arc<Self>) {
+        let idle: Vec<Arc<PodHandle>> = {
+            let mut retiring = self.retiring.lock().unwrap_or_else(PoisonError::into_inner);
+            let (idle, busy) = retiring.drain(..).partition(|pod| pod.load() == 0);
+            *retiring = busy;
+            idle
+        };
+        for pod in idle {
+            tracing::info!(pod = %pod.name, image = %pod.image, "deleting a retired function pod");
+            self.cluster.delete(&pod.name).await;
+        }
     }
 
     fn images(&self) -> MutexGuard<'_, HashMap<String, ImagePool>> {
@@ -135,9 +244,10 @@ impl Pool {
     pub async fn acquire(
         self: &Arc<Self>,
         image: &str,
+        limits: &Arc<Limits>,
         until: Option<Instant>,
     ) -> Result<Lease, EvalError> {
-        let preferred = self.settings.preferred_load;
+        let preferred = limits.preferred_load;
         let mut waiting: Option<Waiting<'_>> = None;
         let mut waited_for = u64::MAX;
         loop {
@@ -161,12 +271,12 @@ impl Pool {
                 let overflow = pool.queued_beyond(preferred) + usize::from(waiting.is_none());
                 if beyond_preferred
                     && overflow > pool.creating * preferred
-                    && total < self.settings.max_pods
+                    && total < limits.max_pods
                 {
                     pool.creating += 1;
                     pool.attempts += 1;
                     self.clone()
-                        .start_pod(image.to_owned(), pool.attempts, until);
+                        .start_pod(image.to_owned(), limits.clone(), pool.attempts, until);
                 }
                 if let Some(pod) = best {
                     if pod.load() >= preferred
@@ -206,16 +316,32 @@ impl Pool {
         }
     }
 
-    fn start_pod(self: Arc<Self>, image: String, attempt: u64, caller_deadline: Option<Instant>) {
+    fn start_pod(
+        self: Arc<Self>,
+        image: String,
+        limits: Arc<Limits>,
+        attempt: u64,
+        caller_deadline: Option<Instant>,
+    ) {
         let limit = Instant::now() + self.settings.readiness_timeout;
         let until = caller_deadline.map_or(limit, |deadline| deadline.min(limit));
         tokio::spawn(async move {
-            let outcome = self.create_pod(&image, until).await;
+            let outcome = self.create_pod(&image, &limits, until).await;
+            let mut outdated = None;
             {
                 let mut images = self.images();
                 let pool = images.entry(image.clone()).or_default();
                 pool.creating -= 1;
                 match outcome {
+                    // The image's overrides changed while it started.
+                    Ok(pod)
+                        if pool
+                            .limits
+                            .as_ref()
+                            .is_some_and(|now| now.overrides_hash != pod.overrides_hash) =>
+                    {
+                        outdated = Some(pod);
+                    }
                     Ok(pod) => {
                         tracing::info!(pod = %pod.name, image, "function pod ready");
                         pool.pods.push(pod);
@@ -226,11 +352,20 @@ impl Pool {
                     }
                 }
             }
+            if let Some(pod) = outdated {
+                tracing::info!(pod = %pod.name, image, "retiring a new function pod: the image's template overrides changed");
+                self.retire(vec![pod]);
+            }
             self.changed.notify_waiters();
         });
     }
 
-    async fn create_pod(&self, image: &str, until: Instant) -> Result<Arc<PodHandle>, EvalError> {
+    async fn create_pod(
+        &self,
+        image: &str,
+        limits: &Limits,
+        until: Instant,
+    ) -> Result<Arc<PodHandle>, EvalError> {
         let fail = |message: String| {
             EvalError::failed(format!(
                 "unable to get the grpc client to the pod for {image}: {message}"
@@ -273,6 +408,8 @@ impl Pool {
                 max_message_bytes: self.settings.max_message_bytes,
                 wrapper_server_image: &self.settings.wrapper_server_image,
                 image_pull_secret: private.map(|private| private.secret_name.as_str()),
+                overrides: limits.overrides.as_ref(),
+                overrides_hash: &limits.overrides_hash,
             },
         )
         .map_err(fail)?;
@@ -285,7 +422,9 @@ impl Pool {
         .await;
         self.starting().remove(&name);
         let (kind, message) = match ready {
-            Ok(Ok(address)) => return Ok(self.handle(&name, image, &address)),
+            Ok(Ok(address)) => {
+                return Ok(self.handle(&name, image, &limits.overrides_hash, &address));
+            }
             Ok(Err(late)) => (ErrorKind::DeadlineExceeded, late),
             Err(message) => (ErrorKind::Failed, message),
         };
@@ -300,7 +439,13 @@ impl Pool {
         self.starting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn handle(&self, name: &str, image: &str, address: &str) -> Arc<PodHandle> {
+    fn handle(
+        &self,
+        name: &str,
+        image: &str,
+        overrides_hash: &str,
+        address: &str,
+    ) -> Arc<PodHandle> {
         let limit = self.settings.max_message_bytes;
         let channel = Endpoint::from_shared(format!("http://{address}:{WRAPPER_PORT}"))
             .expect("a host and port make a valid URI")
@@ -309,6 +454,7 @@ impl Pool {
         Arc::new(PodHandle {
             name: name.to_owned(),
             image: image.to_owned(),
+            overrides_hash: overrides_hash.to_owned(),
             client: FunctionEvaluatorClient::new(channel)
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(limit),
@@ -336,6 +482,10 @@ impl Pool {
     }
 
     /// Adopts this runner's ready pods of the current template and deletes its other pods.
+    /// Which template overrides an image has is only known from its first call or warm-up (a
+    /// FunctionConfig may give it some): pods made with any overrides are adopted, up to the
+    /// image's pod count for no route, and those whose overrides or count turn out wrong are
+    /// retired then.
     pub async fn adopt(&self) -> Result<(), String> {
         let (_, version) = self
             .cluster
@@ -347,6 +497,10 @@ impl Pool {
             };
             let annotations = pod.metadata.annotations.clone().unwrap_or_default();
             let image = annotations.get(IMAGE_ANNOTATION).cloned();
+            let overrides_hash = annotations
+                .get(OVERRIDES_ANNOTATION)
+                .cloned()
+                .unwrap_or_default();
             let current = annotations.get(TEMPLATE_VERSION_ANNOTATION) == Some(&version);
             let address = if current {
                 self.cluster.ready_address(&pod).await
@@ -354,9 +508,11 @@ impl Pool {
                 None
             };
             match (image, address) {
-                (Some(image), Some(address)) if self.pods_of(&image) < self.settings.max_pods => {
+                (Some(image), Some(address))
+                    if self.pods_of(&image) < self.unrouted(&image).max_pods =>
+                {
                     tracing::info!(pod = %name, image, "adopted function pod");
-                    let handle = self.handle(&name, &image, &address);
+                    let handle = self.handle(&name, &image, &overrides_hash, &address);
                     self.images().entry(image).or_default().pods.push(handle);
                 }
                 _ => {
@@ -372,34 +528,46 @@ impl Pool {
         self.images().get(image).map_or(0, |pool| pool.pods.len())
     }
 
-    /// Starts one pod for `image` if it has none (warm-up).
-    pub fn warm_up(self: &Arc<Self>, image: &str) {
+    /// Starts one pod for `image` with `route`'s settings (or the image's own without one) if
+    /// it has none, in the background; failures are logged.
+    pub fn warm_up(self: &Arc<Self>, image: &str, route: Option<&Route>) {
+        let limits = match self.settle(image, route) {
+            Ok(limits) => limits,
+            Err(error) => {
+                tracing::warn!(image, "cannot warm up: {}", error.message);
+                return;
+            }
+        };
         let mut images = self.images();
         let pool = images.entry(image.to_owned()).or_default();
         if pool.pods.is_empty() && pool.creating == 0 {
+            tracing::info!(image, "warming up a function pod");
             pool.creating += 1;
             pool.attempts += 1;
             self.clone()
-                .start_pod(image.to_owned(), pool.attempts, None);
+                .start_pod(image.to_owned(), limits, pool.attempts, None);
         }
     }
 
     /// Every `scan_interval`: deletes idle pods past their TTL, forgets pods that are gone or
     /// failed, and deletes this runner's pods that nothing uses.
-    pub async fn scan(&self) {
+    pub async fn scan(self: &Arc<Self>) {
+        self.clone().delete_idle_retired().await;
         let idle: Vec<String> = {
             let images = self.images();
             images
-                .values()
-                .flat_map(|pool| pool.pods.iter())
-                .filter(|pod| {
-                    pod.load() == 0
-                        && pod
-                            .last_used
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .elapsed()
-                            > self.settings.ttl
+                .iter()
+                .flat_map(|(image, pool)| {
+                    let ttl = pool.limits.as_ref().unwrap_or(self.unrouted(image)).ttl;
+                    pool.pods.iter().filter(move |pod| {
+                        pod.load() == 0
+                            && pod
+                                .last_used
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .elapsed()
+                                > ttl
+                    })
                 })
                 .map(|pod| pod.name.clone())
                 .collect()
@@ -431,6 +599,13 @@ impl Pool {
                 })
                 .collect()
         };
+        let retiring: HashSet<String> = self
+            .retiring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|pod| pod.name.clone())
+            .collect();
         for (name, image) in &known {
             if live.get(name).is_none_or(|failed| *failed) {
                 tracing::info!(pod = %name, image, "function pod gone or failed");
@@ -439,7 +614,10 @@ impl Pool {
         }
         let starting = self.starting().clone();
         for (name, _) in live {
-            if !starting.contains(&name) && !known.iter().any(|(known, _)| *known == name) {
+            if !starting.contains(&name)
+                && !retiring.contains(&name)
+                && !known.iter().any(|(known, _)| *known == name)
+            {
                 self.cluster.delete(&name).await;
             }
         }

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use krm_runner_function_config::{ContainerOverrides, TemplateOverrides};
 
 pub const BASE_TEMPLATE_NAME: &str = "base-pod-template";
 pub const INLINE_TEMPLATE_VERSION: &str = "inline-v1";
@@ -30,6 +31,9 @@ pub const TEMPLATE_VERSION_ANNOTATION: &str = "fn.kpt.dev/template-version";
 pub const OWNER_LABEL: &str = "krm-runner.dev/owner";
 /// The full image reference (label values cannot hold one).
 pub const IMAGE_ANNOTATION: &str = "krm-runner.dev/image";
+/// Which template overrides the pod was made with (absent: none): a pod made with other
+/// overrides than its image now has is not used.
+pub const OVERRIDES_ANNOTATION: &str = "krm-runner.dev/template-overrides";
 
 /// The inline default base template.
 pub fn inline_template(wrapper_server_image: &str) -> PodTemplateSpec {
@@ -126,6 +130,9 @@ pub struct PodRequest<'a> {
     pub wrapper_server_image: &'a str,
     /// The private-registry pull Secret, added to the template's `imagePullSecrets`.
     pub image_pull_secret: Option<&'a str>,
+    /// The image's template overrides and their hash.
+    pub overrides: Option<&'a TemplateOverrides>,
+    pub overrides_hash: &'a str,
 }
 
 /// The pod for `request`, from the base template.
@@ -161,6 +168,9 @@ pub fn pod(base: &PodTemplateSpec, request: &PodRequest<'_>) -> Result<Pod, Stri
         "--".into(),
     ]);
     args.extend(request.entrypoint.iter().cloned());
+    if let Some(overrides) = request.overrides {
+        apply_overrides(&mut spec, overrides);
+    }
 
     metadata.name = Some(request.name.into());
     metadata.namespace = Some(request.namespace.into());
@@ -174,11 +184,56 @@ pub fn pod(base: &PodTemplateSpec, request: &PodRequest<'_>) -> Result<Pod, Stri
         request.template_version.into(),
     );
     annotations.insert(IMAGE_ANNOTATION.into(), request.image.into());
+    if !request.overrides_hash.is_empty() {
+        annotations.insert(OVERRIDES_ANNOTATION.into(), request.overrides_hash.into());
+    }
     Ok(Pod {
         metadata,
         spec: Some(spec),
         status: None,
     })
+}
+
+/// A FunctionConfig's `templateOverrides`, as Porch applies them: the service account and the
+/// security context replace the pod's; `initContainer` applies to the first init container and
+/// `container` to the function container (Porch's `containers[0]`), where requests and limits
+/// each replace the template's when set, and `env` and `envFrom` replace it wholesale.
+fn apply_overrides(spec: &mut PodSpec, overrides: &TemplateOverrides) {
+    if let Some(account) = &overrides.service_account_name {
+        spec.service_account_name = Some(account.clone());
+    }
+    if let Some(context) = &overrides.security_context {
+        spec.security_context = Some(context.clone());
+    }
+    let init = spec.init_containers.as_mut().and_then(|c| c.first_mut());
+    if let (Some(init), Some(wanted)) = (init, &overrides.init_container) {
+        apply_container_overrides(init, wanted);
+    }
+    let function = spec
+        .containers
+        .iter_mut()
+        .find(|c| c.name == FUNCTION_CONTAINER);
+    if let (Some(function), Some(wanted)) = (function, &overrides.container) {
+        apply_container_overrides(function, wanted);
+    }
+}
+
+fn apply_container_overrides(container: &mut Container, wanted: &ContainerOverrides) {
+    if let Some(resources) = &wanted.resources {
+        let current = container.resources.get_or_insert_with(Default::default);
+        if resources.requests.is_some() {
+            current.requests = resources.requests.clone();
+        }
+        if resources.limits.is_some() {
+            current.limits = resources.limits.clone();
+        }
+    }
+    if let Some(env) = &wanted.env {
+        container.env = Some(env.clone());
+    }
+    if let Some(env_from) = &wanted.env_from {
+        container.env_from = Some(env_from.clone());
+    }
 }
 
 /// One ClusterIP service per pod, named like it, selecting it alone.
@@ -225,6 +280,8 @@ mod tests {
                 max_message_bytes: 100,
                 wrapper_server_image: "registry/wrapper:v1",
                 image_pull_secret: None,
+                overrides: None,
+                overrides_hash: "",
             },
         )
         .unwrap();
@@ -271,6 +328,8 @@ mod tests {
             max_message_bytes: 100,
             wrapper_server_image: "registry/wrapper:v1",
             image_pull_secret: Some(secret),
+            overrides: None,
+            overrides_hash: "",
         };
         let secrets = |pod: Pod| pod.spec.unwrap().image_pull_secrets.unwrap();
         assert_eq!(
@@ -284,6 +343,72 @@ mod tests {
                 reference("auth-secret"),
                 reference("other")
             ]
+        );
+    }
+
+    #[test]
+    fn overrides_replace_resources_each_env_wholesale_and_pod_settings() {
+        let mut base = inline_template("registry/wrapper:v1");
+        let function = &mut base.spec.as_mut().unwrap().containers[0];
+        function.resources = Some(
+            serde_json::from_value(serde_json::json!({
+                "requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}
+            }))
+            .unwrap(),
+        );
+        function.env = Some(vec![
+            serde_json::from_value(serde_json::json!({"name": "OLD", "value": "x"})).unwrap(),
+        ]);
+        let overrides: TemplateOverrides = serde_json::from_value(serde_json::json!({
+            "serviceAccountName": "fn-runner",
+            "securityContext": {"runAsUser": 1000},
+            "initContainer": {"resources": {"requests": {"cpu": "10m"}}},
+            "container": {
+                "resources": {"limits": {"memory": "64Mi"}},
+                "env": [{"name": "NEW", "value": "y"}],
+            },
+        }))
+        .unwrap();
+        let pod = pod(
+            &base,
+            &PodRequest {
+                name: "fn-v1-12345678-abcde",
+                namespace: "fns",
+                image: "registry/fn:v1",
+                entrypoint: &[],
+                owner: "runner-a",
+                template_version: INLINE_TEMPLATE_VERSION,
+                max_message_bytes: 100,
+                wrapper_server_image: "registry/wrapper:v1",
+                image_pull_secret: None,
+                overrides: Some(&overrides),
+                overrides_hash: "0123456789abcdef",
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            pod.metadata.annotations.as_ref().unwrap()[OVERRIDES_ANNOTATION],
+            "0123456789abcdef"
+        );
+        let spec = serde_json::to_value(pod.spec.unwrap()).unwrap();
+        assert_eq!(spec["serviceAccountName"], "fn-runner");
+        assert_eq!(
+            spec["securityContext"],
+            serde_json::json!({"runAsUser": 1000})
+        );
+        assert_eq!(
+            spec["initContainers"][0]["resources"],
+            serde_json::json!({"requests": {"cpu": "10m"}})
+        );
+        let function = &spec["containers"][0];
+        assert_eq!(
+            function["resources"],
+            serde_json::json!({"requests": {"cpu": "100m"}, "limits": {"memory": "64Mi"}}),
+            "limits replaced, requests kept"
+        );
+        assert_eq!(
+            function["env"],
+            serde_json::json!([{"name": "NEW", "value": "y"}])
         );
     }
 }
