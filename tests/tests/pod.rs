@@ -580,8 +580,9 @@ fn private_registry_files_are_checked_at_start() {
 }
 
 /// A function that answers with one ConfigMap named after its host, i.e. the pod serving the
-/// call, after sleeping 2 s when the input says "slow".
-const WHOAMI: &str = r#"input=$(cat); case "$input" in *slow*) sleep 2;; esac; printf 'apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: %s\n' "$(/bin/busybox hostname)""#;
+/// call, in a namespace named after its GREETING environment variable, after sleeping 2 s when
+/// the input says "slow".
+const WHOAMI: &str = r#"input=$(cat); case "$input" in *slow*) sleep 2;; esac; printf 'apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: %s\n    namespace: %s\n' "$(/bin/busybox hostname)" "${GREETING:-none}""#;
 
 /// The pod that served a WHOAMI call.
 fn served_by(response: &krm_runner_proto::evaluator::EvaluateFunctionResponse) -> String {
@@ -618,6 +619,28 @@ async fn whoami_burst(server: &Server, image: &str, count: usize, input: &str) -
         served.push(call.await.unwrap());
     }
     served
+}
+
+/// Fast WHOAMI calls until `count` pods have served (after a burst from cold, every call may
+/// have gone to the first pod ready); those pods.
+async fn until_pods_serve(
+    server: &Server,
+    image: &str,
+    count: usize,
+) -> std::collections::BTreeSet<String> {
+    let mut serving = std::collections::BTreeSet::new();
+    let started = std::time::Instant::now();
+    while serving.len() < count {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "only {serving:?} served within 60 s\n{}",
+            server.stderr()
+        );
+        let (response, evaluator) = server.call(image, &resource_list(&["fast"])).await.unwrap();
+        assert_eq!(evaluator, "pod");
+        serving.insert(served_by(&response));
+    }
+    serving
 }
 
 /// Watches the stand-in's pods in the test namespace: the most there were at once and every
@@ -683,22 +706,7 @@ async fn scale_out_stops_at_the_pod_limit_and_calls_spread_over_the_pods() {
     let burst = whoami_burst(&server, &whoami, 6, "slow").await;
     assert_eq!(burst.len(), 6);
 
-    // Fast calls until the second pod has joined (the burst may all have gone to the first).
-    let mut serving = std::collections::BTreeSet::new();
-    let started = std::time::Instant::now();
-    while serving.len() < 2 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "only {serving:?} served within 60 s\n{}",
-            server.stderr()
-        );
-        let (response, evaluator) = server
-            .call(&whoami, &resource_list(&["fast"]))
-            .await
-            .unwrap();
-        assert_eq!(evaluator, "pod");
-        serving.insert(served_by(&response));
-    }
+    let serving = until_pods_serve(&server, &whoami, 2).await;
 
     // Concurrent slow calls go to the least-loaded pod: two each.
     let mut spread = whoami_burst(&server, &whoami, 4, "slow").await;
@@ -728,4 +736,180 @@ async fn scale_out_stops_at_the_pod_limit_and_calls_spread_over_the_pods() {
     assert_eq!(most, 2, "pods at once");
     assert_eq!(seen, serving, "every pod created served calls");
     assert!(burst.iter().all(|pod| serving.contains(pod)));
+}
+
+/// The namespace a WHOAMI call answered with: the GREETING its pod's function container had.
+fn greeting(response: &krm_runner_proto::evaluator::EvaluateFunctionResponse) -> String {
+    let text = String::from_utf8_lossy(&response.resource_list);
+    text.lines()
+        .find_map(|line| line.trim().strip_prefix("namespace: "))
+        .unwrap_or_else(|| panic!("no namespace in {text}"))
+        .to_owned()
+}
+
+/// The test namespace's pods as JSON objects.
+fn pods_json(cluster: &Cluster) -> Vec<serde_json::Value> {
+    kubectl_json(cluster, &["pods"])["items"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The function container of a pod object.
+fn function_container(pod: &serde_json::Value) -> &serde_json::Value {
+    pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "function")
+        .unwrap()
+}
+
+/// A FunctionConfig file routed through the runner gives its image its own pod limits (two pods
+/// although the flags allow one, another pod from one call per pod), its template overrides
+/// (the function container's limits and env) and its idle TTL (30 minutes by the flags).
+#[tokio::test(flavor = "multi_thread")]
+async fn function_config_pod_settings_limits_overrides_and_ttl() {
+    if !require_podman("pod evaluator end to end") {
+        return;
+    }
+    let world = tokio::task::spawn_blocking(pod_world).await.unwrap();
+    let cluster = &world.cluster;
+    let whoami = cluster
+        .push(&function_image(&["/bin/sh", "-c", WHOAMI]), "krm/whoami:v1")
+        .expect("image");
+    let configs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        configs.path().join("whoami.yaml"),
+        format!(
+            r#"apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {{name: whoami}}
+spec:
+  image: whoami
+  prefixes: ["{}/krm"]
+  podExecutor:
+    timeToLive: 6s
+    maxParallelExecutions: 2
+    preferredMaxQueueLength: 1
+    templateOverrides:
+      container:
+        resources: {{limits: {{memory: 256Mi}}}}
+        env: [{{name: GREETING, value: hello}}]
+"#,
+            cluster.registry.host
+        ),
+    )
+    .unwrap();
+    let config = format!(
+        "{}function_configs:\n  paths: [\"{}\"]\n  executors: {{podExecutor: pod}}\n",
+        runner_config(cluster, &world.wrapper, "      scan_interval: 500ms\n"),
+        configs.path().display()
+    );
+    let server = Server::start(&config, &[]);
+    let watch = PodWatch::start(cluster);
+
+    let burst = whoami_burst(&server, &whoami, 4, "slow").await;
+    assert_eq!(burst.len(), 4);
+    let serving = until_pods_serve(&server, &whoami, 2).await;
+    let mut spread = whoami_burst(&server, &whoami, 4, "slow").await;
+    spread.sort();
+    let both: Vec<String> = serving.iter().cloned().collect();
+    assert_eq!(
+        spread,
+        [&*both[0], &*both[0], &*both[1], &*both[1]],
+        "four concurrent calls, two per pod"
+    );
+    let (most, seen) = watch.finish();
+    assert_eq!((most, &seen), (2, &serving), "pods at once, and which");
+
+    // The overrides are in both pods' specs, and the function sees its env var.
+    let pods = pods_json(cluster);
+    assert_eq!(pods.len(), 2);
+    for pod in &pods {
+        let function = function_container(pod);
+        assert_eq!(
+            function["resources"]["limits"]["memory"], "256Mi",
+            "{function}"
+        );
+        assert_eq!(
+            function["env"],
+            serde_json::json!([{"name": "GREETING", "value": "hello"}])
+        );
+        assert!(
+            pod["metadata"]["annotations"]["krm-runner.dev/template-overrides"].is_string(),
+            "{pod}"
+        );
+    }
+    let (response, _) = server
+        .call(&whoami, &resource_list(&["fast"]))
+        .await
+        .unwrap();
+    assert_eq!(greeting(&response), "hello");
+
+    // Idle past the FunctionConfig's TTL: pods and services go.
+    eventually("per-image TTL clean-up", Duration::from_secs(60), || {
+        names(cluster, "pods").is_empty() && names(cluster, "services").is_empty()
+    })
+    .await;
+}
+
+/// Porch's pod-cache config file (list form) gives an image no FunctionConfig routes its pod
+/// count, preferred load and resources, and its image is warmed up before any call.
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_cache_config_settings_and_warm_up() {
+    if !require_podman("pod evaluator end to end") {
+        return;
+    }
+    let world = tokio::task::spawn_blocking(pod_world).await.unwrap();
+    let cluster = &world.cluster;
+    let cached = cluster
+        .push(&function_image(&["/bin/sh", "-c", WHOAMI]), "krm/cached:v1")
+        .expect("image");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        format!(
+            "- name: {cached}\n  maxWaitlistLength: 1\n  maxParallelPodsPerFunction: 2\n  resources: {{limits: {{memory: 128Mi}}}}\n"
+        ),
+    )
+    .unwrap();
+    let server = Server::start(
+        &runner_config(
+            cluster,
+            &world.wrapper,
+            &format!("      pod_cache_config: \"{}\"\n", file.path().display()),
+        ),
+        &[],
+    );
+
+    // Warmed up: a pod for the image, with the file's resources, before any call.
+    eventually("the warm-up pod", Duration::from_secs(60), || {
+        pods_json(cluster).iter().any(|pod| {
+            pod["metadata"]["annotations"]["krm-runner.dev/image"] == cached.as_str()
+                && pod["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+        })
+    })
+    .await;
+    let warm = pods_json(cluster);
+    assert_eq!(warm.len(), 1);
+    assert_eq!(
+        function_container(&warm[0])["resources"]["limits"]["memory"],
+        "128Mi"
+    );
+
+    // The file's pod count: a second pod serves once one has a call, never a third.
+    let watch = PodWatch::start(cluster);
+    let burst = whoami_burst(&server, &cached, 4, "slow").await;
+    assert_eq!(burst.len(), 4);
+    let serving = until_pods_serve(&server, &cached, 2).await;
+    let (most, seen) = watch.finish();
+    assert_eq!((most, &seen), (2, &serving), "pods at once, and which");
+    assert!(
+        serving.contains(warm[0]["metadata"]["name"].as_str().unwrap()),
+        "the warm-up pod serves"
+    );
 }

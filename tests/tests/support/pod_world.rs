@@ -3,7 +3,7 @@
 //! configs for the `pod` evaluator. Shared by `tests/pod.rs` and `benches/pod.rs`.
 #![allow(dead_code)] // each user takes what it needs
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use krm_kube_standin::fixture::Cluster;
@@ -11,23 +11,6 @@ use krm_kube_standin::image::ScratchImage;
 
 /// The namespace function pods run in.
 pub const NAMESPACE: &str = "fns";
-
-/// The static wrapper-server binaries, built by the crate's own script.
-pub fn wrapper_binaries() -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let output = Command::new("sh")
-        .arg(repo.join("plugins/pod/wrapper-server/build-static.sh"))
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .output()
-        .expect("run build-static.sh");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    PathBuf::from(stdout.lines().last().expect("context dir").trim())
-}
 
 pub fn wrapper_image(context: &Path) -> ScratchImage {
     ScratchImage {
@@ -105,7 +88,7 @@ pub struct PodWorld {
 pub fn pod_world() -> PodWorld {
     // Short: podman refuses a run root longer than 50 characters.
     let dir = tempfile::Builder::new().prefix("kp").tempdir().unwrap();
-    let context = wrapper_binaries();
+    let context = krm_runner_tests::static_wrapper_server_context();
     let cluster = Cluster::start(dir.path()).expect("stand-in cluster");
     let namespace = dir.path().join("namespace.yaml");
     std::fs::write(
