@@ -779,10 +779,13 @@ async fn function_config_pod_settings_limits_overrides_and_ttl() {
         .push(&function_image(&["/bin/sh", "-c", WHOAMI]), "krm/whoami:v1")
         .expect("image");
     let configs = tempfile::tempdir().unwrap();
-    std::fs::write(
-        configs.path().join("whoami.yaml"),
-        format!(
-            r#"apiVersion: config.porch.kpt.dev/v1alpha1
+    // Written then renamed, as a ConfigMap update does, so the runner never reads half a file.
+    let write_function_config = |greeting: &str| {
+        let staged = configs.path().join(".whoami.yaml");
+        std::fs::write(
+            &staged,
+            format!(
+                r#"apiVersion: config.porch.kpt.dev/v1alpha1
 kind: FunctionConfig
 metadata: {{name: whoami}}
 spec:
@@ -795,14 +798,17 @@ spec:
     templateOverrides:
       container:
         resources: {{limits: {{memory: 256Mi}}}}
-        env: [{{name: GREETING, value: hello}}]
+        env: [{{name: GREETING, value: {greeting}}}]
 "#,
-            cluster.registry.host
-        ),
-    )
-    .unwrap();
+                cluster.registry.host
+            ),
+        )
+        .unwrap();
+        std::fs::rename(&staged, configs.path().join("whoami.yaml")).unwrap();
+    };
+    write_function_config("hello");
     let config = format!(
-        "{}function_configs:\n  paths: [\"{}\"]\n  executors: {{podExecutor: pod}}\n",
+        "{}function_configs:\n  paths: [\"{}\"]\n  reload_interval_seconds: 0.2\n  executors: {{podExecutor: pod}}\n",
         runner_config(cluster, &world.wrapper, "      scan_interval: 500ms\n"),
         configs.path().display()
     );
@@ -846,6 +852,57 @@ spec:
         .await
         .unwrap();
     assert_eq!(greeting(&response), "hello");
+
+    // Other overrides: the pods made with the old ones are retired (deleted once idle) and a
+    // pod with the new ones serves.
+    let old = names(cluster, "pods");
+    write_function_config("bye");
+    let started = std::time::Instant::now();
+    loop {
+        let (response, _) = server
+            .call(&whoami, &resource_list(&["fast"]))
+            .await
+            .unwrap();
+        if greeting(&response) == "bye" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the new overrides did not reach a pod\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = server.stderr();
+    for pod in &old {
+        let name = pod.trim_start_matches("pod/");
+        assert!(
+            log.lines()
+                .any(|line| line.contains("retiring a function pod") && line.contains(name)),
+            "{name} retired for its overrides (not left to its TTL)\n{log}"
+        );
+    }
+    eventually("old pods deleted", Duration::from_secs(60), || {
+        names(cluster, "pods").iter().all(|pod| !old.contains(pod))
+    })
+    .await;
+    let current = names(cluster, "pods");
+    assert_eq!(current.len(), 1, "{current:?}");
+
+    // A restarted runner adopts the pod made with the overrides its image has.
+    drop(server);
+    let server = Server::start(&config, &[]);
+    let (response, _) = server
+        .call(&whoami, &resource_list(&["fast"]))
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(greeting(&response), "bye");
+    assert_eq!(
+        format!("pod/{}", served_by(&response)),
+        current[0],
+        "the adopted pod serves"
+    );
+    assert_eq!(names(cluster, "pods"), current);
 
     // Idle past the FunctionConfig's TTL: pods and services go.
     eventually("per-image TTL clean-up", Duration::from_secs(60), || {
