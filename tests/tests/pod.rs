@@ -755,6 +755,14 @@ fn pods_json(cluster: &Cluster) -> Vec<serde_json::Value> {
         .clone()
 }
 
+/// Whether a pod object is Ready.
+fn is_ready(pod: &serde_json::Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
 /// The function container of a pod object.
 fn function_container(pod: &serde_json::Value) -> &serde_json::Value {
     pod["spec"]["containers"]
@@ -792,6 +800,7 @@ spec:
   image: whoami
   prefixes: ["{}/krm"]
   podExecutor:
+    tags: [v1]
     timeToLive: 6s
     maxParallelExecutions: 2
     preferredMaxQueueLength: 1
@@ -812,8 +821,17 @@ spec:
         runner_config(cluster, &world.wrapper, "      scan_interval: 500ms\n"),
         configs.path().display()
     );
-    let server = Server::start(&config, &[]);
     let watch = PodWatch::start(cluster);
+    let server = Server::start(&config, &[]);
+
+    // The runner warms the FunctionConfig's image up with its overrides.
+    eventually("the warm-up pod", Duration::from_secs(60), || {
+        pods_json(cluster).iter().any(|pod| {
+            function_container(pod)["resources"]["limits"]["memory"] == "256Mi" && is_ready(pod)
+        })
+    })
+    .await;
+    assert_eq!(names(cluster, "pods").len(), 1);
 
     let burst = whoami_burst(&server, &whoami, 4, "slow").await;
     assert_eq!(burst.len(), 4);
@@ -944,10 +962,7 @@ async fn pod_cache_config_settings_and_warm_up() {
     eventually("the warm-up pod", Duration::from_secs(60), || {
         pods_json(cluster).iter().any(|pod| {
             pod["metadata"]["annotations"]["krm-runner.dev/image"] == cached.as_str()
-                && pod["status"]["conditions"].as_array().is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
+                && is_ready(pod)
         })
     })
     .await;
