@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use krm_plugin_api::{EvalError, Executor, Route};
+use krm_plugin_api::{EvalError, Route};
 use krm_runner_function_config::{PodExecutor, TemplateOverrides};
 use sha2::{Digest, Sha256};
 
@@ -59,19 +59,15 @@ impl Limits {
         })
     }
 
-    /// The settings a pod route carries; `None` for another executor's route.
-    pub fn from_route(route: &Route, defaults: &Self) -> Option<Result<Self, EvalError>> {
-        if route.executor != Executor::PodExecutor {
-            return None;
-        }
-        Some(route.settings::<PodExecutor>().and_then(|pod| {
-            Self::from_pod_executor(&pod, defaults).map_err(|error| {
-                EvalError::internal(format!(
-                    "FunctionConfig {}: podExecutor.{error}",
-                    route.function_config
-                ))
-            })
-        }))
+    /// The settings a `podExecutor` route carries; an error names its FunctionConfig.
+    pub fn from_route(route: &Route, defaults: &Self) -> Result<Self, EvalError> {
+        let pod = route.settings::<PodExecutor>()?;
+        Self::from_pod_executor(&pod, defaults).map_err(|error| {
+            EvalError::internal(format!(
+                "FunctionConfig {}: podExecutor.{error}",
+                route.function_config
+            ))
+        })
     }
 }
 
@@ -149,21 +145,13 @@ mod tests {
     }
 
     #[test]
-    fn only_pod_routes_count_and_a_bad_one_names_its_function_config() {
-        let route = |executor, settings| Route {
+    fn a_bad_route_names_its_function_config() {
+        let route = Route {
             function_config: "fns/identity".into(),
-            executor,
-            settings,
+            executor: krm_plugin_api::Executor::PodExecutor,
+            settings: json!({"timeToLive": "soon"}),
         };
-        assert!(
-            Limits::from_route(&route(Executor::BinaryExecutor, json!({})), &defaults()).is_none()
-        );
-        let error = Limits::from_route(
-            &route(Executor::PodExecutor, json!({"timeToLive": "soon"})),
-            &defaults(),
-        )
-        .unwrap()
-        .unwrap_err();
+        let error = Limits::from_route(&route, &defaults()).unwrap_err();
         assert!(error.message.contains("fns/identity"), "{}", error.message);
         assert!(error.message.contains("timeToLive"), "{}", error.message);
     }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use krm_plugin_api::{ErrorKind, EvalError, Route};
+use krm_plugin_api::{ErrorKind, EvalError, Executor, Route};
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 use rand::Rng;
 use tokio::sync::Notify;
@@ -171,7 +171,8 @@ impl Pool {
         image: &str,
         route: Option<&Route>,
     ) -> Result<Arc<Limits>, EvalError> {
-        let route = route.filter(|route| route.executor == krm_plugin_api::Executor::PodExecutor);
+        // Another executor's route (a delegating evaluator's) says nothing about pods.
+        let route = route.filter(|route| route.executor == Executor::PodExecutor);
         let told_by = route.map(|route| &route.settings);
         let mut retired = Vec::new();
         let limits = {
@@ -182,8 +183,8 @@ impl Pool {
             {
                 return Ok(limits.clone());
             }
-            let limits = match route.and_then(|route| Limits::from_route(route, &self.defaults)) {
-                Some(limits) => Arc::new(limits?),
+            let limits = match route {
+                Some(route) => Arc::new(Limits::from_route(route, &self.defaults)?),
                 None => self.unrouted(image).clone(),
             };
             pool.told_by = told_by.cloned();
