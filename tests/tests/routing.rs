@@ -251,6 +251,19 @@ async fn wait_for_evaluator(server: &Server, image: &str, evaluator: &str) {
     }
 }
 
+/// Waits up to 10 s for the runner to log `needle`.
+async fn wait_for_log(server: &Server, needle: &str) {
+    let started = Instant::now();
+    while !server.stderr().contains(needle) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{needle:?} never logged; stderr:\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn identity(executor: &str) -> String {
     format!(
         "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {{name: identity}}\nspec:\n  image: identity\n  prefixes: [example.com/fns]\n  {executor}\n"
@@ -285,15 +298,7 @@ async fn a_file_change_reroutes_and_an_invalid_one_changes_nothing() {
         "identity.yaml",
         &identity("binaryExecutor: {tags: [], path: marker}"),
     );
-    let started = Instant::now();
-    while !server.stderr().contains("keeping the last good routing") {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the invalid file was not reported; stderr:\n{}",
-            server.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_log(&server, "keeping the last good routing").await;
     let stderr = server.stderr();
     let refusal = stderr
         .lines()
@@ -356,15 +361,7 @@ fn config_check_reports_invalid_objects_and_conflicts() {
 async fn warm_up_waits_for_the_function_configs_and_sends_their_pod_settings() {
     let dir = with_set_namespace_configs();
     let server = Server::start(&routing_config(dir.path()), &[]);
-    let started = Instant::now();
-    while !server.stderr().contains("testkit warm-up") {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "no warm-up; stderr:\n{}",
-            server.stderr()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_log(&server, "testkit warm-up").await;
     // Only set-labels lists a podExecutor tag; warm-up uses it and the first prefix.
     let stderr = server.stderr();
     let warm_ups: Vec<&str> = stderr
