@@ -411,6 +411,24 @@ mod cluster {
         String::from_utf8(output.stdout).unwrap()
     }
 
+    fn set_binary_tags(standin: &StandIn, tags: &str) {
+        let patch = format!(r#"{{"spec":{{"binaryExecutor":{{"tags":{tags}}}}}}}"#);
+        kubectl(
+            standin,
+            &[
+                "patch",
+                "functionconfigs",
+                "identity",
+                "-n",
+                NAMESPACE,
+                "--type=merge",
+                "-p",
+                &patch,
+            ],
+            None,
+        );
+    }
+
     fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
         let started = Instant::now();
         while !done() {
@@ -478,20 +496,7 @@ mod cluster {
         assert_eq!(get(".status.error"), "");
 
         // An update that breaks the object: status says why, routing forgets it.
-        kubectl(
-            &standin,
-            &[
-                "patch",
-                "functionconfigs",
-                "identity",
-                "-n",
-                NAMESPACE,
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"binaryExecutor":{"tags":[]}}}"#,
-            ],
-            None,
-        );
+        set_binary_tags(&standin, r#"[]"#);
         wait_until("status error", Duration::from_secs(10), || {
             get(".status.error").contains("spec.binaryExecutor.tags")
                 && get(".status.functionRunnerObservedGeneration") == "2"
@@ -503,20 +508,7 @@ mod cluster {
         assert_eq!(status.code(), tonic::Code::NotFound);
 
         // Fixed again, then deleted: the runner removes its finalizer so the object goes.
-        kubectl(
-            &standin,
-            &[
-                "patch",
-                "functionconfigs",
-                "identity",
-                "-n",
-                NAMESPACE,
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"binaryExecutor":{"tags":["v1"]}}}"#,
-            ],
-            None,
-        );
+        set_binary_tags(&standin, r#"["v1"]"#);
         wait_for_evaluator(&server, image, "exec").await;
         kubectl(
             &standin,
