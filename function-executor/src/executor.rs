@@ -216,8 +216,12 @@ impl Executor {
                 mutators.push(index);
                 text = new_text;
             }
+            // A filter that passed is a guard, not a result: its verdict stays out of the
+            // output so that the guarded invocations' outputs are not discarded as
+            // incompatible with it.
             if let Some(output) = outcome.output
                 && signature.typed.output.is_some()
+                && !is_filter
             {
                 run.combine(&invocation.function_name, index, output);
             }

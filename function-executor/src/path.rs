@@ -399,7 +399,10 @@ spec:
         image: envoy:v1
 ";
 
-    fn run(path: &str, upsert: bool) -> Vec<(String, Vec<(String, Value)>, Vec<String>)> {
+    /// Path, bound arguments and keys to create, of each location found.
+    type Found = (String, Vec<(String, Value)>, Vec<String>);
+
+    fn run(path: &str, upsert: bool) -> Vec<Found> {
         let doc = Doc::parse(DEPLOYMENT).unwrap();
         let path = UnresolvedPath::parse(path).unwrap();
         resolve(&doc, doc.roots[0], &path, upsert)

@@ -339,17 +339,42 @@ impl PathRegistry {
             )
             .with_functions(Some("get-namespace"), &["set-namespace"]),
         );
+        // `get-attributes` reads everything registered under the general attribute.
+        add(
+            REPLICATED_TYPES,
+            PathVisitorInfo::new(GENERAL, "spec.replicas", DataType::Int)
+                .with_functions(Some("get-replicas"), &["set-replicas"]),
+        );
+        for (resource_type, pod_spec) in pod_spec_prefixes() {
+            add(
+                &[resource_type],
+                PathVisitorInfo::new(
+                    GENERAL,
+                    &format!("{pod_spec}.containers.*?name:container-name.image"),
+                    DataType::String,
+                )
+                .with_functions(Some("get-image"), &["set-image"]),
+            );
+        }
+        add(
+            &[ANY_RESOURCE_TYPE],
+            PathVisitorInfo::new(GENERAL, "metadata.namespace", DataType::String)
+                .except(CLUSTER_SCOPED_TYPES)
+                .with_functions(Some("get-namespace"), &["set-namespace"]),
+        );
         let hostname_paths = [
             ("networking.k8s.io/v1/Ingress", "spec.rules.*.host"),
             ("networking.k8s.io/v1/Ingress", "spec.tls.*.hosts.*"),
             ("v1/Service", EXTERNAL_DNS_HOSTNAME),
         ];
         for (resource_type, path) in hostname_paths {
-            add(
-                &[resource_type],
-                PathVisitorInfo::new(HOSTNAME, path, DataType::String)
-                    .with_functions(Some("get-hostname"), &["set-hostname"]),
-            );
+            for attribute in [HOSTNAME, GENERAL] {
+                add(
+                    &[resource_type],
+                    PathVisitorInfo::new(attribute, path, DataType::String)
+                        .with_functions(Some("get-hostname"), &["set-hostname"]),
+                );
+            }
             for (attribute, part) in [(SUBDOMAIN, "subdomain"), (DOMAIN, "domain")] {
                 add(
                     &[resource_type],

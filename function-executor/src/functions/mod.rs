@@ -15,6 +15,7 @@ use crate::signature::TypedSignature;
 pub mod path_visitor;
 pub mod resources;
 pub mod text;
+pub mod unit;
 pub mod validation;
 
 /// What a function gets: the parsed unit, the checked arguments, the request's context and
@@ -85,5 +86,6 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
     functions.extend(resources::functions());
     functions.extend(text::functions());
     functions.extend(validation::functions());
+    functions.extend(unit::functions());
     functions
 }

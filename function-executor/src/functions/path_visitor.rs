@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::api::{
     AttributeValue, DataType, FunctionArgument, FunctionOutput, FunctionType, OutputType,
+    ResourceInfo,
 };
 use crate::args::ArgValue;
 use crate::functions::{Call, Outcome, Output, TypedFunction};
@@ -108,10 +109,13 @@ fn replace_part(regexp: &Regex, part: &str, text: &str, value: &str) -> Option<S
     ))
 }
 
+/// The registered paths to visit in one resource.
+pub type EntriesFor<'f, 'r> = &'f dyn Fn(&ResourceInfo) -> Vec<&'r PathVisitorInfo>;
+
 /// Reads every path `entries_for` gives for each resource (sorted by type, name and path).
 pub fn get<'r>(
     call: &Call,
-    entries_for: &dyn Fn(&str) -> Vec<&'r PathVisitorInfo>,
+    entries_for: EntriesFor<'_, 'r>,
     arguments: &[String],
     wanted: Option<DataType>,
 ) -> Result<Vec<AttributeValue>, String> {
@@ -126,7 +130,7 @@ pub fn get<'r>(
                 continue;
             }
         };
-        for target in targets(entries_for(&info.resource_type), arguments)? {
+        for target in targets(entries_for(info), arguments)? {
             for found in path::resolve(doc, element.root, &target.path, false) {
                 let Some(node) = found.node else { continue };
                 let (mut value, mut data_type) = match scalar(doc, node) {
@@ -234,13 +238,26 @@ fn is_alias(doc: &Doc, node: NodeId) -> bool {
 /// Returns the new text, or `None` when nothing changed.
 pub fn set<'r>(
     call: &Call,
-    entries_for: &dyn Fn(&str) -> Vec<&'r PathVisitorInfo>,
+    entries_for: EntriesFor<'_, 'r>,
     arguments: &[String],
     value: &ArgValue,
     upsert: bool,
 ) -> Result<Option<String>, String> {
-    let doc = &call.unit.doc;
     let mut editor = Editor::default();
+    let edits = write(call, &mut editor, entries_for, arguments, value, upsert)?;
+    Ok((edits > 0).then(|| editor.finish(&call.unit.doc)))
+}
+
+/// Queues the edits of [`set`] in `editor`; returns how many.
+pub fn write<'r>(
+    call: &Call,
+    editor: &mut Editor,
+    entries_for: EntriesFor<'_, 'r>,
+    arguments: &[String],
+    value: &ArgValue,
+    upsert: bool,
+) -> Result<usize, String> {
+    let doc = &call.unit.doc;
     let mut edits = 0;
     let mut problems = Vec::new();
     let new_json = value.to_json();
@@ -253,12 +270,12 @@ pub fn set<'r>(
             }
         };
         let at = |path: &str| format!("{} {}: path {path}", info.resource_type, info.resource_name);
-        for target in targets(entries_for(&info.resource_type), arguments)? {
+        for target in targets(entries_for(info), arguments)? {
             // Parts of scalars are only ever replaced, never created.
             let create = upsert && target.part.is_none();
             for found in path::resolve(doc, element.root, &target.path, create) {
                 let Some(node) = found.node else {
-                    match create_missing(&mut editor, doc, found.existing, &found.missing, value) {
+                    match create_missing(editor, doc, found.existing, &found.missing, value) {
                         Ok(()) => edits += 1,
                         Err(problem) => problems.push(format!("{}: {problem}", at(&found.path))),
                     }
@@ -330,7 +347,7 @@ pub fn set<'r>(
     if !problems.is_empty() {
         return Err(problems.join("; "));
     }
-    Ok((edits > 0).then(|| editor.finish(doc)))
+    Ok(edits)
 }
 
 fn create_missing(
@@ -479,8 +496,10 @@ impl TypedFunction for AttributeFunction {
     }
 
     fn run(&self, call: &Call) -> Result<Outcome, String> {
-        let entries_for =
-            |resource_type: &str| call.registry.paths_for(&self.attribute, resource_type);
+        let entries_for = |info: &ResourceInfo| {
+            call.registry
+                .paths_for(&self.attribute, &info.resource_type)
+        };
         let values: Vec<&ArgValue> = call.arguments.values().collect();
         match self.mode {
             Mode::Get => {
@@ -582,8 +601,8 @@ impl TypedFunction for ArbitraryPath {
         }
         UnresolvedPath::parse(path_text).map_err(|e| e.to_string())?;
         let entry = PathVisitorInfo::new(attribute::GENERAL, path_text, self.data_type);
-        let entries_for = |t: &str| {
-            if t == resource_type || resource_type == "*" {
+        let entries_for = |info: &ResourceInfo| {
+            if info.resource_type == resource_type || resource_type == "*" {
                 vec![&entry]
             } else {
                 Vec::new()

@@ -372,7 +372,13 @@ fn matching(
         &relation.path,
         relation.literals[0].data_type(),
     );
-    let entries_for = |t: &str| if of_type(t) { vec![&entry] } else { Vec::new() };
+    let entries_for = |info: &ResourceInfo| {
+        if of_type(&info.resource_type) {
+            vec![&entry]
+        } else {
+            Vec::new()
+        }
+    };
     for value in get(
         call,
         &entries_for,

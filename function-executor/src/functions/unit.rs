@@ -1,0 +1,262 @@
+//! Functions over the unit as a whole: attributes across resources, namespaces, comments and
+//! mutation records.
+
+use std::sync::Arc;
+
+use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo};
+use crate::args::ArgValue;
+use crate::functions::path_visitor::{EntriesFor, get, write};
+use crate::functions::resources::{Custom, custom, identified};
+use crate::functions::validation::PLACEHOLDER_STRING;
+use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::mutations;
+use crate::path::{self, UnresolvedPath};
+use crate::registry::{CLUSTER_SCOPED_TYPES, PathVisitorInfo, attribute};
+use crate::resource::Unit;
+use crate::signature::ParameterBuilder;
+use crate::yaml::{Editor, Kind};
+
+fn get_attributes(call: &Call) -> Result<Outcome, String> {
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(attribute::GENERAL, &info.resource_type)
+    };
+    let found = get(call, &entries_for, &[], None)?;
+    Ok(Outcome::output(Output::Attributes(found)))
+}
+
+fn set_attributes(call: &Call) -> Result<Outcome, String> {
+    let list = call.arguments.str("attribute-list").unwrap_or_default();
+    let attributes: Vec<AttributeValue> = serde_json::from_str(list)
+        .map_err(|e| format!("attribute-list is not an AttributeValueList: {e}"))?;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    let mut problems = Vec::new();
+    for (i, attribute) in attributes.iter().enumerate() {
+        let value = match &attribute.value {
+            serde_json::Value::String(s) => ArgValue::String(s.clone()),
+            serde_json::Value::Bool(b) => ArgValue::Bool(*b),
+            serde_json::Value::Number(n) if n.is_i64() => {
+                ArgValue::Int(n.as_i64().unwrap_or_default())
+            }
+            other => {
+                problems.push(format!(
+                    "attribute {i} ({}): value {other} is not a string, integer or boolean",
+                    attribute.path
+                ));
+                continue;
+            }
+        };
+        if attribute.path.contains('#') {
+            problems.push(format!(
+                "attribute {i}: path {} selects part of a value; set it with its setter",
+                attribute.path
+            ));
+            continue;
+        }
+        if let Err(e) = UnresolvedPath::parse(&attribute.path) {
+            problems.push(format!("attribute {i}: {e}"));
+            continue;
+        }
+        let entry = PathVisitorInfo::new(attribute::GENERAL, &attribute.path, DataType::None);
+        let target = &attribute.resource;
+        let entries_for = |info: &ResourceInfo| {
+            if info.resource_type == target.resource_type
+                && info.resource_name == target.resource_name
+            {
+                vec![&entry]
+            } else {
+                Vec::new()
+            }
+        };
+        let entries: EntriesFor = &entries_for;
+        match write(call, &mut editor, entries, &[], &value, true) {
+            Ok(0)
+                if !call.unit.elements.iter().any(|e| {
+                    e.info.resource_type == target.resource_type
+                        && e.info.resource_name == target.resource_name
+                }) =>
+            {
+                problems.push(format!(
+                    "attribute {i}: no resource {} {}",
+                    target.resource_type, target.resource_name
+                ))
+            }
+            Ok(count) => edits += count,
+            Err(problem) => problems.push(format!("attribute {i}: {problem}")),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(&call.unit.doc)),
+        output: None,
+    })
+}
+
+fn ensure_namespaces(call: &Call) -> Result<Outcome, String> {
+    let doc = &call.unit.doc;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, info) in identified(call)? {
+        if CLUSTER_SCOPED_TYPES.contains(&info.resource_type.as_str()) {
+            continue;
+        }
+        let namespace = vec![("namespace".to_owned(), PLACEHOLDER_STRING.to_owned())];
+        edits += editor.ensure_map(doc, element.root, &["metadata"], &namespace, false);
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
+fn set_path_comment(call: &Call) -> Result<Outcome, String> {
+    let resource_type = call.arguments.str("resource-type").unwrap_or_default();
+    let comment = call.arguments.str("comment").unwrap_or_default();
+    if comment.contains(['\n', '\r']) {
+        return Err("comment must be one line".into());
+    }
+    let path = UnresolvedPath::parse(call.arguments.str("path").unwrap_or_default())
+        .map_err(|e| e.to_string())?;
+    let doc = &call.unit.doc;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, info) in identified(call)? {
+        if resource_type != "*" && info.resource_type != resource_type {
+            continue;
+        }
+        for found in path::resolve(doc, element.root, &path, false) {
+            let Some(node) = found.node else { continue };
+            let written = doc.node(node);
+            let on_one_line = matches!(written.kind, Kind::Scalar { .. })
+                && !doc.src[written.start..written.end].contains('\n');
+            if !on_one_line {
+                return Err(format!(
+                    "{} {}: path {}: only values written on one line take a comment",
+                    info.resource_type, info.resource_name, found.path
+                ));
+            }
+            let rest = doc.rest_of_line(written.end);
+            let text = if comment.is_empty() {
+                String::new()
+            } else {
+                format!(" # {comment}")
+            };
+            editor.replace(written.end, written.end + rest.len(), text);
+            edits += 1;
+        }
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
+fn compute_mutations(call: &Call) -> Result<Outcome, String> {
+    let previous = call.arguments.str("config-doc-list").unwrap_or_default();
+    let index = call
+        .arguments
+        .get("functionIndex")
+        .and_then(ArgValue::as_int)
+        .unwrap_or_default();
+    let before =
+        Unit::parse(previous).map_err(|e| format!("config-doc-list does not parse: {e}"))?;
+    let index = usize::try_from(index).map_err(|_| format!("functionIndex {index} is negative"))?;
+    let mut changes = mutations::diff(&before, call.unit, index);
+    mutations::order_by(&mut changes, call.unit);
+    let value = serde_json::to_value(&changes).map_err(|e| e.to_string())?;
+    Ok(Outcome::output(Output::Other(
+        OutputType::ResourceMutationList,
+        value,
+    )))
+}
+
+pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
+    let string = DataType::String;
+    vec![
+        Arc::new(Custom {
+            signature: custom(
+                "get-attributes",
+                "Get the attributes registered as general attributes (replicas, images, namespaces, host names) with their getters and setters",
+                Vec::new(),
+                Some((
+                    "attribute-value",
+                    "Attributes",
+                    OutputType::AttributeValueList,
+                )),
+                false,
+            ),
+            run: get_attributes,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "set-attributes",
+                "Write each attribute of an AttributeValueList at its resource and path, creating missing keys",
+                vec![ParameterBuilder::new(
+                    "attribute-list",
+                    DataType::AttributeValueList,
+                    "Attributes to write, as returned by a getter",
+                )],
+                None,
+                true,
+            ),
+            run: set_attributes,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "ensure-namespaces",
+                "Add metadata.namespace: confighubplaceholder to namespaced resources without a namespace",
+                Vec::new(),
+                None,
+                true,
+            ),
+            run: ensure_namespaces,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "set-path-comment",
+                "Put a line comment on the values at a path (an empty comment removes it)",
+                vec![
+                    ParameterBuilder::new(
+                        "resource-type",
+                        string,
+                        "Resource type (apiVersion/kind), * for any",
+                    )
+                    .example("apps/v1/Deployment"),
+                    ParameterBuilder::new("path", string, "Path of the values")
+                        .example("spec.replicas"),
+                    ParameterBuilder::new("comment", string, "Comment text, without #"),
+                ],
+                None,
+                true,
+            ),
+            run: set_path_comment,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "compute-mutations",
+                "Compute the mutations from the given previous data to the current data",
+                vec![
+                    ParameterBuilder::new("config-doc-list", DataType::Yaml, "Previous data"),
+                    ParameterBuilder::new(
+                        "functionIndex",
+                        DataType::Int,
+                        "Index recorded with the mutations",
+                    )
+                    .range(Some(0), None),
+                    ParameterBuilder::new(
+                        "alreadyConverted",
+                        DataType::Bool,
+                        "The previous data is already YAML",
+                    )
+                    .optional(),
+                ],
+                Some(("mutations", "Mutations", OutputType::ResourceMutationList)),
+                false,
+            ),
+            run: compute_mutations,
+        }),
+    ]
+}
