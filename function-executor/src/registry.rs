@@ -226,7 +226,7 @@ pub const EXTERNAL_DNS_HOSTNAME: &str =
     "metadata.annotations.external-dns~1alpha~1kubernetes~1io/hostname";
 
 /// Where the pod spec sits in each pod-owning type.
-fn pod_spec_prefixes() -> Vec<(&'static str, &'static str)> {
+pub fn pod_spec_prefixes() -> Vec<(&'static str, &'static str)> {
     let mut prefixes: Vec<_> = POD_TEMPLATE_TYPES
         .iter()
         .map(|t| (*t, "spec.template.spec"))

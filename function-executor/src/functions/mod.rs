@@ -12,6 +12,7 @@ use crate::registry::PathRegistry;
 use crate::resource::Unit;
 use crate::signature::TypedSignature;
 
+pub mod containers;
 pub mod path_visitor;
 pub mod resources;
 pub mod text;
@@ -87,5 +88,6 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
     functions.extend(text::functions());
     functions.extend(validation::functions());
     functions.extend(unit::functions());
+    functions.extend(containers::functions());
     functions
 }

@@ -622,9 +622,9 @@ impl TypedFunction for ArbitraryPath {
     }
 }
 
-const CONTAINER_NAME_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
+pub const CONTAINER_NAME_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
 const IMAGE_PATTERN: &str = r"^[^\s@:/][^\s]*$";
-const IMAGE_REFERENCE_PATTERN: &str =
+pub const IMAGE_REFERENCE_PATTERN: &str =
     r"^(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z0-9_+.-]+:[A-Fa-f0-9]+)?$";
 
 const DNS_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";

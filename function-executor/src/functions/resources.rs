@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::api::{DataType, FunctionOutput, OutputType, Resource, ResourceInfo};
 use crate::functions::{Call, Outcome, Output, TypedFunction};
-use crate::resource::Element;
+use crate::resource::{Element, Unit};
 use crate::signature::{ParameterBuilder, TypedFacet, TypedSignature};
 
 /// A signature of a custom (not path-visitor) function.
@@ -135,6 +135,53 @@ fn delete_resource(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::text(format!("{}{}", &src[..start], &src[end..])))
 }
 
+fn upsert_resource(call: &Call) -> Result<Outcome, String> {
+    let list = call.arguments.str("resource-list").unwrap_or_default();
+    let resource_type = call.arguments.str("resource-type").unwrap_or_default();
+    let resource_name = call.arguments.str("resource-name").unwrap_or_default();
+    let resources: Vec<Resource> = serde_json::from_str(list)
+        .map_err(|e| format!("resource-list is not a ResourceList: {e}"))?;
+    let wanted =
+        |info: &ResourceInfo| info.resource_type == resource_type && names(info, resource_name);
+    let resource = resources
+        .iter()
+        .find(|r| wanted(&r.info))
+        .ok_or_else(|| format!("resource-list has no {resource_type} {resource_name}"))?;
+    let body = Unit::parse(&resource.resource_body)
+        .map_err(|e| format!("the body of {resource_type} {resource_name} does not parse: {e}"))?;
+    match body.elements.as_slice() {
+        [element] if element.checked_info().is_ok_and(&wanted) => {}
+        _ => {
+            return Err(format!(
+                "the body of {resource_type} {resource_name} must be that one resource"
+            ));
+        }
+    }
+    let mut text = body.element_text(&body.elements[0]).to_owned();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let src = call.unit.doc.src;
+    let existing = identified(call)?
+        .into_iter()
+        .find(|(_, info)| wanted(info))
+        .map(|(element, _)| element);
+    let updated = match existing {
+        Some(element) => {
+            let node = call.unit.doc.node(element.root);
+            let start = call.unit.doc.line_start(node.start);
+            let end = call.unit.doc.line_end(node.end);
+            format!("{}{text}{}", &src[..start], &src[end..])
+        }
+        None if call.unit.elements.is_empty() => text,
+        None => {
+            let separator = if src.ends_with('\n') { "" } else { "\n" };
+            format!("{src}{separator}---\n{text}")
+        }
+    };
+    Ok(Outcome::text(updated))
+}
+
 fn resource_type() -> ParameterBuilder {
     ParameterBuilder::new(
         "resource-type",
@@ -174,6 +221,29 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 false,
             ),
             run: get_resources_of_type,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "upsert-resource",
+                "Add the resource of the given type and name from a ResourceList, or replace it",
+                vec![
+                    ParameterBuilder::new(
+                        "resource-list",
+                        DataType::ResourceList,
+                        "ResourceList holding the resource, as get-resources returns",
+                    ),
+                    resource_type(),
+                    ParameterBuilder::new(
+                        "resource-name",
+                        string,
+                        "Name (namespace/name, or name)",
+                    )
+                    .example("prod/web"),
+                ],
+                None,
+                true,
+            ),
+            run: upsert_resource,
         }),
         Arc::new(Custom {
             signature: {
