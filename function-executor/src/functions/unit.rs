@@ -112,6 +112,95 @@ fn ensure_namespaces(call: &Call) -> Result<Outcome, String> {
     })
 }
 
+/// The annotations that tie a resource to its unit and space.
+pub const UNIT_SLUG_ANNOTATION: &str = "confighub.com/UnitSlug";
+pub const SPACE_ID_ANNOTATION: &str = "confighub.com/SpaceID";
+
+/// The span of a block-mapping entry's lines, when the entry starts its own line.
+fn entry_lines(
+    doc: &crate::yaml::Doc,
+    key: crate::yaml::NodeId,
+    value: crate::yaml::NodeId,
+) -> Option<(usize, usize)> {
+    let start = doc.line_start(doc.node(key).start);
+    let own_line = doc.src[start..doc.node(key).start]
+        .chars()
+        .all(|c| c == ' ');
+    let in_flow = doc.node(key).parent.is_some_and(|map| doc.node(map).flow);
+    (own_line && !in_flow).then(|| {
+        (
+            start,
+            doc.line_end(doc.node(value).end.max(doc.node(key).end)),
+        )
+    })
+}
+
+fn ensure_context(call: &Call) -> Result<Outcome, String> {
+    let add = call
+        .arguments
+        .get("add-context")
+        .and_then(ArgValue::as_bool)
+        .unwrap_or(true);
+    let doc = &call.unit.doc;
+    let context = [
+        (UNIT_SLUG_ANNOTATION, call.context.unit_slug.clone()),
+        (SPACE_ID_ANNOTATION, call.context.space_id.clone()),
+    ];
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, info) in identified(call)? {
+        if add {
+            let entries: Vec<(String, String)> = context
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect();
+            edits += editor.ensure_map(
+                doc,
+                element.root,
+                &["metadata", "annotations"],
+                &entries,
+                true,
+            );
+            continue;
+        }
+        let Some(annotations) = doc.get_path(element.root, &["metadata", "annotations"]) else {
+            continue;
+        };
+        let ours: Vec<_> = doc
+            .entries(annotations)
+            .iter()
+            .filter(|&&(k, _)| context.iter().any(|(name, _)| doc.str(k) == Some(*name)))
+            .copied()
+            .collect();
+        if ours.is_empty() {
+            continue;
+        }
+        let unwritable = || {
+            format!(
+                "{} {}: metadata.annotations is not written one entry per line; not edited",
+                info.resource_type, info.resource_name
+            )
+        };
+        if ours.len() == doc.entries(annotations).len() {
+            // Nothing else is annotated: the map goes too.
+            let metadata = doc.get(element.root, "metadata").unwrap_or(element.root);
+            let (key, _) = doc.entry(metadata, "annotations").ok_or_else(unwritable)?;
+            let (start, end) = entry_lines(doc, key, annotations).ok_or_else(unwritable)?;
+            editor.replace(start, end, String::new());
+        } else {
+            for (key, value) in ours {
+                let (start, end) = entry_lines(doc, key, value).ok_or_else(unwritable)?;
+                editor.replace(start, end, String::new());
+            }
+        }
+        edits += 1;
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
 fn set_path_comment(call: &Call) -> Result<Outcome, String> {
     let resource_type = call.arguments.str("resource-type").unwrap_or_default();
     let comment = call.arguments.str("comment").unwrap_or_default();
@@ -213,6 +302,23 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 true,
             ),
             run: ensure_namespaces,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "ensure-context",
+                "Add (or, with false, remove) the annotations confighub.com/UnitSlug and confighub.com/SpaceID on every resource",
+                vec![
+                    ParameterBuilder::new(
+                        "add-context",
+                        DataType::Bool,
+                        "Add the annotations (true) or remove them (false)",
+                    )
+                    .example("true"),
+                ],
+                None,
+                true,
+            ),
+            run: ensure_context,
         }),
         Arc::new(Custom {
             signature: custom(
