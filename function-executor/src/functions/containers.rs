@@ -159,6 +159,147 @@ fn set_env(call: &Call) -> Result<Outcome, String> {
     })
 }
 
+/// A Kubernetes quantity: a decimal number and its suffix (`500m`, `1.5`, `256Mi`, `2G`).
+#[derive(Debug, Clone, PartialEq)]
+struct Quantity {
+    number: f64,
+    suffix: &'static str,
+}
+
+const SUFFIXES: &[(&str, f64)] = &[
+    ("Ki", 1024.0),
+    ("Mi", 1_048_576.0),
+    ("Gi", 1_073_741_824.0),
+    ("Ti", 1_099_511_627_776.0),
+    ("Pi", 1_125_899_906_842_624.0),
+    ("Ei", 1_152_921_504_606_846_976.0),
+    ("m", 0.001),
+    ("k", 1e3),
+    ("M", 1e6),
+    ("G", 1e9),
+    ("T", 1e12),
+    ("P", 1e15),
+    ("E", 1e18),
+    ("", 1.0),
+];
+
+impl Quantity {
+    fn parse(text: &str) -> Option<Self> {
+        let (suffix, _) = SUFFIXES.iter().find(|(suffix, _)| text.ends_with(suffix))?;
+        let number: f64 = text[..text.len() - suffix.len()].parse().ok()?;
+        (number.is_finite() && number >= 0.0).then_some(Self { number, suffix })
+    }
+
+    fn value(&self) -> f64 {
+        let scale = SUFFIXES
+            .iter()
+            .find(|(s, _)| *s == self.suffix)
+            .map_or(1.0, |(_, scale)| *scale);
+        self.number * scale
+    }
+
+    fn times(&self, factor: i64) -> Self {
+        Self {
+            number: self.number * factor as f64,
+            suffix: self.suffix,
+        }
+    }
+
+    fn render(&self) -> String {
+        let number = if self.number.fract() == 0.0 {
+            format!("{}", self.number as u64)
+        } else {
+            format!("{}", self.number)
+        };
+        format!("{number}{}", self.suffix)
+    }
+}
+
+fn set_container_resources(call: &Call) -> Result<Outcome, String> {
+    let container = call.arguments.str("container-name").unwrap_or_default();
+    let operation = call.arguments.str("operation").unwrap_or("all");
+    let factor = call
+        .arguments
+        .get("limit-factor")
+        .and_then(ArgValue::as_int)
+        .unwrap_or_default();
+    let mut wanted = Vec::new();
+    for resource in ["cpu", "memory"] {
+        let text = call.arguments.str(resource).unwrap_or_default();
+        let quantity = Quantity::parse(text).ok_or_else(|| {
+            format!("{resource} {text:?} is not a quantity (e.g. 500m, 1, 256Mi)")
+        })?;
+        wanted.push((resource, quantity));
+    }
+    let doc = &call.unit.doc;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, info) in identified(call)? {
+        for (resource_type, pod_spec) in pod_spec_prefixes() {
+            if info.resource_type != resource_type {
+                continue;
+            }
+            let lookup = format!(
+                "{pod_spec}.containers.?name={}",
+                if container == "*" {
+                    "*".to_owned()
+                } else {
+                    path::escape(container)
+                }
+            );
+            let lookup = UnresolvedPath::parse(&lookup).map_err(|e| e.to_string())?;
+            for found in path::resolve(doc, element.root, &lookup, false) {
+                let Some(node) = found.node else { continue };
+                for (resource, quantity) in &wanted {
+                    let current = doc
+                        .get_path(node, &["resources", "requests", resource])
+                        .and_then(|n| doc.str(n))
+                        .and_then(Quantity::parse);
+                    let request = match (operation, &current) {
+                        ("cap", Some(current)) if current.value() <= quantity.value() => {
+                            current.clone()
+                        }
+                        ("floor", Some(current)) if current.value() >= quantity.value() => {
+                            current.clone()
+                        }
+                        _ => quantity.clone(),
+                    };
+                    let mut values = vec![("requests", request.render())];
+                    let limit = doc
+                        .get_path(node, &["resources", "limits", resource])
+                        .and_then(|n| doc.str(n))
+                        .and_then(Quantity::parse);
+                    if factor > 0 {
+                        values.push(("limits", request.times(factor).render()));
+                    } else if limit.is_some_and(|limit| limit.value() < request.value()) {
+                        // A limit below the request would be refused by Kubernetes.
+                        values.push(("limits", request.render()));
+                    }
+                    for (kind, value) in values {
+                        let path = format!("{}.resources.{kind}.{resource}", found.path);
+                        let entry =
+                            PathVisitorInfo::new(attribute::GENERAL, &path, DataType::String);
+                        let only_this =
+                            |i: &ResourceInfo| if i == info { vec![&entry] } else { Vec::new() };
+                        edits += write(
+                            call,
+                            &mut editor,
+                            &only_this,
+                            &[],
+                            &ArgValue::String(value),
+                            true,
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
 pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
     let string = DataType::String;
     let mut set_env_signature = custom(
@@ -181,6 +322,39 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
     );
     set_env_signature.typed.var_args = true;
     vec![
+        Arc::new(Custom {
+            signature: custom(
+                "set-container-resources",
+                "Set the CPU and memory requests of a container (* for every container), and limits as a multiple of them",
+                vec![
+                    ParameterBuilder::new(
+                        "container-name",
+                        string,
+                        "Name of the container whose resources to set",
+                    )
+                    .example("main")
+                    .pattern(CONTAINER_NAME_PATTERN),
+                    ParameterBuilder::new(
+                        "operation",
+                        DataType::Enum,
+                        "all: set; cap: only lower; floor: only raise",
+                    )
+                    .allowed(&["all", "cap", "floor"]),
+                    ParameterBuilder::new("cpu", string, "CPU request").example("500m"),
+                    ParameterBuilder::new("memory", string, "Memory request").example("256Mi"),
+                    ParameterBuilder::new(
+                        "limit-factor",
+                        DataType::Int,
+                        "Limits = requests x factor; 0 leaves limits alone unless below the request",
+                    )
+                    .example("2")
+                    .range(Some(0), Some(10)),
+                ],
+                None,
+                true,
+            ),
+            run: set_container_resources,
+        }),
         Arc::new(Custom {
             signature: custom(
                 "set-image-reference-by-uri",
@@ -210,4 +384,22 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
             run: set_env,
         }),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse_compare_and_scale() {
+        let q = |t: &str| Quantity::parse(t).unwrap();
+        assert_eq!(q("500m").value(), 0.5);
+        assert!(q("1Gi").value() > q("1G").value());
+        assert_eq!(q("256Mi").times(2).render(), "512Mi");
+        assert_eq!(q("0.5").times(3).render(), "1.5");
+        assert_eq!(q("250m").times(4).render(), "1000m");
+        for bad in ["", "abc", "-1", "1Q", "NaN"] {
+            assert!(Quantity::parse(bad).is_none(), "{bad}");
+        }
+    }
 }
