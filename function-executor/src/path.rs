@@ -18,7 +18,7 @@
 
 use serde_json::Value;
 
-use crate::yaml::{Doc, NodeId};
+use crate::yaml::{Doc, Kind, NodeId};
 
 /// Paths longer than this (in bytes) are refused.
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -209,6 +209,9 @@ pub struct Resolved {
     pub existing: NodeId,
     /// Keys to create below `existing` (upsert only), outermost first.
     pub missing: Vec<String>,
+    /// The path passes through an alias: what it reaches is written elsewhere (at the anchor),
+    /// so editing it would change every place that uses the anchor.
+    pub through_alias: bool,
 }
 
 /// Resolves `path` below `root`, in document order.
@@ -221,6 +224,7 @@ pub fn resolve(doc: &Doc, root: NodeId, path: &UnresolvedPath, upsert: bool) -> 
         out: &mut out,
         keys: Vec::new(),
         arguments: Vec::new(),
+        aliases: 0,
     };
     walk.visit(root, 0);
     out
@@ -233,6 +237,8 @@ struct Walk<'d, 'a, 'o> {
     out: &'o mut Vec<Resolved>,
     keys: Vec<String>,
     arguments: Vec<(String, Value)>,
+    /// Aliases on the way to the current node.
+    aliases: usize,
 }
 
 impl Walk<'_, '_, '_> {
@@ -245,6 +251,7 @@ impl Walk<'_, '_, '_> {
                 node: Some(node),
                 existing: node,
                 missing: Vec::new(),
+                through_alias: self.aliases > 0,
             });
             return;
         };
@@ -335,6 +342,8 @@ impl Walk<'_, '_, '_> {
         value: Option<Value>,
     ) {
         self.keys.push(key);
+        let alias = matches!(self.doc.node(child).kind, Kind::Alias(_));
+        self.aliases += usize::from(alias);
         let bound = match (bind, value) {
             (Some(name), Some(value)) => {
                 self.arguments.push((name.to_owned(), value));
@@ -346,6 +355,7 @@ impl Walk<'_, '_, '_> {
         if bound {
             self.arguments.pop();
         }
+        self.aliases -= usize::from(alias);
         self.keys.pop();
     }
 
@@ -368,6 +378,7 @@ impl Walk<'_, '_, '_> {
             node: None,
             existing,
             missing,
+            through_alias: self.aliases > 0,
         });
     }
 }

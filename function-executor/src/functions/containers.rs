@@ -96,6 +96,12 @@ fn set_env(call: &Call) -> Result<Outcome, String> {
                 if !doc.is_map(node) {
                     continue;
                 }
+                if found.through_alias {
+                    return Err(format!(
+                        "{} {}: {} goes through an alias; not edited",
+                        info.resource_type, info.resource_name, found.path
+                    ));
+                }
                 let env = doc.get(node, "env");
                 let mut missing = Vec::new();
                 for (key, value) in &pairs {

@@ -274,6 +274,13 @@ pub fn write<'r>(
             // Parts of scalars are only ever replaced, never created.
             let create = upsert && target.part.is_none();
             for found in path::resolve(doc, element.root, &target.path, create) {
+                if found.through_alias {
+                    problems.push(format!(
+                        "{}: goes through an alias; not edited (it would change the anchor too)",
+                        at(&found.path)
+                    ));
+                    continue;
+                }
                 let Some(node) = found.node else {
                     match create_missing(editor, doc, found.existing, &found.missing, value) {
                         Ok(()) => edits += 1,

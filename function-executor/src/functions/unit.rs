@@ -218,6 +218,12 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
         }
         for found in path::resolve(doc, element.root, &path, false) {
             let Some(node) = found.node else { continue };
+            if found.through_alias {
+                return Err(format!(
+                    "{} {}: path {} goes through an alias; not edited",
+                    info.resource_type, info.resource_name, found.path
+                ));
+            }
             let written = doc.node(node);
             let on_one_line = matches!(written.kind, Kind::Scalar { .. })
                 && !doc.src[written.start..written.end].contains('\n');
