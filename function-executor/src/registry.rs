@@ -30,8 +30,13 @@ pub struct PathVisitorInfo {
     pub data_type: DataType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub info: Option<AttributeDetails>,
-    /// Resource types a `*` registration skips.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    /// Resource types a `*` registration skips (a JSON object of empty objects, as Go writes
+    /// a set).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeSet::is_empty",
+        with = "set_as_object"
+    )]
     pub type_exceptions: BTreeSet<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedded_accessor_type: Option<EmbeddedAccessorType>,
@@ -75,6 +80,30 @@ impl PathVisitorInfo {
         self.embedded_accessor_type = Some(EmbeddedAccessorType::Regexp);
         self.embedded_accessor_config = regexp.to_owned();
         self
+    }
+}
+
+mod set_as_object {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize, Default)]
+    struct Empty {}
+
+    pub fn serialize<S: Serializer>(
+        set: &BTreeSet<String>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let map: BTreeMap<&String, Empty> = set.iter().map(|k| (k, Empty {})).collect();
+        map.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeSet<String>, D::Error> {
+        let map: Option<BTreeMap<String, Empty>> = Option::deserialize(deserializer)?;
+        Ok(map.unwrap_or_default().into_keys().collect())
     }
 }
 

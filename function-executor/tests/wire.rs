@@ -162,3 +162,36 @@ fn list_serves_confighub_signatures() {
     assert_eq!(list["where-filter"]["Validating"], true);
     assert_eq!(list["get-resources"]["Parameters"][0]["DataType"], "enum");
 }
+
+#[test]
+fn the_path_registry_serializes_as_confighub_lists_paths() {
+    let executor = Executor::kubernetes();
+    let paths = serde_json::to_value(executor.registry()).unwrap();
+    let replicas = &paths["replicas"]["apps/v1/Deployment"]["spec.replicas"];
+    assert_eq!(replicas["Path"], "spec.replicas");
+    assert_eq!(replicas["AttributeName"], "replicas");
+    assert_eq!(replicas["DataType"], "int");
+    assert_eq!(
+        replicas["Info"]["GetterInvocation"]["FunctionName"],
+        "get-replicas"
+    );
+    let namespace = &paths["namespace-name-reference"]["*"]["metadata.namespace"];
+    assert_eq!(namespace["TypeExceptions"]["v1/Namespace"], json!({}));
+    let back: krm_function_executor::registry::PathRegistry =
+        serde_json::from_value(paths.clone()).unwrap();
+    assert_eq!(&back, executor.registry());
+    let uri = &paths["container-repository-uri"]["v1/Pod"]["spec.containers.?name:container-name=%s.image#uri"];
+    assert_eq!(uri["EmbeddedAccessorType"], "Regexp");
+}
+
+#[test]
+fn every_signature_converts_losslessly() {
+    let executor = Executor::kubernetes();
+    for (name, confighub) in executor.list() {
+        let typed = krm_function_executor::TypedSignature::from_confighub(&confighub);
+        assert_eq!(typed.to_confighub(), confighub, "{name}");
+        let original = executor.function(&name).unwrap().signature();
+        assert_eq!(&typed.base.parameters, &original.base.parameters, "{name}");
+        assert_eq!(typed.typed, original.typed, "{name}");
+    }
+}
