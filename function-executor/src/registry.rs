@@ -211,6 +211,7 @@ pub mod attribute {
     pub const SUBDOMAIN: &str = "subdomain";
     pub const DOMAIN: &str = "domain";
     pub const GENERAL: &str = "attribute-value";
+    pub const PROVIDED: &str = "provided-value";
 }
 
 /// Workload controllers whose pods come from `spec.template`.
@@ -390,6 +391,22 @@ impl PathRegistry {
             PathVisitorInfo::new(GENERAL, "metadata.namespace", DataType::String)
                 .except(CLUSTER_SCOPED_TYPES)
                 .with_functions(Some("get-namespace"), &["set-namespace"]),
+        );
+        // Names other resources refer to: what `get-provided` offers for needed values.
+        add(
+            &[
+                "v1/Namespace",
+                "v1/ServiceAccount",
+                "v1/ConfigMap",
+                "v1/Secret",
+                "v1/Service",
+                "v1/PersistentVolumeClaim",
+                "rbac.authorization.k8s.io/v1/Role",
+                "rbac.authorization.k8s.io/v1/ClusterRole",
+                "scheduling.k8s.io/v1/PriorityClass",
+                "storage.k8s.io/v1/StorageClass",
+            ],
+            PathVisitorInfo::new(PROVIDED, "metadata.name", DataType::String),
         );
         let hostname_paths = [
             ("networking.k8s.io/v1/Ingress", "spec.rules.*.host"),

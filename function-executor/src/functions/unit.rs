@@ -7,7 +7,7 @@ use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo};
 use crate::args::ArgValue;
 use crate::functions::path_visitor::{EntriesFor, get, write};
 use crate::functions::resources::{Custom, custom, identified};
-use crate::functions::validation::PLACEHOLDER_STRING;
+use crate::functions::validation::{PLACEHOLDER_INT, PLACEHOLDER_STRING};
 use crate::functions::{Call, Outcome, Output, TypedFunction};
 use crate::mutations;
 use crate::path::{self, UnresolvedPath};
@@ -22,6 +22,41 @@ fn get_attributes(call: &Call) -> Result<Outcome, String> {
             .paths_for(attribute::GENERAL, &info.resource_type)
     };
     let found = get(call, &entries_for, &[], None)?;
+    Ok(Outcome::output(Output::Attributes(found)))
+}
+
+/// Whether a value is still a placeholder (a string containing one, or the integer one).
+fn is_placeholder(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(s) => s.contains(PLACEHOLDER_STRING),
+        other => other.as_i64() == Some(PLACEHOLDER_INT),
+    }
+}
+
+/// The values of `attribute_name` that still hold a placeholder.
+fn needed(call: &Call, attribute_name: &str) -> Result<Outcome, String> {
+    let entries_for =
+        |info: &ResourceInfo| call.registry.paths_for(attribute_name, &info.resource_type);
+    let mut found = get(call, &entries_for, &[], None)?;
+    found.retain(|attribute| is_placeholder(&attribute.value));
+    Ok(Outcome::output(Output::Attributes(found)))
+}
+
+fn get_needed(call: &Call) -> Result<Outcome, String> {
+    needed(call, attribute::GENERAL)
+}
+
+fn get_needed_namespaces(call: &Call) -> Result<Outcome, String> {
+    needed(call, attribute::NAMESPACE_REFERENCE)
+}
+
+fn get_provided(call: &Call) -> Result<Outcome, String> {
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(attribute::PROVIDED, &info.resource_type)
+    };
+    let mut found = get(call, &entries_for, &[], None)?;
+    found.retain(|attribute| !is_placeholder(&attribute.value));
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
@@ -284,6 +319,48 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 false,
             ),
             run: get_attributes,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-needed",
+                "Get the general attributes (replicas, images, namespaces, host names) that still hold a placeholder, with their setters",
+                Vec::new(),
+                Some((
+                    "attribute-value",
+                    "Attributes that need a value",
+                    OutputType::AttributeValueList,
+                )),
+                false,
+            ),
+            run: get_needed,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-needed-namespaces",
+                "Get the namespace fields and references that still hold a placeholder",
+                Vec::new(),
+                Some((
+                    "namespace-name",
+                    "Namespace attributes that need a value",
+                    OutputType::AttributeValueList,
+                )),
+                false,
+            ),
+            run: get_needed_namespaces,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-provided",
+                "Get the names this unit provides to others (namespaces, service accounts, config maps, secrets, services, ...)",
+                Vec::new(),
+                Some((
+                    "attribute-value",
+                    "Provided values",
+                    OutputType::AttributeValueList,
+                )),
+                false,
+            ),
+            run: get_provided,
         }),
         Arc::new(Custom {
             signature: custom(
