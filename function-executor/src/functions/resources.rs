@@ -182,6 +182,73 @@ fn upsert_resource(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::text(updated))
 }
 
+/// Replaces the resource with `replicas` copies named `<name>0`, `<name>1`, ... (as
+/// ConfigHub does; 0 removes it). Resources are matched by name without namespace.
+fn replicate(call: &Call) -> Result<Outcome, String> {
+    let resource_type = call.arguments.str("resource-type").unwrap_or_default();
+    let resource_name = call.arguments.str("resource-name").unwrap_or_default();
+    let category = call
+        .arguments
+        .str("resource-category")
+        .unwrap_or(crate::resource::CATEGORY_RESOURCE);
+    let replicas = call
+        .arguments
+        .get("replicas")
+        .and_then(crate::args::ArgValue::as_int)
+        .unwrap_or_default();
+    let replicas =
+        usize::try_from(replicas).map_err(|_| format!("replicas {replicas} is negative"))?;
+    let Some((element, info)) = identified(call)?.into_iter().find(|(_, info)| {
+        info.resource_category == category
+            && info.resource_type == resource_type
+            && info.resource_name_without_scope == resource_name
+    }) else {
+        return Ok(Outcome::default());
+    };
+    if replicas == 0 {
+        let (start, end) = call.unit.removal_span(element);
+        let src = call.unit.doc.src;
+        return Ok(Outcome::text(format!("{}{}", &src[..start], &src[end..])));
+    }
+    let text = call.unit.element_text(element);
+    let copy = Unit::parse(text).map_err(|e| format!("{}: {e}", info.resource_name))?;
+    let name_node = copy
+        .elements
+        .first()
+        .and_then(|e| copy.doc.get_path(e.root, &["metadata", "name"]));
+    let Some(name_node) = name_node else {
+        return Err(format!(
+            "{} {}: no metadata.name to make unique",
+            info.resource_type, info.resource_name
+        ));
+    };
+    let mut copies = Vec::with_capacity(replicas);
+    for index in 0..replicas {
+        let mut editor = crate::yaml::Editor::default();
+        editor.set_scalar(
+            &copy.doc,
+            name_node,
+            &format!("{resource_name}{index}"),
+            true,
+        );
+        let mut renamed = editor.finish(&copy.doc);
+        if !renamed.ends_with('\n') {
+            renamed.push('\n');
+        }
+        copies.push(renamed);
+    }
+    let doc = &call.unit.doc;
+    let node = doc.node(element.root);
+    let start = doc.line_start(node.start);
+    let end = doc.line_end(node.end);
+    let replacement = copies.join("---\n");
+    Ok(Outcome::text(format!(
+        "{}{replacement}{}",
+        &doc.src[..start],
+        &doc.src[end..]
+    )))
+}
+
 fn resource_type() -> ParameterBuilder {
     ParameterBuilder::new(
         "resource-type",
@@ -244,6 +311,37 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 true,
             ),
             run: upsert_resource,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "replicate",
+                "Replicate the specified resource replicas minus one times; the copies are named <name>0, <name>1, ...",
+                vec![
+                    resource_type(),
+                    ParameterBuilder::new(
+                        "resource-name",
+                        string,
+                        "Name of the resource, without namespace",
+                    )
+                    .example("web"),
+                    ParameterBuilder::new(
+                        "replicas",
+                        DataType::Int,
+                        "Desired number of copies of the resource",
+                    )
+                    .example("3")
+                    .range(Some(0), Some(1000)),
+                    ParameterBuilder::new(
+                        "resource-category",
+                        string,
+                        "Category of the resource (default Resource)",
+                    )
+                    .optional(),
+                ],
+                None,
+                true,
+            ),
+            run: replicate,
         }),
         Arc::new(Custom {
             signature: {
