@@ -1,0 +1,504 @@
+//! The executor's wire types. JSON field names are those of ConfigHub's `function/api` (Go
+//! field names, PascalCase), so ConfigHub's own clients can talk to krm-runner; byte fields
+//! (`ConfigData`, `LiveState`, `Output`) travel as base64, as Go encodes `[]byte`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The all-zero UUID Go writes for an unset `uuid.UUID`.
+pub const NIL_UUID: &str = "00000000-0000-0000-0000-000000000000";
+
+/// Go writes a nil slice or map as `null`: read it as empty.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+fn nil_uuid() -> String {
+    NIL_UUID.to_owned()
+}
+
+/// The data type of a parameter or an attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DataType {
+    #[serde(rename = "")]
+    None,
+    #[serde(rename = "string")]
+    String,
+    #[serde(rename = "int")]
+    Int,
+    #[serde(rename = "bool")]
+    Bool,
+    #[serde(rename = "enum")]
+    Enum,
+    AttributeValueList,
+    PatchMap,
+    ResourceMutationList,
+    ResourceList,
+    #[serde(rename = "JSON")]
+    Json,
+    #[serde(rename = "YAML")]
+    Yaml,
+    Properties,
+    #[serde(rename = "TOML")]
+    Toml,
+    #[serde(rename = "INI")]
+    Ini,
+    Env,
+    #[serde(rename = "HCL")]
+    Hcl,
+    #[serde(rename = "CEL")]
+    Cel,
+}
+
+impl DataType {
+    /// Whether values of this type travel as JSON strings (all but `int` and `bool`).
+    pub fn is_serialized_as_string(self) -> bool {
+        !matches!(self, DataType::Int | DataType::Bool | DataType::None)
+    }
+
+    /// The name on the wire, e.g. `int`, `AttributeValueList`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataType::None => "",
+            DataType::String => "string",
+            DataType::Int => "int",
+            DataType::Bool => "bool",
+            DataType::Enum => "enum",
+            DataType::AttributeValueList => "AttributeValueList",
+            DataType::PatchMap => "PatchMap",
+            DataType::ResourceMutationList => "ResourceMutationList",
+            DataType::ResourceList => "ResourceList",
+            DataType::Json => "JSON",
+            DataType::Yaml => "YAML",
+            DataType::Properties => "Properties",
+            DataType::Toml => "TOML",
+            DataType::Ini => "INI",
+            DataType::Env => "Env",
+            DataType::Hcl => "HCL",
+            DataType::Cel => "CEL",
+        }
+    }
+}
+
+/// The type of a function's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum OutputType {
+    ValidationResult,
+    ValidationResultList,
+    AttributeValueList,
+    ResourceInfoList,
+    ResourceList,
+    PatchMap,
+    #[serde(rename = "JSON")]
+    Json,
+    #[serde(rename = "YAML")]
+    Yaml,
+    Opaque,
+    ResourceMutationList,
+}
+
+/// Whether a function follows the path-visitor pattern (generated from the path registry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum FunctionType {
+    PathVisitor,
+    #[default]
+    Custom,
+}
+
+/// ConfigHub's form of a signature (what `GET /function/kubernetes` lists).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct FunctionSignature {
+    pub function_name: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub parameters: Vec<FunctionParameter>,
+    #[serde(default)]
+    pub required_parameters: usize,
+    #[serde(default)]
+    pub var_args: bool,
+    #[serde(default)]
+    pub output_info: Option<FunctionOutput>,
+    #[serde(default)]
+    pub mutating: bool,
+    #[serde(default)]
+    pub validating: bool,
+    #[serde(default)]
+    pub hermetic: bool,
+    #[serde(default)]
+    pub idempotent: bool,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub function_type: FunctionType,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub attribute_name: String,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub affected_resource_types: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct FunctionParameter {
+    pub parameter_name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub required: bool,
+    pub data_type: DataType,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub example: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub regexp: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<i64>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub enum_values: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct FunctionOutput {
+    pub result_name: String,
+    #[serde(default)]
+    pub description: String,
+    pub output_type: OutputType,
+}
+
+/// Metadata about the unit a sequence runs on (flattened into the request).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct FunctionContext {
+    #[serde(default)]
+    pub toolchain_type: String,
+    #[serde(default)]
+    pub unit_display_name: String,
+    #[serde(default)]
+    pub unit_slug: String,
+    #[serde(rename = "UnitID", default = "nil_uuid")]
+    pub unit_id: String,
+    #[serde(default)]
+    pub unit_labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub unit_annotations: Option<BTreeMap<String, String>>,
+    #[serde(rename = "SpaceID", default = "nil_uuid")]
+    pub space_id: String,
+    #[serde(default)]
+    pub space_slug: String,
+    #[serde(rename = "OrganizationID", default = "nil_uuid")]
+    pub organization_id: String,
+    #[serde(rename = "TargetID", default = "nil_uuid")]
+    pub target_id: String,
+    #[serde(rename = "BridgeWorkerID", default = "nil_uuid")]
+    pub bridge_worker_id: String,
+    #[serde(rename = "RevisionID", default = "nil_uuid")]
+    pub revision_id: String,
+    #[serde(default)]
+    pub revision_num: i64,
+    #[serde(default)]
+    pub new: bool,
+    #[serde(default)]
+    pub previous_content_hash: i32,
+    #[serde(default)]
+    pub approved_by: Option<Vec<String>>,
+}
+
+impl Default for FunctionContext {
+    fn default() -> Self {
+        Self {
+            toolchain_type: KUBERNETES_YAML.to_owned(),
+            unit_display_name: String::new(),
+            unit_slug: String::new(),
+            unit_id: nil_uuid(),
+            unit_labels: None,
+            unit_annotations: None,
+            space_id: nil_uuid(),
+            space_slug: String::new(),
+            organization_id: nil_uuid(),
+            target_id: nil_uuid(),
+            bridge_worker_id: nil_uuid(),
+            revision_id: nil_uuid(),
+            revision_num: 0,
+            new: false,
+            previous_content_hash: 0,
+            approved_by: None,
+        }
+    }
+}
+
+/// The toolchain of Kubernetes resources in YAML.
+pub const KUBERNETES_YAML: &str = "Kubernetes/YAML";
+
+/// One argument: named, or positional when `ParameterName` is absent. The value is a string,
+/// an integer or a boolean.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct FunctionArgument {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub parameter_name: String,
+    pub value: Value,
+}
+
+impl FunctionArgument {
+    pub fn named(name: impl Into<String>, value: impl Into<Value>) -> Self {
+        Self {
+            parameter_name: name.into(),
+            value: value.into(),
+        }
+    }
+
+    pub fn positional(value: impl Into<Value>) -> Self {
+        Self {
+            parameter_name: String::new(),
+            value: value.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct FunctionInvocation {
+    pub function_name: String,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub arguments: Vec<FunctionArgument>,
+}
+
+impl FunctionInvocation {
+    pub fn new(function_name: impl Into<String>, arguments: Vec<FunctionArgument>) -> Self {
+        Self {
+            function_name: function_name.into(),
+            arguments,
+        }
+    }
+}
+
+/// A unit's data, its context, and the invocations to run over it in order.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct FunctionInvocationRequest {
+    #[serde(flatten)]
+    pub context: FunctionContext,
+    #[serde(default, with = "base64_bytes")]
+    pub config_data: Vec<u8>,
+    #[serde(default, with = "base64_bytes")]
+    pub live_state: Vec<u8>,
+    /// Integer and boolean arguments arrive as strings and are converted.
+    #[serde(default)]
+    pub cast_string_args_to_scalars: bool,
+    /// The first N validating invocations are filters: one that fails ends the sequence
+    /// quietly (no error, no output of its own).
+    #[serde(default)]
+    pub num_filters: usize,
+    #[serde(default)]
+    pub stop_on_error: bool,
+    /// One ValidationResult for all validating invocations instead of a list.
+    #[serde(default)]
+    pub combine_validation_results: bool,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub function_invocations: Vec<FunctionInvocation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct FunctionInvocationResponse {
+    #[serde(rename = "OrganizationID")]
+    pub organization_id: String,
+    #[serde(rename = "SpaceID")]
+    pub space_id: String,
+    #[serde(rename = "UnitID")]
+    pub unit_id: String,
+    #[serde(rename = "RevisionID")]
+    pub revision_id: String,
+    #[serde(with = "base64_bytes")]
+    pub config_data: Vec<u8>,
+    /// The combined output as JSON text (`null` when no invocation produced one).
+    #[serde(with = "base64_bytes")]
+    pub output: Vec<u8>,
+    /// Absent when no invocation produced output.
+    #[serde(default)]
+    pub output_type: Option<OutputType>,
+    /// Every invocation ran without error (not the validation verdict).
+    pub success: bool,
+    /// Per resource, in the order of the resulting data (deleted resources last).
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub mutations: Vec<ResourceMutation>,
+    /// Indices of the invocations that changed the data.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub mutators: Vec<usize>,
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub error_messages: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ResourceInfo {
+    /// Kubernetes: `namespace/name` (`/name` without a namespace).
+    pub resource_name: String,
+    pub resource_name_without_scope: String,
+    /// Kubernetes: `apiVersion/kind`, e.g. `apps/v1/Deployment`, `v1/Service`.
+    pub resource_type: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource_category: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Resource {
+    #[serde(flatten)]
+    pub info: ResourceInfo,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource_body: String,
+}
+
+/// How to read or write an attribute again.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AttributeDetails {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub getter_invocation: Option<FunctionInvocation>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub setter_invocations: Vec<FunctionInvocation>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub generation_template: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// One attribute found in a resource: where, what, its value and how to change it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AttributeValue {
+    #[serde(flatten)]
+    pub resource: ResourceInfo,
+    /// The resolved path (dots inside keys escaped as `~1`), with `#accessor` when the value
+    /// is a part of the scalar.
+    pub path: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_live_state: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub attribute_name: String,
+    pub data_type: DataType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<AttributeDetails>,
+    pub value: Value,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub comment: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ValidationResult {
+    pub passed: bool,
+    /// The invocation's index (set when results are listed, not combined).
+    #[serde(default)]
+    pub index: usize,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub details: Vec<String>,
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub failed_attributes: Vec<AttributeValue>,
+}
+
+impl ValidationResult {
+    pub fn passed() -> Self {
+        Self {
+            passed: true,
+            index: 0,
+            details: Vec::new(),
+            failed_attributes: Vec::new(),
+        }
+    }
+
+    pub fn failed(details: Vec<String>) -> Self {
+        Self {
+            passed: false,
+            details,
+            ..Self::passed()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MutationType {
+    None,
+    Add,
+    Update,
+    Replace,
+    Delete,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct MutationInfo {
+    pub mutation_type: MutationType,
+    /// The invocation that made the change.
+    pub index: i64,
+    #[serde(default)]
+    pub predicate: bool,
+    /// The new data, or the removed data for a Delete.
+    #[serde(default)]
+    pub value: String,
+}
+
+/// What happened to one resource, and to each of its paths.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ResourceMutation {
+    pub resource: ResourceInfo,
+    pub resource_mutation_info: MutationInfo,
+    /// Resolved path -> mutation; deeper paths override shallower ones.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub path_mutation_map: BTreeMap<String, MutationInfo>,
+}
+
+/// `{"Payload": "..."}`, the output of YAML-typed functions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct YamlPayload {
+    pub payload: String,
+}
+
+mod base64_bytes {
+    use base64::{Engine, engine::general_purpose::STANDARD};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text: Option<String> = Option::deserialize(deserializer)?;
+        match text {
+            None => Ok(Vec::new()),
+            Some(text) => STANDARD
+                .decode(text.as_bytes())
+                .map_err(|e| serde::de::Error::custom(format!("not base64: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! Runs a request: each invocation in order over the unit's current text, arguments checked
+//! against the signature first; validating invocations within `NumFilters` end the sequence
+//! quietly when they fail; outputs of compatible types are combined; every invocation that
+//! changed the data is recorded with its per-resource, per-path mutations.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::api::{
+    FunctionInvocationRequest, FunctionInvocationResponse, FunctionSignature, OutputType,
+    ValidationResult,
+};
+use crate::args;
+use crate::functions::{self, Call, Output, TypedFunction};
+use crate::mutations;
+use crate::registry::PathRegistry;
+use crate::resource::Unit;
+
+/// Config data larger than this is refused.
+pub const MAX_CONFIG_BYTES: usize = 64 * 1024 * 1024;
+/// Requests with more invocations than this are refused.
+pub const MAX_INVOCATIONS: usize = 1024;
+
+/// A request that cannot run at all (ConfigHub answers these with HTTP 400). Problems of one
+/// invocation are not errors: they are the response's `ErrorMessages`.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("config data is {size} bytes, more than the limit of {MAX_CONFIG_BYTES}")]
+    TooLarge { size: usize },
+    #[error("{count} invocations, more than the limit of {MAX_INVOCATIONS}")]
+    TooManyInvocations { count: usize },
+    #[error("config data is not UTF-8 text")]
+    NotText(#[source] std::str::Utf8Error),
+    #[error("configuration data parsing error: {0}")]
+    Unparsable(String),
+    #[error("toolchain {0:?} is not supported; supported: Kubernetes/YAML")]
+    Toolchain(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistrationError {
+    #[error("function {0} already registered")]
+    Duplicate(String),
+    #[error("function {name}: validating functions must output ValidationResult")]
+    ValidatingOutput { name: String },
+}
+
+/// The functions of one toolchain and the path registry they use.
+pub struct Executor {
+    functions: BTreeMap<String, Arc<dyn TypedFunction>>,
+    registry: Arc<PathRegistry>,
+}
+
+impl Executor {
+    /// An executor with no functions over `registry`.
+    pub fn empty(registry: PathRegistry) -> Self {
+        Self {
+            functions: BTreeMap::new(),
+            registry: Arc::new(registry),
+        }
+    }
+
+    /// Every built-in Kubernetes/YAML function over the Kubernetes path registry.
+    pub fn kubernetes() -> Self {
+        let mut executor = Self::empty(PathRegistry::kubernetes());
+        for function in functions::kubernetes(&executor.registry) {
+            executor
+                .register(function)
+                .expect("built-in functions have unique names and valid outputs");
+        }
+        executor
+    }
+
+    /// Adds a function; names are unique.
+    pub fn register(&mut self, function: Arc<dyn TypedFunction>) -> Result<(), RegistrationError> {
+        let signature = function.signature();
+        let name = signature.name().to_owned();
+        let outputs_verdict = signature
+            .typed
+            .output
+            .as_ref()
+            .is_some_and(|o| o.output_type == OutputType::ValidationResult);
+        if signature.validating() != outputs_verdict {
+            return Err(RegistrationError::ValidatingOutput { name });
+        }
+        if self.functions.contains_key(&name) {
+            return Err(RegistrationError::Duplicate(name));
+        }
+        self.functions.insert(name, function);
+        Ok(())
+    }
+
+    pub fn registry(&self) -> &PathRegistry {
+        &self.registry
+    }
+
+    pub fn function(&self, name: &str) -> Option<&Arc<dyn TypedFunction>> {
+        self.functions.get(name)
+    }
+
+    /// The signatures in ConfigHub's form, by name (what `GET /function/kubernetes` returns).
+    pub fn list(&self) -> BTreeMap<String, FunctionSignature> {
+        self.functions
+            .iter()
+            .map(|(name, f)| (name.clone(), f.signature().to_confighub()))
+            .collect()
+    }
+
+    /// Runs `request`.
+    pub fn invoke(
+        &self,
+        request: &FunctionInvocationRequest,
+    ) -> Result<FunctionInvocationResponse, ExecutorError> {
+        let toolchain = &request.context.toolchain_type;
+        if !toolchain.is_empty() && toolchain != crate::api::KUBERNETES_YAML {
+            return Err(ExecutorError::Toolchain(toolchain.clone()));
+        }
+        if request.config_data.len() > MAX_CONFIG_BYTES {
+            return Err(ExecutorError::TooLarge {
+                size: request.config_data.len(),
+            });
+        }
+        if request.function_invocations.len() > MAX_INVOCATIONS {
+            return Err(ExecutorError::TooManyInvocations {
+                count: request.function_invocations.len(),
+            });
+        }
+        let mut text = std::str::from_utf8(&request.config_data)
+            .map_err(ExecutorError::NotText)?
+            .to_owned();
+        // Unparsable data is the request's fault, before any invocation runs.
+        Unit::parse(&text).map_err(ExecutorError::Unparsable)?;
+
+        let mut run = Run {
+            combine: request.combine_validation_results,
+            instance: instance(request),
+            output: None,
+            messages: Vec::new(),
+        };
+        let mut success = true;
+        let mut filters_left = request.num_filters;
+        let mut mutations = Vec::new();
+        let mut mutators = Vec::new();
+        for (index, invocation) in request.function_invocations.iter().enumerate() {
+            let Some(function) = self.functions.get(&invocation.function_name) else {
+                run.messages.push(format!(
+                    "invoke {}: function does not exist",
+                    invocation.function_name
+                ));
+                success = false;
+                if request.stop_on_error {
+                    break;
+                }
+                continue;
+            };
+            let signature = function.signature();
+            let is_filter = signature.validating() && filters_left > 0;
+            if is_filter {
+                filters_left -= 1;
+            }
+            let arguments = match args::check(signature, invocation) {
+                Ok(arguments) => arguments,
+                Err(problems) => {
+                    run.messages.extend(problems);
+                    success = false;
+                    if request.stop_on_error {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let (outcome, changed) = {
+                let unit = Unit::parse(&text).map_err(ExecutorError::Unparsable)?;
+                let call = Call {
+                    unit: &unit,
+                    arguments: &arguments,
+                    context: &request.context,
+                    registry: &self.registry,
+                };
+                let mut outcome = match function.run(&call) {
+                    Ok(outcome) => outcome,
+                    Err(message) => {
+                        run.messages
+                            .push(format!("{}: {message}", invocation.function_name));
+                        success = false;
+                        if request.stop_on_error {
+                            break;
+                        }
+                        continue;
+                    }
+                };
+                if is_filter
+                    && let Some(Output::Validation(result)) = &outcome.output
+                    && !result.passed
+                {
+                    break;
+                }
+                // Only mutating functions may change the data.
+                let changed = match outcome.text.take() {
+                    Some(new_text) if signature.mutating() && new_text != text => {
+                        let after = Unit::parse(&new_text).map_err(|e| {
+                            ExecutorError::Unparsable(format!(
+                                "{} produced data that does not parse: {e}",
+                                invocation.function_name
+                            ))
+                        })?;
+                        let changes = mutations::diff(&unit, &after, index);
+                        Some((new_text, changes))
+                    }
+                    _ => None,
+                };
+                (outcome, changed)
+            };
+            if let Some((new_text, changes)) = changed {
+                mutations::merge(&mut mutations, changes);
+                mutators.push(index);
+                text = new_text;
+            }
+            // A filter that passed is a guard, not a result: its verdict stays out of the
+            // output so that the guarded invocations' outputs are not discarded as
+            // incompatible with it.
+            if let Some(output) = outcome.output
+                && signature.typed.output.is_some()
+                && !is_filter
+            {
+                run.combine(&invocation.function_name, index, output);
+            }
+        }
+        let final_unit = Unit::parse(&text).map_err(ExecutorError::Unparsable)?;
+        mutations::order_by(&mut mutations, &final_unit);
+        let (output_type, output) = run.encoded();
+        Ok(FunctionInvocationResponse {
+            organization_id: request.context.organization_id.clone(),
+            space_id: request.context.space_id.clone(),
+            unit_id: request.context.unit_id.clone(),
+            revision_id: request.context.revision_id.clone(),
+            config_data: text.into_bytes(),
+            output,
+            output_type,
+            success,
+            mutations,
+            mutators,
+            error_messages: run.messages,
+        })
+    }
+}
+
+/// How ConfigHub names the unit in messages: its ID, and the revision's when there is one.
+fn instance(request: &FunctionInvocationRequest) -> String {
+    let context = &request.context;
+    if context.revision_id == crate::api::NIL_UUID || context.revision_id.is_empty() {
+        context.unit_id.clone()
+    } else {
+        format!("{}: {}", context.unit_id, context.revision_id)
+    }
+}
+
+/// The combined output of a sequence.
+enum Combined {
+    Validation(ValidationResult),
+    Validations(Vec<ValidationResult>),
+    Single(Output),
+}
+
+struct Run {
+    combine: bool,
+    instance: String,
+    output: Option<Combined>,
+    messages: Vec<String>,
+}
+
+impl Run {
+    fn combine(&mut self, function: &str, index: usize, output: Output) {
+        if let Output::Validation(result) = &output
+            && !result.passed
+        {
+            self.messages.push(format!(
+                "function failed: {function} at {index} on {}",
+                self.instance
+            ));
+        }
+        match (self.output.take(), output) {
+            (None, Output::Validation(mut result)) => {
+                self.output = Some(if self.combine {
+                    result.index = 0;
+                    Combined::Validation(result)
+                } else {
+                    result.index = index;
+                    Combined::Validations(vec![result])
+                });
+            }
+            (None, other) => self.output = Some(Combined::Single(other)),
+            (Some(Combined::Validation(mut before)), Output::Validation(result)) => {
+                before.passed = before.passed && result.passed;
+                let mut details = result.details;
+                details.append(&mut before.details);
+                before.details = details;
+                before.failed_attributes.extend(result.failed_attributes);
+                self.output = Some(Combined::Validation(before));
+            }
+            (Some(Combined::Validations(mut list)), Output::Validation(mut result)) => {
+                result.index = index;
+                list.push(result);
+                self.output = Some(Combined::Validations(list));
+            }
+            (Some(Combined::Single(before)), newer) => {
+                let merged = match (before, newer) {
+                    (Output::Attributes(mut a), Output::Attributes(b)) => {
+                        a.extend(b);
+                        Ok(Output::Attributes(a))
+                    }
+                    (Output::ResourceInfos(mut a), Output::ResourceInfos(b)) => {
+                        a.extend(b);
+                        Ok(Output::ResourceInfos(a))
+                    }
+                    (Output::Resources(mut a), Output::Resources(b)) => {
+                        a.extend(b);
+                        Ok(Output::Resources(a))
+                    }
+                    (before, newer) => Err((before, newer)),
+                };
+                match merged {
+                    Ok(output) => self.output = Some(Combined::Single(output)),
+                    Err((before, newer)) => {
+                        let kind = if before.output_type() == newer.output_type() {
+                            "unmergeable"
+                        } else {
+                            "incompatible"
+                        };
+                        self.messages.push(format!(
+                            "functions with {kind} output types; output of {function} at {index} on {} discarded",
+                            self.instance
+                        ));
+                        self.output = Some(Combined::Single(before));
+                    }
+                }
+            }
+            (Some(before), _) => {
+                self.messages.push(format!(
+                    "functions with incompatible output types; output of {function} at {index} on {} discarded",
+                    self.instance
+                ));
+                self.output = Some(before);
+            }
+        }
+    }
+
+    /// The output type and the output as JSON text (`null` when there is none), fields in
+    /// the order of their types.
+    fn encoded(&self) -> (Option<OutputType>, Vec<u8>) {
+        let encoded = match &self.output {
+            None => return (None, b"null".to_vec()),
+            Some(Combined::Validation(result)) => {
+                (OutputType::ValidationResult, serde_json::to_vec(result))
+            }
+            Some(Combined::Validations(list)) => {
+                (OutputType::ValidationResultList, serde_json::to_vec(list))
+            }
+            Some(Combined::Single(output)) => (
+                output.output_type(),
+                match output {
+                    Output::Attributes(a) => serde_json::to_vec(a),
+                    Output::ResourceInfos(r) => serde_json::to_vec(r),
+                    Output::Resources(r) => serde_json::to_vec(r),
+                    Output::Validation(v) => serde_json::to_vec(v),
+                    Output::Other(_, v) => serde_json::to_vec(v),
+                },
+            ),
+        };
+        match encoded {
+            (output_type, Ok(bytes)) => (Some(output_type), bytes),
+            // Plain data types always serialize; keep the response well formed regardless.
+            (_, Err(_)) => (None, b"null".to_vec()),
+        }
+    }
+}

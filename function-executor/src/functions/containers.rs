@@ -1,0 +1,411 @@
+//! Functions over the containers of pod-owning resources that need more than one path.
+
+use std::sync::Arc;
+
+use regex::Regex;
+
+use crate::api::{DataType, ResourceInfo};
+use crate::args::ArgValue;
+use crate::functions::path_visitor::{CONTAINER_NAME_PATTERN, IMAGE_REFERENCE_PATTERN, get, write};
+use crate::functions::resources::{Custom, custom, identified};
+use crate::functions::{Call, Outcome, TypedFunction};
+use crate::path::{self, UnresolvedPath};
+use crate::registry::{IMAGE_ACCESSOR, PathVisitorInfo, attribute, pod_spec_prefixes};
+use crate::signature::ParameterBuilder;
+use crate::yaml::{Editor, New};
+
+fn set_image_reference_by_uri(call: &Call) -> Result<Outcome, String> {
+    let uri = call.arguments.str("repository-uri").unwrap_or_default();
+    let reference = call.arguments.str("image-reference").unwrap_or_default();
+    let accessor = Regex::new(IMAGE_ACCESSOR).map_err(|e| e.to_string())?;
+    let images_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(attribute::CONTAINER_IMAGE, &info.resource_type)
+    };
+    let images = get(call, &images_for, &["*".to_owned()], Some(DataType::String))?;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for image in images {
+        let Some(text) = image.value.as_str() else {
+            continue;
+        };
+        let Some(captures) = accessor.captures(text) else {
+            continue;
+        };
+        if &captures["uri"] != uri {
+            continue;
+        }
+        let replaced = format!("{uri}{reference}");
+        if replaced == text {
+            continue;
+        }
+        let entry = PathVisitorInfo::new(attribute::GENERAL, &image.path, DataType::String);
+        let only_this = |info: &ResourceInfo| {
+            if *info == image.resource {
+                vec![&entry]
+            } else {
+                Vec::new()
+            }
+        };
+        edits += write(
+            call,
+            &mut editor,
+            &only_this,
+            &[],
+            &ArgValue::String(replaced),
+            false,
+        )?;
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(&call.unit.doc)),
+        output: None,
+    })
+}
+
+fn set_env(call: &Call) -> Result<Outcome, String> {
+    let container = call.arguments.str("container-name").unwrap_or_default();
+    // Later pairs for one variable win.
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for value in call.arguments.all("env-key-value") {
+        let text = value.as_str().unwrap_or_default();
+        let Some((key, value)) = text.split_once('=') else {
+            return Err(format!("env-key-value {text:?} is not KEY=value"));
+        };
+        pairs.retain(|(k, _)| k != key);
+        pairs.push((key.to_owned(), value.to_owned()));
+    }
+    let doc = &call.unit.doc;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, info) in identified(call)? {
+        for (resource_type, pod_spec) in pod_spec_prefixes() {
+            if info.resource_type != resource_type {
+                continue;
+            }
+            let lookup = format!(
+                "{pod_spec}.containers.?name={}",
+                if container == "*" {
+                    "*".to_owned()
+                } else {
+                    path::escape(container)
+                }
+            );
+            let lookup = UnresolvedPath::parse(&lookup).map_err(|e| e.to_string())?;
+            for found in path::resolve(doc, element.root, &lookup, false) {
+                let Some(node) = found.node else { continue };
+                if !doc.is_map(node) {
+                    continue;
+                }
+                if found.through_alias {
+                    return Err(format!(
+                        "{} {}: {} goes through an alias; not edited",
+                        info.resource_type, info.resource_name, found.path
+                    ));
+                }
+                let env = doc.get(node, "env");
+                let mut missing = Vec::new();
+                for (key, value) in &pairs {
+                    let item = env.and_then(|env| {
+                        doc.items(env)
+                            .iter()
+                            .copied()
+                            .find(|&item| doc.get_str(item, &["name"]) == Some(key.as_str()))
+                    });
+                    match item {
+                        Some(item) => match doc.get(item, "value") {
+                            Some(current) if doc.str(current) == Some(value.as_str()) => {}
+                            Some(current) if doc.str(current).is_some() => {
+                                editor.set_scalar(doc, current, value, true);
+                                edits += 1;
+                            }
+                            Some(_) => {
+                                return Err(format!(
+                                    "{} {}: env {key} of container {}: its value is not a scalar (valueFrom?)",
+                                    info.resource_type, info.resource_name, found.path
+                                ));
+                            }
+                            None => {
+                                editor.insert(doc, item, "value", New::str(value.clone()));
+                                edits += 1;
+                            }
+                        },
+                        None => missing.push(New::Map(vec![
+                            ("name".to_owned(), New::str(key.clone())),
+                            ("value".to_owned(), New::str(value.clone())),
+                        ])),
+                    }
+                }
+                if missing.is_empty() {
+                    continue;
+                }
+                edits += missing.len();
+                match env {
+                    Some(env) if doc.is_seq(env) => {
+                        for item in missing {
+                            editor.append_item(doc, env, item);
+                        }
+                    }
+                    Some(env) if doc.is_null(env) => {
+                        editor.replace_node(doc, env, &New::Seq(missing))
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "{} {}: {}.env is not a list",
+                            info.resource_type, info.resource_name, found.path
+                        ));
+                    }
+                    None => editor.insert(doc, node, "env", New::Seq(missing)),
+                }
+            }
+        }
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
+/// A Kubernetes quantity: a decimal number and its suffix (`500m`, `1.5`, `256Mi`, `2G`).
+#[derive(Debug, Clone, PartialEq)]
+struct Quantity {
+    number: f64,
+    suffix: &'static str,
+}
+
+const SUFFIXES: &[(&str, f64)] = &[
+    ("Ki", 1024.0),
+    ("Mi", 1_048_576.0),
+    ("Gi", 1_073_741_824.0),
+    ("Ti", 1_099_511_627_776.0),
+    ("Pi", 1_125_899_906_842_624.0),
+    ("Ei", 1_152_921_504_606_846_976.0),
+    ("m", 0.001),
+    ("k", 1e3),
+    ("M", 1e6),
+    ("G", 1e9),
+    ("T", 1e12),
+    ("P", 1e15),
+    ("E", 1e18),
+    ("", 1.0),
+];
+
+impl Quantity {
+    fn parse(text: &str) -> Option<Self> {
+        let (suffix, _) = SUFFIXES.iter().find(|(suffix, _)| text.ends_with(suffix))?;
+        let number: f64 = text[..text.len() - suffix.len()].parse().ok()?;
+        (number.is_finite() && number >= 0.0).then_some(Self { number, suffix })
+    }
+
+    fn value(&self) -> f64 {
+        let scale = SUFFIXES
+            .iter()
+            .find(|(s, _)| *s == self.suffix)
+            .map_or(1.0, |(_, scale)| *scale);
+        self.number * scale
+    }
+
+    fn times(&self, factor: i64) -> Self {
+        Self {
+            number: self.number * factor as f64,
+            suffix: self.suffix,
+        }
+    }
+
+    fn render(&self) -> String {
+        let number = if self.number.fract() == 0.0 {
+            format!("{}", self.number as u64)
+        } else {
+            format!("{}", self.number)
+        };
+        format!("{number}{}", self.suffix)
+    }
+}
+
+fn set_container_resources(call: &Call) -> Result<Outcome, String> {
+    let container = call.arguments.str("container-name").unwrap_or_default();
+    let operation = call.arguments.str("operation").unwrap_or("all");
+    let factor = call
+        .arguments
+        .get("limit-factor")
+        .and_then(ArgValue::as_int)
+        .unwrap_or_default();
+    let mut wanted = Vec::new();
+    for resource in ["cpu", "memory"] {
+        let text = call.arguments.str(resource).unwrap_or_default();
+        let quantity = Quantity::parse(text).ok_or_else(|| {
+            format!("{resource} {text:?} is not a quantity (e.g. 500m, 1, 256Mi)")
+        })?;
+        wanted.push((resource, quantity));
+    }
+    let doc = &call.unit.doc;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, info) in identified(call)? {
+        for (resource_type, pod_spec) in pod_spec_prefixes() {
+            if info.resource_type != resource_type {
+                continue;
+            }
+            let lookup = format!(
+                "{pod_spec}.containers.?name={}",
+                if container == "*" {
+                    "*".to_owned()
+                } else {
+                    path::escape(container)
+                }
+            );
+            let lookup = UnresolvedPath::parse(&lookup).map_err(|e| e.to_string())?;
+            for found in path::resolve(doc, element.root, &lookup, false) {
+                let Some(node) = found.node else { continue };
+                for (resource, quantity) in &wanted {
+                    let current = doc
+                        .get_path(node, &["resources", "requests", resource])
+                        .and_then(|n| doc.str(n))
+                        .and_then(Quantity::parse);
+                    let request = match (operation, &current) {
+                        ("cap", Some(current)) if current.value() <= quantity.value() => {
+                            current.clone()
+                        }
+                        ("floor", Some(current)) if current.value() >= quantity.value() => {
+                            current.clone()
+                        }
+                        _ => quantity.clone(),
+                    };
+                    let mut values = vec![("requests", request.render())];
+                    let limit = doc
+                        .get_path(node, &["resources", "limits", resource])
+                        .and_then(|n| doc.str(n))
+                        .and_then(Quantity::parse);
+                    if factor > 0 {
+                        values.push(("limits", request.times(factor).render()));
+                    } else if limit.is_some_and(|limit| limit.value() < request.value()) {
+                        // A limit below the request would be refused by Kubernetes.
+                        values.push(("limits", request.render()));
+                    }
+                    for (kind, value) in values {
+                        let path = format!("{}.resources.{kind}.{resource}", found.path);
+                        let entry =
+                            PathVisitorInfo::new(attribute::GENERAL, &path, DataType::String);
+                        let only_this =
+                            |i: &ResourceInfo| if i == info { vec![&entry] } else { Vec::new() };
+                        edits += write(
+                            call,
+                            &mut editor,
+                            &only_this,
+                            &[],
+                            &ArgValue::String(value),
+                            true,
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
+pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
+    let string = DataType::String;
+    let mut set_env_signature = custom(
+        "set-env",
+        "Set environment variables of a container (* for every container), adding those missing",
+        vec![
+            ParameterBuilder::new(
+                "container-name",
+                string,
+                "Name of the container whose environment to set",
+            )
+            .example("main")
+            .pattern(CONTAINER_NAME_PATTERN),
+            ParameterBuilder::new("env-key-value", string, "KEY=value; repeat for more")
+                .example("LOG_LEVEL=debug")
+                .pattern(r"^[A-Za-z_][-._A-Za-z0-9]*="),
+        ],
+        None,
+        true,
+    );
+    set_env_signature.typed.var_args = true;
+    vec![
+        Arc::new(Custom {
+            signature: custom(
+                "set-container-resources",
+                "Set the CPU and memory requests of a container (* for every container), and limits as a multiple of them",
+                vec![
+                    ParameterBuilder::new(
+                        "container-name",
+                        string,
+                        "Name of the container whose resources to set",
+                    )
+                    .example("main")
+                    .pattern(CONTAINER_NAME_PATTERN),
+                    ParameterBuilder::new(
+                        "operation",
+                        DataType::Enum,
+                        "all: set; cap: only lower; floor: only raise",
+                    )
+                    .allowed(&["all", "cap", "floor"]),
+                    ParameterBuilder::new("cpu", string, "CPU request").example("500m"),
+                    ParameterBuilder::new("memory", string, "Memory request").example("256Mi"),
+                    ParameterBuilder::new(
+                        "limit-factor",
+                        DataType::Int,
+                        "Limits = requests x factor; 0 leaves limits alone unless below the request",
+                    )
+                    .example("2")
+                    .range(Some(0), Some(10)),
+                ],
+                None,
+                true,
+            ),
+            run: set_container_resources,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "set-image-reference-by-uri",
+                "Set the tag or digest of every container image from the given repository",
+                vec![
+                    ParameterBuilder::new(
+                        "repository-uri",
+                        string,
+                        "Image repository, without tag or digest",
+                    )
+                    .example("ghcr.io/example/app"),
+                    ParameterBuilder::new(
+                        "image-reference",
+                        string,
+                        "Tag (:tag) and/or digest (@sha256:...)",
+                    )
+                    .example(":v1.2.3")
+                    .pattern(IMAGE_REFERENCE_PATTERN),
+                ],
+                None,
+                true,
+            ),
+            run: set_image_reference_by_uri,
+        }),
+        Arc::new(Custom {
+            signature: set_env_signature,
+            run: set_env,
+        }),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_parse_compare_and_scale() {
+        let q = |t: &str| Quantity::parse(t).unwrap();
+        assert_eq!(q("500m").value(), 0.5);
+        assert!(q("1Gi").value() > q("1G").value());
+        assert_eq!(q("256Mi").times(2).render(), "512Mi");
+        assert_eq!(q("0.5").times(3).render(), "1.5");
+        assert_eq!(q("250m").times(4).render(), "1000m");
+        for bad in ["", "abc", "-1", "1Q", "NaN"] {
+            assert!(Quantity::parse(bad).is_none(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! Whole-resource functions: listing and deleting resources.
+
+use std::sync::Arc;
+
+use crate::api::{DataType, FunctionOutput, OutputType, Resource, ResourceInfo};
+use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::resource::{Element, Unit};
+use crate::signature::{ParameterBuilder, TypedFacet, TypedSignature};
+
+/// A signature of a custom (not path-visitor) function.
+pub fn custom(
+    name: &str,
+    description: &str,
+    parameters: Vec<ParameterBuilder>,
+    output: Option<(&str, &str, OutputType)>,
+    mutating: bool,
+) -> TypedSignature {
+    let mut parameter_data_types = std::collections::BTreeMap::new();
+    let parameters = parameters
+        .into_iter()
+        .map(|builder| {
+            let (parameter, data_type) = builder.build();
+            if let Some(data_type) = data_type {
+                parameter_data_types.insert(parameter.name.clone(), data_type);
+            }
+            parameter
+        })
+        .collect();
+    let output = output.map(|(name, description, output_type)| FunctionOutput {
+        result_name: name.to_owned(),
+        description: description.to_owned(),
+        output_type,
+    });
+    let validates = output
+        .as_ref()
+        .is_some_and(|o| o.output_type == OutputType::ValidationResult);
+    TypedSignature {
+        base: krm_plugin_api::FunctionSignature {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            parameters,
+            validates,
+            ..Default::default()
+        },
+        typed: TypedFacet {
+            output,
+            mutating,
+            hermetic: true,
+            idempotent: true,
+            affected_resource_types: vec!["*".to_owned()],
+            parameter_data_types,
+            ..TypedFacet::default()
+        },
+    }
+}
+
+/// A function defined by its signature and a plain `fn`.
+pub struct Custom {
+    pub signature: TypedSignature,
+    pub run: fn(&Call) -> Result<Outcome, String>,
+}
+
+impl TypedFunction for Custom {
+    fn signature(&self) -> &TypedSignature {
+        &self.signature
+    }
+
+    fn run(&self, call: &Call) -> Result<Outcome, String> {
+        (self.run)(call)
+    }
+}
+
+/// The identities of every element, or the problems of those without one.
+pub fn identified<'u>(call: &'u Call) -> Result<Vec<(&'u Element, &'u ResourceInfo)>, String> {
+    let mut found = Vec::new();
+    let mut problems = Vec::new();
+    for element in &call.unit.elements {
+        match element.checked_info() {
+            Ok(info) => found.push((element, info)),
+            Err(problem) => problems.push(problem),
+        }
+    }
+    if problems.is_empty() {
+        Ok(found)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+fn get_resources(call: &Call) -> Result<Outcome, String> {
+    let body = call.arguments.str("body").unwrap_or("yaml");
+    let mut resources = Vec::new();
+    for (element, info) in identified(call)? {
+        let resource_body = match body {
+            "none" => String::new(),
+            "json" => serde_json::to_string(&call.unit.doc.to_json(element.root))
+                .map_err(|e| format!("{}: cannot render as JSON: {e}", info.resource_name))?,
+            // Kubernetes' native form is the YAML itself.
+            _ => call.unit.element_text(element).to_owned(),
+        };
+        resources.push(Resource {
+            info: info.clone(),
+            resource_body,
+        });
+    }
+    Ok(Outcome::output(Output::Resources(resources)))
+}
+
+fn get_resources_of_type(call: &Call) -> Result<Outcome, String> {
+    let wanted = call.arguments.str("resource-type").unwrap_or_default();
+    let infos = identified(call)?
+        .into_iter()
+        .filter(|(_, info)| info.resource_type == wanted)
+        .map(|(_, info)| info.clone())
+        .collect();
+    Ok(Outcome::output(Output::ResourceInfos(infos)))
+}
+
+/// Whether `name` names the resource: `namespace/name`, or `name` alone.
+fn names(info: &ResourceInfo, name: &str) -> bool {
+    info.resource_name == name || (!name.contains('/') && info.resource_name_without_scope == name)
+}
+
+fn delete_resource(call: &Call) -> Result<Outcome, String> {
+    let resource_type = call.arguments.str("resource-type").unwrap_or_default();
+    let resource_name = call.arguments.str("resource-name").unwrap_or_default();
+    let (element, _) = identified(call)?
+        .into_iter()
+        .find(|(_, info)| info.resource_type == resource_type && names(info, resource_name))
+        .ok_or_else(|| {
+            format!("resource with type {resource_type} and name {resource_name} not found")
+        })?;
+    let (start, end) = call.unit.removal_span(element);
+    let src = call.unit.doc.src;
+    Ok(Outcome::text(format!("{}{}", &src[..start], &src[end..])))
+}
+
+fn upsert_resource(call: &Call) -> Result<Outcome, String> {
+    let list = call.arguments.str("resource-list").unwrap_or_default();
+    let resource_type = call.arguments.str("resource-type").unwrap_or_default();
+    let resource_name = call.arguments.str("resource-name").unwrap_or_default();
+    let resources: Vec<Resource> = serde_json::from_str(list)
+        .map_err(|e| format!("resource-list is not a ResourceList: {e}"))?;
+    let wanted =
+        |info: &ResourceInfo| info.resource_type == resource_type && names(info, resource_name);
+    let resource = resources
+        .iter()
+        .find(|r| wanted(&r.info))
+        .ok_or_else(|| format!("resource-list has no {resource_type} {resource_name}"))?;
+    let body = Unit::parse(&resource.resource_body)
+        .map_err(|e| format!("the body of {resource_type} {resource_name} does not parse: {e}"))?;
+    match body.elements.as_slice() {
+        [element] if element.checked_info().is_ok_and(&wanted) => {}
+        _ => {
+            return Err(format!(
+                "the body of {resource_type} {resource_name} must be that one resource"
+            ));
+        }
+    }
+    let mut text = body.element_text(&body.elements[0]).to_owned();
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    let src = call.unit.doc.src;
+    let existing = identified(call)?
+        .into_iter()
+        .find(|(_, info)| wanted(info))
+        .map(|(element, _)| element);
+    let updated = match existing {
+        Some(element) => {
+            let node = call.unit.doc.node(element.root);
+            let start = call.unit.doc.line_start(node.start);
+            let end = call.unit.doc.line_end(node.end);
+            format!("{}{text}{}", &src[..start], &src[end..])
+        }
+        None if call.unit.elements.is_empty() => text,
+        None => {
+            let separator = if src.ends_with('\n') { "" } else { "\n" };
+            format!("{src}{separator}---\n{text}")
+        }
+    };
+    Ok(Outcome::text(updated))
+}
+
+/// Replaces the resource with `replicas` copies named `<name>0`, `<name>1`, ... (as
+/// ConfigHub does; 0 removes it). Resources are matched by name without namespace.
+fn replicate(call: &Call) -> Result<Outcome, String> {
+    let resource_type = call.arguments.str("resource-type").unwrap_or_default();
+    let resource_name = call.arguments.str("resource-name").unwrap_or_default();
+    let category = call
+        .arguments
+        .str("resource-category")
+        .unwrap_or(crate::resource::CATEGORY_RESOURCE);
+    let replicas = call
+        .arguments
+        .get("replicas")
+        .and_then(crate::args::ArgValue::as_int)
+        .unwrap_or_default();
+    let replicas =
+        usize::try_from(replicas).map_err(|_| format!("replicas {replicas} is negative"))?;
+    let Some((element, info)) = identified(call)?.into_iter().find(|(_, info)| {
+        info.resource_category == category
+            && info.resource_type == resource_type
+            && info.resource_name_without_scope == resource_name
+    }) else {
+        return Ok(Outcome::default());
+    };
+    if replicas == 0 {
+        let (start, end) = call.unit.removal_span(element);
+        let src = call.unit.doc.src;
+        return Ok(Outcome::text(format!("{}{}", &src[..start], &src[end..])));
+    }
+    let text = call.unit.element_text(element);
+    let copy = Unit::parse(text).map_err(|e| format!("{}: {e}", info.resource_name))?;
+    let name_node = copy
+        .elements
+        .first()
+        .and_then(|e| copy.doc.get_path(e.root, &["metadata", "name"]));
+    let Some(name_node) = name_node else {
+        return Err(format!(
+            "{} {}: no metadata.name to make unique",
+            info.resource_type, info.resource_name
+        ));
+    };
+    let mut copies = Vec::with_capacity(replicas);
+    for index in 0..replicas {
+        let mut editor = crate::yaml::Editor::default();
+        editor.set_scalar(
+            &copy.doc,
+            name_node,
+            &format!("{resource_name}{index}"),
+            true,
+        );
+        let mut renamed = editor.finish(&copy.doc);
+        if !renamed.ends_with('\n') {
+            renamed.push('\n');
+        }
+        copies.push(renamed);
+    }
+    let doc = &call.unit.doc;
+    let node = doc.node(element.root);
+    let start = doc.line_start(node.start);
+    let end = doc.line_end(node.end);
+    let replacement = copies.join("---\n");
+    Ok(Outcome::text(format!(
+        "{}{replacement}{}",
+        &doc.src[..start],
+        &doc.src[end..]
+    )))
+}
+
+fn resource_type() -> ParameterBuilder {
+    ParameterBuilder::new(
+        "resource-type",
+        DataType::String,
+        "Resource type (apiVersion/kind)",
+    )
+    .example("apps/v1/Deployment")
+}
+
+pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
+    let string = DataType::String;
+    vec![
+        Arc::new(Custom {
+            signature: custom(
+                "get-resources",
+                "Get the names, types and bodies of the resources",
+                vec![
+                    ParameterBuilder::new("body", DataType::Enum, "Form of the resource bodies")
+                        .allowed(&["yaml", "none", "json", "native"])
+                        .optional(),
+                ],
+                Some(("resources", "Resources", OutputType::ResourceList)),
+                false,
+            ),
+            run: get_resources,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-resources-of-type",
+                "Get the names and types of the resources of one type",
+                vec![resource_type()],
+                Some((
+                    "resources",
+                    "Resources of the type",
+                    OutputType::ResourceInfoList,
+                )),
+                false,
+            ),
+            run: get_resources_of_type,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "upsert-resource",
+                "Add the resource of the given type and name from a ResourceList, or replace it",
+                vec![
+                    ParameterBuilder::new(
+                        "resource-list",
+                        DataType::ResourceList,
+                        "ResourceList holding the resource, as get-resources returns",
+                    ),
+                    resource_type(),
+                    ParameterBuilder::new(
+                        "resource-name",
+                        string,
+                        "Name (namespace/name, or name)",
+                    )
+                    .example("prod/web"),
+                ],
+                None,
+                true,
+            ),
+            run: upsert_resource,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "replicate",
+                "Replicate the specified resource replicas minus one times; the copies are named <name>0, <name>1, ...",
+                vec![
+                    resource_type(),
+                    ParameterBuilder::new(
+                        "resource-name",
+                        string,
+                        "Name of the resource, without namespace",
+                    )
+                    .example("web"),
+                    ParameterBuilder::new(
+                        "replicas",
+                        DataType::Int,
+                        "Desired number of copies of the resource",
+                    )
+                    .example("3")
+                    .range(Some(0), Some(1000)),
+                    ParameterBuilder::new(
+                        "resource-category",
+                        string,
+                        "Category of the resource (default Resource)",
+                    )
+                    .optional(),
+                ],
+                None,
+                true,
+            ),
+            run: replicate,
+        }),
+        Arc::new(Custom {
+            signature: {
+                let mut signature = custom(
+                    "delete-resource",
+                    "Delete the resource of the given type and name",
+                    vec![
+                        resource_type(),
+                        ParameterBuilder::new(
+                            "resource-name",
+                            string,
+                            "Name (namespace/name, or name)",
+                        )
+                        .example("prod/web"),
+                    ],
+                    None,
+                    true,
+                );
+                // Deleting twice fails the second time.
+                signature.typed.idempotent = false;
+                signature
+            },
+            run: delete_resource,
+        }),
+    ]
+}

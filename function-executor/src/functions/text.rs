@@ -1,0 +1,55 @@
+//! Functions over the strings of every resource.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::api::DataType;
+use crate::functions::resources::{Custom, custom, identified};
+use crate::functions::{Call, Outcome, TypedFunction};
+use crate::resource::scalars;
+use crate::signature::ParameterBuilder;
+use crate::yaml::Editor;
+
+fn search_replace(call: &Call) -> Result<Outcome, String> {
+    let search = call.arguments.str("search-value").unwrap_or_default();
+    let replace = call.arguments.str("replace-value").unwrap_or_default();
+    if search.is_empty() {
+        return Err("search-value must not be empty".into());
+    }
+    let doc = &call.unit.doc;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, _) in identified(call)? {
+        for (_, node) in scalars(doc, element.root) {
+            // Only string values: numbers and booleans keep their type.
+            let Value::String(text) = doc.to_json(node) else {
+                continue;
+            };
+            if text.contains(search) {
+                editor.set_scalar(doc, node, &text.replace(search, replace), true);
+                edits += 1;
+            }
+        }
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
+pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
+    vec![Arc::new(Custom {
+        signature: custom(
+            "search-replace",
+            "Replace a substring in every string value of every resource",
+            vec![
+                ParameterBuilder::new("search-value", DataType::String, "Substring to find"),
+                ParameterBuilder::new("replace-value", DataType::String, "Replacement"),
+            ],
+            None,
+            true,
+        ),
+        run: search_replace,
+    })]
+}

@@ -1,0 +1,451 @@
+//! Functions over the unit as a whole: attributes across resources, namespaces, comments and
+//! mutation records.
+
+use std::sync::Arc;
+
+use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo};
+use crate::args::ArgValue;
+use crate::functions::path_visitor::{EntriesFor, get, write};
+use crate::functions::resources::{Custom, custom, identified};
+use crate::functions::validation::{PLACEHOLDER_INT, PLACEHOLDER_STRING};
+use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::mutations;
+use crate::path::{self, UnresolvedPath};
+use crate::registry::{CLUSTER_SCOPED_TYPES, PathVisitorInfo, attribute};
+use crate::resource::Unit;
+use crate::signature::ParameterBuilder;
+use crate::yaml::{Editor, Kind};
+
+fn get_attributes(call: &Call) -> Result<Outcome, String> {
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(attribute::GENERAL, &info.resource_type)
+    };
+    let found = get(call, &entries_for, &[], None)?;
+    Ok(Outcome::output(Output::Attributes(found)))
+}
+
+/// Whether a value is still a placeholder (a string containing one, or the integer one).
+fn is_placeholder(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(s) => s.contains(PLACEHOLDER_STRING),
+        other => other.as_i64() == Some(PLACEHOLDER_INT),
+    }
+}
+
+/// The values of `attribute_name` that still hold a placeholder.
+fn needed(call: &Call, attribute_name: &str) -> Result<Outcome, String> {
+    let entries_for =
+        |info: &ResourceInfo| call.registry.paths_for(attribute_name, &info.resource_type);
+    let mut found = get(call, &entries_for, &[], None)?;
+    found.retain(|attribute| is_placeholder(&attribute.value));
+    Ok(Outcome::output(Output::Attributes(found)))
+}
+
+fn get_needed(call: &Call) -> Result<Outcome, String> {
+    needed(call, attribute::GENERAL)
+}
+
+fn get_needed_namespaces(call: &Call) -> Result<Outcome, String> {
+    needed(call, attribute::NAMESPACE_REFERENCE)
+}
+
+fn get_provided(call: &Call) -> Result<Outcome, String> {
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(attribute::PROVIDED, &info.resource_type)
+    };
+    let mut found = get(call, &entries_for, &[], None)?;
+    found.retain(|attribute| !is_placeholder(&attribute.value));
+    Ok(Outcome::output(Output::Attributes(found)))
+}
+
+fn set_attributes(call: &Call) -> Result<Outcome, String> {
+    let list = call.arguments.str("attribute-list").unwrap_or_default();
+    let attributes: Vec<AttributeValue> = serde_json::from_str(list)
+        .map_err(|e| format!("attribute-list is not an AttributeValueList: {e}"))?;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    let mut problems = Vec::new();
+    for (i, attribute) in attributes.iter().enumerate() {
+        let value = match &attribute.value {
+            serde_json::Value::String(s) => ArgValue::String(s.clone()),
+            serde_json::Value::Bool(b) => ArgValue::Bool(*b),
+            serde_json::Value::Number(n) if n.is_i64() => {
+                ArgValue::Int(n.as_i64().unwrap_or_default())
+            }
+            other => {
+                problems.push(format!(
+                    "attribute {i} ({}): value {other} is not a string, integer or boolean",
+                    attribute.path
+                ));
+                continue;
+            }
+        };
+        if attribute.path.contains('#') {
+            problems.push(format!(
+                "attribute {i}: path {} selects part of a value; set it with its setter",
+                attribute.path
+            ));
+            continue;
+        }
+        if let Err(e) = UnresolvedPath::parse(&attribute.path) {
+            problems.push(format!("attribute {i}: {e}"));
+            continue;
+        }
+        let entry = PathVisitorInfo::new(attribute::GENERAL, &attribute.path, DataType::None);
+        let target = &attribute.resource;
+        let entries_for = |info: &ResourceInfo| {
+            if info.resource_type == target.resource_type
+                && info.resource_name == target.resource_name
+            {
+                vec![&entry]
+            } else {
+                Vec::new()
+            }
+        };
+        let entries: EntriesFor = &entries_for;
+        match write(call, &mut editor, entries, &[], &value, true) {
+            Ok(0)
+                if !call.unit.elements.iter().any(|e| {
+                    e.info.resource_type == target.resource_type
+                        && e.info.resource_name == target.resource_name
+                }) =>
+            {
+                problems.push(format!(
+                    "attribute {i}: no resource {} {}",
+                    target.resource_type, target.resource_name
+                ))
+            }
+            Ok(count) => edits += count,
+            Err(problem) => problems.push(format!("attribute {i}: {problem}")),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(&call.unit.doc)),
+        output: None,
+    })
+}
+
+fn ensure_namespaces(call: &Call) -> Result<Outcome, String> {
+    let doc = &call.unit.doc;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, info) in identified(call)? {
+        if CLUSTER_SCOPED_TYPES.contains(&info.resource_type.as_str()) {
+            continue;
+        }
+        let namespace = vec![("namespace".to_owned(), PLACEHOLDER_STRING.to_owned())];
+        edits += editor.ensure_map(doc, element.root, &["metadata"], &namespace, false);
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
+/// The annotations that tie a resource to its unit and space.
+pub const UNIT_SLUG_ANNOTATION: &str = "confighub.com/UnitSlug";
+pub const SPACE_ID_ANNOTATION: &str = "confighub.com/SpaceID";
+
+/// The span of a block-mapping entry's lines, when the entry starts its own line.
+fn entry_lines(
+    doc: &crate::yaml::Doc,
+    key: crate::yaml::NodeId,
+    value: crate::yaml::NodeId,
+) -> Option<(usize, usize)> {
+    let start = doc.line_start(doc.node(key).start);
+    let own_line = doc.src[start..doc.node(key).start]
+        .chars()
+        .all(|c| c == ' ');
+    let in_flow = doc.node(key).parent.is_some_and(|map| doc.node(map).flow);
+    (own_line && !in_flow).then(|| {
+        (
+            start,
+            doc.line_end(doc.node(value).end.max(doc.node(key).end)),
+        )
+    })
+}
+
+fn ensure_context(call: &Call) -> Result<Outcome, String> {
+    let add = call
+        .arguments
+        .get("add-context")
+        .and_then(ArgValue::as_bool)
+        .unwrap_or(true);
+    let doc = &call.unit.doc;
+    let context = [
+        (UNIT_SLUG_ANNOTATION, call.context.unit_slug.clone()),
+        (SPACE_ID_ANNOTATION, call.context.space_id.clone()),
+    ];
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, info) in identified(call)? {
+        if add {
+            let entries: Vec<(String, String)> = context
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect();
+            edits += editor.ensure_map(
+                doc,
+                element.root,
+                &["metadata", "annotations"],
+                &entries,
+                true,
+            );
+            continue;
+        }
+        let Some(annotations) = doc.get_path(element.root, &["metadata", "annotations"]) else {
+            continue;
+        };
+        let ours: Vec<_> = doc
+            .entries(annotations)
+            .iter()
+            .filter(|&&(k, _)| context.iter().any(|(name, _)| doc.str(k) == Some(*name)))
+            .copied()
+            .collect();
+        if ours.is_empty() {
+            continue;
+        }
+        let unwritable = || {
+            format!(
+                "{} {}: metadata.annotations is not written one entry per line; not edited",
+                info.resource_type, info.resource_name
+            )
+        };
+        if ours.len() == doc.entries(annotations).len() {
+            // Nothing else is annotated: the map goes too.
+            let metadata = doc.get(element.root, "metadata").unwrap_or(element.root);
+            let (key, _) = doc.entry(metadata, "annotations").ok_or_else(unwritable)?;
+            let (start, end) = entry_lines(doc, key, annotations).ok_or_else(unwritable)?;
+            editor.replace(start, end, String::new());
+        } else {
+            for (key, value) in ours {
+                let (start, end) = entry_lines(doc, key, value).ok_or_else(unwritable)?;
+                editor.replace(start, end, String::new());
+            }
+        }
+        edits += 1;
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
+fn set_path_comment(call: &Call) -> Result<Outcome, String> {
+    let resource_type = call.arguments.str("resource-type").unwrap_or_default();
+    let comment = call.arguments.str("comment").unwrap_or_default();
+    if comment.contains(['\n', '\r']) {
+        return Err("comment must be one line".into());
+    }
+    let path = UnresolvedPath::parse(call.arguments.str("path").unwrap_or_default())
+        .map_err(|e| e.to_string())?;
+    let doc = &call.unit.doc;
+    let mut editor = Editor::default();
+    let mut edits = 0;
+    for (element, info) in identified(call)? {
+        if resource_type != "*" && info.resource_type != resource_type {
+            continue;
+        }
+        for found in path::resolve(doc, element.root, &path, false) {
+            let Some(node) = found.node else { continue };
+            if found.through_alias {
+                return Err(format!(
+                    "{} {}: path {} goes through an alias; not edited",
+                    info.resource_type, info.resource_name, found.path
+                ));
+            }
+            let written = doc.node(node);
+            let on_one_line = matches!(written.kind, Kind::Scalar { .. })
+                && !doc.src[written.start..written.end].contains('\n');
+            if !on_one_line {
+                return Err(format!(
+                    "{} {}: path {}: only values written on one line take a comment",
+                    info.resource_type, info.resource_name, found.path
+                ));
+            }
+            let rest = doc.rest_of_line(written.end);
+            let text = if comment.is_empty() {
+                String::new()
+            } else {
+                format!(" # {comment}")
+            };
+            editor.replace(written.end, written.end + rest.len(), text);
+            edits += 1;
+        }
+    }
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(doc)),
+        output: None,
+    })
+}
+
+fn compute_mutations(call: &Call) -> Result<Outcome, String> {
+    let previous = call.arguments.str("config-doc-list").unwrap_or_default();
+    let index = call
+        .arguments
+        .get("functionIndex")
+        .and_then(ArgValue::as_int)
+        .unwrap_or_default();
+    let before =
+        Unit::parse(previous).map_err(|e| format!("config-doc-list does not parse: {e}"))?;
+    let index = usize::try_from(index).map_err(|_| format!("functionIndex {index} is negative"))?;
+    let mut changes = mutations::diff(&before, call.unit, index);
+    mutations::order_by(&mut changes, call.unit);
+    let value = serde_json::to_value(&changes).map_err(|e| e.to_string())?;
+    Ok(Outcome::output(Output::Other(
+        OutputType::ResourceMutationList,
+        value,
+    )))
+}
+
+pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
+    let string = DataType::String;
+    vec![
+        Arc::new(Custom {
+            signature: custom(
+                "get-attributes",
+                "Get the attributes registered as general attributes (replicas, images, namespaces, host names) with their getters and setters",
+                Vec::new(),
+                Some((
+                    "attribute-value",
+                    "Attributes",
+                    OutputType::AttributeValueList,
+                )),
+                false,
+            ),
+            run: get_attributes,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-needed",
+                "Get the general attributes (replicas, images, namespaces, host names) that still hold a placeholder, with their setters",
+                Vec::new(),
+                Some((
+                    "attribute-value",
+                    "Attributes that need a value",
+                    OutputType::AttributeValueList,
+                )),
+                false,
+            ),
+            run: get_needed,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-needed-namespaces",
+                "Get the namespace fields and references that still hold a placeholder",
+                Vec::new(),
+                Some((
+                    "namespace-name",
+                    "Namespace attributes that need a value",
+                    OutputType::AttributeValueList,
+                )),
+                false,
+            ),
+            run: get_needed_namespaces,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-provided",
+                "Get the names this unit provides to others (namespaces, service accounts, config maps, secrets, services, ...)",
+                Vec::new(),
+                Some((
+                    "attribute-value",
+                    "Provided values",
+                    OutputType::AttributeValueList,
+                )),
+                false,
+            ),
+            run: get_provided,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "set-attributes",
+                "Write each attribute of an AttributeValueList at its resource and path, creating missing keys",
+                vec![ParameterBuilder::new(
+                    "attribute-list",
+                    DataType::AttributeValueList,
+                    "Attributes to write, as returned by a getter",
+                )],
+                None,
+                true,
+            ),
+            run: set_attributes,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "ensure-namespaces",
+                "Add metadata.namespace: confighubplaceholder to namespaced resources without a namespace",
+                Vec::new(),
+                None,
+                true,
+            ),
+            run: ensure_namespaces,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "ensure-context",
+                "Add (or, with false, remove) the annotations confighub.com/UnitSlug and confighub.com/SpaceID on every resource",
+                vec![
+                    ParameterBuilder::new(
+                        "add-context",
+                        DataType::Bool,
+                        "Add the annotations (true) or remove them (false)",
+                    )
+                    .example("true"),
+                ],
+                None,
+                true,
+            ),
+            run: ensure_context,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "set-path-comment",
+                "Put a line comment on the values at a path (an empty comment removes it)",
+                vec![
+                    ParameterBuilder::new(
+                        "resource-type",
+                        string,
+                        "Resource type (apiVersion/kind), * for any",
+                    )
+                    .example("apps/v1/Deployment"),
+                    ParameterBuilder::new("path", string, "Path of the values")
+                        .example("spec.replicas"),
+                    ParameterBuilder::new("comment", string, "Comment text, without #"),
+                ],
+                None,
+                true,
+            ),
+            run: set_path_comment,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "compute-mutations",
+                "Compute the mutations from the given previous data to the current data",
+                vec![
+                    ParameterBuilder::new("config-doc-list", DataType::Yaml, "Previous data"),
+                    ParameterBuilder::new(
+                        "functionIndex",
+                        DataType::Int,
+                        "Index recorded with the mutations",
+                    )
+                    .range(Some(0), None),
+                    ParameterBuilder::new(
+                        "alreadyConverted",
+                        DataType::Bool,
+                        "The previous data is already YAML",
+                    )
+                    .optional(),
+                ],
+                Some(("mutations", "Mutations", OutputType::ResourceMutationList)),
+                false,
+            ),
+            run: compute_mutations,
+        }),
+    ]
+}

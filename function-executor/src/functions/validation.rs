@@ -1,0 +1,659 @@
+//! Validating functions (ValidationResult): where-filter, validate, no-placeholders,
+//! is-approved; and get-placeholders, which lists what no-placeholders fails on.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use regex::{Regex, RegexBuilder};
+use serde_json::Value;
+
+use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo, ValidationResult};
+use crate::functions::path_visitor::get;
+use crate::functions::resources::{Custom, custom, identified};
+use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::path::{self, UnresolvedPath};
+use crate::registry::{PathVisitorInfo, attribute};
+use crate::resource::scalars;
+use crate::signature::ParameterBuilder;
+
+/// The string ConfigHub uses for a value still to be filled in.
+pub const PLACEHOLDER_STRING: &str = "confighubplaceholder";
+/// The integer ConfigHub uses for a value still to be filled in.
+pub const PLACEHOLDER_INT: i64 = 999_999_999;
+
+/// Where-expressions longer than this are refused.
+const MAX_WHERE_BYTES: usize = 16 * 1024;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Literal {
+    String(String),
+    Int(i64),
+    Bool(bool),
+}
+
+impl Literal {
+    fn data_type(&self) -> DataType {
+        match self {
+            Literal::String(_) => DataType::String,
+            Literal::Int(_) => DataType::Int,
+            Literal::Bool(_) => DataType::Bool,
+        }
+    }
+
+    fn matches_value(&self, value: &Value) -> Option<std::cmp::Ordering> {
+        match (self, value) {
+            (Literal::String(l), Value::String(v)) => Some(v.as_str().cmp(l.as_str())),
+            (Literal::Int(l), Value::Number(v)) => v.as_i64().map(|v| v.cmp(l)),
+            (Literal::Bool(l), Value::Bool(v)) => Some(v.cmp(l)),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Operator {
+    Eq,
+    Ne,
+    Lt,
+    Gt,
+    Le,
+    Ge,
+    Like,
+    ILike,
+    NotLike,
+    Regex,
+    IRegex,
+    NotRegex,
+    NotIRegex,
+    In,
+    NotIn,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Relation {
+    path: String,
+    operator: Operator,
+    literals: Vec<Literal>,
+}
+
+/// Parses `path op literal [AND ...]`; tokens are separated by spaces.
+fn parse_where(expression: &str) -> Result<Vec<Relation>, String> {
+    if expression.len() > MAX_WHERE_BYTES {
+        return Err(format!(
+            "where-expression longer than {MAX_WHERE_BYTES} bytes"
+        ));
+    }
+    let mut tokens = Tokens { rest: expression };
+    let mut relations = Vec::new();
+    loop {
+        let path = tokens
+            .word()
+            .ok_or("where-expression: expected a path")?
+            .to_owned();
+        let operator_word = tokens
+            .word()
+            .ok_or_else(|| format!("where-expression: expected an operator after {path}"))?;
+        let operator = match operator_word.to_ascii_uppercase().as_str() {
+            "=" | "==" => Operator::Eq,
+            "!=" | "<>" => Operator::Ne,
+            "<" => Operator::Lt,
+            ">" => Operator::Gt,
+            "<=" => Operator::Le,
+            ">=" => Operator::Ge,
+            "LIKE" | "~~" => Operator::Like,
+            "ILIKE" | "~~*" => Operator::ILike,
+            "!~~" => Operator::NotLike,
+            "~" => Operator::Regex,
+            "~*" => Operator::IRegex,
+            "!~" => Operator::NotRegex,
+            "!~*" => Operator::NotIRegex,
+            "IN" => Operator::In,
+            "NOT" => match tokens.word().map(str::to_ascii_uppercase).as_deref() {
+                Some("IN") => Operator::NotIn,
+                Some("LIKE") => Operator::NotLike,
+                _ => {
+                    return Err(format!(
+                        "where-expression: expected IN or LIKE after NOT in the relation on {path}"
+                    ));
+                }
+            },
+            other => {
+                return Err(format!(
+                    "where-expression: unknown operator {other:?} after {path}"
+                ));
+            }
+        };
+        let literals = if matches!(operator, Operator::In | Operator::NotIn) {
+            tokens.list()?
+        } else {
+            vec![tokens.literal()?]
+        };
+        let data_type = literals[0].data_type();
+        if literals.iter().any(|l| l.data_type() != data_type) {
+            return Err(format!("where-expression: the list for {path} mixes types"));
+        }
+        let string_only = matches!(
+            operator,
+            Operator::Like
+                | Operator::ILike
+                | Operator::NotLike
+                | Operator::Regex
+                | Operator::IRegex
+                | Operator::NotRegex
+                | Operator::NotIRegex
+        );
+        if string_only && data_type != DataType::String {
+            return Err(format!(
+                "where-expression: {operator_word} needs a string literal ({path})"
+            ));
+        }
+        if data_type == DataType::Bool && !matches!(operator, Operator::Eq | Operator::Ne) {
+            return Err(format!(
+                "where-expression: booleans support only = and != ({path})"
+            ));
+        }
+        relations.push(Relation {
+            path,
+            operator,
+            literals,
+        });
+        match tokens.word() {
+            None => return Ok(relations),
+            Some(word) if word.eq_ignore_ascii_case("AND") => {}
+            Some(other) => {
+                return Err(format!("where-expression: expected AND, found {other:?}"));
+            }
+        }
+    }
+}
+
+struct Tokens<'e> {
+    rest: &'e str,
+}
+
+impl<'e> Tokens<'e> {
+    fn word(&mut self) -> Option<&'e str> {
+        let trimmed = self.rest.trim_start();
+        if trimmed.is_empty() {
+            return None;
+        }
+        let end = trimmed.find(char::is_whitespace).unwrap_or(trimmed.len());
+        self.rest = &trimmed[end..];
+        Some(&trimmed[..end])
+    }
+
+    fn literal(&mut self) -> Result<Literal, String> {
+        self.rest = self.rest.trim_start();
+        if let Some(quoted) = self.rest.strip_prefix('\'') {
+            let mut text = String::new();
+            let mut chars = quoted.char_indices();
+            while let Some((i, c)) = chars.next() {
+                if c == '\'' {
+                    if quoted[i + 1..].starts_with('\'') {
+                        text.push('\'');
+                        chars.next();
+                        continue;
+                    }
+                    self.rest = &quoted[i + 1..];
+                    return Ok(Literal::String(text));
+                }
+                text.push(c);
+            }
+            return Err("where-expression: unterminated string literal".into());
+        }
+        let end = self
+            .rest
+            .find(|c: char| c.is_whitespace() || c == ',' || c == ')')
+            .unwrap_or(self.rest.len());
+        let word = &self.rest[..end];
+        self.rest = &self.rest[end..];
+        match word {
+            "true" => Ok(Literal::Bool(true)),
+            "false" => Ok(Literal::Bool(false)),
+            _ => word.parse().map(Literal::Int).map_err(|_| {
+                format!(
+                    "where-expression: {word:?} is not a literal ('string', integer, true or false)"
+                )
+            }),
+        }
+    }
+
+    fn list(&mut self) -> Result<Vec<Literal>, String> {
+        self.rest = self.rest.trim_start();
+        self.rest = self
+            .rest
+            .strip_prefix('(')
+            .ok_or("where-expression: IN needs a list in parentheses")?;
+        let mut literals = Vec::new();
+        loop {
+            literals.push(self.literal()?);
+            self.rest = self.rest.trim_start();
+            if let Some(rest) = self.rest.strip_prefix(',') {
+                self.rest = rest;
+            } else if let Some(rest) = self.rest.strip_prefix(')') {
+                self.rest = rest;
+                return Ok(literals);
+            } else {
+                return Err("where-expression: expected , or ) in the IN list".into());
+            }
+        }
+    }
+}
+
+fn like_regex(pattern: &str, case_insensitive: bool) -> Result<Regex, String> {
+    let mut regex = String::from("^");
+    for c in pattern.chars() {
+        match c {
+            '%' => regex.push_str(".*"),
+            '_' => regex.push('.'),
+            c => regex.push_str(&regex::escape(&c.to_string())),
+        }
+    }
+    regex.push('$');
+    RegexBuilder::new(&regex)
+        .case_insensitive(case_insensitive)
+        .build()
+        .map_err(|e| format!("pattern {pattern:?}: {e}"))
+}
+
+fn evaluate(relation: &Relation, value: &Value) -> Result<bool, String> {
+    use Operator::*;
+    let first = &relation.literals[0];
+    let ordering = || {
+        first.matches_value(value).ok_or_else(|| {
+            format!(
+                "{}: value {value} is not of the literal's type {}",
+                relation.path,
+                first.data_type().as_str()
+            )
+        })
+    };
+    let text = || value.as_str().unwrap_or_default();
+    let pattern = || match first {
+        Literal::String(p) => p.as_str(),
+        _ => "",
+    };
+    Ok(match relation.operator {
+        Eq => ordering()?.is_eq(),
+        Ne => ordering()?.is_ne(),
+        Lt => ordering()?.is_lt(),
+        Gt => ordering()?.is_gt(),
+        Le => ordering()?.is_le(),
+        Ge => ordering()?.is_ge(),
+        Like => like_regex(pattern(), false)?.is_match(text()),
+        ILike => like_regex(pattern(), true)?.is_match(text()),
+        NotLike => !like_regex(pattern(), false)?.is_match(text()),
+        Regex | IRegex | NotRegex | NotIRegex => {
+            let regex = RegexBuilder::new(pattern())
+                .case_insensitive(matches!(relation.operator, IRegex | NotIRegex))
+                .build()
+                .map_err(|e| {
+                    format!("{}: regular expression {:?}: {e}", relation.path, pattern())
+                })?;
+            regex.is_match(text()) == matches!(relation.operator, Regex | IRegex)
+        }
+        In | NotIn => {
+            let found = relation
+                .literals
+                .iter()
+                .any(|l| l.matches_value(value).is_some_and(|o| o.is_eq()));
+            found == (relation.operator == In)
+        }
+    })
+}
+
+type Key = (String, String);
+
+fn key(info: &ResourceInfo) -> Key {
+    (info.resource_type.clone(), info.resource_name.clone())
+}
+
+/// The resources (type, name) that satisfy one relation.
+fn matching(
+    call: &Call,
+    resource_type: &str,
+    relation: &Relation,
+) -> Result<BTreeSet<Key>, String> {
+    let of_type = |t: &str| resource_type == "*" || t == resource_type;
+    let mut matched = BTreeSet::new();
+    if let Some(field) = relation.path.strip_prefix("ConfigHub.") {
+        for (_, info) in identified(call)? {
+            if !of_type(&info.resource_type) {
+                continue;
+            }
+            let value = match field {
+                "ResourceName" => &info.resource_name,
+                "ResourceNameWithoutScope" => &info.resource_name_without_scope,
+                "ResourceType" => &info.resource_type,
+                "ResourceCategory" => &info.resource_category,
+                other => return Err(format!("unsupported ConfigHub path: ConfigHub.{other}")),
+            };
+            if evaluate(relation, &Value::String(value.clone()))? {
+                matched.insert(key(info));
+            }
+        }
+        return Ok(matched);
+    }
+    if let Some((visited, sub_path)) = relation.path.split_once(".|") {
+        let visited = UnresolvedPath::parse(visited).map_err(|e| e.to_string())?;
+        let keys: Vec<String> = sub_path.split('.').map(path::unescape).collect();
+        let doc = &call.unit.doc;
+        for (element, info) in identified(call)? {
+            if !of_type(&info.resource_type) {
+                continue;
+            }
+            for found in path::resolve(doc, element.root, &visited, false) {
+                let Some(mut node) = found.node else { continue };
+                let mut present = true;
+                for key in &keys {
+                    match doc.get(node, key) {
+                        Some(child) => node = child,
+                        None => {
+                            present = false;
+                            break;
+                        }
+                    }
+                }
+                let holds = if present {
+                    evaluate(relation, &doc.to_json(node))?
+                } else {
+                    // A missing property differs from anything.
+                    relation.operator == Operator::Ne
+                };
+                if holds {
+                    matched.insert(key(info));
+                }
+            }
+        }
+        return Ok(matched);
+    }
+    let entry = PathVisitorInfo::new(
+        attribute::GENERAL,
+        &relation.path,
+        relation.literals[0].data_type(),
+    );
+    let entries_for = |info: &ResourceInfo| {
+        if of_type(&info.resource_type) {
+            vec![&entry]
+        } else {
+            Vec::new()
+        }
+    };
+    for value in get(
+        call,
+        &entries_for,
+        &[],
+        Some(relation.literals[0].data_type()),
+    )? {
+        if evaluate(relation, &value.value)? {
+            matched.insert(key(&value.resource));
+        }
+    }
+    Ok(matched)
+}
+
+fn where_filter(call: &Call) -> Result<Outcome, String> {
+    let resource_type = match call.arguments.str("resource-type").unwrap_or_default() {
+        "" => "*",
+        other => other,
+    };
+    let expression = call.arguments.str("where-expression").unwrap_or_default();
+    let matched = if expression.trim().is_empty() {
+        identified(call)?
+            .into_iter()
+            .filter(|(_, info)| resource_type == "*" || info.resource_type == resource_type)
+            .map(|(_, info)| key(info))
+            .collect()
+    } else {
+        let mut matched: Option<BTreeSet<Key>> = None;
+        for relation in parse_where(expression)? {
+            let these = matching(call, resource_type, &relation)?;
+            matched = Some(match matched {
+                None => these,
+                Some(before) => before.intersection(&these).cloned().collect(),
+            });
+        }
+        matched.unwrap_or_default()
+    };
+    let result = if matched.is_empty() {
+        ValidationResult::failed(Vec::new())
+    } else {
+        ValidationResult::passed()
+    };
+    Ok(Outcome::output(Output::Validation(result)))
+}
+
+/// Structural checks every Kubernetes resource must pass.
+fn validate(call: &Call) -> Result<Outcome, String> {
+    let doc = &call.unit.doc;
+    let mut details = Vec::new();
+    for element in &call.unit.elements {
+        if let Err(problem) = element.checked_info() {
+            details.push(problem);
+            continue;
+        }
+        let info = &element.info;
+        let root = element.root;
+        let at = |what: &str| format!("{} {}: {what}", info.resource_type, info.resource_name);
+        for field in ["apiVersion", "kind"] {
+            if !matches!(
+                doc.get(root, field).map(|n| doc.to_json(n)),
+                Some(Value::String(_))
+            ) {
+                details.push(at(&format!("{field} is not a string")));
+            }
+        }
+        match doc.get(root, "metadata") {
+            Some(metadata) if doc.is_map(metadata) => {
+                match doc.get(metadata, "name").map(|n| doc.to_json(n)) {
+                    Some(Value::String(name)) if !name.is_empty() => {}
+                    _ => details.push(at("metadata.name is missing or not a string")),
+                }
+                for map in ["labels", "annotations"] {
+                    let Some(node) = doc.get(metadata, map) else {
+                        continue;
+                    };
+                    if doc.is_null(node) {
+                        continue;
+                    }
+                    if !doc.is_map(node) {
+                        details.push(at(&format!("metadata.{map} is not a map")));
+                        continue;
+                    }
+                    for &(k, v) in doc.entries(node) {
+                        if !matches!(doc.to_json(v), Value::String(_)) {
+                            details.push(at(&format!(
+                                "metadata.{map}.{} is not a string",
+                                doc.str(k).unwrap_or_default()
+                            )));
+                        }
+                    }
+                }
+            }
+            _ => details.push(at("metadata is missing or not a map")),
+        }
+    }
+    let result = if details.is_empty() {
+        ValidationResult::passed()
+    } else {
+        ValidationResult::failed(details)
+    };
+    Ok(Outcome::output(Output::Validation(result)))
+}
+
+fn placeholders(call: &Call) -> Result<Vec<AttributeValue>, String> {
+    let doc = &call.unit.doc;
+    let mut found = Vec::new();
+    for (element, info) in identified(call)? {
+        for (path, node) in scalars(doc, element.root) {
+            let value = doc.to_json(node);
+            let data_type = match &value {
+                Value::String(s) if s.contains(PLACEHOLDER_STRING) => DataType::String,
+                Value::Number(n) if n.as_i64() == Some(PLACEHOLDER_INT) => DataType::Int,
+                _ => continue,
+            };
+            found.push(AttributeValue {
+                resource: info.clone(),
+                path,
+                in_live_state: false,
+                attribute_name: attribute::GENERAL.to_owned(),
+                data_type,
+                info: None,
+                value,
+                comment: String::new(),
+            });
+        }
+    }
+    Ok(found)
+}
+
+fn get_placeholders(call: &Call) -> Result<Outcome, String> {
+    Ok(Outcome::output(Output::Attributes(placeholders(call)?)))
+}
+
+fn no_placeholders(call: &Call) -> Result<Outcome, String> {
+    let found = placeholders(call)?;
+    let result = if found.is_empty() {
+        ValidationResult::passed()
+    } else {
+        ValidationResult {
+            details: found
+                .iter()
+                .map(|a| {
+                    format!(
+                        "{} {}: {}",
+                        a.resource.resource_type, a.resource.resource_name, a.path
+                    )
+                })
+                .collect(),
+            failed_attributes: found,
+            ..ValidationResult::failed(Vec::new())
+        }
+    };
+    Ok(Outcome::output(Output::Validation(result)))
+}
+
+fn is_approved(call: &Call) -> Result<Outcome, String> {
+    let wanted = call
+        .arguments
+        .get("num-approvers")
+        .and_then(|v| v.as_int())
+        .unwrap_or(1);
+    let approvers = call.context.approved_by.as_ref().map_or(0, Vec::len);
+    let result = if i64::try_from(approvers).unwrap_or(i64::MAX) >= wanted {
+        ValidationResult::passed()
+    } else {
+        ValidationResult::failed(vec![format!("{approvers} approval(s), {wanted} required")])
+    };
+    Ok(Outcome::output(Output::Validation(result)))
+}
+
+pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
+    let string = DataType::String;
+    let verdict = |what| Some(("passed", what, OutputType::ValidationResult));
+    vec![
+        Arc::new(Custom {
+            signature: custom(
+                "where-filter",
+                "Returns true if all terms of the conjunction of relational expressions evaluate to true for at least one matching path of a resource of the specified type. Intended to be used for filtering rather than validating, though it returns the same output type.",
+                vec![
+                    ParameterBuilder::new("resource-type", string, "Resource type (apiVersion/kind) to match, * for any")
+                        .example("apps/v1/Deployment"),
+                    ParameterBuilder::new("where-expression", string, "Conjunction (AND) of relations `path operator literal`; strings in single quotes")
+                        .example("spec.replicas > 1 AND metadata.name LIKE 'web%'"),
+                ],
+                Some(("matched", "True if the filter passed for at least one resource", OutputType::ValidationResult)),
+                false,
+            ),
+            run: where_filter,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "validate",
+                "Check that every resource is well formed: a mapping with string apiVersion and kind, a named metadata map, string labels and annotations",
+                Vec::new(),
+                verdict("True if every resource is well formed"),
+                false,
+            ),
+            run: validate,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-placeholders",
+                "Get the attributes that still hold a placeholder (confighubplaceholder or 999999999)",
+                Vec::new(),
+                Some(("attribute-value", "Attributes holding placeholders", OutputType::AttributeValueList)),
+                false,
+            ),
+            run: get_placeholders,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "no-placeholders",
+                "Check that no attribute holds a placeholder",
+                Vec::new(),
+                verdict("True if no placeholder remains"),
+                false,
+            ),
+            run: no_placeholders,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "is-approved",
+                "Check that the revision has at least the given number of approvals",
+                vec![ParameterBuilder::new("num-approvers", DataType::Int, "Approvals required")
+                    .example("1")
+                    .range(Some(0), None)],
+                verdict("True if approved by enough users"),
+                false,
+            ),
+            run: is_approved,
+        }),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn where_expressions_parse_and_name_their_problems() {
+        let relations = parse_where(
+            "spec.replicas >= 2 AND metadata.name ILIKE 'We_%' and x.|y != 'it''s' AND a NOT IN (1, 2)",
+        )
+        .unwrap();
+        assert_eq!(relations.len(), 4);
+        assert_eq!(relations[1].operator, Operator::ILike);
+        assert_eq!(relations[2].literals, [Literal::String("it's".into())]);
+        assert_eq!(relations[3].literals, [Literal::Int(1), Literal::Int(2)]);
+        for (bad, problem) in [
+            ("spec.replicas", "expected an operator"),
+            ("a =", "is not a literal"),
+            ("a = 'x", "unterminated"),
+            ("a ?? 1", "unknown operator"),
+            ("a = 1 OR b = 2", "expected AND"),
+            ("a LIKE 1", "needs a string literal"),
+            ("a > true", "only = and !="),
+            ("a IN (1, 'x')", "mixes types"),
+        ] {
+            let err = parse_where(bad).unwrap_err();
+            assert!(err.contains(problem), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn operators_compare_like_sql() {
+        let relation = |text: &str| parse_where(text).unwrap().remove(0);
+        let holds = |text: &str, value: Value| evaluate(&relation(text), &value).unwrap();
+        assert!(holds("a LIKE 'ng%x'", Value::from("nginx")));
+        assert!(!holds("a LIKE 'ng_x'", Value::from("nginx")));
+        assert!(holds("a ILIKE 'NG%'", Value::from("nginx")));
+        assert!(holds("a ~ 'gin'", Value::from("nginx")));
+        assert!(holds("a !~* 'GIX'", Value::from("nginx")));
+        assert!(holds("a < 'b'", Value::from("a")));
+        assert!(holds("a IN (3, 4)", Value::from(4)));
+        assert!(holds("a NOT IN ('x')", Value::from("y")));
+        assert!(holds("a != false", Value::from(true)));
+        assert!(evaluate(&relation("a > 3"), &Value::from("x")).is_err());
+    }
+}

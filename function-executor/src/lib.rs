@@ -1,0 +1,40 @@
+//! ConfigHub's function model inside krm-runner: typed functions that read (readonly), change
+//! (mutating) or judge (validating) a unit of configuration, a path registry that turns an
+//! attribute ("the replicas of workload controllers") into paths per resource type, and an
+//! executor that runs a sequence of invocations over one multi-document YAML unit.
+//!
+//! - [`api`]: the wire types, with the JSON field names of ConfigHub's `function/api`.
+//! - [`signature::TypedSignature`]: krm-runner's [`krm_plugin_api::FunctionSignature`]
+//!   extended with ConfigHub's facets, converting losslessly to and from ConfigHub's form.
+//! - [`path`]: the associative path syntax (`?key:param=value`, `*?key:param`, `@key:param`,
+//!   `*@:param`, `|segment`, `*`, `~1`) and its resolution over a resource.
+//! - [`registry::PathRegistry`]: attribute -> resource type -> paths; every registered
+//!   attribute yields a `get-X`/`set-X` pair ([`functions::path_visitor`]).
+//! - [`executor::Executor`]: argument checking, filters, stop-on-error, combined outputs and
+//!   per-resource per-path mutations.
+//!
+//! Edits go through the builtin plugin's lossless YAML editor, so comments, key order and
+//! quoting of everything a function does not change are kept.
+
+pub mod api;
+pub mod args;
+pub mod executor;
+pub mod functions;
+pub mod mutations;
+pub mod path;
+pub mod registry;
+pub mod resource;
+pub mod signature;
+
+// The builtin plugin's lossless YAML parser and editor, compiled here from the same files
+// until they move into a library crate both depend on (depending on the plugin crate itself
+// would pull in its Kubernetes dependencies). Not every helper is used here.
+#[allow(dead_code)]
+#[path = "../../plugins/builtin/src/fast_yaml.rs"]
+mod fast_yaml;
+#[allow(dead_code)]
+#[path = "../../plugins/builtin/src/yaml.rs"]
+mod yaml;
+
+pub use executor::{Executor, ExecutorError};
+pub use signature::TypedSignature;
