@@ -212,21 +212,20 @@ impl<'a> Doc<'a> {
             }
             let spaced = String::from_utf8(spaced).map_err(|e| e.to_string())?;
             let doc = Self::parse_events(&spaced, src, stop)?;
-            let in_scalars: Vec<usize> = tabs
-                .iter()
-                .copied()
-                .filter(|&tab| {
-                    doc.nodes.iter().any(|node| {
-                        matches!(node.kind, Kind::Scalar { .. })
-                            && node.start <= tab
-                            && tab < node.end
-                    })
-                })
-                .collect();
+            // `tabs` is sorted: each scalar finds the tabs inside it by binary search.
+            let mut in_scalars: Vec<usize> = Vec::new();
+            for node in &doc.nodes {
+                if matches!(node.kind, Kind::Scalar { .. }) {
+                    let first = tabs.partition_point(|&tab| tab < node.start);
+                    let after = tabs.partition_point(|&tab| tab < node.end);
+                    in_scalars.extend_from_slice(&tabs[first..after.max(first)]);
+                }
+            }
             if in_scalars.is_empty() {
                 return Ok(doc);
             }
-            tabs.retain(|tab| !in_scalars.contains(tab));
+            in_scalars.sort_unstable();
+            tabs.retain(|tab| in_scalars.binary_search(tab).is_err());
         }
         Self::parse_events(src, src, stop)
     }
