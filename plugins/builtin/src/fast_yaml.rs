@@ -3,20 +3,22 @@
 //! quoted scalars, comments, blank lines). It builds exactly the tree the saphyr-based parser
 //! builds (same node order, spans, columns and values) and gives up (`None`) on anything else,
 //! leaving that input to the general parser: flow collections, block scalars, multi-line
-//! scalars, anchors, aliases, tags, documents markers, tabs, unusual keys or indentation.
-//! Debug builds check every accepted input against the general parser.
+//! scalars, anchors, aliases, tags, documents markers, unusual keys or indentation, and tabs
+//! anywhere but between a mapping key's `:` and its value. Debug builds check every accepted
+//! input against the general parser.
 
 use std::borrow::Cow;
 
-use crate::yaml::{Doc, Kind, Node, NodeId, Style};
+use crate::yaml::{Doc, Kind, Node, NodeId, Stop, Style};
 
 /// Nesting deeper than this goes to the general parser (which refuses it).
 const MAX_DEPTH: usize = 256;
 
 type R<T> = Result<T, ()>;
 
-struct P<'a> {
+struct P<'a, 's> {
     src: &'a str,
+    stop: &'s Stop,
     b: &'a [u8],
     nodes: Vec<Node<'a>>,
     /// Children of the collections being read (one allocation each when done).
@@ -30,13 +32,15 @@ struct P<'a> {
     ascii: bool,
 }
 
-pub fn parse(src: &str) -> Option<Doc<'_>> {
+/// The tree of `src`, or `None` when the fast path does not handle it (or `stop` was requested).
+pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
     let b = src.as_bytes();
-    if b.contains(&b'\t') || b.contains(&b'\r') || src.starts_with('\u{feff}') {
+    if b.contains(&b'\r') || src.starts_with('\u{feff}') {
         return None;
     }
     let mut p = P {
         src,
+        stop,
         b,
         nodes: Vec::with_capacity(src.len() / 10),
         entries: Vec::new(),
@@ -53,11 +57,16 @@ pub fn parse(src: &str) -> Option<Doc<'_>> {
     })
 }
 
+/// A YAML blank (space or tab), a line break or the end: what ends a `:` or `-` indicator.
 fn is_space_or_end(b: &[u8], i: usize) -> bool {
-    i >= b.len() || b[i] == b' ' || b[i] == b'\n'
+    i >= b.len() || matches!(b[i], b' ' | b'\t' | b'\n')
 }
 
-impl<'a> P<'a> {
+fn is_blank(c: u8) -> bool {
+    c == b' ' || c == b'\t'
+}
+
+impl<'a> P<'a, '_> {
     fn document(&mut self) -> R<NodeId> {
         let Some((ls, indent)) = self.peek()? else {
             return Err(());
@@ -99,6 +108,9 @@ impl<'a> P<'a> {
 
     fn peek_uncached(&mut self) -> R<Option<(usize, usize)>> {
         let b = self.b;
+        if self.stop.requested() {
+            return Err(());
+        }
         loop {
             let ls = self.pos;
             if ls >= b.len() {
@@ -115,6 +127,8 @@ impl<'a> P<'a> {
             match b[i] {
                 b'\n' => self.pos = i + 1,
                 b'#' => self.pos = (self.eol(i) + 1).min(b.len()),
+                // Tabs in indentation (or tab-indented blank lines) are the general parser's.
+                b'\t' => return Err(()),
                 _ => {
                     if i == ls
                         && (b[i] == b'%'
@@ -198,7 +212,7 @@ impl<'a> P<'a> {
                             return Ok(Some((at + i, at + i)));
                         }
                         b'\n' => return Ok(None),
-                        b'#' | b'{' | b'}' | b'[' | b']' | b',' => return Err(()),
+                        b'#' | b'{' | b'}' | b'[' | b']' | b',' | b'\t' => return Err(()),
                         _ => {}
                     }
                 }
@@ -281,9 +295,15 @@ impl<'a> P<'a> {
     /// `parent_col` is the column of the key or dash. Leaves the cursor after the value.
     fn value(&mut self, ls: usize, from: usize, parent_col: usize, depth: usize) -> R<NodeId> {
         let b = self.b;
+        let is_item = b[from - 1] == b'-';
         let mut q = from;
-        while q < b.len() && b[q] == b' ' {
+        // Tabs may separate a key's `:` from its value (`key:<TAB>value`); after a dash they
+        // would open questions of indentation the general parser settles.
+        while q < b.len() && (b[q] == b' ' || (b[q] == b'\t' && !is_item)) {
             q += 1;
+        }
+        if q < b.len() && b[q] == b'\t' {
+            return Err(());
         }
         let eol = self.eol(q);
         if q == eol || b[q] == b'#' {
@@ -293,7 +313,6 @@ impl<'a> P<'a> {
             // Nothing on this line: a nested block, an indentless sequence or a null.
             self.pos = (eol + 1).min(b.len());
             let next = self.peek()?;
-            let is_item = b[from - 1] == b'-';
             return match next {
                 Some((next, indent)) if indent > parent_col => {
                     self.block_node(next, indent, depth + 1)
@@ -323,7 +342,6 @@ impl<'a> P<'a> {
         if q == from {
             return Err(());
         }
-        let is_item = b[from - 1] == b'-';
         if is_item {
             if self.is_dash(q) {
                 return Err(());
@@ -356,9 +374,9 @@ impl<'a> P<'a> {
                         b':' if is_space_or_end(b, q + i + 1) => return Err(()),
                         _ => {}
                     }
-                    prev_space = c == b' ';
+                    prev_space = is_blank(c);
                 }
-                while end > q && b[end - 1] == b' ' {
+                while end > q && is_blank(b[end - 1]) {
                     end -= 1;
                 }
                 let text = &self.src[q..end];
@@ -388,7 +406,7 @@ impl<'a> P<'a> {
     fn expect_comment_or_eol(&self, from: usize, eol: usize) -> R<()> {
         let b = self.b;
         let mut i = from;
-        while i < eol && b[i] == b' ' {
+        while i < eol && is_blank(b[i]) {
             i += 1;
         }
         if i == eol || (b[i] == b'#' && i > from) {
@@ -528,12 +546,16 @@ mod tests {
         "x:\n  y: 1\n\n\n   # odd comment\nz: 2\n",
         "-\n- a\n-\n",
         "list:\n  -   a: b\n      c: d\n  - e\n",
+        "a:\tb\n",
+        "a:\t\tb # c\nd: \t'e'\t# f\n",
+        "- k:\tv\n  l: x\ty\t\n",
     ];
 
     #[test]
     fn accepts_common_block_yaml_exactly_as_saphyr() {
         for src in ACCEPTED {
-            let fast = parse(src).unwrap_or_else(|| panic!("fast path gave up on {src:?}"));
+            let fast = parse(src, &Stop::default())
+                .unwrap_or_else(|| panic!("fast path gave up on {src:?}"));
             fast.assert_same_as_general();
         }
     }
@@ -552,7 +574,10 @@ mod tests {
             "b:\n- c:   \n  d:  # x\n",
             "a: b\n  c\n",
             "a: \"b\n  c\"\n",
-            "a:\tb\n",
+            "a:\tb: c\n",
+            "-\ta\n",
+            "\ta: b\n",
+            "a:\n\t- b\n",
             "a: b: c\n",
             "a: 1\n b: 2\n",
             "? a\n: b\n",
@@ -564,7 +589,7 @@ mod tests {
             "a: 1\n  # c\n    b: 2\n",
             "a:\n  - b\n  c: d\n",
         ] {
-            if let Some(doc) = parse(src) {
+            if let Some(doc) = parse(src, &Stop::default()) {
                 doc.assert_same_as_general();
             }
             // Whatever the fast path does, Doc::parse agrees with saphyr's verdict.

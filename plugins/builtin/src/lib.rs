@@ -17,10 +17,17 @@ use serde::Deserialize;
 
 mod fast_yaml;
 mod functions;
+#[cfg(test)]
+mod proptests;
 mod rl;
 mod yaml;
 
-use functions::{Ctx, Exit, FUNCTIONS, Function};
+use functions::{Ctx, Exit, FUNCTIONS, Function, Limits};
+use krm_plugin_api::ErrorKind;
+use yaml::Stop;
+
+/// The runner's default `max_message_bytes`, for when it does not say.
+const DEFAULT_MAX_OUTPUT_BYTES: usize = 6 << 20;
 
 /// The catalog's image prefixes, always recognised.
 const CATALOG_PREFIXES: &[&str] = &["ghcr.io/kptdev/krm-functions-catalog/", "gcr.io/kpt-fn/"];
@@ -52,7 +59,14 @@ impl Plugin for BuiltinPlugin {
     type Evaluator = Builtin;
 
     fn build(config: Config, context: &BuildContext) -> Result<Builtin, ConfigError> {
-        Builtin::new(config, context.setting("default_image_prefix"))
+        let mut builtin = Builtin::new(config, context.setting("default_image_prefix"))?;
+        if let Some(max) = context
+            .setting("max_message_bytes")
+            .and_then(|max| max.parse().ok())
+        {
+            builtin.max_output_bytes = max;
+        }
+        Ok(builtin)
     }
 }
 
@@ -67,6 +81,7 @@ struct Served {
 pub struct Builtin {
     served: Vec<Served>,
     prefixes: Vec<String>,
+    max_output_bytes: usize,
 }
 
 impl Builtin {
@@ -111,7 +126,11 @@ impl Builtin {
                 }),
             })
             .collect();
-        Ok(Self { served, prefixes })
+        Ok(Self {
+            served,
+            prefixes,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+        })
     }
 
     /// The function serving `image`, if any.
@@ -191,10 +210,19 @@ impl Evaluator for Builtin {
             None => self.lookup(image),
         }
         .ok_or_else(|| EvalError::not_found(image))?;
-        if let Some(reason) = context.cancel_reason() {
-            return Err(reason.to_error(image));
+        let stop = Stop::default();
+        let on_cancel = stop.clone();
+        context.on_cancel(move |_| on_cancel.request());
+        let limits = Limits {
+            stop,
+            max_output_bytes: self.max_output_bytes,
+        };
+        let outcome = run(function, resource_list, &limits);
+        // Whatever the work did once the call ended, the answer is why it ended.
+        match context.cancel_reason() {
+            Some(reason) => Err(reason.to_error(image)),
+            None => outcome,
         }
-        run(function, resource_list)
     }
 
     fn functions(&self) -> Vec<FunctionSignature> {
@@ -203,20 +231,29 @@ impl Evaluator for Builtin {
 }
 
 /// Runs one function over a serialized ResourceList.
-fn run(function: &Function, input: &[u8]) -> Result<EvalResponse, EvalError> {
-    let list = rl::ResourceList::parse(input)
+fn run(function: &Function, input: &[u8], limits: &Limits) -> Result<EvalResponse, EvalError> {
+    let list = rl::ResourceList::parse(input, &limits.stop)
         .map_err(|e| EvalError::invalid_input(format!("{}: {e}", function.name)))?;
-    let mut ctx = Ctx::new(&list);
-    let exit = (function.run)(&mut ctx);
+    let mut ctx = Ctx::new(&list, limits);
+    let failure = match (function.run)(&mut ctx) {
+        Exit::Ok => None,
+        Exit::Failed(message) => Some(message),
+        Exit::Interrupted(message) => {
+            return Err(EvalError::new(
+                ErrorKind::ResourceExhausted,
+                format!("{}: {message}", function.name),
+            ));
+        }
+    };
     let Ctx {
         mut ed, results, ..
     } = ctx;
     let legacy = function.legacy_results.then_some(function.name);
     rl::write_results(&list, &mut ed, results, legacy);
     let output = ed.finish(&list.doc).into_bytes();
-    match exit {
-        Exit::Ok => Ok(EvalResponse::new(output, Vec::new())),
-        Exit::Failed(message) => {
+    match failure {
+        None => Ok(EvalResponse::new(output, Vec::new())),
+        Some(message) => {
             let log = format!("failed to evaluate function: {message}\n").into_bytes();
             Err(EvalError::failed(format!("{}: {message}", function.name)).with_output(output, log))
         }
@@ -230,7 +267,11 @@ pub fn run_function(name: &str, input: &[u8]) -> Result<EvalResponse, EvalError>
         .iter()
         .find(|f| f.name == name)
         .ok_or_else(|| EvalError::not_found(name))?;
-    run(function, input)
+    let limits = Limits {
+        stop: Stop::default(),
+        max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+    };
+    run(function, input, &limits)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The ResourceList around the functions: its items, functionConfig and results.
 
-use crate::yaml::{Doc, Editor, New, NodeId, block_entries};
+use crate::yaml::{Doc, Editor, New, NodeId, Stop, block_entries};
 
 pub const LOCAL_CONFIG: &str = "config.kubernetes.io/local-config";
 pub const PATH: &str = "internal.config.kubernetes.io/path";
@@ -20,10 +20,11 @@ pub struct ResourceList<'a> {
 
 impl<'a> ResourceList<'a> {
     /// Parses a ResourceList (or a `kind: List`, as kyaml accepts), naming what is wrong.
-    pub fn parse(input: &'a [u8]) -> Result<Self, String> {
+    pub fn parse(input: &'a [u8], stop: &Stop) -> Result<Self, String> {
         let text = std::str::from_utf8(input)
             .map_err(|e| format!("ResourceList is not UTF-8 text: {e}"))?;
-        let doc = Doc::parse(text).map_err(|e| format!("ResourceList is not valid YAML: {e}"))?;
+        let doc = Doc::parse_until(text, stop)
+            .map_err(|e| format!("ResourceList is not valid YAML: {e}"))?;
         let root = match doc.roots.as_slice() {
             [] => return Err("input is empty: expected a ResourceList".into()),
             [root] => *root,

@@ -2,6 +2,9 @@
 //! original text only at those spans. Whatever no function touched stays byte-identical, with
 //! its comments, quoting and blank lines, by construction.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use saphyr_parser::{Event, Parser, ScalarStyle};
 
 pub type NodeId = usize;
@@ -48,7 +51,50 @@ pub struct Doc<'a> {
 }
 
 /// Nesting deeper than this is refused rather than risking the stack on hostile input.
-const MAX_DEPTH: usize = 512;
+pub const MAX_DEPTH: usize = 512;
+
+/// More aliases than this in one input are refused (a ResourceList rarely needs any).
+pub const MAX_ALIASES: usize = 10_000;
+
+/// Aliases may make a document at most twice its own size plus this much when expanded (size:
+/// one per node plus the bytes of its scalar value). Every walk through aliases (a
+/// functionConfig read as JSON, a value copied elsewhere) is bounded by that size, so an alias
+/// bomb is refused at parse time instead of expanding into gigabytes.
+pub const ALIAS_EXPANSION_ALLOWANCE: u64 = 1_000_000;
+
+/// Tells long work that its call is over (cancelled, or past its deadline): parses and
+/// functions check it as they go and give up.
+#[derive(Clone, Default)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    pub fn request(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn requested(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The parse error when [`Stop`] was requested.
+pub const STOPPED: &str = "stopped: the call ended";
+
+/// How often (in parser events) the general parser looks at its [`Stop`].
+const STOP_CHECK_EVENTS: usize = 1024;
+
+/// saphyr refuses a tab as the only separator after a mapping's `:` (`key:<TAB>value`), which
+/// YAML allows (tabs may separate tokens within a line) and kpt reads.
+const TAB_AFTER_COLON: &str = "':' must be followed by a valid YAML whitespace";
+
+/// 1-based line and column (in characters) of byte `pos`.
+pub fn line_col(src: &str, pos: usize) -> (usize, usize) {
+    let pos = pos.min(src.len());
+    let head = src.get(..pos).unwrap_or(src);
+    let line_start = head.rfind('\n').map_or(0, |p| p + 1);
+    let line = head.bytes().filter(|&b| b == b'\n').count() + 1;
+    (line, head[line_start..].chars().count() + 1)
+}
 
 enum Open {
     Map(NodeId, Vec<(NodeId, NodeId)>, Option<NodeId>),
@@ -57,14 +103,62 @@ enum Open {
 
 impl<'a> Doc<'a> {
     pub fn parse(src: &'a str) -> Result<Self, String> {
-        match crate::fast_yaml::parse(src) {
+        Self::parse_until(src, &Stop::default())
+    }
+
+    /// Parses `src`, giving up with [`STOPPED`] once `stop` is requested. Duplicate keys,
+    /// recursive aliases, alias bombs and nesting deeper than [`MAX_DEPTH`] are errors.
+    pub fn parse_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
+        let doc = match crate::fast_yaml::parse(src, stop) {
             Some(doc) => {
                 #[cfg(debug_assertions)]
                 doc.assert_same_as_general();
-                Ok(doc)
+                doc
             }
-            None => Self::parse_general(src),
+            None => Self::parse_general_until(src, stop)?,
+        };
+        if stop.requested() {
+            return Err(STOPPED.into());
         }
+        doc.check_unique_keys()?;
+        Ok(doc)
+    }
+
+    /// Refuses a mapping that holds one key twice (as Go's yaml.v3, and so kpt, does): which of
+    /// the two values counts would otherwise depend on who reads it.
+    pub(crate) fn check_unique_keys(&self) -> Result<(), String> {
+        /// Up to this many entries, comparing every pair is cheaper than hashing.
+        const LINEAR: usize = 16;
+        let mut seen: std::collections::HashMap<&str, NodeId> = Default::default();
+        for node in &self.nodes {
+            let Kind::Map(entries) = &node.kind else {
+                continue;
+            };
+            let duplicate = if entries.len() <= LINEAR {
+                entries.iter().enumerate().find_map(|(i, &(key, _))| {
+                    let text = self.str(key)?;
+                    entries[..i]
+                        .iter()
+                        .find(|&&(earlier, _)| self.str(earlier) == Some(text))
+                        .map(|&(earlier, _)| (earlier, key))
+                })
+            } else {
+                seen.clear();
+                entries.iter().find_map(|&(key, _)| {
+                    let earlier = *seen.entry(self.str(key)?).or_insert(key);
+                    (earlier != key).then_some((earlier, key))
+                })
+            };
+            if let Some((first, again)) = duplicate {
+                let (line, col) = line_col(self.src, self.nodes[again].start);
+                let (first_line, first_col) = line_col(self.src, self.nodes[first].start);
+                return Err(format!(
+                    "duplicate mapping key {:?} at line {line} column {col} (first at line {first_line} column {first_col})",
+                    self.str(again).unwrap_or_default()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks the fast parser's tree against the general parser's.
@@ -90,6 +184,55 @@ impl<'a> Doc<'a> {
 
     /// The general parser (saphyr events), for whatever the fast path leaves.
     pub fn parse_general(src: &'a str) -> Result<Self, String> {
+        Self::parse_general_until(src, &Stop::default())
+    }
+
+    fn parse_general_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
+        match Self::parse_events(src, src, stop) {
+            Err(error) if error.starts_with(TAB_AFTER_COLON) => {
+                Self::parse_tab_separated(src, stop)
+            }
+            parsed => parsed,
+        }
+    }
+
+    /// Parses `src` with every tab that directly follows a `:` read as a space (same length,
+    /// so every offset holds). A tab that turns out to sit inside a scalar (a quoted or block
+    /// scalar holding `:<TAB>`) is content, not a separator: it is restored and the text parsed
+    /// again, which settles it since tabs in separators do not change where scalars end.
+    fn parse_tab_separated(src: &'a str, stop: &Stop) -> Result<Self, String> {
+        let bytes = src.as_bytes();
+        let mut tabs: Vec<usize> = (1..bytes.len())
+            .filter(|&i| bytes[i] == b'\t' && bytes[i - 1] == b':')
+            .collect();
+        for _ in 0..3 {
+            let mut spaced = bytes.to_vec();
+            for &i in &tabs {
+                spaced[i] = b' ';
+            }
+            let spaced = String::from_utf8(spaced).map_err(|e| e.to_string())?;
+            let doc = Self::parse_events(&spaced, src, stop)?;
+            // `tabs` is sorted: each scalar finds the tabs inside it by binary search.
+            let mut in_scalars: Vec<usize> = Vec::new();
+            for node in &doc.nodes {
+                if matches!(node.kind, Kind::Scalar { .. }) {
+                    let first = tabs.partition_point(|&tab| tab < node.start);
+                    let after = tabs.partition_point(|&tab| tab < node.end);
+                    in_scalars.extend_from_slice(&tabs[first..after.max(first)]);
+                }
+            }
+            if in_scalars.is_empty() {
+                return Ok(doc);
+            }
+            in_scalars.sort_unstable();
+            tabs.retain(|tab| in_scalars.binary_search(tab).is_err());
+        }
+        Self::parse_events(src, src, stop)
+    }
+
+    /// Builds the tree from saphyr's events over `scanned`, a text with the same offsets as
+    /// `src` (the document kept for editing).
+    fn parse_events(scanned: &str, src: &'a str, stop: &Stop) -> Result<Self, String> {
         // saphyr reports character offsets; map them to bytes only when the text needs it.
         let char_to_byte: Option<Vec<usize>> = if src.is_ascii() {
             None
@@ -109,8 +252,14 @@ impl<'a> Doc<'a> {
         };
         let mut anchors: std::collections::HashMap<usize, NodeId> = Default::default();
         let mut stack: Vec<Open> = Vec::new();
-        let mut parser = Parser::new_from_str(src);
+        let mut expansion = Expansion::default();
+        let mut parser = Parser::new_from_str(scanned);
+        let mut events = 0usize;
         while let Some(next) = parser.next_event() {
+            events += 1;
+            if events.is_multiple_of(STOP_CHECK_EVENTS) && stop.requested() {
+                return Err(STOPPED.into());
+            }
             let (event, span) = next.map_err(|e| e.to_string())?;
             let (start, end) = (byte(span.start.index()), byte(span.end.index()));
             let col = span.start.col();
@@ -133,6 +282,7 @@ impl<'a> Doc<'a> {
                         Style::Double => quoted_end(src, start, b'"').unwrap_or(end),
                         _ => end,
                     };
+                    expansion.scalar(value.len());
                     let id = doc.push(Node {
                         kind: Kind::Scalar {
                             value: std::borrow::Cow::Owned(value.into_owned()),
@@ -151,9 +301,11 @@ impl<'a> Doc<'a> {
                     Some(id)
                 }
                 Event::Alias(anchor) => {
-                    let target = *anchors
-                        .get(&anchor)
-                        .ok_or_else(|| format!("unknown alias at byte {start}"))?;
+                    let target = *anchors.get(&anchor).ok_or_else(|| {
+                        let (line, col) = line_col(src, start);
+                        format!("unknown alias at line {line} column {col}")
+                    })?;
+                    expansion.alias(target, src, start)?;
                     Some(doc.push(Node {
                         kind: Kind::Alias(target),
                         start,
@@ -168,6 +320,7 @@ impl<'a> Doc<'a> {
                         return Err(format!("nesting deeper than {MAX_DEPTH} levels"));
                     }
                     let is_map = matches!(event, Event::MappingStart(..));
+                    expansion.open();
                     let flow = end > start
                         && matches!(src.as_bytes().get(end - 1), Some(b'{') | Some(b'['));
                     // A block collection starts at its first entry; the span may cover an
@@ -212,6 +365,7 @@ impl<'a> Doc<'a> {
                         };
                         last.map_or(doc.nodes[id].start, |last| doc.nodes[last].end)
                     };
+                    expansion.close(id, &kind);
                     let node = &mut doc.nodes[id];
                     node.kind = kind;
                     node.end = node_end.max(node.start);
@@ -252,6 +406,7 @@ impl<'a> Doc<'a> {
                 }
             }
         }
+        expansion.check(&doc.roots)?;
         Ok(doc)
     }
 
@@ -468,6 +623,84 @@ fn quoted_end(src: &str, start: usize, quote: u8) -> Option<usize> {
     None
 }
 
+/// Sizes of the nodes as they would be with every alias replaced by a copy of its anchored
+/// node, computed as the parse goes (nodes are numbered in event order, so `sizes[id]`).
+#[derive(Default)]
+struct Expansion {
+    /// Expanded size of each finished node; `u64::MAX` while a collection is open.
+    sizes: Vec<u64>,
+    /// The document's own size, each node counted once.
+    own: u64,
+    aliases: usize,
+}
+
+impl Expansion {
+    fn scalar(&mut self, value_len: usize) {
+        let size = 1 + value_len as u64;
+        self.own += size;
+        self.sizes.push(size);
+    }
+
+    fn open(&mut self) {
+        self.own += 1;
+        self.sizes.push(u64::MAX);
+    }
+
+    fn close(&mut self, id: NodeId, kind: &Kind) {
+        let children: u64 = match kind {
+            Kind::Map(entries) => entries
+                .iter()
+                .map(|&(k, v)| self.sizes[k].saturating_add(self.sizes[v]))
+                .fold(0, u64::saturating_add),
+            Kind::Seq(items) => items
+                .iter()
+                .map(|&i| self.sizes[i])
+                .fold(0, u64::saturating_add),
+            _ => 0,
+        };
+        self.sizes[id] = children.saturating_add(1);
+    }
+
+    fn alias(&mut self, target: NodeId, src: &str, at: usize) -> Result<(), String> {
+        let (line, col) = line_col(src, at);
+        self.aliases += 1;
+        if self.aliases > MAX_ALIASES {
+            return Err(format!(
+                "more than {MAX_ALIASES} aliases (the last at line {line} column {col})"
+            ));
+        }
+        let size = self.sizes[target];
+        if size == u64::MAX {
+            return Err(format!(
+                "the alias at line {line} column {col} refers to a node that contains it"
+            ));
+        }
+        self.own += 1;
+        self.sizes.push(size);
+        Ok(())
+    }
+
+    fn check(&self, roots: &[NodeId]) -> Result<(), String> {
+        if self.aliases == 0 {
+            return Ok(());
+        }
+        let expanded = roots
+            .iter()
+            .map(|&r| self.sizes[r])
+            .fold(0, u64::saturating_add);
+        let limit = self
+            .own
+            .saturating_mul(2)
+            .saturating_add(ALIAS_EXPANSION_ALLOWANCE);
+        if expanded > limit {
+            return Err(format!(
+                "its aliases expand it beyond {limit} (twice its size plus {ALIAS_EXPANSION_ALLOWANCE}, counting one per node plus the bytes of each scalar): refused as an alias bomb"
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn first_child(kind: &Kind) -> Option<NodeId> {
     match kind {
         Kind::Map(entries) => entries.first().map(|&(k, _)| k),
@@ -647,6 +880,18 @@ impl New {
         New::Str(value.into())
     }
 
+    /// About how many bytes the value takes once written.
+    pub fn approx_len(&self) -> usize {
+        match self {
+            New::Str(s) | New::Plain(s) => s.len() + 2,
+            New::Map(entries) => entries
+                .iter()
+                .map(|(k, v)| k.len() + 4 + v.approx_len())
+                .sum(),
+            New::Seq(items) => items.iter().map(|v| v.approx_len() + 4).sum(),
+        }
+    }
+
     /// Renders as the value of a block-mapping entry whose key sits at `indent`: either
     /// ` scalar` for the same line or `\n...` lines for collections.
     fn block_value(&self, indent: usize, out: &mut String) {
@@ -763,6 +1008,8 @@ fn push_indent(out: &mut String, n: usize) {
 #[derive(Default)]
 pub struct Editor {
     edits: Vec<(usize, usize, String)>,
+    /// Bytes of new text queued so far (edits and pending entries), to bound the output.
+    queued_bytes: usize,
     /// Entries already queued for insertion into a map node, so that several inserts into one
     /// map (or under one missing key) are merged instead of creating duplicate keys.
     /// Flushed deepest node first, so that inserts at one spot nest correctly.
@@ -771,15 +1018,35 @@ pub struct Editor {
 
 impl Editor {
     pub fn replace(&mut self, start: usize, end: usize, text: String) {
-        self.edits.push((start, end, text));
+        self.push_edit((start, end, text));
+    }
+
+    fn push_edit(&mut self, edit: (usize, usize, String)) {
+        self.queued_bytes += edit.2.len();
+        self.edits.push(edit);
+    }
+
+    /// About how many bytes of new text the edits queued so far add.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
     }
 
     /// Replaces a scalar's value, keeping its quoting style where that can hold the value.
     /// `as_string` keeps the value a string (quoting if needed); otherwise a plain scalar is
     /// written plain, the way the catalog writes a value whose tag it cleared.
     pub fn set_scalar(&mut self, doc: &Doc, id: NodeId, value: &str, as_string: bool) {
+        if is_alias(doc, id) {
+            // Editing through an alias would change its anchor and every other alias of it.
+            let value = if as_string {
+                New::str(value)
+            } else {
+                New::Plain(untyped_scalar(value))
+            };
+            self.replace_node(doc, id, &value);
+            return;
+        }
         if let Some(edit) = scalar_edit(doc, id, value, as_string) {
-            self.edits.push(edit);
+            self.push_edit(edit);
         }
     }
 
@@ -798,7 +1065,7 @@ impl Editor {
             }
             let at = node.end.saturating_sub(1);
             if node.flow {
-                self.edits.push((at, at, text));
+                self.push_edit((at, at, text));
             }
             return;
         }
@@ -808,7 +1075,7 @@ impl Editor {
             text.push('\n');
         }
         block_items(&[item], node.col, &mut text);
-        self.edits.push((at, at, text));
+        self.push_edit((at, at, text));
     }
 
     /// Replaces the whole node `target` (scalar or collection) with `value`, the way kyaml's
@@ -824,7 +1091,7 @@ impl Editor {
             let mut text = String::new();
             value.flow(&mut text);
             let (start, end) = value_span(doc, target);
-            self.edits.push((start, end, text));
+            self.push_edit((start, end, text));
             return;
         }
         let parent = node.parent.map(|p| &doc.nodes[p]);
@@ -852,14 +1119,14 @@ impl Editor {
                     .trim_end_matches('\n')
                     .to_owned()
             };
-            self.edits.push((start, end, text));
+            self.push_edit((start, end, text));
             return;
         }
         let key_col = key_col.unwrap_or(0);
         let colon = value_colon(doc, target);
         if scalar_like {
             let text = format!(" {scalar}");
-            self.edits.push((colon, node.end.max(colon), text));
+            self.push_edit((colon, node.end.max(colon), text));
             return;
         }
         let indent = match (value, &node.kind) {
@@ -1003,6 +1270,10 @@ impl Editor {
                     if overwrite && doc.str(existing) != Some(value.as_str()) {
                         if doc.str(existing).is_some() && !is_alias(doc, existing) {
                             self.set_scalar(doc, existing, value, true);
+                        } else {
+                            // A collection, or an alias (whose anchor others may share):
+                            // the entry gets the string itself.
+                            self.replace_node(doc, existing, &New::str(value.clone()));
                         }
                         count += 1;
                     } else if overwrite {
@@ -1020,6 +1291,7 @@ impl Editor {
 
     /// Queues `key: value` for insertion at the end of mapping `map`.
     pub fn insert(&mut self, doc: &Doc, map: NodeId, key: &str, value: New) {
+        self.queued_bytes += key.len() + value.approx_len();
         let pending = self.pending.entry(map).or_default();
         // Merge into an entry queued earlier under the same key (e.g. two labels under a
         // `labels:` that did not exist).
@@ -1038,6 +1310,7 @@ impl Editor {
     fn replace_null(&mut self, doc: &Doc, map: NodeId, key: &str, null: NodeId, value: New) {
         // Modelled as a pending insert on the null node itself, flushed in `finish`.
         let _ = (map, key);
+        self.queued_bytes += value.approx_len();
         let pending = self.pending.entry(null).or_default();
         if let New::Map(entries) = value {
             for (k, v) in entries {
@@ -1270,6 +1543,108 @@ mod tests {
         assert_eq!(text("b"), "'it''s'");
         assert_eq!(text("c"), "[x]");
         assert_eq!(text("d"), "{y: z}");
+    }
+
+    fn laughs(levels: usize) -> String {
+        let mut src = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for level in 1..levels {
+            let items = vec![format!("*a{}", level - 1); 9].join(", ");
+            src.push_str(&format!("a{level}: &a{level} [{items}]\n"));
+        }
+        src
+    }
+
+    #[test]
+    fn alias_expansion_is_bounded() {
+        // Three levels (729 copies) are fine; eight (43 million) are a bomb.
+        assert!(Doc::parse(&laughs(3)).is_ok());
+        let error = Doc::parse(&laughs(8)).err().unwrap();
+        assert!(error.contains("refused as an alias bomb"), "{error}");
+        // One big anchored scalar copied many times is a bomb too.
+        let big = format!(
+            "a: &a {}\nb: [{}]\n",
+            "x".repeat(100_000),
+            vec!["*a"; 30].join(", ")
+        );
+        assert!(Doc::parse(&big).err().unwrap().contains("alias bomb"));
+        let many = format!("a: &a x\nb: [{}]\n", vec!["*a"; MAX_ALIASES + 1].join(", "));
+        let error = Doc::parse(&many).err().unwrap();
+        assert!(error.starts_with("more than 10000 aliases"), "{error}");
+    }
+
+    #[test]
+    fn recursive_aliases_are_refused() {
+        for src in ["a: &a [*a]\n", "a: &a {b: *a}\n", "- &x\n  - *x\n"] {
+            let error = Doc::parse(src).err().unwrap();
+            assert!(
+                error.contains("refers to a node that contains it"),
+                "{src:?}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_with_their_position() {
+        for (src, expected) in [
+            (
+                "a: 1\nb: 2\na: 3\n",
+                "duplicate mapping key \"a\" at line 3 column 1 (first at line 1 column 1)",
+            ),
+            (
+                "m: {k: 1, 'k': 2}\n",
+                "duplicate mapping key \"k\" at line 1 column 11 (first at line 1 column 5)",
+            ),
+            (
+                "x:\n  - é: 1\n    é: 2\n",
+                "duplicate mapping key \"é\" at line 3 column 5 (first at line 2 column 5)",
+            ),
+        ] {
+            assert_eq!(Doc::parse(src).err().as_deref(), Some(expected), "{src:?}");
+        }
+        let wide: String = (0..100).map(|i| format!("k{i}: v\n")).collect();
+        assert!(Doc::parse(&wide).is_ok());
+        let error = Doc::parse(&format!("{wide}k7: again\n")).err().unwrap();
+        assert!(
+            error.starts_with("duplicate mapping key \"k7\" at line 101"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn tab_separators_parse_and_tabs_in_scalars_stay() {
+        let src = "a:\tb\nc: \"x:\ty\"\nd: |\n  e:\tf\ng:\t[h]\n";
+        let doc = Doc::parse(src).unwrap();
+        let root = doc.roots[0];
+        assert_eq!(doc.get_str(root, &["a"]), Some("b"));
+        assert_eq!(doc.get_str(root, &["c"]), Some("x:\ty"));
+        assert_eq!(doc.get_str(root, &["d"]), Some("e:\tf\n"));
+        assert_eq!(doc.src, src);
+    }
+
+    #[test]
+    fn a_requested_stop_ends_the_parse() {
+        let stop = Stop::default();
+        stop.request();
+        let block: String = (0..3000).map(|i| format!("k{i}: v\n")).collect();
+        let flow = format!("[{}]", vec!["x"; 3000].join(", "));
+        for src in [block, flow] {
+            assert_eq!(
+                Doc::parse_until(&src, &stop).err().as_deref(),
+                Some(STOPPED)
+            );
+        }
+    }
+
+    #[test]
+    fn values_that_are_not_strings_are_replaced_not_skipped() {
+        let src = "m:\n  k: {a: b}\n  l:\n    - x\n  s: &s old\n  t: *s\n";
+        let out = edit(src, |doc, ed| {
+            let m = doc.get(doc.roots[0], "m").unwrap();
+            let entries =
+                [("k", "v"), ("l", "w"), ("t", "new")].map(|(k, v)| (k.to_owned(), v.to_owned()));
+            assert_eq!(ed.ensure_map(doc, m, &[], &entries, true), 3);
+        });
+        assert_eq!(out, "m:\n  k: v\n  l: w\n  s: &s old\n  t: new\n");
     }
 
     #[test]

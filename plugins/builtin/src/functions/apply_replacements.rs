@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::fieldspec::known_namespaced;
-use super::{Ctx, Exit, Function, param};
+use super::{Ctx, Exit, Function, Limits, param};
 use crate::rl::{ResourceList, split_api_version};
 use crate::yaml::{Doc, Editor, Kind, New, NodeId, Style, untyped_scalar};
 
@@ -175,15 +175,30 @@ fn run(ctx: &mut Ctx) -> Exit {
         Err(message) => return ctx.fail(message),
     };
     let original = ctx.doc().src;
-    match apply(original, &config) {
+    match apply(original, &config, ctx.limits) {
         Ok(text) => {
             if text != original {
                 ctx.ed.replace(0, original.len(), text);
             }
             Exit::Ok
         }
+        Err(Stopped::Interrupted(message)) => Exit::Interrupted(message),
         // The catalog keeps the input items when the filter fails.
-        Err(message) => ctx.fail(message),
+        Err(Stopped::Failed(message)) => ctx.fail(message),
+    }
+}
+
+/// Why [`apply`] ended without a result.
+enum Stopped {
+    /// See [`Limits::interruption`].
+    Interrupted(String),
+    /// The filter failed, as the catalog's does.
+    Failed(String),
+}
+
+impl From<String> for Stopped {
+    fn from(message: String) -> Self {
+        Stopped::Failed(message)
     }
 }
 
@@ -225,24 +240,32 @@ impl Val {
     }
 }
 
-fn parse(text: &str) -> Result<ResourceList<'_>, String> {
-    ResourceList::parse(text.as_bytes())
-        .map_err(|e| format!("internal error re-reading output: {e}"))
+fn parse<'t>(text: &'t str, limits: &Limits) -> Result<ResourceList<'t>, Stopped> {
+    ResourceList::parse(text.as_bytes(), &limits.stop).map_err(|e| {
+        limits.interruption(text.len()).map_or_else(
+            || format!("internal error re-reading output: {e}").into(),
+            Stopped::Interrupted,
+        )
+    })
 }
 
-fn apply(original: &str, config: &Config) -> Result<String, String> {
+fn apply(original: &str, config: &Config, limits: &Limits) -> Result<String, Stopped> {
     let mut text = original.to_owned();
     for r in &config.replacements {
         let (Some(source), Some(targets)) = (&r.source, &r.targets) else {
-            return Err("replacements must specify a source and at least one target".into());
+            return Err(Stopped::Failed(
+                "replacements must specify a source and at least one target".into(),
+            ));
         };
         let value = {
-            let rl = parse(&text)?;
+            let rl = parse(&text, limits)?;
             source_value(&rl, source)?
         };
         for target in targets {
             let Some(select) = &target.select else {
-                return Err("target must specify resources to select".into());
+                return Err(Stopped::Failed(
+                    "target must specify resources to select".into(),
+                ));
             };
             let paths = if target.field_paths.is_empty() {
                 vec![DEFAULT_FIELD_PATH.to_owned()]
@@ -250,12 +273,18 @@ fn apply(original: &str, config: &Config) -> Result<String, String> {
                 target.field_paths.clone()
             };
             for path in &paths {
+                if let Some(why) = limits.interruption(text.len()) {
+                    return Err(Stopped::Interrupted(why));
+                }
                 let next = {
-                    let rl = parse(&text)?;
+                    let rl = parse(&text, limits)?;
                     let doc = &rl.doc;
                     let mut ed = Editor::default();
                     let mut edited = false;
                     for &item in &rl.items {
+                        if let Some(why) = limits.interruption(text.len() + ed.queued_bytes()) {
+                            return Err(Stopped::Interrupted(why));
+                        }
                         if !target_selected(doc, item, select, &target.reject)? {
                             continue;
                         }

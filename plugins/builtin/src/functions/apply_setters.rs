@@ -54,6 +54,9 @@ fn run(ctx: &mut Ctx) -> Exit {
     };
     let mut results = Vec::new();
     for o in ctx.rl.items.clone() {
+        if let Some(exit) = ctx.interrupted() {
+            return exit;
+        }
         let obj = ctx.rl.obj(o);
         if let Err(message) = visit(ctx, &setters, &obj, o, String::new(), &mut results) {
             return ctx.fail(format!("failed to apply setters: {message}"));

@@ -11,7 +11,7 @@ use super::fieldspec::{FieldSpec, known_namespaced};
 use super::nameref::{Reached, back_refs, split_path, walk};
 use super::{Ctx, Exit, Function, param};
 use crate::rl::DEPENDS_ON;
-use crate::yaml::{Kind, New, NodeId};
+use crate::yaml::{Kind, New, NodeId, STOPPED};
 
 pub static FUNCTION: Function = Function {
     name: "ensure-name-substring",
@@ -178,7 +178,8 @@ fn run(ctx: &mut Ctx) -> Exit {
     };
     match transform(ctx, &config) {
         Ok(()) => Exit::Ok,
-        Err(message) => ctx.fail(message),
+        // An interruption explains any error it caused.
+        Err(message) => ctx.interrupted().unwrap_or_else(|| ctx.fail(message)),
     }
 }
 
@@ -269,6 +270,9 @@ fn transform(ctx: &mut Ctx, config: &Config) -> Result<(), String> {
     let mut changes = Changes::default();
     let mut depends_on: HashMap<NodeId, (NodeId, String)> = HashMap::new();
     for r in resources.iter_mut() {
+        if ctx.interrupted().is_some() {
+            return Err(STOPPED.into());
+        }
         if skipped(r) {
             continue;
         }

@@ -4,7 +4,7 @@ use krm_plugin_api::{Parameter, ParameterType};
 use serde_json::Value;
 
 use crate::rl::{FnResult, ResourceList};
-use crate::yaml::{Editor, NodeId};
+use crate::yaml::{Editor, NodeId, STOPPED, Stop};
 
 mod apply_replacements;
 mod apply_setters;
@@ -22,6 +22,30 @@ pub struct Ctx<'r, 'a> {
     pub rl: &'r ResourceList<'a>,
     pub ed: Editor,
     pub results: Vec<FnResult>,
+    pub limits: &'r Limits,
+}
+
+/// What bounds one call's work.
+pub struct Limits {
+    /// Requested when the call is cancelled or its deadline passes.
+    pub stop: Stop,
+    /// The most output a call may produce (the runner's `max_message_bytes`).
+    pub max_output_bytes: usize,
+}
+
+impl Limits {
+    /// Why work whose output is `output_bytes` long so far must stop, if it must.
+    pub fn interruption(&self, output_bytes: usize) -> Option<String> {
+        if self.stop.requested() {
+            return Some(STOPPED.into());
+        }
+        (output_bytes > self.max_output_bytes).then(|| {
+            format!(
+                "the output would be over {} bytes (max_message_bytes)",
+                self.max_output_bytes
+            )
+        })
+    }
 }
 
 /// How the function ended, in catalog terms.
@@ -30,15 +54,26 @@ pub enum Exit {
     Ok,
     /// Non-zero exit status with this message on stderr.
     Failed(String),
+    /// Gave up without output: the call ended, or a limit was reached.
+    Interrupted(String),
 }
 
 impl<'r, 'a> Ctx<'r, 'a> {
-    pub fn new(rl: &'r ResourceList<'a>) -> Self {
+    pub fn new(rl: &'r ResourceList<'a>, limits: &'r Limits) -> Self {
         Self {
             rl,
             ed: Editor::default(),
             results: Vec::new(),
+            limits,
         }
+    }
+
+    /// Why the function must give up now, if it must: the call ended, or the edits queued
+    /// so far would make the output larger than a call may return. Checked once per object.
+    pub fn interrupted(&self) -> Option<Exit> {
+        self.limits
+            .interruption(self.rl.doc.src.len() + self.ed.queued_bytes())
+            .map(Exit::Interrupted)
     }
 
     pub fn doc(&self) -> &'r crate::yaml::Doc<'a> {

@@ -186,6 +186,9 @@ fn run(ctx: &mut Ctx) -> Exit {
         count: 0,
     };
     for o in ctx.rl.items.clone() {
+        if let Some(exit) = ctx.interrupted() {
+            return exit;
+        }
         let obj = ctx.rl.obj(o);
         if let Err(message) = search.perform(ctx, &obj) {
             return failure(ctx, &message);

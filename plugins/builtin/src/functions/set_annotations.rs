@@ -143,6 +143,9 @@ fn run(ctx: &mut Ctx) -> Exit {
     );
     let mut results = Vec::new();
     for o in ctx.rl.items.clone() {
+        if let Some(exit) = ctx.interrupted() {
+            return exit;
+        }
         let obj = ctx.rl.obj(o);
         let doc = ctx.doc();
         for spec in specs.iter().filter(|s| s.selects(&obj)) {

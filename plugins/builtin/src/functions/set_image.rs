@@ -143,6 +143,9 @@ fn run(ctx: &mut Ctx) -> Exit {
     let mut count = 0;
     let doc = ctx.doc();
     for o in ctx.rl.items.clone() {
+        if let Some(exit) = ctx.interrupted() {
+            return exit;
+        }
         let obj = ctx.rl.obj(o);
         let mut targets = Vec::new();
         let containers = match obj.kind() {

@@ -104,6 +104,9 @@ fn run(ctx: &mut Ctx) -> Exit {
     labels.sort();
     let mut total = 0;
     for o in ctx.non_local_items() {
+        if let Some(exit) = ctx.interrupted() {
+            return exit;
+        }
         total += label_object(ctx, o, &labels);
     }
     ctx.results

@@ -135,7 +135,7 @@ fn run(ctx: &mut Ctx) -> Exit {
         return Exit::Ok;
     }
     transform(ctx, &config);
-    Exit::Ok
+    ctx.interrupted().unwrap_or(Exit::Ok)
 }
 
 /// A namespace-valued field the visitor may change.
@@ -291,6 +291,9 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     let mut count = 0;
     let mut old = BTreeSet::new();
     for site in sites {
+        if ctx.interrupted().is_some() {
+            return;
+        }
         if site.origin == CLUSTER {
             continue;
         }
