@@ -194,7 +194,13 @@ impl Evaluator for Builtin {
         if let Some(reason) = context.cancel_reason() {
             return Err(reason.to_error(image));
         }
-        run(function, resource_list)
+        let interrupted = || context.is_cancelled();
+        let outcome = run(function, resource_list, &interrupted);
+        // A function that stopped because the call ended answers with the call's reason.
+        match context.cancel_reason() {
+            Some(reason) => Err(reason.to_error(image)),
+            None => outcome,
+        }
     }
 
     fn functions(&self) -> Vec<FunctionSignature> {
@@ -203,22 +209,30 @@ impl Evaluator for Builtin {
 }
 
 /// Runs one function over a serialized ResourceList.
-fn run(function: &Function, input: &[u8]) -> Result<EvalResponse, EvalError> {
+fn run(
+    function: &Function,
+    input: &[u8],
+    interrupted: &(dyn Fn() -> bool + Sync),
+) -> Result<EvalResponse, EvalError> {
     let list = rl::ResourceList::parse(input)
         .map_err(|e| EvalError::invalid_input(format!("{}: {e}", function.name)))?;
-    let mut ctx = Ctx::new(&list);
+    let mut ctx = Ctx::new(&list, interrupted);
     let exit = (function.run)(&mut ctx);
     let Ctx {
-        mut ed, results, ..
+        mut ed,
+        results,
+        mut log,
+        ..
     } = ctx;
     let legacy = function.legacy_results.then_some(function.name);
     rl::write_results(&list, &mut ed, results, legacy);
     let output = ed.finish(&list.doc).into_bytes();
     match exit {
-        Exit::Ok => Ok(EvalResponse::new(output, Vec::new())),
+        Exit::Ok => Ok(EvalResponse::new(output, log.into_bytes())),
         Exit::Failed(message) => {
-            let log = format!("failed to evaluate function: {message}\n").into_bytes();
-            Err(EvalError::failed(format!("{}: {message}", function.name)).with_output(output, log))
+            log.push_str(&format!("failed to evaluate function: {message}\n"));
+            Err(EvalError::failed(format!("{}: {message}", function.name))
+                .with_output(output, log.into_bytes()))
         }
     }
 }
@@ -230,7 +244,7 @@ pub fn run_function(name: &str, input: &[u8]) -> Result<EvalResponse, EvalError>
         .iter()
         .find(|f| f.name == name)
         .ok_or_else(|| EvalError::not_found(name))?;
-    run(function, input)
+    run(function, input, &|| false)
 }
 
 #[cfg(test)]

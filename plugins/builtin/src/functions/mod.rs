@@ -16,12 +16,17 @@ mod set_annotations;
 mod set_image;
 mod set_labels;
 mod set_namespace;
+mod starlark;
 
 /// One call of a function.
 pub struct Ctx<'r, 'a> {
     pub rl: &'r ResourceList<'a>,
     pub ed: Editor,
     pub results: Vec<FnResult>,
+    /// What the function writes to its log (stderr), such as a program's `print` lines.
+    pub log: String,
+    /// True once the caller cancelled or its deadline passed; long-running functions poll it.
+    pub interrupted: &'r (dyn Fn() -> bool + Sync),
 }
 
 /// How the function ended, in catalog terms.
@@ -33,11 +38,13 @@ pub enum Exit {
 }
 
 impl<'r, 'a> Ctx<'r, 'a> {
-    pub fn new(rl: &'r ResourceList<'a>) -> Self {
+    pub fn new(rl: &'r ResourceList<'a>, interrupted: &'r (dyn Fn() -> bool + Sync)) -> Self {
         Self {
             rl,
             ed: Editor::default(),
             results: Vec::new(),
+            log: String::new(),
+            interrupted,
         }
     }
 
@@ -116,6 +123,7 @@ pub const FUNCTIONS: &[&Function] = &[
     &search_replace::FUNCTION,
     &ensure_name_substring::FUNCTION,
     &apply_replacements::FUNCTION,
+    &starlark::FUNCTION,
 ];
 
 pub fn param(
