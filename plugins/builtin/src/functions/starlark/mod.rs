@@ -9,12 +9,13 @@
 //! clock budget, and stops as soon as the call is cancelled or its deadline passes.
 
 use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use krm_plugin_api::{Parameter, ParameterType};
 use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension, Module};
-use starlark::codemap::FileSpanRef;
+use starlark::codemap::{FileSpan, FileSpanRef};
 use starlark::eval::{BeforeStmtFunc, BeforeStmtFuncDyn, Evaluator};
 use starlark::syntax::{AstModule, Dialect};
 use starlark::values::Value;
@@ -254,7 +255,7 @@ fn evaluate(
         Err(e) => {
             return Ok(Evaluated {
                 log: String::new(),
-                outcome: Err(describe_error(&e)),
+                outcome: Err(describe_error(&e, None)),
             });
         }
     };
@@ -262,6 +263,7 @@ fn evaluate(
     let out_of_time = move || interrupted() || started.elapsed() > MAX_RUN_TIME;
     let print = PrintLog::default();
     let loader = library::Loader;
+    let statement = Rc::new(RefCell::new(None));
     let doc = &rl.doc;
     let outcome = Module::with_temp_heap(|module| {
         let heap = module.heap();
@@ -296,13 +298,15 @@ fn evaluate(
         eval.set_loader(&loader);
         eval.set_print_handler(&print);
         eval.set_check_cancelled(Box::new(out_of_time));
-        eval.before_stmt_for_dap(BeforeStmtFunc::Dyn(Box::new(HeapGuard)));
+        eval.before_stmt_for_dap(BeforeStmtFunc::Dyn(Box::new(HeapGuard(statement.clone()))));
         eval.set_max_tick_count(MAX_STEPS)
             .and_then(|()| eval.set_max_heap_size(MAX_HEAP_BYTES))
             .and_then(|()| eval.set_max_callstack_size(MAX_CALL_DEPTH))
             .map_err(|e| format!("cannot limit the Starlark interpreter: {e}"))?;
         let ran = eval.eval_module(ast, globals());
         drop(eval);
+        let last = statement.borrow().clone();
+        let describe_error = |e: &starlark::Error| describe_error(e, last.as_ref());
         Ok::<_, String>(match ran {
             Err(e) if interrupted() => Err(format!(
                 "the program was stopped because the call ended ({})",
@@ -327,17 +331,19 @@ fn evaluate(
     })
 }
 
-/// Checks the heap before every statement. The interpreter's own check runs every thousand
-/// steps, between which a loop doubling a string would already have asked for exabytes.
-struct HeapGuard;
+/// Checks the heap before every statement (the interpreter's own check runs every thousand
+/// steps, between which a loop doubling a string would already have asked for exabytes), and
+/// remembers the statement, to name it when a budget stops the program.
+struct HeapGuard(Rc<RefCell<Option<FileSpan>>>);
 
 impl<'e> BeforeStmtFuncDyn<'e> for HeapGuard {
     fn call<'v>(
         &mut self,
-        _span: FileSpanRef,
+        span: FileSpanRef,
         _continued: bool,
         eval: &mut Evaluator<'v, '_, 'e>,
     ) -> starlark::Result<()> {
+        *self.0.borrow_mut() = Some(span.to_file_span());
         if eval.heap().allocated_bytes() > MAX_HEAP_BYTES {
             return Err(starlark::Error::new_other(anyhow::anyhow!(
                 "the program's values exceed the heap budget of {} MiB",
@@ -348,18 +354,23 @@ impl<'e> BeforeStmtFuncDyn<'e> for HeapGuard {
     }
 }
 
-/// `name:line:col: message`, the position being where the error was raised (innermost frame).
-fn describe_error(error: &starlark::Error) -> String {
+/// `name:line:col: message`, the position being where the error was raised (innermost frame),
+/// else the statement that was running (`last`) when a budget ran out.
+fn describe_error(error: &starlark::Error, last: Option<&FileSpan>) -> String {
     let message = error.without_diagnostic().to_string();
     let message = message.trim();
-    let location = error.span().map(|span| span.resolve()).or_else(|| {
-        error
-            .call_stack()
-            .frames
-            .iter()
-            .rev()
-            .find_map(|frame| frame.location.as_ref().map(|l| l.resolve()))
-    });
+    let location = error
+        .span()
+        .or_else(|| {
+            error
+                .call_stack()
+                .frames
+                .iter()
+                .rev()
+                .find_map(|frame| frame.location.as_ref())
+        })
+        .or(last)
+        .map(FileSpan::resolve);
     match location {
         Some(span) => format!(
             "{}:{}:{}: {message}",

@@ -151,7 +151,7 @@ fn results_the_program_appends_are_written_and_errors_fail() {
     let (output, _) = failed(&starlark_run(
         "ctx.resource_list[\"results\"].append({\"msg\": \"typo\"})\n",
     ));
-    assert!(output.contains("results[0] has the key \\\"msg\\\""), "{output}");
+    assert!(output.contains("results[0] has the key \"msg\""), "{output}");
 }
 
 #[test]
@@ -244,7 +244,7 @@ fn the_sandbox_offers_no_environment_files_or_openapi() {
 #[test]
 fn bad_output_is_an_error_naming_the_item() {
     let (output, _) = failed(&starlark_run("ctx.resource_list[\"items\"].append(1)\n"));
-    assert!(output.contains("[\\\"items\\\"][2] must be a dict, got int"), "{output}");
+    assert!(output.contains("[\"items\"][2] must be a dict, got int"), "{output}");
     let (output, _) = failed(&starlark_run(
         "ctx.resource_list[\"items\"][0][\"spec\"][\"f\"] = len\n",
     ));
