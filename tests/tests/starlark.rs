@@ -67,7 +67,9 @@ fn resource_list(function_config: &str) -> String {
 
 fn starlark_run(source: &str) -> String {
     let source: String = source.lines().map(|l| format!("  {l}\n")).collect();
-    format!("apiVersion: fn.kpt.dev/v1alpha1\nkind: StarlarkRun\nmetadata:\n  name: prog\nsource: |\n{source}")
+    format!(
+        "apiVersion: fn.kpt.dev/v1alpha1\nkind: StarlarkRun\nmetadata:\n  name: prog\nsource: |\n{source}"
+    )
 }
 
 #[test]
@@ -156,8 +158,11 @@ fn kpt_render_runs_a_starlark_exec_step_like_the_catalog_image() {
     // nothing else (its test `map-key-inline-comment`, example `starlark-set-namespace`).
     assert_eq!(
         std::fs::read_to_string(package.join("app.yaml")).unwrap(),
-        APP.replace("    tier: 'front'\n", "    tier: 'front'\n  namespace: prod\n")
-            .replace("  name: cfg\n", "  name: cfg\n  namespace: prod\n"),
+        APP.replace(
+            "    tier: 'front'\n",
+            "    tier: 'front'\n  namespace: prod\n"
+        )
+        .replace("  name: cfg\n", "  name: cfg\n  namespace: prod\n"),
         "{stderr}"
     );
     assert_eq!(
@@ -235,7 +240,10 @@ async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
         .expect("builtin serves the catalog image");
     assert_eq!(evaluator, "builtin");
     let output = String::from_utf8(response.resource_list).unwrap();
-    assert!(output.contains("    name: cfg\n    namespace: prod\n"), "{output}");
+    assert!(
+        output.contains("    name: cfg\n    namespace: prod\n"),
+        "{output}"
+    );
 
     // Each runaway ends with an error naming what ran out; the next call is served.
     for (source, expected) in [
@@ -246,7 +254,10 @@ async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
         let input = resource_list(&starlark_run(source));
         let started = Instant::now();
         let status = server
-            .call("ghcr.io/kptdev/krm-functions-catalog/starlark:v0.5.1", input.as_bytes())
+            .call(
+                "ghcr.io/kptdev/krm-functions-catalog/starlark:v0.5.1",
+                input.as_bytes(),
+            )
             .await
             .unwrap_err();
         assert_eq!(status.code(), Code::Internal, "{status:?}");

@@ -260,7 +260,10 @@ fn diff(
                 .copied()
                 .filter(|&(k, _)| doc.str(k).is_none_or(|k| dict.get_str(k).is_none()))
                 .collect();
-            if !removed.iter().all(|&(k, v)| entry_lines(doc, k, v).is_some()) {
+            if !removed
+                .iter()
+                .all(|&(k, v)| entry_lines(doc, k, v).is_some())
+            {
                 return replace(doc, id, value, path, editor);
             }
             for &(k, v) in &removed {
@@ -344,7 +347,14 @@ fn diff_seq(
     let paired = old.len().min(new.len());
     for k in 0..paired {
         let at = head + k;
-        diff(doc, old[k], new[k], &format!("{path}[{at}]"), depth + 1, editor)?;
+        diff(
+            doc,
+            old[k],
+            new[k],
+            &format!("{path}[{at}]"),
+            depth + 1,
+            editor,
+        )?;
     }
     for &node in &old[paired..] {
         let (start, end) = item_lines(doc, node);
@@ -353,7 +363,14 @@ fn diff_seq(
     let added = new[paired..]
         .iter()
         .enumerate()
-        .map(|(k, &v)| to_new(v, &format!("{path}[{}]", head + paired + k), depth + 1, true))
+        .map(|(k, &v)| {
+            to_new(
+                v,
+                &format!("{path}[{}]", head + paired + k),
+                depth + 1,
+                true,
+            )
+        })
         .collect::<Result<Vec<_>, _>>()?;
     if added.is_empty() {
         return Ok(());
@@ -445,4 +462,3 @@ fn read_result(item: Value, path: &str) -> Result<FnResult, String> {
     }
     Ok(result)
 }
-

@@ -24,7 +24,12 @@ pub enum Scalar<'d> {
 
 /// The scalar at `id` (aliases followed), resolved like the YAML core schema.
 pub fn scalar<'d>(doc: &'d Doc, id: NodeId) -> Option<Scalar<'d>> {
-    let Kind::Scalar { value, style, tagged } = &doc.node(doc.deref(id)).kind else {
+    let Kind::Scalar {
+        value,
+        style,
+        tagged,
+    } = &doc.node(doc.deref(id)).kind
+    else {
         return None;
     };
     if *style != Style::Plain || *tagged {
@@ -119,9 +124,7 @@ pub fn to_new(value: Value, path: &str, depth: usize, sorted: bool) -> Result<Ne
         return Ok(New::Plain(match n {
             Number::Int(i) => i.to_string(),
             Number::Float(f) if f.is_nan() => ".nan".into(),
-            Number::Float(f) if f.is_infinite() => {
-                if f > 0.0 { ".inf" } else { "-.inf" }.into()
-            }
+            Number::Float(f) if f.is_infinite() => if f > 0.0 { ".inf" } else { "-.inf" }.into(),
             Number::Float(f) => f.to_string(),
         }));
     }

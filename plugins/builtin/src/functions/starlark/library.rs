@@ -217,7 +217,10 @@ fn base64_module(builder: &mut GlobalsBuilder) {
 
 #[starlark_module]
 fn yaml_module(builder: &mut GlobalsBuilder) {
-    fn loads<'v>(#[starlark(require = pos)] text: &str, heap: Heap<'v>) -> anyhow::Result<Value<'v>> {
+    fn loads<'v>(
+        #[starlark(require = pos)] text: &str,
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
         let doc = Doc::parse_general(text).map_err(|e| anyhow::anyhow!("yaml.loads: {e}"))?;
         Ok(match doc.roots.first() {
             Some(&root) => convert::to_value(&doc, root, heap),
@@ -280,7 +283,10 @@ fn math_module(builder: &mut GlobalsBuilder) {
         Ok(x.0.sqrt())
     }
 
-    fn pow(#[starlark(require = pos)] x: UnpackFloat, #[starlark(require = pos)] y: UnpackFloat) -> anyhow::Result<f64> {
+    fn pow(
+        #[starlark(require = pos)] x: UnpackFloat,
+        #[starlark(require = pos)] y: UnpackFloat,
+    ) -> anyhow::Result<f64> {
         Ok(x.0.powf(y.0))
     }
 
@@ -288,7 +294,10 @@ fn math_module(builder: &mut GlobalsBuilder) {
         Ok(x.0.exp())
     }
 
-    fn log(#[starlark(require = pos)] x: UnpackFloat, base: Option<UnpackFloat>) -> anyhow::Result<f64> {
+    fn log(
+        #[starlark(require = pos)] x: UnpackFloat,
+        base: Option<UnpackFloat>,
+    ) -> anyhow::Result<f64> {
         Ok(match base {
             Some(base) => x.0.log(base.0),
             None => x.0.ln(),

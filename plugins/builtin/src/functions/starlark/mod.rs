@@ -14,8 +14,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use krm_plugin_api::{Parameter, ParameterType};
-use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension, Module};
 use starlark::codemap::{FileSpan, FileSpanRef};
+use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension, Module};
 use starlark::eval::{BeforeStmtFunc, BeforeStmtFuncDyn, Evaluator};
 use starlark::syntax::{AstModule, Dialect};
 use starlark::values::Value;
@@ -72,7 +72,8 @@ fn parameters() -> Vec<Parameter> {
         "The Starlark program (StarlarkRun `source`, or ConfigMap `data.source`).",
     );
     source.example = Some(
-        "for r in ctx.resource_list[\"items\"]:\n  r[\"metadata\"][\"namespace\"] = \"prod\"".into(),
+        "for r in ctx.resource_list[\"items\"]:\n  r[\"metadata\"][\"namespace\"] = \"prod\""
+            .into(),
     );
     let params = param(
         "params",
@@ -218,7 +219,9 @@ impl PrintLog {
         let mut text = self.text.into_inner();
         let dropped = self.dropped.get();
         if dropped > 0 {
-            text.push_str(&format!("[{dropped} more bytes of print output not kept]\n"));
+            text.push_str(&format!(
+                "[{dropped} more bytes of print output not kept]\n"
+            ));
         }
         text
     }

@@ -51,16 +51,16 @@ fn ok(input: &str) -> (String, String) {
             String::from_utf8(resource_list).unwrap(),
             String::from_utf8(log).unwrap(),
         ),
-        Err(e) => panic!(
-            "{e:?}\n{}",
-            String::from_utf8_lossy(&e.resource_list)
-        ),
+        Err(e) => panic!("{e:?}\n{}", String::from_utf8_lossy(&e.resource_list)),
     }
 }
 
 fn failed(input: &str) -> (String, EvalError) {
     let error = run_function("starlark", input.as_bytes()).expect_err("the call fails");
-    (String::from_utf8(error.resource_list.clone()).unwrap(), error)
+    (
+        String::from_utf8(error.resource_list.clone()).unwrap(),
+        error,
+    )
 }
 
 /// The ResourceList as it came in, up to `functionConfig` (the items part).
@@ -146,19 +146,34 @@ fn results_the_program_appends_are_written_and_errors_fail() {
         "ctx.resource_list[\"results\"].append({\"message\": \"bad\", \"severity\": \"error\", \"resourceRef\": {\"kind\": \"ConfigMap\", \"name\": \"cfg\"}})\n",
     );
     let (output, error) = failed(&input);
-    assert!(output.contains("- message: bad\n  severity: error\n  resourceRef:"), "{output}");
-    assert_eq!(String::from_utf8_lossy(&error.log), "failed to evaluate function: error: function failure\n");
+    assert!(
+        output.contains("- message: bad\n  severity: error\n  resourceRef:"),
+        "{output}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&error.log),
+        "failed to evaluate function: error: function failure\n"
+    );
     let (output, _) = failed(&starlark_run(
         "ctx.resource_list[\"results\"].append({\"msg\": \"typo\"})\n",
     ));
-    assert!(output.contains("results[0] has the key \"msg\""), "{output}");
+    assert!(
+        output.contains("results[0] has the key \"msg\""),
+        "{output}"
+    );
 }
 
 #[test]
 fn program_errors_are_error_results_naming_the_line_and_keep_items() {
-    let input = starlark_run("x = 1\nfor r in ctx.resource_list[\"items\"]:\n  r[\"metadata\"][\"namespace\"] = \"a\"\nfail(\"no private keys\")\n");
+    let input = starlark_run(
+        "x = 1\nfor r in ctx.resource_list[\"items\"]:\n  r[\"metadata\"][\"namespace\"] = \"a\"\nfail(\"no private keys\")\n",
+    );
     let (output, error) = failed(&input);
-    assert_eq!(items_of(&output), items_of(&input), "items stay as they came");
+    assert_eq!(
+        items_of(&output),
+        items_of(&input),
+        "items stay as they came"
+    );
     assert!(
         output.contains("message: 'prog:4:1: fail: no private keys'"),
         "{output}"
@@ -172,14 +187,22 @@ fn program_errors_are_error_results_naming_the_line_and_keep_items() {
 
 #[test]
 fn function_config_problems_use_the_catalog_messages() {
-    let (output, _) = failed(&input("apiVersion: fn.kpt.dev/v1alpha1\nkind: StarlarkRun\nmetadata:\n  name: x\nsource: \"\"\n"));
-    assert!(output.contains("message: '`source` must not be empty'"), "{output}");
-    let (output, _) = failed(&input("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n"));
+    let (output, _) = failed(&input(
+        "apiVersion: fn.kpt.dev/v1alpha1\nkind: StarlarkRun\nmetadata:\n  name: x\nsource: \"\"\n",
+    ));
+    assert!(
+        output.contains("message: '`source` must not be empty'"),
+        "{output}"
+    );
+    let (output, _) = failed(&input(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: x\n",
+    ));
     assert!(
         output.contains("but we got: apps/v1, Kind=Deployment"),
         "{output}"
     );
-    let no_config = format!("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{ITEMS}");
+    let no_config =
+        format!("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{ITEMS}");
     let (output, _) = failed(&no_config);
     assert!(output.contains("FunctionConfig is missing"), "{output}");
 }
@@ -200,8 +223,15 @@ fn load_offers_the_catalog_libraries() {
     ] {
         assert!(output.contains(line), "{line}missing from\n{output}");
     }
-    let (output, _) = failed(&starlark_run("load('http.star', 'http')\nhttp.get(\"http://example.invalid\")\n"));
-    assert!(output.contains("http.get: the http.star library is not available: network access is not allowed"), "{output}");
+    let (output, _) = failed(&starlark_run(
+        "load('http.star', 'http')\nhttp.get(\"http://example.invalid\")\n",
+    ));
+    assert!(
+        output.contains(
+            "http.get: the http.star library is not available: network access is not allowed"
+        ),
+        "{output}"
+    );
     let (output, _) = failed(&starlark_run("load('os.star', 'os')\n"));
     assert!(output.contains("no such library"), "{output}");
 }
@@ -244,9 +274,15 @@ fn the_sandbox_offers_no_environment_files_or_openapi() {
 #[test]
 fn bad_output_is_an_error_naming_the_item() {
     let (output, _) = failed(&starlark_run("ctx.resource_list[\"items\"].append(1)\n"));
-    assert!(output.contains("[\"items\"][2] must be a dict, got int"), "{output}");
+    assert!(
+        output.contains("[\"items\"][2] must be a dict, got int"),
+        "{output}"
+    );
     let (output, _) = failed(&starlark_run(
         "ctx.resource_list[\"items\"][0][\"spec\"][\"f\"] = len\n",
     ));
-    assert!(output.contains("items[0].spec.f: a function cannot be written as YAML"), "{output}");
+    assert!(
+        output.contains("items[0].spec.f: a function cannot be written as YAML"),
+        "{output}"
+    );
 }
