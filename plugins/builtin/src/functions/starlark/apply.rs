@@ -345,16 +345,9 @@ fn diff_seq(
     }
     let (old, new) = (&nodes[head..n - tail], &values[head..m - tail]);
     let paired = old.len().min(new.len());
-    for k in 0..paired {
+    for (k, (&node, &value)) in old.iter().zip(new).enumerate() {
         let at = head + k;
-        diff(
-            doc,
-            old[k],
-            new[k],
-            &format!("{path}[{at}]"),
-            depth + 1,
-            editor,
-        )?;
+        diff(doc, node, value, &format!("{path}[{at}]"), depth + 1, editor)?;
     }
     for &node in &old[paired..] {
         let (start, end) = item_lines(doc, node);
