@@ -12,10 +12,11 @@ use crate::cli::EvalArgs;
 use crate::routing::Plan;
 use crate::runtime::{Runtime, evaluate_on};
 
-/// Runs the call; returns the process exit code (0 success, 1 function failure).
-pub async fn run(runtime: &Runtime, args: &EvalArgs) -> anyhow::Result<i32> {
-    let input = read_input(args.input.as_deref())?;
-    let function_config = function_config(args)?;
+/// Runs the call; returns the process exit code (0 success, 1 function failure). Inputs over
+/// `max_bytes` (the runner's `max_message_bytes`) are refused, as the server refuses them.
+pub async fn run(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyhow::Result<i32> {
+    let input = read_text(args.input.as_deref(), max_bytes)?;
+    let function_config = function_config(args, max_bytes)?;
     let resource_list = resource_list(&input, function_config.as_deref())?;
     let context = HostCallContext::new(None);
     let cancel = context.clone();
@@ -32,7 +33,12 @@ pub async fn run(runtime: &Runtime, args: &EvalArgs) -> anyhow::Result<i32> {
 
 /// `krm-runner fn NAME`: a KRM function in the spec's sense, served by the instance that
 /// implements NAME. The input is passed through untouched.
-pub async fn run_function(runtime: &Runtime, catalog: &Catalog, name: &str) -> anyhow::Result<i32> {
+pub async fn run_function(
+    runtime: &Runtime,
+    catalog: &Catalog,
+    name: &str,
+    max_bytes: usize,
+) -> anyhow::Result<i32> {
     let Some((instance, _)) = catalog.find(name) else {
         bail!(
             "no evaluator implements a function named {name:?} (known: {})",
@@ -43,10 +49,7 @@ pub async fn run_function(runtime: &Runtime, catalog: &Catalog, name: &str) -> a
         .instance(instance)
         .with_context(|| format!("instance {instance:?} is not built"))?
         .clone();
-    let mut input = Vec::new();
-    std::io::stdin()
-        .read_to_end(&mut input)
-        .context("reading stdin")?;
+    let input = read_bounded(std::io::stdin(), "stdin", max_bytes)?;
     let context = HostCallContext::new(None);
     let outcome = evaluate_on(Plan::default(), instance, context, name.to_owned(), input).await;
     write_outcome(outcome, "krm-runner fn")
@@ -77,34 +80,66 @@ fn write_outcome(
     }
 }
 
-fn read_input(path: Option<&Path>) -> anyhow::Result<String> {
-    let mut text = String::new();
-    match path {
-        None => {
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("reading stdin")?;
-        }
-        Some(path) if path == Path::new("-") => {
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .context("reading stdin")?;
-        }
-        Some(path) => {
-            text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-        }
+/// Reads at most `max_bytes` from `source`, naming it when there is more.
+fn read_bounded(source: impl Read, name: &str, max_bytes: usize) -> anyhow::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    source
+        .take(max_bytes as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {name}"))?;
+    if bytes.len() > max_bytes {
+        bail!("{name} is over {max_bytes} bytes (max_message_bytes)");
     }
-    Ok(text)
+    Ok(bytes)
 }
 
-fn function_config(args: &EvalArgs) -> anyhow::Result<Option<String>> {
+fn read_text(path: Option<&Path>, max_bytes: usize) -> anyhow::Result<String> {
+    let bytes = match path {
+        None => read_bounded(std::io::stdin(), "stdin", max_bytes)?,
+        Some(path) if path == Path::new("-") => read_bounded(std::io::stdin(), "stdin", max_bytes)?,
+        Some(path) => {
+            let name = path.display().to_string();
+            let file = std::fs::File::open(path).with_context(|| format!("reading {name}"))?;
+            read_bounded(file, &name, max_bytes)?
+        }
+    };
+    String::from_utf8(bytes).context("the input is not UTF-8 text")
+}
+
+/// Parses one YAML document for inspection. yaml_serde takes time quadratic in the nesting
+/// depth before its own recursion limit (128) applies, so depth is checked first, by a
+/// streaming pass that stops at the limit. That pass reads `:<TAB>` as `: `, which YAML
+/// allows and saphyr refuses; scalars do not matter to it.
+fn parse_yaml(text: &str) -> Result<yaml_serde::Value, String> {
+    const MAX_DEPTH: usize = 128;
+    let mut depth = 0usize;
+    let spaced = text.replace(":\t", ": ");
+    for event in saphyr_parser::Parser::new_from_str(&spaced) {
+        let (event, span) = event.map_err(|error| error.to_string())?;
+        match event {
+            saphyr_parser::Event::MappingStart(..) | saphyr_parser::Event::SequenceStart(..) => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(format!(
+                        "nesting deeper than {MAX_DEPTH} levels at line {} column {}",
+                        span.start.line(),
+                        span.start.col() + 1
+                    ));
+                }
+            }
+            saphyr_parser::Event::MappingEnd | saphyr_parser::Event::SequenceEnd => depth -= 1,
+            _ => {}
+        }
+    }
+    yaml_serde::from_str(text).map_err(|error| error.to_string())
+}
+
+fn function_config(args: &EvalArgs, max_bytes: usize) -> anyhow::Result<Option<String>> {
     match (&args.fn_config, args.data.is_empty()) {
         (Some(_), false) => bail!("give either --fn-config or key=value pairs, not both"),
         (Some(path), true) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            match yaml_serde::from_str::<yaml_serde::Value>(&text) {
+            let text = read_text(Some(path.as_path()), max_bytes)?;
+            match parse_yaml(&text) {
                 Ok(yaml_serde::Value::Mapping(_)) => Ok(Some(text)),
                 Ok(_) => bail!("--fn-config {}: not a YAML mapping", path.display()),
                 Err(error) => bail!("--fn-config {}: not valid YAML: {error}", path.display()),
@@ -147,7 +182,7 @@ pub fn resource_list(input: &str, function_config: Option<&str>) -> anyhow::Resu
     let documents = split_documents(input);
     let mut parsed = Vec::with_capacity(documents.len());
     for (index, document) in documents.iter().enumerate() {
-        let value: yaml_serde::Value = yaml_serde::from_str(document).map_err(|error| {
+        let value = parse_yaml(document).map_err(|error| {
             anyhow::anyhow!("input document {}: not valid YAML: {error}", index + 1)
         })?;
         match &value {

@@ -64,7 +64,7 @@ fn main() -> ExitCode {
     let outcome = tokio.block_on(async {
         match &cli.command {
             None | Some(Command::Serve) => serve(runtime, &config).await.map(|()| 0),
-            Some(Command::Eval(args)) => eval::run(&runtime, args).await,
+            Some(Command::Eval(args)) => eval::run(&runtime, args, config.max_message_bytes).await,
             Some(Command::Plugins) => {
                 print_plugins(&runtime);
                 Ok(0)
@@ -79,8 +79,8 @@ fn main() -> ExitCode {
             }
             Some(Command::Functions { name, .. }) => print_functions(&runtime, name.as_deref()),
             Some(Command::Function { name }) => {
-                eval::run_function(&runtime, &catalog::Catalog::new(runtime.functions()), name)
-                    .await
+                let catalog = catalog::Catalog::new(runtime.functions());
+                eval::run_function(&runtime, &catalog, name, config.max_message_bytes).await
             }
             Some(Command::Config { .. }) => unreachable!("handled before plugins load"),
         }
