@@ -211,7 +211,8 @@ async fn failures_concurrency_ttl_and_adoption() {
     assert_eq!(
         pods.len(),
         2,
-        "one pod per image (failing + no-shell): {pods:?}"
+        "one pod per image (failing + no-shell): {pods:?}\n{}",
+        server.stderr()
     );
 
     // A restarted runner adopts its pods instead of starting new ones.
