@@ -160,7 +160,7 @@ async fn failures_concurrency_ttl_and_adoption() {
     let config = runner_config(
         cluster,
         &world.wrapper,
-        "      pod_ttl: 3s\n      scan_interval: 500ms\n",
+        "      pod_ttl: 15s\n      scan_interval: 500ms\n",
     );
     let server = Server::start(&config, &[]);
 
