@@ -160,7 +160,7 @@ async fn failures_concurrency_ttl_and_adoption() {
     let config = runner_config(
         cluster,
         &world.wrapper,
-        "      pod_ttl: 3s\n      scan_interval: 500ms\n",
+        "      pod_ttl: 15s\n      scan_interval: 500ms\n",
     );
     let server = Server::start(&config, &[]);
 
@@ -211,7 +211,8 @@ async fn failures_concurrency_ttl_and_adoption() {
     assert_eq!(
         pods.len(),
         2,
-        "one pod per image (failing + no-shell): {pods:?}"
+        "one pod per image (failing + no-shell): {pods:?}\n{}",
+        server.stderr()
     );
 
     // A restarted runner adopts its pods instead of starting new ones.
@@ -984,4 +985,317 @@ async fn pod_cache_config_settings_and_warm_up() {
         serving.contains(warm[0]["metadata"]["name"].as_str().unwrap()),
         "the warm-up pod serves"
     );
+}
+
+/// Creates Pod `name` in `namespace` standing for a runner's own Pod, as a Deployment's would
+/// be: bound to another node, so that the stand-in's node leaves it alone. Returns its uid.
+fn runner_pod(cluster: &Cluster, namespace: &str, name: &str) -> String {
+    let file = cluster.dir.join(format!("{namespace}-{name}.yaml"));
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  nodeName: another-node\n  containers:\n  - name: runner\n    image: krm-runner:latest\n"
+        ),
+    )
+    .unwrap();
+    kubectl(cluster, &["create", "-f", file.to_str().unwrap()]);
+    kubectl(
+        cluster,
+        &[
+            "get",
+            "pod",
+            name,
+            "-n",
+            namespace,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+    )
+}
+
+/// The function pods runner `owner` made.
+fn pods_of(cluster: &Cluster, owner: &str) -> Vec<serde_json::Value> {
+    let label = format!("krm-runner.dev/owner={owner}");
+    kubectl_json(cluster, &["pods", "-l", &label])["items"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_runners_pods_are_reclaimed_and_a_live_runners_keep_serving() {
+    if !require_podman("pod evaluator end to end") {
+        return;
+    }
+    let world = tokio::task::spawn_blocking(pod_world).await.unwrap();
+    let cluster = &world.cluster;
+    let identity = cluster
+        .push(&function_image(&["/bin/cat"]), "krm/identity:v1")
+        .expect("image");
+    let elsewhere = cluster.dir.join("runners.yaml");
+    std::fs::write(
+        &elsewhere,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: runners\n",
+    )
+    .unwrap();
+    kubectl(cluster, &["create", "-f", elsewhere.to_str().unwrap()]);
+    // A and B run in the function namespace, C in another one: A's and B's function pods name
+    // their runner's Pod as owner, C's cannot (a collector would delete them at once).
+    let uid_a = runner_pod(cluster, NAMESPACE, "runner-a");
+    let uid_b = runner_pod(cluster, NAMESPACE, "runner-b");
+    let uid_c = runner_pod(cluster, "runners", "runner-c");
+    let start = |owner: &str, namespace: &str, uid: Option<&str>| {
+        let config = runner_config(cluster, &world.wrapper, "      scan_interval: 300ms\n")
+            .replace("owner: runner-a", &format!("owner: {owner}"));
+        let mut env = vec![("POD_NAME", owner), ("POD_NAMESPACE", namespace)];
+        env.extend(uid.map(|uid| ("POD_UID", uid)));
+        Server::start_with_env(&config, &[], &env)
+    };
+    // A learns its uid by reading its Pod; B and C from the downward API's POD_UID.
+    let runner_a = start("runner-a", NAMESPACE, None);
+    let runner_b = start("runner-b", NAMESPACE, Some(&uid_b));
+    let runner_c = start("runner-c", "runners", Some(&uid_c));
+    for runner in [&runner_a, &runner_b, &runner_c] {
+        runner
+            .call(&identity, &resource_list(&["cold"]))
+            .await
+            .unwrap_or_else(|status| panic!("{status:?}\n{}", runner.stderr()));
+    }
+    let [pod_a, pod_b, pod_c] = ["runner-a", "runner-b", "runner-c"].map(|owner| {
+        let pods = pods_of(cluster, owner);
+        assert_eq!(pods.len(), 1, "{owner}: {pods:?}");
+        pods[0].clone()
+    });
+    let owners = |pod: &serde_json::Value| pod["metadata"]["ownerReferences"].clone();
+    assert_eq!(
+        owners(&pod_a),
+        serde_json::json!([{"apiVersion": "v1", "kind": "Pod", "name": "runner-a", "uid": uid_a}])
+    );
+    assert_eq!(owners(&pod_b)[0]["uid"], uid_b.as_str());
+    assert_eq!(owners(&pod_c), serde_json::Value::Null);
+    assert_eq!(
+        pod_c["metadata"]["annotations"]["krm-runner.dev/owner-pod"],
+        "runners/runner-c"
+    );
+    // Several scans later, every runner's pod is still there: live runners' pods are not
+    // anybody else's to delete.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        names(cluster, "pods").len(),
+        5,
+        "runner-a, runner-b and 3 function pods"
+    );
+    assert_eq!(names(cluster, "services").len(), 3);
+
+    // A is killed and its Pod deleted (a rollout, a lost node): the garbage collector deletes
+    // its function pod, which it owned, at once, and the pod's service after it.
+    drop(runner_a);
+    kubectl(
+        cluster,
+        &[
+            "delete",
+            "pod",
+            "runner-a",
+            "-n",
+            NAMESPACE,
+            "--grace-period=0",
+            "--force",
+        ],
+    );
+    let left = pods_of(cluster, "runner-a");
+    assert!(
+        left.iter()
+            .all(|pod| pod["metadata"]["deletionTimestamp"].is_string()),
+        "the collector, not a scan, deletes it: {left:?}"
+    );
+    let service_a = format!("service/{}", pod_a["metadata"]["name"].as_str().unwrap());
+    eventually("A's pod and service to go", Duration::from_secs(60), || {
+        pods_of(cluster, "runner-a").is_empty() && !names(cluster, "services").contains(&service_a)
+    })
+    .await;
+
+    // C is killed and its Pod deleted: no collector can (its pods are in another namespace
+    // than its Pod), so the surviving runner B reclaims them.
+    drop(runner_c);
+    kubectl(
+        cluster,
+        &[
+            "delete",
+            "pod",
+            "runner-c",
+            "-n",
+            "runners",
+            "--grace-period=0",
+            "--force",
+        ],
+    );
+    eventually(
+        "B to reclaim C's pod and service",
+        Duration::from_secs(60),
+        || pods_of(cluster, "runner-c").is_empty() && names(cluster, "services").len() == 1,
+    )
+    .await;
+
+    // B's pod was never touched and still serves.
+    let (response, _) = runner_b
+        .call(&identity, &resource_list(&["still"]))
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", runner_b.stderr()));
+    assert_eq!(response.resource_list, resource_list(&["still"]));
+    let pods = pods_of(cluster, "runner-b");
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0]["metadata"]["uid"], pod_b["metadata"]["uid"]);
+    assert_eq!(
+        names(cluster, "services"),
+        [format!(
+            "service/{}",
+            pod_b["metadata"]["name"].as_str().unwrap()
+        )]
+    );
+    assert!(
+        runner_b
+            .stderr()
+            .contains("reclaiming a function pod whose runner is gone"),
+        "{}",
+        runner_b.stderr()
+    );
+}
+
+/// The uid of function pod `name`.
+fn uid_of(cluster: &Cluster, name: &str) -> String {
+    kubectl(
+        cluster,
+        &[
+            "get",
+            "pod",
+            name,
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn faults_a_pod_killed_mid_call_the_registry_down_the_api_server_restarting() {
+    if !require_podman("pod evaluator end to end") {
+        return;
+    }
+    let mut world = tokio::task::spawn_blocking(pod_world).await.unwrap();
+    let [slow, cold, later] = [
+        ("krm/slow:v1", ["/bin/sh", "-c", "sleep 2; cat"]),
+        ("krm/cold:v1", ["/bin/sh", "-c", "cat"]),
+        ("krm/later:v1", ["/bin/sh", "-c", "cat"]),
+    ]
+    .map(|(name, entrypoint)| {
+        world
+            .cluster
+            .push(&function_image(&entrypoint), name)
+            .expect("image")
+    });
+    let server = Server::start(&runner_config(&world.cluster, &world.wrapper, ""), &[]);
+    let call = |image: &str, name: &str| {
+        let (endpoint, image, input) =
+            (server.endpoint(), image.to_owned(), resource_list(&[name]));
+        tokio::spawn(async move {
+            let mut client =
+                krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient::connect(endpoint)
+                    .await
+                    .unwrap();
+            let mut request =
+                tonic::Request::new(krm_runner_proto::evaluator::EvaluateFunctionRequest {
+                    resource_list: input.clone(),
+                    image,
+                });
+            request.set_timeout(Duration::from_secs(90));
+            client
+                .evaluate_function(request)
+                .await
+                .map(|response| assert_eq!(response.into_inner().resource_list, input))
+        })
+    };
+
+    // A pod killed mid-call: the call is retried on a new pod and succeeds; the dead pod and
+    // its service are deleted.
+    call(&slow, "warm").await.unwrap().expect("warm-up call");
+    let first = names(&world.cluster, "pods");
+    assert_eq!(first.len(), 1);
+    let pod_uid = uid_of(&world.cluster, first[0].trim_start_matches("pod/"));
+    let in_flight = call(&slow, "killed");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let node = world.cluster.standin.node().unwrap().clone();
+    let killed = tokio::task::spawn_blocking(move || node.kill_pod_blocking(&pod_uid))
+        .await
+        .unwrap()
+        .expect("podman kill");
+    assert_eq!(killed, 1, "the function container");
+    in_flight
+        .await
+        .unwrap()
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    eventually("one pod and one service", Duration::from_secs(60), || {
+        let pods = names(&world.cluster, "pods");
+        pods.len() == 1 && pods != first && names(&world.cluster, "services").len() == 1
+    })
+    .await;
+
+    // The registry down during a cold start: a clear error, nothing created; back up, the
+    // same call succeeds.
+    world.cluster.registry.stop();
+    let status = call(&cold, "no registry").await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains(&format!("unable to get the entrypoint for {cold}")),
+        "{}",
+        status.message()
+    );
+    assert_eq!(names(&world.cluster, "pods").len(), 1);
+    assert_eq!(names(&world.cluster, "services").len(), 1);
+    world.cluster.registry.restart().expect("registry back");
+    call(&cold, "registry back")
+        .await
+        .unwrap()
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+
+    // The API server restarting: warm pods keep serving (no API request on the warm path), a
+    // cold start fails clearly, and succeeds once the API server is back.
+    world.cluster.standin.stop_api();
+    call(&cold, "no api server")
+        .await
+        .unwrap()
+        .expect("a warm call needs no API server");
+    let status = call(&later, "no api server").await.unwrap().unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status.message().starts_with(&format!(
+            "unable to get the grpc client to the pod for {later}: cannot read PodTemplate"
+        )),
+        "{}",
+        status.message()
+    );
+    world.cluster.standin.start_api();
+    call(&later, "api server back")
+        .await
+        .unwrap()
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+
+    // Nothing leaked: one pod and one service per image, and bursts on every image are served
+    // by exactly those pods (a leaked slot would make some wait or start another pod).
+    let pods = names(&world.cluster, "pods");
+    assert_eq!(pods.len(), 3, "{pods:?}");
+    assert_eq!(names(&world.cluster, "services").len(), 3);
+    let burst: Vec<_> = [&slow, &cold, &later]
+        .iter()
+        .flat_map(|image| (0..3).map(|index| call(image, &format!("burst{index}"))))
+        .collect();
+    for call in burst {
+        call.await
+            .unwrap()
+            .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    }
+    assert_eq!(names(&world.cluster, "pods"), pods);
+    assert_eq!(names(&world.cluster, "services").len(), 3);
 }

@@ -12,9 +12,14 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, Error};
 
 use crate::config::{ConnectVia, Settings};
-use crate::template::{BASE_TEMPLATE_NAME, INLINE_TEMPLATE_VERSION, OWNER_LABEL, inline_template};
+use crate::template::{
+    self, BASE_TEMPLATE_NAME, INLINE_TEMPLATE_VERSION, OWNER_LABEL, RunnerPod, inline_template,
+};
 
 pub struct Cluster {
+    client: Client,
+    /// The Pod this runner runs in, when known.
+    runner: Option<RunnerPod>,
     pods: Api<Pod>,
     services: Api<Service>,
     templates: Api<PodTemplate>,
@@ -39,6 +44,8 @@ impl Cluster {
     pub fn new(client: Client, settings: &Settings) -> Self {
         let namespace = settings.namespace.as_str();
         Self {
+            client: client.clone(),
+            runner: None,
             pods: Api::namespaced(client.clone(), namespace),
             services: Api::namespaced(client.clone(), namespace),
             templates: Api::namespaced(client.clone(), namespace),
@@ -51,6 +58,60 @@ impl Cluster {
 
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    pub fn runner(&self) -> Option<&RunnerPod> {
+        self.runner.as_ref()
+    }
+
+    /// Learns the Pod this runner runs in, as the downward API tells it: `name` (`POD_NAME`),
+    /// `namespace` (`POD_NAMESPACE`; default: the client's, which in a cluster is the service
+    /// account's) and `uid` (`POD_UID`; default: read from the Pod).
+    pub async fn identify(
+        &mut self,
+        name: String,
+        namespace: Option<String>,
+        uid: Option<String>,
+    ) -> Result<(), String> {
+        let namespace = namespace.unwrap_or_else(|| self.client.default_namespace().to_owned());
+        let uid = match uid {
+            Some(uid) => uid,
+            None => Api::<Pod>::namespaced(self.client.clone(), &namespace)
+                .get(&name)
+                .await
+                .map_err(|e| format!("cannot read this runner's pod {namespace}/{name}: {e}"))?
+                .metadata
+                .uid
+                .ok_or_else(|| format!("this runner's pod {namespace}/{name} has no uid"))?,
+        };
+        self.runner = Some(RunnerPod {
+            namespace,
+            name,
+            uid,
+        });
+        Ok(())
+    }
+
+    /// Whether the runner Pod `key` (`<namespace>/<name>`) with `uid` is gone: deleted, or
+    /// replaced by another Pod of that name. `false` when that cannot be known (the API failed).
+    pub async fn runner_gone(&self, key: &str, uid: &str) -> bool {
+        let Some((namespace, name)) = key.split_once('/') else {
+            return false;
+        };
+        match Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+        {
+            Ok(None) => true,
+            Ok(Some(pod)) => pod.metadata.uid.as_deref() != Some(uid),
+            Err(error) => {
+                tracing::warn!(
+                    runner = key,
+                    "cannot tell whether a runner pod is gone: {error}"
+                );
+                false
+            }
+        }
     }
 
     /// The base template and its version: `PodTemplate/base-pod-template` if it exists.
@@ -139,13 +200,18 @@ impl Cluster {
         ))
     }
 
-    pub async fn create(&self, pod: &Pod, service: &Service) -> Result<(), String> {
+    /// Creates the pod, then its service (owned by the pod).
+    pub async fn create(&self, pod: &Pod) -> Result<(), String> {
         let params = manager();
-        self.pods
+        let created = self
+            .pods
             .create(&params, pod)
             .await
             .map_err(|e| format!("cannot create pod: {e}"))?;
-        match self.services.create(&params, service).await {
+        let name = created.metadata.name.unwrap_or_default();
+        let uid = created.metadata.uid.unwrap_or_default();
+        let service = template::service(&name, &self.namespace, &self.owner, &uid);
+        match self.services.create(&params, &service).await {
             Ok(_) => Ok(()),
             Err(error) if is_status(&error, 409) => Ok(()),
             Err(error) => Err(format!("cannot create service: {error}")),
@@ -224,11 +290,10 @@ impl Cluster {
         })
     }
 
-    /// This runner's pods (by owner label).
-    pub async fn owned_pods(&self) -> Result<Vec<Pod>, String> {
-        let selector = format!("{OWNER_LABEL}={}", self.owner);
+    /// The function pods of every runner in the namespace (by owner label).
+    pub async fn function_pods(&self) -> Result<Vec<Pod>, String> {
         self.pods
-            .list(&ListParams::default().labels(&selector))
+            .list(&ListParams::default().labels(OWNER_LABEL))
             .await
             .map(|list| list.items)
             .map_err(|e| format!("cannot list pods: {e}"))

@@ -68,6 +68,10 @@ impl Evaluator for PodEvaluator {
     }
 }
 
+/// Porch's retries of a call whose pod turned out unreachable, each on another pod once the
+/// unreachable one is out of the pool.
+const UNREACHABLE_RETRIES: usize = 2;
+
 async fn evaluate(
     pool: &Arc<Pool>,
     image: &str,
@@ -75,9 +79,11 @@ async fn evaluate(
     resource_list: &[u8],
     deadline: Option<Instant>,
 ) -> Result<EvalResponse, EvalError> {
-    // A pod that went away behind the runner's back fails the connection: evict it and try once
-    // more on a fresh pod. Functions are pure transformations, so a retry is safe.
-    for attempt in 0..2 {
+    // A pod that went away behind the runner's back (deleted, evicted, killed mid-call) fails
+    // the connection: evict it and try again on another pod, within the caller's deadline.
+    // Functions are pure transformations, so a retry is safe.
+    let mut attempt = 0;
+    loop {
         let lease = pool.acquire(image, limits, deadline).await?;
         let mut request = tonic::Request::new(EvaluateFunctionRequest {
             resource_list: resource_list.to_vec(),
@@ -86,24 +92,43 @@ async fn evaluate(
         if let Some(deadline) = deadline {
             request.set_timeout(deadline.saturating_duration_since(Instant::now()));
         }
-        match lease.pod.client().evaluate_function(request).await {
+        let status = match lease.pod.client().evaluate_function(request).await {
             Ok(response) => {
                 let response = response.into_inner();
                 return Ok(EvalResponse::new(response.resource_list, response.log));
             }
-            Err(status) if attempt == 0 && status.code() == Code::Unavailable => {
-                let name = lease.pod.name.clone();
-                drop(lease);
-                tracing::warn!(pod = %name, image, "function pod unreachable ({}); replacing it", status.message());
-                pool.evict(&name).await;
-            }
+            Err(status) if unreachable(&status) => status,
             Err(status) => return Err(from_wrapper(image, &status)),
+        };
+        let name = lease.pod.name.clone();
+        drop(lease);
+        pool.evict(&name);
+        if attempt == UNREACHABLE_RETRIES {
+            return Err(EvalError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "unable to evaluate {image} with pod evaluator: its pods were unreachable {} times, last {name}: {}",
+                    attempt + 1,
+                    status.message()
+                ),
+            ));
         }
+        attempt += 1;
+        tracing::warn!(pod = %name, image, attempt, "function pod unreachable ({}); retrying on another pod", status.message());
     }
-    Err(EvalError::new(
-        ErrorKind::Unavailable,
-        format!("unable to evaluate {image} with pod evaluator: no reachable pod"),
-    ))
+}
+
+/// Whether the call failed for want of a connection to the pod, not with the wrapper's
+/// answer. grpc-go says UNAVAILABLE for both a refused and a broken connection; tonic reports
+/// a connection broken mid-call as UNKNOWN or INTERNAL, carrying the transport error as its
+/// source (an answer from the wrapper never carries one).
+fn unreachable(status: &tonic::Status) -> bool {
+    use std::error::Error as _;
+    match status.code() {
+        Code::Unavailable => true,
+        Code::Unknown | Code::Internal => status.source().is_some(),
+        _ => false,
+    }
 }
 
 /// The wrapper's status code is kept (a decline would make the chain run the function
@@ -170,7 +195,18 @@ impl Plugin for PodPlugin {
             .map_err(|e| ConfigError::new(format!("cannot start the pod plugin's runtime: {e}")))?;
         let pool = runtime.block_on(async {
             let client = kube_client(config.kubeconfig.as_deref()).await?;
-            let cluster = Arc::new(Cluster::new(client, &settings));
+            let mut cluster = Cluster::new(client, &settings);
+            // The downward API's names for the runner's own Pod.
+            if let Ok(name) = std::env::var("POD_NAME") {
+                let namespace = std::env::var("POD_NAMESPACE").ok();
+                let uid = std::env::var("POD_UID").ok();
+                if let Err(error) = cluster.identify(name, namespace, uid).await {
+                    tracing::warn!(
+                        "function pods will name no owner, so only this runner deletes them: {error}"
+                    );
+                }
+            }
+            let cluster = Arc::new(cluster);
             let pool = Pool::new(settings, cluster, registry, pod_cache);
             pool.adopt()
                 .await

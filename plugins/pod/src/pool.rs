@@ -9,11 +9,12 @@
 //! overrides change, pods made with others are retired: they take no new calls and are deleted
 //! once idle. So are idle pods beyond a lowered pod count.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Pod;
 use krm_plugin_api::{ErrorKind, EvalError, Executor, Route};
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 use rand::Rng;
@@ -25,9 +26,18 @@ use crate::config::Settings;
 use crate::image::{Registry, pod_stem};
 use crate::limits::Limits;
 use crate::template::{
-    self, IMAGE_ANNOTATION, OVERRIDES_ANNOTATION, PodRequest, TEMPLATE_VERSION_ANNOTATION,
-    WRAPPER_PORT,
+    self, IMAGE_ANNOTATION, OVERRIDES_ANNOTATION, OWNER_LABEL, OWNER_POD_ANNOTATION,
+    OWNER_UID_ANNOTATION, PodRequest, TEMPLATE_VERSION_ANNOTATION, WRAPPER_PORT,
 };
+
+/// How often a ready pod's wrapper server is dialled until it accepts a connection.
+const CONNECT_RETRY: Duration = Duration::from_millis(100);
+/// How long an adopted pod's wrapper server may take to accept a connection: it was serving.
+const ADOPT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pings on an idle-looking connection to a pod, so that a call to a pod that vanished without
+/// closing its connections (a lost node) fails in seconds rather than at the TCP timeout.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A ready pod.
 pub struct PodHandle {
@@ -405,6 +415,7 @@ impl Pool {
                 image,
                 entrypoint: &metadata.entrypoint,
                 owner: &self.settings.owner,
+                runner: self.cluster.runner(),
                 template_version: &version,
                 max_message_bytes: self.settings.max_message_bytes,
                 wrapper_server_image: &self.settings.wrapper_server_image,
@@ -414,17 +425,19 @@ impl Pool {
             },
         )
         .map_err(fail)?;
-        let service = template::service(&name, self.cluster.namespace(), &self.settings.owner);
         self.starting().insert(name.clone());
         let ready = async {
-            self.cluster.create(&pod, &service).await?;
-            self.cluster.wait_ready(&name, until).await
+            self.cluster.create(&pod).await?;
+            match self.cluster.wait_ready(&name, until).await? {
+                Ok(address) => Ok(self.connect(&name, &address, until).await),
+                Err(late) => Ok(Err(late)),
+            }
         }
         .await;
         self.starting().remove(&name);
         let (kind, message) = match ready {
-            Ok(Ok(address)) => {
-                return Ok(self.handle(&name, image, &limits.overrides_hash, &address));
+            Ok(Ok(client)) => {
+                return Ok(self.handle(&name, image, &limits.overrides_hash, client));
             }
             Ok(Err(late)) => (ErrorKind::DeadlineExceeded, late),
             Err(message) => (ErrorKind::Failed, message),
@@ -440,33 +453,63 @@ impl Pool {
         self.starting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A connection to the pod's wrapper server, dialled until it is established (Porch waits
+    /// for gRPC's READY likewise): a pod joins the pool only once it can take calls. `Err`:
+    /// not established by `until`.
+    async fn connect(
+        &self,
+        name: &str,
+        address: &str,
+        until: Instant,
+    ) -> Result<FunctionEvaluatorClient<Channel>, String> {
+        let target = format!("http://{address}:{WRAPPER_PORT}");
+        let endpoint = Endpoint::from_shared(target.clone())
+            .map_err(|e| format!("pod {name}: bad address {target}: {e}"))?
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+        loop {
+            let failure = match tokio::time::timeout_at(until.into(), endpoint.connect()).await {
+                Ok(Ok(channel)) => {
+                    let limit = self.settings.max_message_bytes;
+                    return Ok(FunctionEvaluatorClient::new(channel)
+                        .max_decoding_message_size(limit)
+                        .max_encoding_message_size(limit));
+                }
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => "no connection yet".to_owned(),
+            };
+            if Instant::now() + CONNECT_RETRY > until {
+                return Err(format!(
+                    "pod {name} is ready but its wrapper server at {target} took no connection in time: {failure}"
+                ));
+            }
+            tokio::time::sleep(CONNECT_RETRY).await;
+        }
+    }
+
     fn handle(
         &self,
         name: &str,
         image: &str,
         overrides_hash: &str,
-        address: &str,
+        client: FunctionEvaluatorClient<Channel>,
     ) -> Arc<PodHandle> {
-        let limit = self.settings.max_message_bytes;
-        let channel = Endpoint::from_shared(format!("http://{address}:{WRAPPER_PORT}"))
-            .expect("a host and port make a valid URI")
-            .tcp_nodelay(true)
-            .connect_lazy();
         Arc::new(PodHandle {
             name: name.to_owned(),
             image: image.to_owned(),
             overrides_hash: overrides_hash.to_owned(),
-            client: FunctionEvaluatorClient::new(channel)
-                .max_decoding_message_size(limit)
-                .max_encoding_message_size(limit),
+            client,
             load: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
         })
     }
 
-    /// Takes a pod out of service and deletes it (with its service). Its connection closes
-    /// when the last call using it ends.
-    pub async fn evict(&self, name: &str) {
+    /// Takes a pod out of service at once, so that no call is given it any more, and deletes
+    /// it (with its service) in the background: a call retrying elsewhere does not wait for the
+    /// API server, and what a failed deletion leaves behind the next scan deletes. Its
+    /// connection closes when the last call using it ends.
+    pub fn evict(self: &Arc<Self>, name: &str) {
         let removed = {
             let mut images = self.images();
             images.values_mut().any(|pool| {
@@ -478,21 +521,27 @@ impl Pool {
         if removed {
             tracing::info!(pod = name, "function pod evicted");
         }
-        self.cluster.delete(name).await;
         self.changed.notify_waiters();
+        let pool = self.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move { pool.cluster.delete(&name).await });
     }
 
-    /// Adopts this runner's ready pods of the current template and deletes its other pods.
-    /// Which template overrides an image has is only known from its first call or warm-up (a
-    /// FunctionConfig may give it some): pods made with any overrides are adopted, up to the
-    /// image's pod count for no route, and those whose overrides or count turn out wrong are
-    /// retired then.
+    /// Adopts this runner's ready pods of the current template that accept a connection, and
+    /// deletes its other pods; then reclaims the pods of runners that are gone. Pods made by
+    /// an earlier Pod of the same name (another uid) are not adopted: a garbage collector may
+    /// be deleting them. Which template overrides an image has is only known from its first
+    /// call or warm-up (a FunctionConfig may give it some): pods made with any overrides are
+    /// adopted, up to the image's pod count for no route, and those whose overrides or count
+    /// turn out wrong are retired then.
     pub async fn adopt(&self) -> Result<(), String> {
         let (_, version) = self
             .cluster
             .base_template(&self.settings.wrapper_server_image)
             .await?;
-        for pod in self.cluster.owned_pods().await? {
+        let pods = self.cluster.function_pods().await?;
+        let runner_uid = self.cluster.runner().map(|runner| runner.uid.as_str());
+        for pod in pods.iter().filter(|pod| self.is_own(pod)) {
             let Some(name) = pod.metadata.name.clone() else {
                 continue;
             };
@@ -502,18 +551,22 @@ impl Pool {
                 .get(OVERRIDES_ANNOTATION)
                 .cloned()
                 .unwrap_or_default();
-            let current = annotations.get(TEMPLATE_VERSION_ANNOTATION) == Some(&version);
-            let address = if current {
-                self.cluster.ready_address(&pod).await
-            } else {
-                None
+            let current = annotations.get(TEMPLATE_VERSION_ANNOTATION) == Some(&version)
+                && annotations.get(OWNER_UID_ANNOTATION).map(String::as_str) == runner_uid;
+            let client = match self.cluster.ready_address(pod).await {
+                Some(address) if current => self
+                    .connect(&name, &address, Instant::now() + ADOPT_CONNECT_TIMEOUT)
+                    .await
+                    .inspect_err(|error| tracing::info!(pod = %name, "not adopted: {error}"))
+                    .ok(),
+                _ => None,
             };
-            match (image, address) {
-                (Some(image), Some(address))
+            match (image, client) {
+                (Some(image), Some(client))
                     if self.pods_of(&image) < self.unrouted(&image).max_pods =>
                 {
                     tracing::info!(pod = %name, image, "adopted function pod");
-                    let handle = self.handle(&name, &image, &overrides_hash, &address);
+                    let handle = self.handle(&name, &image, &overrides_hash, client);
                     self.images().entry(image).or_default().pods.push(handle);
                 }
                 _ => {
@@ -522,7 +575,53 @@ impl Pool {
                 }
             }
         }
+        self.reclaim_orphans(&pods).await;
         Ok(())
+    }
+
+    fn is_own(&self, pod: &Pod) -> bool {
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(OWNER_LABEL))
+            == Some(&self.settings.owner)
+    }
+
+    /// Deletes other runners' pods whose runner Pod is gone (rolled out, evicted, deleted): a
+    /// garbage collector would not when the runners run in another namespace than their pods.
+    /// A runner's pods stay as long as its Pod is there, or cannot be proven gone; pods naming
+    /// no runner Pod are left alone.
+    async fn reclaim_orphans(&self, pods: &[Pod]) {
+        let mut by_runner: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+        for pod in pods {
+            let (Some(name), Some(annotations)) = (&pod.metadata.name, &pod.metadata.annotations)
+            else {
+                continue;
+            };
+            if let (Some(runner), Some(uid)) = (
+                annotations.get(OWNER_POD_ANNOTATION),
+                annotations.get(OWNER_UID_ANNOTATION),
+            ) && !self.is_own(pod)
+                && pod.metadata.deletion_timestamp.is_none()
+            {
+                by_runner
+                    .entry((runner.as_str(), uid.as_str()))
+                    .or_default()
+                    .push(name.as_str());
+            }
+        }
+        for ((runner, uid), names) in by_runner {
+            if self.cluster.runner_gone(runner, uid).await {
+                for name in names {
+                    tracing::info!(
+                        pod = name,
+                        runner,
+                        "reclaiming a function pod whose runner is gone"
+                    );
+                    self.cluster.delete(name).await;
+                }
+            }
+        }
     }
 
     fn pods_of(&self, image: &str) -> usize {
@@ -575,13 +674,15 @@ impl Pool {
         };
         for name in idle {
             tracing::info!(pod = %name, "function pod idle past its TTL");
-            self.evict(&name).await;
+            self.evict(&name);
         }
-        let Ok(pods) = self.cluster.owned_pods().await else {
+        let Ok(pods) = self.cluster.function_pods().await else {
             return;
         };
+        self.reclaim_orphans(&pods).await;
         let live: HashMap<String, bool> = pods
             .iter()
+            .filter(|pod| self.is_own(pod))
             .filter_map(|pod| {
                 let name = pod.metadata.name.clone()?;
                 let failed = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
@@ -610,7 +711,7 @@ impl Pool {
         for (name, image) in &known {
             if live.get(name).is_none_or(|failed| *failed) {
                 tracing::info!(pod = %name, image, "function pod gone or failed");
-                self.evict(name).await;
+                self.evict(name);
             }
         }
         let starting = self.starting().clone();

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
     Pod, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext,
     Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use krm_runner_function_config::{ContainerOverrides, TemplateOverrides};
 
@@ -29,11 +29,44 @@ pub const IMAGE_LABEL: &str = "fn.kpt.dev/image";
 pub const TEMPLATE_VERSION_ANNOTATION: &str = "fn.kpt.dev/template-version";
 /// Which runner owns the pod: runners sharing a namespace only touch their own pods.
 pub const OWNER_LABEL: &str = "krm-runner.dev/owner";
+/// The runner Pod that made the pod (`<namespace>/<name>`) and its uid: once that Pod is gone,
+/// any runner may reclaim the pod.
+pub const OWNER_POD_ANNOTATION: &str = "krm-runner.dev/owner-pod";
+pub const OWNER_UID_ANNOTATION: &str = "krm-runner.dev/owner-uid";
 /// The full image reference (label values cannot hold one).
 pub const IMAGE_ANNOTATION: &str = "krm-runner.dev/image";
 /// Which template overrides the pod was made with (absent: none): a pod made with other
 /// overrides than its image now has is not used.
 pub const OVERRIDES_ANNOTATION: &str = "krm-runner.dev/template-overrides";
+
+/// The Pod the runner runs in (from the downward API), which its function pods name as their
+/// owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl RunnerPod {
+    /// `<namespace>/<name>`, as [`OWNER_POD_ANNOTATION`] holds it.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A reference making the cluster's garbage collector delete the dependent once the Pod
+/// `name` (with `uid`) is gone. Only valid within one namespace: a collector takes an owner in
+/// another namespace for absent and deletes the dependent at once.
+fn owned_by_pod(name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        name: name.into(),
+        uid: uid.into(),
+        ..Default::default()
+    }
+}
 
 /// The inline default base template.
 pub fn inline_template(wrapper_server_image: &str) -> PodTemplateSpec {
@@ -125,6 +158,8 @@ pub struct PodRequest<'a> {
     pub image: &'a str,
     pub entrypoint: &'a [String],
     pub owner: &'a str,
+    /// The runner's own Pod, when known.
+    pub runner: Option<&'a RunnerPod>,
     pub template_version: &'a str,
     pub max_message_bytes: usize,
     pub wrapper_server_image: &'a str,
@@ -187,6 +222,16 @@ pub fn pod(base: &PodTemplateSpec, request: &PodRequest<'_>) -> Result<Pod, Stri
     if !request.overrides_hash.is_empty() {
         annotations.insert(OVERRIDES_ANNOTATION.into(), request.overrides_hash.into());
     }
+    if let Some(runner) = request.runner {
+        annotations.insert(OWNER_POD_ANNOTATION.into(), runner.key());
+        annotations.insert(OWNER_UID_ANNOTATION.into(), runner.uid.clone());
+        if runner.namespace == request.namespace {
+            metadata
+                .owner_references
+                .get_or_insert_with(Vec::new)
+                .push(owned_by_pod(&runner.name, &runner.uid));
+        }
+    }
     Ok(Pod {
         metadata,
         spec: Some(spec),
@@ -236,13 +281,15 @@ fn apply_container_overrides(container: &mut Container, wanted: &ContainerOverri
     }
 }
 
-/// One ClusterIP service per pod, named like it, selecting it alone.
-pub fn service(name: &str, namespace: &str, owner: &str) -> Service {
+/// One ClusterIP service per pod, named like it, selecting it alone, and owned by it: whoever
+/// deletes the pod (a runner, an operator, the garbage collector) deletes its service too.
+pub fn service(name: &str, namespace: &str, owner: &str, pod_uid: &str) -> Service {
     Service {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some(namespace.into()),
             labels: Some(BTreeMap::from([(OWNER_LABEL.into(), owner.into())])),
+            owner_references: Some(vec![owned_by_pod(name, pod_uid)]),
             ..Default::default()
         },
         spec: Some(ServiceSpec {
@@ -276,6 +323,7 @@ mod tests {
                 image: "registry/set-labels:v0.4.1",
                 entrypoint: &entrypoint,
                 owner: "runner-a",
+                runner: None,
                 template_version: INLINE_TEMPLATE_VERSION,
                 max_message_bytes: 100,
                 wrapper_server_image: "registry/wrapper:v1",
@@ -311,6 +359,59 @@ mod tests {
     }
 
     #[test]
+    fn the_runner_pod_owns_function_pods_in_its_own_namespace_only() {
+        let base = inline_template("registry/wrapper:v1");
+        let runner = |namespace: &str| RunnerPod {
+            namespace: namespace.into(),
+            name: "runner-7f9c".into(),
+            uid: "1111-2222".into(),
+        };
+        let request = |runner| PodRequest {
+            name: "fn-latest-12345678-abcde",
+            namespace: "fns",
+            image: "registry/fn",
+            entrypoint: &[],
+            owner: "runner-7f9c",
+            runner,
+            template_version: INLINE_TEMPLATE_VERSION,
+            max_message_bytes: 100,
+            wrapper_server_image: "registry/wrapper:v1",
+            image_pull_secret: None,
+            overrides: None,
+            overrides_hash: "",
+        };
+        let same = pod(&base, &request(Some(&runner("fns")))).unwrap().metadata;
+        let owners = same.owner_references.unwrap();
+        assert_eq!(
+            (
+                owners[0].kind.as_str(),
+                owners[0].name.as_str(),
+                owners[0].uid.as_str()
+            ),
+            ("Pod", "runner-7f9c", "1111-2222")
+        );
+        let other = pod(&base, &request(Some(&runner("porch-system"))))
+            .unwrap()
+            .metadata;
+        assert_eq!(
+            other.owner_references, None,
+            "a collector would delete it at once"
+        );
+        let annotations = other.annotations.unwrap();
+        assert_eq!(
+            annotations[OWNER_POD_ANNOTATION],
+            "porch-system/runner-7f9c"
+        );
+        assert_eq!(annotations[OWNER_UID_ANNOTATION], "1111-2222");
+        let service = service("fn-latest-12345678-abcde", "fns", "runner-7f9c", "3333");
+        let owners = service.metadata.owner_references.unwrap();
+        assert_eq!(
+            (owners[0].name.as_str(), owners[0].uid.as_str()),
+            ("fn-latest-12345678-abcde", "3333")
+        );
+    }
+
+    #[test]
     fn pull_secret_is_appended_once() {
         let mut base = inline_template("registry/wrapper:v1");
         let reference = |name: &str| LocalObjectReference { name: name.into() };
@@ -324,6 +425,7 @@ mod tests {
             image: "registry/fn",
             entrypoint: &[],
             owner: "runner-a",
+            runner: None,
             template_version: INLINE_TEMPLATE_VERSION,
             max_message_bytes: 100,
             wrapper_server_image: "registry/wrapper:v1",
@@ -377,6 +479,7 @@ mod tests {
                 image: "registry/fn:v1",
                 entrypoint: &[],
                 owner: "runner-a",
+                runner: None,
                 template_version: INLINE_TEMPLATE_VERSION,
                 max_message_bytes: 100,
                 wrapper_server_image: "registry/wrapper:v1",

@@ -9,8 +9,8 @@
 //!
 //! What it does not do (see README.md): authentication/authorization, admission webhooks,
 //! OpenAPI validation and pruning, managedFields, real server-side apply conflict detection,
-//! protobuf, aggregated discovery, garbage collection by ownerReferences (except the
-//! Endpoints/EndpointSlices of Services), and anything about nodes beyond one local podman.
+//! protobuf, aggregated discovery, foreground and orphan deletion propagation, and anything
+//! about nodes beyond one local podman.
 //!
 //! ```no_run
 //! let dir = tempfile::tempdir().unwrap();
@@ -70,6 +70,8 @@ pub struct StandIn {
     store: Arc<Store>,
     requests: Arc<AtomicU64>,
     shutdown: Option<oneshot::Sender<()>>,
+    /// Whether the API server should listen (see [`StandIn::stop_api`]).
+    api_up: tokio::sync::watch::Sender<bool>,
     thread: Option<JoinHandle<()>>,
     node: Option<Arc<node::NodeAgent>>,
     record: Option<PathBuf>,
@@ -119,6 +121,7 @@ impl StandIn {
         let st = store.clone();
         let requests = Arc::new(AtomicU64::new(0));
         let counted = requests.clone();
+        let (api_up, serving) = tokio::sync::watch::channel(true);
         let port = opts.port;
         let thread = std::thread::Builder::new()
             .name("kube-standin".into())
@@ -138,16 +141,18 @@ impl StandIn {
                     let listener = match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
                         Ok(l) => l,
                         Err(e) => {
-                            let _ = addr_tx.send(Err(anyhow::Error::from(e).context("binding 127.0.0.1")));
+                            let _ = addr_tx
+                                .send(Err(anyhow::Error::from(e).context("binding 127.0.0.1")));
                             return;
                         }
                     };
                     let addr = listener.local_addr().expect("local addr");
                     let logs: Option<api::LogFn> = agent2.clone().map(|a| {
-                        let f: api::LogFn = Arc::new(move |ns: String, name: String, c: Option<String>| {
-                            let a = a.clone();
-                            Box::pin(async move { a.logs(&ns, &name, c.as_deref()).await })
-                        });
+                        let f: api::LogFn =
+                            Arc::new(move |ns: String, name: String, c: Option<String>| {
+                                let a = a.clone();
+                                Box::pin(async move { a.logs(&ns, &name, c.as_deref()).await })
+                            });
                         f
                     });
                     if let Some(a) = agent2 {
@@ -161,11 +166,8 @@ impl StandIn {
                         requests: counted,
                     });
                     let _ = addr_tx.send(Ok(addr));
-                    // No graceful drain: watches are long-lived streams, and a test that
-                    // drops the stand-in wants it gone now. Open connections are cut when the
-                    // runtime shuts down.
                     tokio::select! {
-                        r = axum::serve(listener, api::router(app)) => if let Err(e) = r { tracing::warn!("server: {e}") },
+                        _ = serve(listener, api::router(app), serving) => {}
                         _ = shutdown_rx => {}
                     }
                 });
@@ -188,6 +190,7 @@ impl StandIn {
             store,
             requests,
             shutdown: Some(shutdown_tx),
+            api_up,
             thread: Some(thread),
             node: agent,
             record,
@@ -203,6 +206,28 @@ impl StandIn {
     /// for tests and benchmarks that count what a client asks.
     pub fn api_requests(&self) -> u64 {
         self.requests.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes the API server down as a restarting kube-apiserver is: its port refuses
+    /// connections and every open connection (watches included) is cut. The objects (etcd's
+    /// part) and the node keep going. Returns once the port is closed.
+    pub fn stop_api(&self) {
+        self.api_up.send_replace(false);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(self.addr).is_ok() && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Brings the API server back on the same address after [`StandIn::stop_api`]; returns once
+    /// it accepts connections.
+    pub fn start_api(&self) {
+        self.api_up.send_replace(true);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(self.addr).is_err() && std::time::Instant::now() < until
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// Direct access to the object store (for assertions that bypass HTTP).
@@ -230,6 +255,55 @@ impl Drop for StandIn {
         if let Some(r) = self.record.take() {
             podman::Podman::unregister(&r);
         }
+    }
+}
+
+/// Serves HTTP/1.1 on `listener` while `serving` says so; when it turns false, the port is
+/// closed and every connection dropped, and when it turns true again, the same address is
+/// bound anew. Each connection is a task of this one, so that none outlives an outage.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    mut serving: tokio::sync::watch::Receiver<bool>,
+) {
+    let addr = listener.local_addr().expect("local addr");
+    let mut listener = Some(listener);
+    loop {
+        let Some(open) = listener.take() else {
+            if serving.wait_for(|up| *up).await.is_err() {
+                return;
+            }
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(open) => listener = Some(open),
+                Err(e) => {
+                    tracing::warn!("rebinding {addr}: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+            continue;
+        };
+        let mut connections = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = open.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    let service = hyper_util::service::TowerToHyperService::new(router.clone());
+                    connections.spawn(async move {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+                Some(_) = connections.join_next() => {}
+                changed = serving.wait_for(|up| !*up) => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+        // Dropping the listener and the tasks closes the port and cuts every connection.
     }
 }
 

@@ -1414,6 +1414,24 @@ impl NodeAgent {
         Ok(text)
     }
 
+    /// Kills every running container of the pod with uid `pod_uid` (SIGKILL, as a crash or the
+    /// OOM killer would); its `restartPolicy` decides what follows. Returns how many it killed.
+    pub fn kill_pod_blocking(&self, pod_uid: &str) -> anyhow::Result<usize> {
+        let running = self.podman.run_blocking(&[
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label={POD_UID_LABEL}={pod_uid}"),
+        ])?;
+        let ids: Vec<&str> = running.split_whitespace().collect();
+        if !ids.is_empty() {
+            let mut kill = vec!["kill", "--signal", "KILL"];
+            kill.extend(&ids);
+            self.podman.run_blocking(&kill)?;
+        }
+        Ok(ids.len())
+    }
+
     /// Removes every container of this agent, forcibly (used on drop).
     pub fn remove_all_blocking(&self) {
         self.podman

@@ -149,66 +149,82 @@ impl LocalRegistry {
         let mut last_err = None;
         for _ in 0..5 {
             let port = free_port()?;
-            let config = dir.join("config.yml");
             std::fs::write(
-                &config,
+                dir.join("config.yml"),
                 format!(
                     "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{tls_config}{auth}",
                     dir.join("storage").display()
                 ),
             )?;
-            let log = std::fs::File::create(dir.join("registry.log"))?;
-            let child = std::process::Command::new("docker-registry")
-                .arg("serve")
-                .arg(&config)
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-                .context("starting docker-registry")?;
-            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
             let mut reg = Self {
                 host: format!("127.0.0.1:{port}"),
-                addr,
+                addr: ([127, 0, 0, 1], port).into(),
                 dir: dir.to_path_buf(),
                 login: login.clone(),
                 ca_file: ca_file.clone(),
-                child,
+                child: spawn(dir)?,
             };
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                match http_get_as(
-                    addr,
-                    "/v2/",
-                    "*/*",
-                    reg.login.as_ref(),
-                    Duration::from_secs(2),
-                ) {
-                    Ok((200, _)) => return Ok(reg),
-                    // Go's answer to plain HTTP on its HTTPS port: it is up.
-                    Ok((400, body))
-                        if tls
-                            && body
-                                .starts_with(b"Client sent an HTTP request to an HTTPS server") =>
-                    {
-                        return Ok(reg);
-                    }
-                    _ => {}
-                }
-                if let Ok(Some(status)) = reg.child.try_wait() {
-                    last_err = Some(anyhow::anyhow!(
-                        "docker-registry exited ({status}): {}",
-                        std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
-                    ));
-                    break;
-                }
-                if Instant::now() > deadline {
-                    bail!("docker-registry did not answer on {addr} within 20 s");
-                }
-                std::thread::sleep(Duration::from_millis(100));
+            match reg.wait_until_serving()? {
+                None => return Ok(reg),
+                // Most likely the port was taken meanwhile: another one.
+                Some(exited) => last_err = Some(exited),
             }
         }
         Err(last_err.unwrap_or_else(|| anyhow::anyhow!("docker-registry did not start")))
+    }
+
+    /// Waits (at most 20 s) until `/v2/` answers. `Ok(Some(_))`: the process exited first.
+    fn wait_until_serving(&mut self) -> Result<Option<anyhow::Error>> {
+        let tls = self.ca_file.is_some();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match http_get_as(
+                self.addr,
+                "/v2/",
+                "*/*",
+                self.login.as_ref(),
+                Duration::from_secs(2),
+            ) {
+                Ok((200, _)) => return Ok(None),
+                // Go's answer to plain HTTP on its HTTPS port: it is up.
+                Ok((400, body))
+                    if tls
+                        && body.starts_with(b"Client sent an HTTP request to an HTTPS server") =>
+                {
+                    return Ok(None);
+                }
+                _ => {}
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Ok(Some(anyhow::anyhow!(
+                    "docker-registry exited ({status}): {}",
+                    std::fs::read_to_string(self.dir.join("registry.log")).unwrap_or_default()
+                )));
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "docker-registry did not answer on {} within 20 s",
+                    self.addr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the registry, as an outage would: its port refuses connections until
+    /// [`LocalRegistry::restart`].
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the registry again after [`LocalRegistry::stop`]: same port, storage and login.
+    pub fn restart(&mut self) -> Result<()> {
+        self.child = spawn(&self.dir)?;
+        match self.wait_until_serving()? {
+            None => Ok(()),
+            Some(exited) => Err(exited),
+        }
     }
 
     /// Whether the registry holds `name:tag` (its manifest answers 200).
@@ -232,6 +248,19 @@ impl LocalRegistry {
             Ok((401, _))
         )
     }
+}
+
+/// `docker-registry serve <dir>/config.yml`, logging to `<dir>/registry.log`.
+fn spawn(dir: &Path) -> Result<Child> {
+    let log = std::fs::File::create(dir.join("registry.log"))?;
+    std::process::Command::new("docker-registry")
+        .arg("serve")
+        .arg(dir.join("config.yml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting docker-registry")
 }
 
 /// The PEM files of a registry served over HTTPS.

@@ -127,6 +127,8 @@ struct Inner {
     cluster_ips: BTreeMap<u8, ((String, String), std::fs::File)>,
     dirty_endpoints: BTreeSet<String>,
     dirty_namespaces: BTreeSet<String>,
+    /// An object went away or one naming owners changed: the garbage collector has work.
+    collect_garbage: bool,
     tx: broadcast::Sender<Arc<WatchEvent>>,
 }
 
@@ -252,6 +254,9 @@ impl Inner {
         if kind == EventKind::Deleted && !ns.is_empty() {
             self.dirty_namespaces.insert(ns.to_string());
         }
+        if kind == EventKind::Deleted || object.pointer("/metadata/ownerReferences").is_some() {
+            self.collect_garbage = true;
+        }
         let ev = Arc::new(WatchEvent {
             gr: g.clone(),
             ns: ns.to_string(),
@@ -273,7 +278,8 @@ impl Inner {
         loop {
             let eps = std::mem::take(&mut self.dirty_endpoints);
             let nss = std::mem::take(&mut self.dirty_namespaces);
-            if eps.is_empty() && nss.is_empty() {
+            let garbage = std::mem::take(&mut self.collect_garbage);
+            if eps.is_empty() && nss.is_empty() && !garbage {
                 return;
             }
             for ns in eps {
@@ -282,6 +288,66 @@ impl Inner {
             for ns in nss {
                 self.maybe_finish_namespace(&ns);
             }
+            if garbage {
+                self.delete_orphans();
+            }
+        }
+    }
+
+    /// kube-controller-manager's garbage collector, background propagation: an object whose
+    /// owners are all gone is deleted (a pod gracefully). An owner is looked up by kind in the
+    /// dependent's own namespace (cluster-wide for cluster-scoped kinds) and must carry the
+    /// referenced uid, so an owner in another namespace counts as gone, as on a real cluster.
+    /// Owners of unknown kinds count as present; dangling references next to a live owner are
+    /// left in place (a real collector removes them).
+    fn delete_orphans(&mut self) {
+        let by_kind: HashMap<(&str, &str), &Arc<ResourceDef>> = self
+            .defs
+            .values()
+            .map(|def| ((def.group.as_str(), def.kind.as_str()), def))
+            .collect();
+        let owner_present = |ns: &str, reference: &Value| {
+            let group = reference
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .and_then(|v| v.rsplit_once('/'))
+                .map_or("", |(group, _)| group);
+            let kind = reference.get("kind").and_then(Value::as_str).unwrap_or("");
+            let Some(def) = by_kind.get(&(group, kind)) else {
+                return true;
+            };
+            let ns = if def.namespaced { ns } else { "" };
+            let name = reference.get("name").and_then(Value::as_str).unwrap_or("");
+            self.get(&def.gr(), ns, name).is_some_and(|owner| {
+                meta_str(owner, "uid") == reference.get("uid").and_then(Value::as_str)
+            })
+        };
+        let orphans: Vec<(Gr, String, String)> = self
+            .objects
+            .iter()
+            .flat_map(|(g, objects)| {
+                objects
+                    .iter()
+                    .filter(|(_, object)| {
+                        object.pointer("/metadata/deletionTimestamp").is_none()
+                            && object
+                                .pointer("/metadata/ownerReferences")
+                                .and_then(Value::as_array)
+                                .is_some_and(|owners| !owners.is_empty())
+                    })
+                    .filter(|((ns, _), object)| {
+                        let owners = object["metadata"]["ownerReferences"].as_array();
+                        !owners.into_iter().flatten().any(|r| owner_present(ns, r))
+                    })
+                    .map(|((ns, name), _)| (g.clone(), ns.clone(), name.clone()))
+            })
+            .collect();
+        for (g, ns, name) in orphans {
+            let Some(def) = self.defs.get(&g).cloned() else {
+                continue;
+            };
+            tracing::info!(kind = %def.kind, namespace = %ns, name = %name, "garbage collector: every owner is gone");
+            let _ = Store::delete_locked(self, &def, &ns, &name, &DeleteOptions::default());
         }
     }
 
@@ -638,6 +704,7 @@ impl Store {
                 cluster_ips: BTreeMap::new(),
                 dirty_endpoints: BTreeSet::new(),
                 dirty_namespaces: BTreeSet::new(),
+                collect_garbage: false,
                 tx: tx.clone(),
             }),
             tx,

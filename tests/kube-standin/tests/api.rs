@@ -893,3 +893,136 @@ async fn every_request_is_counted() {
         "nothing counted while no one asks"
     );
 }
+
+/// Why: the pod evaluator makes its function pods dependents of the runner's Pod and each
+/// Service a dependent of its pod; only a collector that deletes orphans shows that works.
+#[tokio::test]
+async fn garbage_collection_by_owner_references() {
+    let env = start();
+    let c = client(&env.standin).await;
+    namespace(&c, "gc").await;
+    namespace(&c, "elsewhere").await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "gc");
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "gc");
+    let services: Api<Service> = Api::namespaced(c.clone(), "gc");
+    let pp = PostParams::default();
+    let owner = pods.create(&pp, &pod("owner", json!({}))).await.unwrap();
+    let owner_uid = owner.metadata.uid.clone().unwrap();
+    let reference = |kind: &str, name: &str, uid: &str| json!({"apiVersion": "v1", "kind": kind, "name": name, "uid": uid});
+    let dependent = |name: &str, owners: Value| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": owners}}))
+            .unwrap()
+    };
+    // A chain: owner Pod <- dependent Pod <- Service; and a ConfigMap with two owners.
+    let mut child = pod("child", json!({}));
+    child.metadata.owner_references = Some(vec![
+        serde_json::from_value(reference("Pod", "owner", &owner_uid)).unwrap(),
+    ]);
+    let child = pods.create(&pp, &child).await.unwrap();
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": "child", "ownerReferences": [reference("Pod", "child", child.metadata.uid.as_deref().unwrap())]},
+        "spec": {"ports": [{"port": 80}]},
+    }))
+    .unwrap();
+    services.create(&pp, &service).await.unwrap();
+    let other = cms.create(&pp, &cm("other", json!({}))).await.unwrap();
+    cms.create(
+        &pp,
+        &dependent(
+            "two-owners",
+            json!([
+                reference("Pod", "owner", &owner_uid),
+                reference("ConfigMap", "other", other.metadata.uid.as_deref().unwrap())
+            ]),
+        ),
+    )
+    .await
+    .unwrap();
+    // Owners of unknown kinds count as present.
+    cms.create(
+        &pp,
+        &dependent("unknown-kind", json!([reference("Gadget", "g", "1")])),
+    )
+    .await
+    .unwrap();
+
+    // Owners that are absent from the start: a wrong uid, or another namespace (where the
+    // real collector does not look either).
+    cms.create(
+        &pp,
+        &dependent(
+            "wrong-uid",
+            json!([reference("Pod", "owner", "not-its-uid")]),
+        ),
+    )
+    .await
+    .unwrap();
+    let elsewhere: Api<Pod> = Api::namespaced(c.clone(), "elsewhere");
+    let far = elsewhere.create(&pp, &pod("far", json!({}))).await.unwrap();
+    cms.create(
+        &pp,
+        &dependent(
+            "cross-namespace",
+            json!([reference(
+                "Pod",
+                "far",
+                far.metadata.uid.as_deref().unwrap()
+            )]),
+        ),
+    )
+    .await
+    .unwrap();
+    for name in ["wrong-uid", "cross-namespace"] {
+        assert!(cms.get_opt(name).await.unwrap().is_none(), "{name}");
+    }
+
+    // Deleting the owner deletes the chain, and not what another owner still holds.
+    pods.delete("owner", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(pods.get_opt("child").await.unwrap().is_none());
+    assert!(services.get_opt("child").await.unwrap().is_none());
+    for name in ["two-owners", "unknown-kind", "other"] {
+        assert!(cms.get_opt(name).await.unwrap().is_some(), "{name}");
+    }
+    cms.delete("other", &DeleteParams::default()).await.unwrap();
+    assert!(cms.get_opt("two-owners").await.unwrap().is_none());
+}
+
+/// Why: the pod evaluator must survive a restarting API server; the stand-in must cut every
+/// connection, watches included, and serve the same objects again afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_api_outage_cuts_connections_and_keeps_objects() {
+    let env = start();
+    let c = client(&env.standin).await;
+    namespace(&c, "outage").await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "outage");
+    cms.create(&PostParams::default(), &cm("kept", json!({"k": "v"})))
+        .await
+        .unwrap();
+    let mut watch = cms
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    assert!(matches!(
+        watch.try_next().await.unwrap(),
+        Some(WatchEvent::Added(_))
+    ));
+
+    let standin = &env.standin;
+    tokio::task::block_in_place(|| standin.stop_api());
+    assert!(
+        std::net::TcpStream::connect(standin.addr).is_err(),
+        "the port refuses connections"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(5), watch.try_next())
+        .await
+        .expect("the watch is cut at once");
+    assert!(!matches!(ended, Ok(Some(_))), "{ended:?}");
+    assert!(cms.get("kept").await.is_err());
+
+    tokio::task::block_in_place(|| standin.start_api());
+    let kept = cms.get("kept").await.expect("served again");
+    assert_eq!(kept.data.unwrap()["k"], "v");
+}
