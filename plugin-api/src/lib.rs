@@ -37,10 +37,12 @@ pub mod host;
 mod logging;
 mod plugin;
 pub mod process;
+mod quoted;
 pub mod results;
 mod signature;
 
 pub use call::{CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Route};
+pub use quoted::{QUOTED_CHARS, Quoted, quoted};
 pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
 pub use signature::{FunctionSignature, Parameter, ParameterType};
 
