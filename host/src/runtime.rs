@@ -455,7 +455,9 @@ impl Drop for RunningCall {
 
 /// How many calls' evaluators are still running.
 pub fn running_call_count() -> usize {
-    running_calls().as_ref().map_or(0, |running| running.contexts.len())
+    running_calls()
+        .as_ref()
+        .map_or(0, |running| running.contexts.len())
 }
 
 /// Cancels every running call; evaluators kill their processes from the cancellation

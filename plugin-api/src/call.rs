@@ -215,7 +215,10 @@ impl CancelReason {
             ),
             Self::ShuttingDown => EvalError::new(
                 ErrorKind::Unavailable,
-                format!("call to {} stopped: the runner is shutting down", quoted(image)),
+                format!(
+                    "call to {} stopped: the runner is shutting down",
+                    quoted(image)
+                ),
             ),
         }
     }

@@ -495,7 +495,8 @@ fn boot_ticks_now() -> u64 {
     // SAFETY: valid clock id and pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) };
     // SAFETY: plain sysconf query.
-    let ticks_per_second = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
+    let ticks_per_second =
+        u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap_or(100);
     let seconds = u64::try_from(now.tv_sec).unwrap_or_default();
     let nanos = u64::try_from(now.tv_nsec).unwrap_or_default();
     seconds * ticks_per_second + nanos * ticks_per_second / 1_000_000_000
@@ -511,7 +512,13 @@ mod tests {
                     987654 1000 100 18446744073709551615";
         let parsed = parse_stat(4242, stat).unwrap();
         assert_eq!(
-            (parsed.zombie, parsed.parent, parsed.group, parsed.session, parsed.started),
+            (
+                parsed.zombie,
+                parsed.parent,
+                parsed.group,
+                parsed.session,
+                parsed.started
+            ),
             (false, 7, 4242, 4242, 987654)
         );
     }

@@ -76,7 +76,10 @@ mod tests {
         assert!(!shown.contains('\n'));
         assert!(shown.len() < 4 * QUOTED_CHARS, "{} bytes", shown.len());
         let left_out = long.len() - long.char_indices().nth(QUOTED_CHARS).unwrap().0;
-        assert!(shown.ends_with(&format!("... ({left_out} more bytes)")), "{shown}");
+        assert!(
+            shown.ends_with(&format!("... ({left_out} more bytes)")),
+            "{shown}"
+        );
         let logged = quoted(&long).bounded();
         assert!(logged.starts_with("a\nb") && logged.len() < 4 * QUOTED_CHARS);
         assert_eq!(quoted("set-labels").bounded(), "set-labels");

@@ -29,7 +29,10 @@ pub(crate) fn run(
     limits: &Limits,
 ) -> Result<EvalResponse, EvalError> {
     let fail = |detail: String| {
-        EvalError::failed(format!("Failed to execute function {}: {detail}", quoted(image)))
+        EvalError::failed(format!(
+            "Failed to execute function {}: {detail}",
+            quoted(image)
+        ))
     };
     check_executable(&function.path).map_err(fail)?;
 

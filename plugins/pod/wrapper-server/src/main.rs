@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use krm_wrapper_server::flags::{self, Flag};
 use krm_runner_proto::serving;
+use krm_wrapper_server::flags::{self, Flag};
 use krm_wrapper_server::{install, process, server};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;

@@ -5,11 +5,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use krm_plugin_api::quoted;
 use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
-use krm_plugin_api::quoted;
 use krm_runner_proto::serving::{self, ServingLayer, answer_by, health_service};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
