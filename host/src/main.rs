@@ -54,6 +54,17 @@ fn main() -> ExitCode {
         Ok(runtime) => Arc::new(runtime),
         Err(problems) => return report(&problems),
     };
+    let runs_functions = matches!(
+        cli.command,
+        None | Some(Command::Serve | Command::Eval(_) | Command::Function { .. })
+    );
+    if runs_functions && let Err(error) = krm_plugin_api::process::adopt_orphans() {
+        tracing::warn!(
+            %error,
+            "cannot become the reaper of orphaned processes: a function's processes that \
+             leave its process group may survive its call"
+        );
+    }
     let tokio = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -87,6 +98,9 @@ fn main() -> ExitCode {
     });
     // Blocking threads may still be cleaning up cancelled calls; don't wait for them.
     tokio.shutdown_timeout(Duration::from_millis(100));
+    if runs_functions {
+        krm_plugin_api::process::kill_orphans_now();
+    }
     match outcome {
         Ok(code) => ExitCode::from(code as u8),
         Err(error) => {

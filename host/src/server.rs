@@ -4,20 +4,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use krm_plugin_api::host::HostCallContext;
-use krm_plugin_api::{CancelReason, ErrorKind, EvalError};
+use krm_plugin_api::process;
+use krm_plugin_api::{CancelReason, ErrorKind, EvalError, quoted};
 use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
 use krm_runner_proto::krmrunner::v1::function_catalog_server::FunctionCatalogServer;
-use krm_runner_proto::serving::{ServingLayer, answer_by, health_service};
+use krm_runner_proto::serving::{self, ServingLayer, answer_by, health_service};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
 use crate::catalog::Catalog;
-use crate::runtime::{CancelOnDrop, Runtime};
+use crate::runtime::{self, CancelOnDrop, Runtime};
 
 /// The response header naming the evaluator instance that served a call.
 pub const EVALUATOR_HEADER: &str = "x-krm-evaluator";
@@ -85,7 +86,8 @@ async fn run_call(
     let size = response.resource_list.len() + response.log.len();
     if size > max_message_bytes {
         let status = Status::resource_exhausted(format!(
-            "output of function {image:?} is {size} bytes, over max_message_bytes {max_message_bytes}"
+            "output of function {} is {size} bytes, over max_message_bytes {max_message_bytes}",
+            quoted(&image)
         ));
         log_call(
             &image,
@@ -120,6 +122,8 @@ fn log_call(
     duration_ms: f64,
     code: tonic::Code,
 ) {
+    let image = quoted(image).bounded();
+    let image = image.as_ref();
     let declined = declined.join(",");
     let outcome = format!("{code:?}");
     if code == tonic::Code::Ok {
@@ -144,7 +148,8 @@ pub fn to_status(error: &EvalError) -> Status {
 }
 
 /// Serves until SIGTERM or SIGINT, then drains: in-flight calls get `grace` to finish before
-/// they are cancelled. A second signal exits at once.
+/// they are cancelled, and the runner exits within `grace` + [`serving::CLOSE_LIMIT`] even if
+/// clients keep idle connections open. A second signal kills every call's processes and exits at once.
 pub async fn serve(
     runtime: Arc<Runtime>,
     listener: TcpListener,
@@ -152,6 +157,7 @@ pub async fn serve(
     grace: Duration,
 ) -> anyhow::Result<()> {
     let (force_tx, force_rx) = watch::channel(false);
+    let (stopping_tx, mut stopping_rx) = watch::channel(false);
     let catalog = FunctionCatalogServer::new(Catalog::new(runtime.functions()));
     let evaluator = FunctionEvaluatorServer::new(EvaluatorService {
         runtime,
@@ -160,34 +166,42 @@ pub async fn serve(
     })
     .max_decoding_message_size(max_message_bytes)
     .max_encoding_message_size(max_message_bytes);
-    // Small unary calls: without TCP_NODELAY, Nagle and delayed ACKs add ~40 ms to each.
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let stop = async move {
         crate::signals::terminated().await;
         tracing::info!(
             grace_seconds = grace.as_secs(),
             "shutting down: no new calls; draining in-flight calls"
         );
-        tokio::spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(grace) => {
-                    tracing::warn!("grace period over: cancelling in-flight calls");
-                    let _ = force_tx.send(true);
-                }
-                () = crate::signals::terminated() => {
-                    tracing::warn!("second signal: exiting now");
-                    std::process::exit(1);
-                }
-            }
+        let _ = stopping_tx.send(true);
+        tokio::spawn(async {
+            crate::signals::terminated().await;
+            tracing::warn!("second signal: killing every call's processes and exiting now");
+            runtime::cancel_running_calls(CancelReason::ShuttingDown);
+            process::kill_orphans_now();
+            std::process::exit(1);
         });
     };
-    tonic::transport::Server::builder()
+    let server = serving::configure(tonic::transport::Server::builder())
         .layer(ServingLayer::new(max_message_bytes))
         .add_service(health_service())
         .add_service(evaluator)
         .add_service(catalog)
-        .serve_with_incoming_shutdown(incoming, stop)
-        .await?;
+        .serve_with_incoming_shutdown(serving::incoming(listener), stop);
+    let stopping = async move {
+        let _ = stopping_rx.wait_for(|stopping| *stopping).await;
+    };
+    let grace_over = move || {
+        tracing::warn!("grace period over: cancelling in-flight calls");
+        let _ = force_tx.send(true);
+    };
+    serving::drain_within(
+        server,
+        stopping,
+        runtime::running_call_count,
+        grace,
+        grace_over,
+    )
+    .await?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -11,6 +11,7 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::ROption;
 
 use crate::abi::{CallContextRef, CancelCallbackFfi, CancelCallbackFfi_TO, CancelReasonFfi};
+use crate::quoted::quoted;
 
 /// Why a call failed, as the runner maps it onto gRPC status codes.
 #[repr(u8)]
@@ -71,7 +72,7 @@ impl EvalError {
     pub fn not_found(image: &str) -> Self {
         Self::new(
             ErrorKind::NotFound,
-            format!("function \"{image}\" not found"),
+            format!("function {} not found", quoted(image)),
         )
     }
 
@@ -206,15 +207,18 @@ impl CancelReason {
         match self {
             Self::CallerCancelled => EvalError::new(
                 ErrorKind::Cancelled,
-                format!("call to {image:?} cancelled by the caller"),
+                format!("call to {} cancelled by the caller", quoted(image)),
             ),
             Self::DeadlineExceeded => EvalError::new(
                 ErrorKind::DeadlineExceeded,
-                format!("call to {image:?} exceeded the caller's deadline"),
+                format!("call to {} exceeded the caller's deadline", quoted(image)),
             ),
             Self::ShuttingDown => EvalError::new(
                 ErrorKind::Unavailable,
-                format!("call to {image:?} stopped: the runner is shutting down"),
+                format!(
+                    "call to {} stopped: the runner is shutting down",
+                    quoted(image)
+                ),
             ),
         }
     }

@@ -37,11 +37,13 @@ pub mod host;
 mod logging;
 mod plugin;
 pub mod process;
+mod quoted;
 pub mod results;
 mod signature;
 
 pub use call::{CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Route};
 pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
+pub use quoted::{QUOTED_CHARS, Quoted, quoted};
 pub use signature::{FunctionSignature, Parameter, ParameterType};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.

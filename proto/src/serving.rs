@@ -1,12 +1,22 @@
 //! Server-side conventions shared by every krm-runner gRPC server (the runner and the pods'
-//! wrapper server), so that both answer as Porch's servers do.
+//! wrapper server), so that both answer as Porch's servers do and hold up against hostile
+//! clients: bounded streams per connection, bounded request bytes being received, bounded time
+//! to send a request, bounded status messages, and no busy loop when file descriptors run out.
 
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
+use http_body::{Frame, SizeHint};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Sleep;
 use tokio_stream::Stream;
+use tonic::body::Body;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Request, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
@@ -82,18 +92,145 @@ fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
     })
 }
 
+/// Concurrent calls (HTTP/2 streams) one connection may carry; clients queue the rest.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 100;
+/// Largest request header block accepted.
+const MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
+/// Requests being received at once may hold this many times `max_message_bytes` in total;
+/// a request that would go over is answered RESOURCE_EXHAUSTED.
+pub const IN_FLIGHT_MESSAGES: usize = 16;
+/// A request must arrive whole within this long of its headers (or by the caller's deadline,
+/// if sooner): a stalled upload is answered DEADLINE_EXCEEDED and its memory freed.
+pub const RECEIVE_LIMIT: Duration = Duration::from_secs(15);
+/// Longest status message sent: clients cannot read unbounded headers (a function's log can be
+/// long, and a caller's strings are the caller's).
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 8 << 10;
+/// Pause in accepting connections after the process or the system ran out of file descriptors
+/// (or socket memory): accepting again at once would only fail again, at full speed.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+
+/// After shutdown's calls have ended (finished, or cancelled when the grace period ran out),
+/// how long their answers get to reach the callers before the server stops, whatever
+/// connections are still open.
+pub const CLOSE_LIMIT: Duration = Duration::from_secs(1);
+
+/// Runs `server` (a tonic server with graceful shutdown) until it stops by itself or, once
+/// `stopping` has completed, until no call is running (`running_calls`) or `grace` has passed
+/// (then `grace_over` cancels what is left), plus [`CLOSE_LIMIT`]: an idle connection a client
+/// keeps open never holds shutdown up.
+pub async fn drain_within<E>(
+    server: impl Future<Output = Result<(), E>>,
+    stopping: impl Future<Output = ()>,
+    running_calls: impl Fn() -> usize,
+    grace: Duration,
+    grace_over: impl FnOnce(),
+) -> Result<(), E> {
+    let drained = async move {
+        stopping.await;
+        let grace_ends = tokio::time::Instant::now() + grace;
+        while running_calls() > 0 {
+            if tokio::time::Instant::now() >= grace_ends {
+                grace_over();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(CLOSE_LIMIT).await;
+    };
+    tokio::select! {
+        served = server => served,
+        () = drained => {
+            tracing::info!("closing the connections still open");
+            Ok(())
+        }
+    }
+}
+
+/// Every krm-runner server's HTTP/2 settings.
+pub fn configure(builder: tonic::transport::Server) -> tonic::transport::Server {
+    builder
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
+        .http2_max_header_list_size(Some(MAX_HEADER_LIST_BYTES))
+}
+
+/// The connections accepted on `listener`, with TCP_NODELAY (small unary calls: without it,
+/// Nagle and delayed ACKs add ~40 ms to each) and a pause after EMFILE/ENFILE-like errors.
+pub fn incoming(listener: TcpListener) -> Incoming {
+    Incoming {
+        accepted: TcpIncoming::from(listener).with_nodelay(Some(true)),
+        pause: None,
+        out_of_resources: false,
+    }
+}
+
+/// See [`incoming`].
+pub struct Incoming {
+    accepted: TcpIncoming,
+    pause: Option<Pin<Box<Sleep>>>,
+    /// Accepting is failing for lack of resources; reported once until it succeeds again.
+    out_of_resources: bool,
+}
+
+impl Stream for Incoming {
+    type Item = io::Result<TcpStream>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(pause) = self.pause.as_mut() {
+            ready!(pause.as_mut().poll(cx));
+            self.pause = None;
+        }
+        let accepted = ready!(Pin::new(&mut self.accepted).poll_next(cx));
+        match &accepted {
+            Some(Err(error)) if lacks_resources(error) => {
+                if !self.out_of_resources {
+                    tracing::warn!(
+                        %error,
+                        pause = ?ACCEPT_PAUSE,
+                        "cannot accept connections; pausing between attempts until it works again"
+                    );
+                    self.out_of_resources = true;
+                }
+                let mut pause = Box::pin(tokio::time::sleep(ACCEPT_PAUSE));
+                // Registers the waker; the pause has only just started.
+                let _ = pause.as_mut().poll(cx);
+                self.pause = Some(pause);
+                Poll::Pending
+            }
+            Some(Ok(_)) => {
+                self.out_of_resources = false;
+                Poll::Ready(accepted)
+            }
+            _ => Poll::Ready(accepted),
+        }
+    }
+}
+
+fn lacks_resources(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
 /// Every krm-runner server's tower layer. It enforces the caller's deadline (see
-/// [`answer_by`]) and, since Porch's clients expect RESOURCE_EXHAUSTED for a request over the
-/// message limit (grpc-go's code) where tonic answers OUT_OF_RANGE, rewrites exactly that answer.
-#[derive(Debug, Clone, Copy)]
+/// [`answer_by`]), bounds requests being received (see [`IN_FLIGHT_MESSAGES`] and
+/// [`RECEIVE_LIMIT`]) and status messages ([`MAX_STATUS_MESSAGE_BYTES`]) and, since Porch's
+/// clients expect RESOURCE_EXHAUSTED for a request over the message limit (grpc-go's code)
+/// where tonic answers OUT_OF_RANGE, rewrites exactly that answer.
+#[derive(Debug, Clone)]
 pub struct ServingLayer {
     limit: usize,
+    receiving: Arc<ReceiveBudget>,
 }
 
 impl ServingLayer {
     pub fn new(max_message_bytes: usize) -> Self {
         Self {
             limit: max_message_bytes,
+            receiving: Arc::new(ReceiveBudget {
+                limit: max_message_bytes.saturating_mul(IN_FLIGHT_MESSAGES),
+                held: AtomicUsize::new(0),
+            }),
         }
     }
 }
@@ -105,6 +242,7 @@ impl<S> Layer<S> for ServingLayer {
         Serving {
             inner,
             limit: self.limit,
+            receiving: self.receiving.clone(),
         }
     }
 }
@@ -113,14 +251,15 @@ impl<S> Layer<S> for ServingLayer {
 pub struct Serving<S> {
     inner: S,
     limit: usize,
+    receiving: Arc<ReceiveBudget>,
 }
 
-impl<S, ReqBody> Service<http::Request<ReqBody>> for Serving<S>
+impl<S> Service<http::Request<Body>> for Serving<S>
 where
-    S: Service<http::Request<ReqBody>, Response = http::Response<tonic::body::Body>>,
+    S: Service<http::Request<Body>, Response = http::Response<Body>>,
     S::Future: Send + 'static,
 {
-    type Response = http::Response<tonic::body::Body>;
+    type Response = http::Response<Body>;
     type Error = S::Error;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
@@ -128,14 +267,22 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let answer_by = grpc_timeout(request.headers())
             .map(|timeout| Instant::now() + timeout.saturating_sub(DEADLINE_MARGIN));
+        let (mut parts, body) = request.into_parts();
         if let Some(answer_by) = answer_by {
-            request.extensions_mut().insert(AnswerBy(answer_by));
+            parts.extensions.insert(AnswerBy(answer_by));
         }
+        let body = Body::new(BoundedReceive {
+            body,
+            budget: self.receiving.clone(),
+            held: 0,
+            deadline: Box::pin(tokio::time::sleep(RECEIVE_LIMIT)),
+            complete: false,
+        });
         let limit = self.limit;
-        let response = self.inner.call(request);
+        let response = self.inner.call(http::Request::from_parts(parts, body));
         Box::pin(async move {
             // tonic's timeout polls this future before its own timer, and ours expires first,
             // so a handler late past the deadline is answered here (dropping it cancels its call).
@@ -154,9 +301,120 @@ where
                 None => response.await?,
             };
             rewrite_too_large(response.headers_mut(), limit);
+            bound_message(response.headers_mut());
             Ok(response)
         })
     }
+}
+
+/// The request bytes all connections are receiving at once, and their limit.
+#[derive(Debug)]
+struct ReceiveBudget {
+    limit: usize,
+    held: AtomicUsize,
+}
+
+impl ReceiveBudget {
+    fn take(&self, bytes: usize) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(bytes).filter(|&total| total <= self.limit)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.held.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// A request body counted against the [`ReceiveBudget`] while it is held, and cut off at
+/// [`RECEIVE_LIMIT`] if it has not arrived whole.
+struct BoundedReceive {
+    body: Body,
+    budget: Arc<ReceiveBudget>,
+    held: usize,
+    deadline: Pin<Box<Sleep>>,
+    complete: bool,
+}
+
+impl http_body::Body for BoundedReceive {
+    type Data = <Body as http_body::Body>::Data;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        let frame = match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(frame) => frame,
+            Poll::Pending if this.complete => return Poll::Pending,
+            Poll::Pending => {
+                ready!(this.deadline.as_mut().poll(cx));
+                return Poll::Ready(Some(Err(Status::deadline_exceeded(format!(
+                    "the request did not arrive whole within {} s",
+                    RECEIVE_LIMIT.as_secs()
+                )))));
+            }
+        };
+        match &frame {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    let bytes = data.len();
+                    if !this.budget.take(bytes) {
+                        return Poll::Ready(Some(Err(Status::resource_exhausted(format!(
+                            "requests being received already hold close to {} bytes \
+                             ({IN_FLIGHT_MESSAGES} x max_message_bytes); try again",
+                            this.budget.limit
+                        )))));
+                    }
+                    this.held += bytes;
+                }
+            }
+            None => this.complete = true,
+            Some(Err(_)) => {}
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for BoundedReceive {
+    fn drop(&mut self) {
+        self.budget.give_back(self.held);
+    }
+}
+
+/// Cuts a status message over [`MAX_STATUS_MESSAGE_BYTES`], saying how much was left out.
+fn bound_message(headers: &mut http::HeaderMap) {
+    let Some(status) = Status::from_header_map(headers) else {
+        return;
+    };
+    let message = status.message();
+    if message.len() <= MAX_STATUS_MESSAGE_BYTES {
+        return;
+    }
+    let mut cut = MAX_STATUS_MESSAGE_BYTES;
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let bounded = Status::new(
+        status.code(),
+        format!(
+            "{}... ({} more bytes not shown)",
+            &message[..cut],
+            message.len() - cut
+        ),
+    );
+    let _ = bounded.add_header(headers);
 }
 
 fn rewrite_too_large(headers: &mut http::HeaderMap, limit: usize) {

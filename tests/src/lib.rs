@@ -6,6 +6,7 @@
 
 use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -69,6 +70,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// How [`Server::launch`] starts the runner.
+#[derive(Default)]
+pub struct Launch<'a> {
+    /// Extra environment variables.
+    pub env: &'a [(&'a str, &'a str)],
+    /// A command that runs the runner (its path and arguments appended), such as
+    /// `unshare --pid --fork --mount-proc` to make it PID 1.
+    pub under: &'a [&'a str],
+    /// RLIMIT_NOFILE for the runner.
+    pub max_open_files: Option<u64>,
+}
+
 /// A `krm-runner serve` process on loopback, killed when dropped.
 pub struct Server {
     pub port: u16,
@@ -84,12 +97,49 @@ impl Server {
     }
 
     pub fn start_with_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::launch(
+            config,
+            args,
+            &Launch {
+                env,
+                ..Launch::default()
+            },
+        )
+    }
+
+    /// Starts the runner as `launch` says.
+    pub fn launch(config: &str, args: &[&str], launch: &Launch<'_>) -> Self {
         let dir = scratch();
         let config_path = dir.path().join("config.yaml");
         std::fs::write(&config_path, config).expect("write config");
         let stderr_path = dir.path().join("stderr.log");
         let port = free_port();
-        let child = Command::new(runner_binary())
+        let mut command = match launch.under.split_first() {
+            Some((program, wrapper_args)) => {
+                let mut command = Command::new(program);
+                command.args(wrapper_args).arg(runner_binary());
+                command
+            }
+            None => Command::new(runner_binary()),
+        };
+        if let Some(limit) = launch.max_open_files {
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let env = launch.env;
+        let child = command
             .arg("--config-file")
             .arg(&config_path)
             .arg("--listen")
@@ -196,6 +246,26 @@ impl Server {
         self.child.id()
     }
 
+    /// Sends `signal` to the process started (the runner, or the command it runs under).
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: plain syscall on our own child.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits up to `limit` for the process to exit.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if started.elapsed() > limit {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
@@ -267,6 +337,49 @@ pub fn resource_list(names: &[&str]) -> Vec<u8> {
         ));
     }
     text.into_bytes()
+}
+
+/// What the tests read of `/proc/PID/stat`.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessStat {
+    pub pid: i32,
+    pub state: char,
+    pub parent: i32,
+    /// User plus system CPU time, in clock ticks.
+    pub cpu_ticks: u64,
+}
+
+/// One process's `/proc/PID/stat`, if it exists.
+pub fn process_stat(pid: i32) -> Option<ProcessStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let number = |index: usize| fields.get(index)?.parse::<u64>().ok();
+    Some(ProcessStat {
+        pid,
+        state: fields.first()?.chars().next()?,
+        parent: fields.get(1)?.parse().ok()?,
+        cpu_ticks: number(11)? + number(12)?,
+    })
+}
+
+/// Every process whose parent is `parent`.
+pub fn children_of(parent: i32) -> Vec<ProcessStat> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter_map(process_stat)
+        .filter(|stat| stat.parent == parent)
+        .collect()
+}
+
+/// Resident memory of a process, in KiB.
+pub fn resident_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Whether a process with this id exists (zombies count as gone).

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use krm_plugin_api::process::{self, Exited};
 use krm_plugin_api::results::result_lines;
-use krm_plugin_api::{CallContext, EvalError, EvalResponse};
+use krm_plugin_api::{CallContext, EvalError, EvalResponse, quoted};
 
 use crate::Function;
 use crate::config::Limits;
@@ -29,7 +29,10 @@ pub(crate) fn run(
     limits: &Limits,
 ) -> Result<EvalResponse, EvalError> {
     let fail = |detail: String| {
-        EvalError::failed(format!("Failed to execute function {image:?}: {detail}"))
+        EvalError::failed(format!(
+            "Failed to execute function {}: {detail}",
+            quoted(image)
+        ))
     };
     check_executable(&function.path).map_err(fail)?;
 

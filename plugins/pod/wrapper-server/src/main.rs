@@ -9,10 +9,13 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use krm_runner_proto::serving;
 use krm_wrapper_server::flags::{self, Flag};
 use krm_wrapper_server::{install, process, server};
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
 const USAGE: &str = "\
@@ -106,6 +109,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// How long calls in flight get to finish after SIGTERM before they are killed: Kubernetes'
+/// default termination grace period.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
 async fn serve(config: server::Config, port: u16) -> Result<(), String> {
     let listener = server::bind(port)
         .await
@@ -115,18 +122,27 @@ async fn serve(config: server::Config, port: u16) -> Result<(), String> {
         .map_err(|e| format!("failed to listen on port {port}: {e}"))?;
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    if let Err(error) = process::adopt_orphans() {
+        tracing::warn!(
+            %error,
+            "cannot become the reaper of orphaned processes: a function's processes that \
+             leave its process group may survive its call"
+        );
+    }
     tracing::info!(
         address = %local,
         entrypoint = ?config.entrypoint,
         max_message_bytes = config.max_message_bytes,
         "listening"
     );
+    let (stopping_tx, mut stopping_rx) = watch::channel(false);
     let stop = async move {
         tokio::select! {
             _ = terminate.recv() => {}
             _ = interrupt.recv() => {}
         }
         tracing::info!("shutting down: no new calls; waiting for calls in flight");
+        let _ = stopping_tx.send(true);
         // A second signal ends everything now, function processes included.
         tokio::spawn(async move {
             tokio::select! {
@@ -135,12 +151,27 @@ async fn serve(config: server::Config, port: u16) -> Result<(), String> {
             }
             tracing::warn!("second signal: killing calls in flight and exiting");
             process::kill_all();
+            process::kill_orphans_now();
             std::process::exit(1);
         });
     };
-    server::serve(config, listener, stop)
-        .await
-        .map_err(|e| format!("server failed: {e}"))?;
+    let stopping = async move {
+        let _ = stopping_rx.wait_for(|stopping| *stopping).await;
+    };
+    let grace_over = || {
+        tracing::warn!("grace period over: killing calls in flight");
+        process::kill_all();
+    };
+    serving::drain_within(
+        server::serve(config, listener, stop),
+        stopping,
+        process::calls_in_flight,
+        SHUTDOWN_GRACE,
+        grace_over,
+    )
+    .await
+    .map_err(|e| format!("server failed: {e}"))?;
+    process::kill_orphans_now();
     tracing::info!("stopped");
     Ok(())
 }

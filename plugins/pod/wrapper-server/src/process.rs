@@ -1,12 +1,15 @@
 //! Running the function once per call, on top of [`krm_plugin_api::process`]: the process
 //! group is killed when the call is cancelled (its future dropped), when its deadline passes,
-//! and after the function exits, so nothing is left behind.
+//! and after the function exits; processes that left the group are swept up after the call
+//! (see [`process::adopt_orphans`]).
 
 use std::io;
 use std::process::Command;
 
 use krm_plugin_api::process::{self, Killer};
-pub use krm_plugin_api::process::{Exited, Limits, kill_all};
+pub use krm_plugin_api::process::{
+    Exited, Limits, adopt_orphans, calls_in_flight, kill_all, kill_orphans_now,
+};
 use tokio::sync::oneshot;
 
 /// How a call's process ended.
@@ -38,6 +41,7 @@ pub async fn run(
     // own container.
     let mut command = Command::new(program);
     command.args(args);
+    let in_flight = process::call_in_flight();
     let child = match process::spawn(command, limits) {
         Ok(child) => child,
         Err(error) => return Outcome::NotStarted(error),
@@ -47,6 +51,7 @@ pub async fn run(
     let (sender, receiver) = oneshot::channel();
     std::thread::spawn(move || {
         let _ = sender.send(child.wait(&input));
+        drop(in_flight);
     });
     let exited = match deadline {
         Some(deadline) => tokio::select! {

@@ -5,11 +5,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+use krm_plugin_api::quoted;
 use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
 use krm_runner_proto::evaluator::{EvaluateFunctionRequest, EvaluateFunctionResponse};
-use krm_runner_proto::serving::{ServingLayer, answer_by, health_service};
+use krm_runner_proto::serving::{self, ServingLayer, answer_by, health_service};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
@@ -50,6 +51,8 @@ impl FunctionEvaluator for Evaluator {
         };
         let outcome = process::run(&self.entrypoint, resource_list, deadline, limits).await;
         let result = respond(&image, outcome, self.max_message_bytes);
+        let image = quoted(&image).bounded();
+        let image = image.as_ref();
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         match &result {
             Ok(response) => tracing::info!(
@@ -76,15 +79,16 @@ fn respond(
     outcome: Outcome,
     max_message_bytes: usize,
 ) -> Result<Response<EvaluateFunctionResponse>, Status> {
+    let image = quoted(image);
     let exited = match outcome {
         Outcome::NotStarted(error) => {
             return Err(Status::internal(format!(
-                "Failed to execute function {image:?}: {error} ()"
+                "Failed to execute function {image}: {error} ()"
             )));
         }
         Outcome::DeadlineExceeded => {
             return Err(Status::deadline_exceeded(format!(
-                "Failed to execute function {image:?}: context deadline exceeded; its processes \
+                "Failed to execute function {image}: context deadline exceeded; its processes \
                  were killed"
             )));
         }
@@ -99,38 +103,38 @@ fn respond(
     let stderr = String::from_utf8_lossy(&stderr).into_owned();
     if overflowed {
         return Err(Status::internal(format!(
-            "Failed to execute function {image:?}: its output exceeded {max_message_bytes} bytes \
+            "Failed to execute function {image}: its output exceeded {max_message_bytes} bytes \
              and it was killed ({stderr})"
         )));
     }
     let Some(stdout) = stdout else {
         return Err(Status::internal(format!(
-            "Failed to execute function {image:?}: its output pipe was held open by a process \
+            "Failed to execute function {image}: its output pipe was held open by a process \
              that left its process group ({stderr})"
         )));
     };
     if !status.success() {
         return Err(match resource_list::check(&stdout) {
             Ok(()) => Status::internal(format!(
-                "failed to evaluate function {image:?} with structured results: {} and stderr: \
+                "failed to evaluate function {image} with structured results: {} and stderr: \
                  {stderr}",
                 resource_list::results_text(&stdout)
             )),
             Err(parse_error) => Status::internal(format!(
-                "failed to parse the output of function {image:?} with stderr '{stderr}': \
+                "failed to parse the output of function {image} with stderr '{stderr}': \
                  {parse_error}"
             )),
         });
     }
     if let Err(parse_error) = resource_list::check(&stdout) {
         return Err(Status::internal(format!(
-            "failed to parse the output of function {image:?} with stderr '{stderr}': \
+            "failed to parse the output of function {image} with stderr '{stderr}': \
              {parse_error}"
         )));
     }
     if resource_list::has_error_result(&stdout) {
         tracing::warn!(
-            image,
+            image = &*image.bounded(),
             results = resource_list::results_text(&stdout),
             stderr,
             "function exited 0 with error results"
@@ -171,13 +175,11 @@ pub async fn serve(
     })
     .max_decoding_message_size(config.max_message_bytes)
     .max_encoding_message_size(config.max_message_bytes);
-    // Small unary calls: without TCP_NODELAY, Nagle and delayed ACKs add ~40 ms to each.
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let limit = config.max_message_bytes;
-    tonic::transport::Server::builder()
+    serving::configure(tonic::transport::Server::builder())
         .layer(ServingLayer::new(limit))
         .add_service(health_service())
         .add_service(evaluator)
-        .serve_with_incoming_shutdown(incoming, stop)
+        .serve_with_incoming_shutdown(serving::incoming(listener), stop)
         .await
 }

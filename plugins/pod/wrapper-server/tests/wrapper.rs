@@ -323,3 +323,44 @@ fn a_missing_entrypoint_is_a_start_up_error() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown flag: --bogus"));
 }
+
+/// Processes that leave the function's process group (a `setsid` child with a child of its own,
+/// a double-forked daemon) die with the call, and the wrapper (PID 1 in a pod) reaps them.
+#[tokio::test]
+async fn processes_that_leave_the_process_group_die_with_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let function = script(
+        dir.path(),
+        "escapes.sh",
+        &format!(
+            "setsid sh -c 'sleep 600 & echo $$ $! >> {pids}; wait' </dev/null >/dev/null 2>&1 &\n\
+             sh -c 'setsid sh -c \"echo \\$\\$ >> {pids}; exec sleep 600\" </dev/null >/dev/null 2>&1 &' &\n\
+             while [ \"$(wc -w < {pids} 2>/dev/null)\" != 3 ]; do sleep 0.01; done\n\
+             cat\n",
+            pids = pids.display()
+        ),
+    );
+    let wrapper = Wrapper::start(&["/bin/sh", &function]);
+    let response = wrapper.call(IMAGE, INPUT, None).await.unwrap();
+    assert_eq!(response.resource_list, INPUT.as_bytes());
+    let escaped: Vec<i32> = std::fs::read_to_string(&pids)
+        .unwrap()
+        .split_whitespace()
+        .map(|pid| pid.parse().unwrap())
+        .collect();
+    assert_eq!(escaped.len(), 3, "{escaped:?}");
+    wait_gone(&escaped);
+    // None is left as a zombie of the wrapper either.
+    let until = std::time::Instant::now() + BOUND;
+    while escaped
+        .iter()
+        .any(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "{escaped:?} never reaped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
