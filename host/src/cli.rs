@@ -44,6 +44,10 @@ pub enum Command {
         /// would serve it, and why each executor before it is skipped.
         #[arg(long, value_name = "IMAGE", conflicts_with = "name")]
         resolve: Option<String>,
+        /// With --resolve: the version constraint a caller sends with the untagged IMAGE
+        /// (Porch's request `Tag`), and which version each evaluator would run for it.
+        #[arg(long, value_name = "CONSTRAINT", requires = "resolve")]
+        tag: Option<String>,
     },
     /// Be the KRM function NAME: ResourceList on stdin, ResourceList on stdout, log on stderr,
     /// exit status; for `kpt fn eval --exec` and Kptfile `exec:` steps.

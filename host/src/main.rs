@@ -72,11 +72,9 @@ fn main() -> ExitCode {
             Some(Command::Bench(args)) => bench::run(&config, args).await.map(|()| 0),
             Some(Command::Functions {
                 resolve: Some(image),
+                tag,
                 ..
-            }) => {
-                print_resolution(&runtime, &config, image);
-                Ok(0)
-            }
+            }) => print_resolution(&runtime, &config, image, tag.as_deref()),
             Some(Command::Functions { name, .. }) => print_functions(&runtime, name.as_deref()),
             Some(Command::Function { name }) => {
                 eval::run_function(&runtime, &catalog::Catalog::new(runtime.functions()), name)
@@ -204,11 +202,28 @@ fn check_function_configs(config: &Config) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `krm-runner functions --resolve IMAGE`: which FunctionConfig matches, which evaluator
-/// would serve, and why each executor before it is skipped.
-fn print_resolution(runtime: &Runtime, config: &Config, image: &str) {
-    let explanation = runtime.store().router().explain(image);
+/// `krm-runner functions --resolve IMAGE [--tag CONSTRAINT]`: which FunctionConfig matches,
+/// which evaluator would serve, why each executor before it is skipped, and, for a constraint,
+/// which version each evaluator would run.
+fn print_resolution(
+    runtime: &Runtime,
+    config: &Config,
+    image: &str,
+    tag: Option<&str>,
+) -> anyhow::Result<i32> {
+    let constraint = match runtime::requested_constraint(image, tag.unwrap_or_default()) {
+        Ok(constraint) => constraint,
+        Err(error) => {
+            eprintln!("krm-runner: {error}");
+            return Ok(i32::from(EXIT_CONFIG));
+        }
+    };
+    let router = runtime.store().router();
+    let explanation = router.explain(image, constraint.as_ref());
     println!("image:           {image}");
+    if let Some(constraint) = &constraint {
+        println!("tag constraint:  {constraint}");
+    }
     let mut serving = None;
     match &explanation.matched {
         Ok(object) => println!("matched:         {object}"),
@@ -236,6 +251,48 @@ fn print_resolution(runtime: &Runtime, config: &Config, image: &str) {
             );
         }
     }
+    let (Some(constraint), Some(tag)) = (&constraint, tag) else {
+        return Ok(0);
+    };
+    // What each evaluator the call would meet would run, in the order it meets them.
+    println!("versions:");
+    let routed = router
+        .plan(image, Some(constraint))
+        .steps
+        .into_iter()
+        .map(|step| {
+            let answer = if step.resolved {
+                Some(Ok(krm_plugin_api::Resolution {
+                    image: step.image.clone(),
+                    tag: step.image.rsplit(':').next().unwrap_or_default().to_owned(),
+                    digest: None,
+                    candidates: Vec::new(),
+                }))
+            } else {
+                step.instance.resolve(image, tag, Some(&step.route))
+            };
+            (format!("{} (routed)", step.instance.name()), answer)
+        });
+    let served = runtime.served_chain().into_iter().filter_map(|name| {
+        let answer = runtime.instance(name)?.resolve(image, tag, None)?;
+        Some((name.to_owned(), Some(answer)))
+    });
+    for (name, answer) in routed.chain(served) {
+        let line = match answer {
+            None => "does not resolve constraints for this image".to_owned(),
+            Some(Ok(resolution)) if resolution.candidates.is_empty() => {
+                format!("runs {}", resolution.reference())
+            }
+            Some(Ok(resolution)) => format!(
+                "runs {} (highest satisfying of [{}])",
+                resolution.reference(),
+                resolution.candidates.join(", ")
+            ),
+            Some(Err(error)) => error.message,
+        };
+        println!("  {name:<22} {line}");
+    }
+    Ok(0)
 }
 
 fn print_config(figment: &figment::Figment, config: &Config) {

@@ -40,7 +40,9 @@ pub mod process;
 pub mod results;
 mod signature;
 
-pub use call::{CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Route};
+pub use call::{
+    CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,
+};
 pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
 pub use signature::{FunctionSignature, Parameter, ParameterType};
 

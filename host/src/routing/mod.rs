@@ -11,6 +11,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use krm_plugin_api::host::EvaluatorInstance;
 use krm_plugin_api::{Executor, Route};
+use krm_runner_function_config::version::Constraint;
 use krm_runner_function_config::{self as fc, RoutingTable};
 
 pub use store::{Store, check_files};
@@ -63,12 +64,20 @@ pub struct Router {
 pub struct Step {
     pub instance: Arc<EvaluatorInstance>,
     pub route: Route,
+    /// The image to hand it: the requested one, or, when the runner resolved the call's
+    /// constraint against the executor's tags, the image with the chosen tag.
+    pub image: String,
+    /// Whether `image` is such a resolution (the runner reports it; evaluators report theirs).
+    pub resolved: bool,
 }
 
 /// What a call will try, in order, before the served chain.
 #[derive(Default)]
 pub struct Plan {
     pub steps: Vec<Step>,
+    /// For a call with a tag constraint: the matched FunctionConfig's executors none of whose
+    /// tags satisfies it, each with its reason (for the NOT_FOUND answer).
+    pub unsatisfied: Vec<String>,
 }
 
 /// How an image is routed, for `krm-runner functions --resolve`.
@@ -128,9 +137,10 @@ impl Router {
             .clone()
     }
 
-    /// The evaluators a call for `image` tries before the served chain.
-    pub fn plan(&self, image: &str) -> Plan {
-        let fc::Route::Matched(matched) = self.table().route(image) else {
+    /// The evaluators a call for `image` (under the tag `constraint`, if any) tries before
+    /// the served chain.
+    pub fn plan(&self, image: &str, constraint: Option<&Constraint>) -> Plan {
+        let fc::Route::Matched(matched) = self.table().route_with(image, constraint) else {
             return Plan::default();
         };
         let steps = matched
@@ -139,17 +149,32 @@ impl Router {
             .filter_map(|step| {
                 let planned = Planned::new(&matched, step);
                 let instance = self.runnable(&planned).ok()?;
+                let resolved_tag = match step {
+                    fc::Step::Go { tag, .. } | fc::Step::Binary { tag, .. } => {
+                        constraint.map(|_| tag)
+                    }
+                    fc::Step::Pod { .. } => None,
+                };
                 Some(Step {
                     instance,
                     route: planned.route,
+                    image: resolved_tag
+                        .map_or_else(|| image.to_owned(), |tag| format!("{image}:{tag}")),
+                    resolved: resolved_tag.is_some(),
                 })
             })
             .collect();
-        Plan { steps }
+        let unsatisfied = matched
+            .left_out
+            .iter()
+            .filter(|left_out| matches!(left_out, fc::LeftOut::NoneSatisfies { .. }))
+            .map(|left_out| format!("{} {left_out}", matched.object))
+            .collect();
+        Plan { steps, unsatisfied }
     }
 
-    pub fn explain(&self, image: &str) -> Explanation {
-        let matched = match self.table().route(image) {
+    pub fn explain(&self, image: &str, constraint: Option<&Constraint>) -> Explanation {
+        let matched = match self.table().route_with(image, constraint) {
             fc::Route::NoMatch(reason) => {
                 return Explanation {
                     matched: Err(reason.to_string()),
@@ -171,7 +196,12 @@ impl Router {
             .iter()
             .map(|step| {
                 let planned = Planned::new(&matched, step);
-                let what = unlabelled(step.executor(), step.to_string());
+                let mut what = unlabelled(step.executor(), step.to_string());
+                if let (Some(_), fc::Step::Go { tag, .. } | fc::Step::Binary { tag, .. }) =
+                    (constraint, step)
+                {
+                    what = format!("{what} as tag {tag:?}");
+                }
                 let outcome = self
                     .runnable(&planned)
                     .map(|instance| format!("{what} on evaluator {:?}", instance.name()))
@@ -179,11 +209,7 @@ impl Router {
                 (planned.route.executor, outcome)
             })
             .chain(matched.left_out.iter().map(|left_out| {
-                let executor = match left_out {
-                    fc::LeftOut::Absent(executor) | fc::LeftOut::TagNotListed { executor, .. } => {
-                        *executor
-                    }
-                };
+                let executor = left_out.executor();
                 (
                     to_api(executor),
                     Err(unlabelled(executor, left_out.to_string())),
@@ -216,14 +242,14 @@ impl Router {
             None => return Err(format!("no evaluator instance named {name:?} is running")),
         };
         match planned.step {
-            fc::Step::Go { function_id } => {
+            fc::Step::Go { function_id, .. } => {
                 if !self.builtin_functions.contains(function_id) {
                     return Err(format!(
                         "evaluator {name:?} has no function {function_id:?} compiled in"
                     ));
                 }
             }
-            fc::Step::Binary { path } => {
+            fc::Step::Binary { path, .. } => {
                 if !is_executable(path) {
                     return Err(format!(
                         "binary {} is missing or not executable",
@@ -265,17 +291,16 @@ struct Planned<'a> {
 }
 
 impl<'a> Planned<'a> {
-    /// The executor's section of the spec, narrowed to the requested tag, with the builtin's
+    /// The executor's section of the spec, narrowed to the tag it runs, with the builtin's
     /// id and the binary's absolute path filled in.
     fn new(matched: &fc::Matched, step: &'a fc::Step) -> Self {
-        let tags = vec![matched.image.tag.clone()];
         let settings = match step {
-            fc::Step::Go { function_id } => to_json(&fc::GoExecutor {
-                tags,
+            fc::Step::Go { function_id, tag } => to_json(&fc::GoExecutor {
+                tags: vec![tag.clone()],
                 id: Some(function_id.clone()),
             }),
-            fc::Step::Binary { path } => to_json(&fc::BinaryExecutor {
-                tags,
+            fc::Step::Binary { path, tag } => to_json(&fc::BinaryExecutor {
+                tags: vec![tag.clone()],
                 path: path.display().to_string(),
             }),
             fc::Step::Pod { settings } => to_json(&**settings),
