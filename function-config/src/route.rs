@@ -452,6 +452,27 @@ impl RoutingTable {
             .collect()
     }
 
+    /// The repository a FunctionConfig's image is resolved and warmed up in: under its first
+    /// prefix, or the default prefix when it lists none or that one is `""`.
+    pub fn repository_of(&self, name: &str) -> String {
+        let prefix = self
+            .entries
+            .get(name)
+            .and_then(|entry| entry.repos.as_ref())
+            .and_then(|repos| repos.first())
+            .unwrap_or(&self.default_prefix);
+        if prefix.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{prefix}/{name}")
+        }
+    }
+
+    /// Where relative `binaryExecutor.path`s point (absolute).
+    pub fn functions_dir(&self) -> &Path {
+        &self.functions_dir
+    }
+
     /// The objects in force (conflict losers excluded), by `spec.image`.
     pub fn objects(&self) -> impl Iterator<Item = &Sourced> {
         self.entries.values().map(|entry| &entry.sourced)

@@ -48,6 +48,10 @@ pub enum Command {
         /// (Porch's request `Tag`), and which version each evaluator would run for it.
         #[arg(long, value_name = "CONSTRAINT", requires = "resolve")]
         tag: Option<String>,
+        /// Work out every FunctionConfig executor tag now, as the server does ahead of calls:
+        /// a table of image, executor, constraint, resolved tag, digest, state and last error.
+        #[arg(long, conflicts_with_all = ["name", "resolve"])]
+        status: bool,
     },
     /// Be the KRM function NAME: ResourceList on stdin, ResourceList on stdout, log on stderr,
     /// exit status; for `kpt fn eval --exec` and Kptfile `exec:` steps.

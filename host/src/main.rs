@@ -75,6 +75,7 @@ fn main() -> ExitCode {
                 tag,
                 ..
             }) => print_resolution(&runtime, &config, image, tag.as_deref()),
+            Some(Command::Functions { status: true, .. }) => print_status(&runtime).await,
             Some(Command::Functions { name, .. }) => print_functions(&runtime, name.as_deref()),
             Some(Command::Function { name }) => {
                 eval::run_function(&runtime, &catalog::Catalog::new(runtime.functions()), name)
@@ -293,6 +294,57 @@ fn print_resolution(
         println!("  {name:<22} {line}");
     }
     Ok(0)
+}
+
+/// `krm-runner functions --status`: one ahead-of-time round over the FunctionConfig files, as
+/// a table; exit 1 when something failed.
+async fn print_status(runtime: &Arc<Runtime>) -> anyhow::Result<i32> {
+    let router = runtime.store().router().clone();
+    let reports = tokio::task::spawn_blocking(move || router.resolve_ahead(None)).await?;
+    let rows: Vec<[String; 7]> = reports
+        .iter()
+        .map(|report| {
+            [
+                report.image.clone(),
+                report.executor.field().to_owned(),
+                report.tag.clone().unwrap_or_else(|| "(any)".to_owned()),
+                report.resolved.clone().unwrap_or_else(|| "-".to_owned()),
+                report.digest.clone().unwrap_or_else(|| "-".to_owned()),
+                report.state.label().to_owned(),
+                report.state.message().to_owned(),
+            ]
+        })
+        .collect();
+    let header = [
+        "IMAGE",
+        "EXECUTOR",
+        "CONSTRAINT",
+        "RESOLVED",
+        "DIGEST",
+        "STATE",
+        "LAST ERROR",
+    ];
+    let widths: Vec<usize> = (0..6)
+        .map(|column| {
+            rows.iter()
+                .map(|row| row[column].len())
+                .chain([header[column].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(header.map(str::to_owned)).chain(rows) {
+        let mut line = String::new();
+        for (column, width) in widths.iter().enumerate() {
+            line.push_str(&format!("{:<width$}  ", row[column]));
+        }
+        line.push_str(&row[6]);
+        println!("{}", line.trim_end());
+    }
+    let failed = reports
+        .iter()
+        .any(|report| matches!(report.state, routing::State::Failed { .. }));
+    Ok(i32::from(failed))
 }
 
 fn print_config(figment: &figment::Figment, config: &Config) {

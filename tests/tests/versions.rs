@@ -401,3 +401,91 @@ fn functions_resolve_explains_the_version_chosen() {
         "{output:?}"
     );
 }
+
+#[test]
+fn functions_status_works_out_every_executor_tag_ahead_of_calls() {
+    let (dir, config) = setup();
+    write_function_config(
+        dir.path(),
+        &format!(
+            "{ROUTED}---\n{}",
+            r#"apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: set-namespace}
+spec:
+  image: set-namespace
+  goExecutor: {tags: ["~0.4.0", v0.4.1]}
+  binaryExecutor: {tags: [v9.9.9], path: missing}
+  podExecutor: {tags: ["*"]}
+"#
+        ),
+    );
+    let config_file = dir.path().join("runner.yaml");
+    std::fs::write(&config_file, &config).unwrap();
+    let output = run_cli(
+        &[
+            "--config-file",
+            config_file.to_str().unwrap(),
+            "functions",
+            "--status",
+        ],
+        &[],
+        b"",
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    // A missing binary is a failure: exit 1, and a row saying why.
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        [
+            "IMAGE",
+            "EXECUTOR",
+            "CONSTRAINT",
+            "RESOLVED",
+            "DIGEST",
+            "STATE",
+            "LAST",
+            "ERROR"
+        ]
+    );
+    let row = |executor: &str, constraint: &str| {
+        rows.iter()
+            .find(|row| row.get(1) == Some(&executor) && row.get(2) == Some(&constraint))
+            .unwrap_or_else(|| panic!("no {executor} {constraint} row:\n{text}"))
+            .clone()
+    };
+    let catalog = "ghcr.io/kptdev/krm-functions-catalog/set-namespace";
+    // The builtin resolves the constraint among the tags it reproduces.
+    assert_eq!(
+        row("goExecutor", "~0.4.0"),
+        [catalog, "goExecutor", "~0.4.0", "v0.4.1", "-", "Ready"]
+    );
+    assert_eq!(row("goExecutor", "v0.4.1")[3..], ["v0.4.1", "-", "Ready"]);
+    let missing = row("binaryExecutor", "v9.9.9");
+    assert_eq!(missing[3..6], ["-", "-", "Failed"]);
+    assert!(
+        text.contains(&format!(
+            "binary {} is missing or not executable",
+            dir.path().join("bin/missing").display()
+        )),
+        "{text}"
+    );
+    // No pod instance in this runner: skipped, saying why.
+    assert_eq!(row("podExecutor", "(any)")[5], "Skipped");
+    let routed = row("binaryExecutor", "~1.2");
+    assert_eq!(
+        routed[..6],
+        [
+            "example.com/fns/routed",
+            "binaryExecutor",
+            "~1.2",
+            "-",
+            "-",
+            "Ready"
+        ]
+    );
+}

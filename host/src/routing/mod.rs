@@ -2,6 +2,7 @@
 //! PIP's flow: goExecutor, then binaryExecutor, then podExecutor, each for its tags); images no
 //! FunctionConfig claims go to the served chain.
 
+mod ahead;
 mod cluster;
 mod store;
 
@@ -14,6 +15,7 @@ use krm_plugin_api::{Executor, Route};
 use krm_runner_function_config::version::Constraint;
 use krm_runner_function_config::{self as fc, RoutingTable};
 
+pub use ahead::{Report, State};
 pub use store::{Store, check_files};
 
 /// Starts what keeps the routing current while serving: the file reload, the cluster watch,
@@ -39,16 +41,37 @@ pub async fn start_sources(
     } else {
         None
     };
-    if config.warm_up {
-        let router = store.router().clone();
-        tokio::spawn(async move {
-            // Porch warms up before its store has read the FunctionConfigs; this waits.
-            if let Some(read) = synced {
-                let _ = read.await;
-            }
+    let router = store.router().clone();
+    let warm_up = config.warm_up;
+    let interval = std::time::Duration::from_secs_f64(config.resolve_interval_seconds.max(1.0));
+    tokio::spawn(async move {
+        // Porch warms up before its store has read the FunctionConfigs; this waits.
+        if let Some(read) = synced {
+            let _ = read.await;
+        }
+        if warm_up {
             router.warm_up();
-        });
-    }
+        }
+        let warmed = Arc::new(ahead::Warmed::default());
+        loop {
+            let (resolver, warmed) = (router.clone(), warmed.clone());
+            let round = tokio::task::spawn_blocking(move || {
+                resolver.resolve_ahead(warm_up.then_some(&*warmed))
+            });
+            if let Ok(reports) = round.await {
+                for report in &reports {
+                    if let State::Failed { reason, message } = &report.state {
+                        tracing::warn!(function_config = %report.object, executor = report.executor.field(), reason, "{message}");
+                    }
+                }
+                router.set_reports(reports);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = router.changed.notified() => {}
+            }
+        }
+    });
     Ok(())
 }
 
@@ -58,6 +81,10 @@ pub struct Router {
     /// The functions the goExecutor instance implements, by short name.
     builtin_functions: Vec<String>,
     table: RwLock<Arc<RoutingTable>>,
+    /// Signalled when the table is replaced, for the ahead-of-time round.
+    changed: tokio::sync::Notify,
+    /// The last ahead-of-time round's reports.
+    reports: RwLock<Arc<Vec<Report>>>,
 }
 
 /// One evaluator to try, and why.
@@ -114,6 +141,8 @@ impl Router {
             table: RwLock::new(Arc::new(
                 RoutingTable::build(Vec::new(), "", Path::new("")).0,
             )),
+            changed: tokio::sync::Notify::new(),
+            reports: RwLock::default(),
         }
     }
 
@@ -128,6 +157,11 @@ impl Router {
 
     pub fn replace_table(&self, table: RoutingTable) {
         *self.table.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(table);
+        self.changed.notify_one();
+    }
+
+    fn set_reports(&self, reports: Vec<Report>) {
+        *self.reports.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(reports);
     }
 
     pub fn table(&self) -> Arc<RoutingTable> {
@@ -269,6 +303,11 @@ impl Router {
         };
         let table = self.table();
         for (image, settings) in table.warm_up_images() {
+            // A first tag that is a range is resolved, then warmed, ahead of time.
+            let tag = fc::ImageRef::parse(&image, "").tag;
+            if fc::version::TagEntry::parse(&tag).is_ok_and(|entry| entry.concrete().is_none()) {
+                continue;
+            }
             let function_config = match table.route(&image) {
                 fc::Route::Matched(matched) => matched.object.to_string(),
                 fc::Route::NoMatch(_) => continue,
