@@ -421,14 +421,26 @@ async fn versions(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> 
                 .map_err(|e| anyhow::anyhow!(e.message))?;
             Ok(started.elapsed())
         };
-        let exact_time = measure(&plain, &exact)?;
-        let constrained_time = measure(&constrained, REPOSITORY)?;
-        let started = Instant::now();
-        server.call(&exact, &input).await?;
-        let exact_grpc = started.elapsed();
-        let started = Instant::now();
-        server.call_tagged(REPOSITORY, CONSTRAINT, &input).await?;
-        let constrained_grpc = started.elapsed();
+        // Which goes first alternates too, so that neither always follows the other's work.
+        let (exact_time, constrained_time) = if round % 2 == 0 {
+            (measure(&plain, &exact)?, measure(&constrained, REPOSITORY)?)
+        } else {
+            let constrained_time = measure(&constrained, REPOSITORY)?;
+            (measure(&plain, &exact)?, constrained_time)
+        };
+        let (exact_grpc, constrained_grpc) = if round % 2 == 0 {
+            let exact_grpc = timed_call(server, &exact, "", &input).await?;
+            (
+                exact_grpc,
+                timed_call(server, REPOSITORY, CONSTRAINT, &input).await?,
+            )
+        } else {
+            let constrained_grpc = timed_call(server, REPOSITORY, CONSTRAINT, &input).await?;
+            (
+                timed_call(server, &exact, "", &input).await?,
+                constrained_grpc,
+            )
+        };
         // The first rounds warm caches and connections.
         if round >= 50 {
             in_plugin.0.push(exact_time);
@@ -463,6 +475,17 @@ async fn versions(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> 
         );
     }
     Ok(())
+}
+
+async fn timed_call(
+    server: &mut BenchServer,
+    image: &str,
+    tag: &str,
+    input: &[u8],
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    server.call_tagged(image, tag, input).await?;
+    Ok(started.elapsed())
 }
 
 fn median(
