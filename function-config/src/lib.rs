@@ -7,6 +7,7 @@
 //!   `deploy/kubernetes/crds/functionconfigs.yaml` is generated;
 //! - [`validate`], reporting every broken rule at once;
 //! - [`load_paths`], reading objects from YAML files and directories;
+//! - [`version`], tags as semantic versions and Porch's tag constraints;
 //! - [`RoutingTable`], matching a request image to an object and listing the executors to try.
 //!
 //! Objects from the cluster enter through [`Sourced::from_cluster`], which validates them.
@@ -16,6 +17,7 @@ mod route;
 mod source;
 mod types;
 mod validate;
+pub mod version;
 
 pub use load::{LoadError, load_paths};
 pub use route::{

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::source::{ObjectId, Source, Sourced};
 use crate::types::PodExecutor;
+use crate::version::{Constraint, TagEntry};
 
 /// A request image taken apart.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,11 +72,13 @@ impl fmt::Display for Executor {
 /// One executor the matched FunctionConfig names for the requested tag.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
-    /// Run the built-in function with this id (`goExecutor.id`, else `metadata.name`).
-    Go { function_id: String },
-    /// Run this executable (made absolute against the functions directory).
-    Binary { path: PathBuf },
-    /// Run the image in a pod with these settings.
+    /// Run the built-in function with this id (`goExecutor.id`, else `metadata.name`), as the
+    /// image's `tag` (the requested one, or the one a requested constraint resolved to).
+    Go { function_id: String, tag: String },
+    /// Run this executable (made absolute against the functions directory) as the image's `tag`.
+    Binary { path: PathBuf, tag: String },
+    /// Run the image in a pod with these settings (a requested constraint is resolved against
+    /// the registry's tags by the pod evaluator).
     Pod { settings: Arc<PodExecutor> },
 }
 
@@ -92,8 +95,10 @@ impl Step {
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::Go { function_id } => write!(f, "goExecutor: built-in function {function_id}"),
-            Step::Binary { path } => write!(f, "binaryExecutor: {}", path.display()),
+            Step::Go { function_id, .. } => {
+                write!(f, "goExecutor: built-in function {function_id}")
+            }
+            Step::Binary { path, .. } => write!(f, "binaryExecutor: {}", path.display()),
             Step::Pod { .. } => f.write_str("podExecutor"),
         }
     }
@@ -110,6 +115,22 @@ pub enum LeftOut {
         tag: String,
         tags: Vec<String>,
     },
+    /// None of the tags the section names satisfies the requested constraint.
+    NoneSatisfies {
+        executor: Executor,
+        constraint: String,
+        tags: Vec<String>,
+    },
+}
+
+impl LeftOut {
+    pub fn executor(&self) -> Executor {
+        match self {
+            LeftOut::Absent(executor)
+            | LeftOut::TagNotListed { executor, .. }
+            | LeftOut::NoneSatisfies { executor, .. } => *executor,
+        }
+    }
 }
 
 impl fmt::Display for LeftOut {
@@ -121,6 +142,14 @@ impl fmt::Display for LeftOut {
                 tag,
                 tags,
             } => write!(f, "{executor}: tag {tag:?} not among {tags:?}"),
+            LeftOut::NoneSatisfies {
+                executor,
+                constraint,
+                tags,
+            } => write!(
+                f,
+                "{executor}: no tag among {tags:?} satisfies constraint {constraint:?}"
+            ),
         }
     }
 }
@@ -203,6 +232,17 @@ struct Entry {
     /// Repositories the object accepts, without trailing `/`; `None`: any.
     repos: Option<Vec<String>>,
     pod: Option<Arc<PodExecutor>>,
+    /// Each executor's `tags`, read (validation refused objects whose tags do not parse).
+    go_tags: Vec<TagEntry>,
+    binary_tags: Vec<TagEntry>,
+    pod_tags: Vec<TagEntry>,
+}
+
+fn tag_entries(tags: Option<&Vec<String>>) -> Vec<TagEntry> {
+    tags.into_iter()
+        .flatten()
+        .map(|tag| TagEntry::parse(tag).unwrap_or_else(|_| TagEntry::Literal(tag.clone())))
+        .collect()
 }
 
 /// The FunctionConfigs in force, keyed by `spec.image`.
@@ -258,12 +298,18 @@ impl RoutingTable {
                         .collect()
                 });
             let pod = spec.pod_executor.clone().map(Arc::new);
+            let go_tags = tag_entries(spec.go_executor.as_ref().map(|go| &go.tags));
+            let binary_tags = tag_entries(spec.binary_executor.as_ref().map(|b| &b.tags));
+            let pod_tags = tag_entries(spec.pod_executor.as_ref().map(|pod| &pod.tags));
             entries.insert(
                 spec.image.clone(),
                 Entry {
                     sourced,
                     repos,
                     pod,
+                    go_tags,
+                    binary_tags,
+                    pod_tags,
                 },
             );
         }
@@ -284,6 +330,16 @@ impl RoutingTable {
     /// `…/krm-functions-catalog-evil/set-namespace` would otherwise be routed as the catalog's
     /// function — to a trusted local binary or built-in, or with the catalog's pod settings.
     pub fn route(&self, image: &str) -> Route {
+        self.route_with(image, None)
+    }
+
+    /// [`RoutingTable::route`] for a call that may carry a tag constraint (Porch's request
+    /// field 3, sent with an untagged image). Executor tags are constraints themselves: a
+    /// requested tag falls under an entry that names it or admits its version. With a requested
+    /// constraint, the go and binary executors run the highest of the tags they name exactly
+    /// that satisfies it; the pod executor is planned whenever it is configured, and resolves
+    /// the constraint against the registry's tags (keeping to those its own `tags` admit).
+    pub fn route_with(&self, image: &str, constraint: Option<&Constraint>) -> Route {
         let image = ImageRef::parse(image, &self.default_prefix);
         if let Some(digest) = &image.digest {
             return Route::NoMatch(NoMatch::Digest {
@@ -304,37 +360,59 @@ impl RoutingTable {
         }
 
         let spec = &entry.sourced.object().spec;
-        let tag = &image.tag;
         let mut plan = Vec::new();
         let mut left_out = Vec::new();
-        let not_listed = |executor, tags: &[String]| LeftOut::TagNotListed {
-            executor,
-            tag: tag.clone(),
-            tags: tags.to_vec(),
+        // The tag an executor serves the call as, or why it does not.
+        let pick = |executor, entries: &[TagEntry], tags: &[String]| match constraint {
+            None if entries.iter().any(|entry| entry.admits(&image.tag)) => Ok(image.tag.clone()),
+            None => Err(LeftOut::TagNotListed {
+                executor,
+                tag: image.tag.clone(),
+                tags: tags.to_vec(),
+            }),
+            Some(constraint) => constraint
+                .best(entries.iter().filter_map(TagEntry::concrete))
+                .map(str::to_owned)
+                .ok_or_else(|| LeftOut::NoneSatisfies {
+                    executor,
+                    constraint: constraint.to_string(),
+                    tags: tags.to_vec(),
+                }),
         };
         match &spec.go_executor {
             None => left_out.push(LeftOut::Absent(Executor::Go)),
-            Some(go) if go.tags.contains(tag) => plan.push(Step::Go {
-                function_id: go
-                    .id
-                    .clone()
-                    .unwrap_or_else(|| entry.sourced.name().to_owned()),
-            }),
-            Some(go) => left_out.push(not_listed(Executor::Go, &go.tags)),
+            Some(go) => match pick(Executor::Go, &entry.go_tags, &go.tags) {
+                Ok(tag) => plan.push(Step::Go {
+                    function_id: go
+                        .id
+                        .clone()
+                        .unwrap_or_else(|| entry.sourced.name().to_owned()),
+                    tag,
+                }),
+                Err(reason) => left_out.push(reason),
+            },
         }
         match &spec.binary_executor {
             None => left_out.push(LeftOut::Absent(Executor::Binary)),
-            Some(binary) if binary.tags.contains(tag) => plan.push(Step::Binary {
-                path: self.functions_dir.join(&binary.path),
-            }),
-            Some(binary) => left_out.push(not_listed(Executor::Binary, &binary.tags)),
+            Some(binary) => match pick(Executor::Binary, &entry.binary_tags, &binary.tags) {
+                Ok(tag) => plan.push(Step::Binary {
+                    path: self.functions_dir.join(&binary.path),
+                    tag,
+                }),
+                Err(reason) => left_out.push(reason),
+            },
         }
         match &entry.pod {
             None => left_out.push(LeftOut::Absent(Executor::Pod)),
-            Some(pod) if pod.tags.is_empty() || pod.tags.contains(tag) => plan.push(Step::Pod {
+            Some(pod) if pod.tags.is_empty() || constraint.is_some() => plan.push(Step::Pod {
                 settings: Arc::clone(pod),
             }),
-            Some(pod) => left_out.push(not_listed(Executor::Pod, &pod.tags)),
+            Some(pod) => match pick(Executor::Pod, &entry.pod_tags, &pod.tags) {
+                Ok(_) => plan.push(Step::Pod {
+                    settings: Arc::clone(pod),
+                }),
+                Err(reason) => left_out.push(reason),
+            },
         }
         Route::Matched(Matched {
             object: entry.sourced.id(),
@@ -372,6 +450,27 @@ impl RoutingTable {
                 Some((image, PodExecutor::clone(pod)))
             })
             .collect()
+    }
+
+    /// The repository a FunctionConfig's image is resolved and warmed up in: under its first
+    /// prefix, or the default prefix when it lists none or that one is `""`.
+    pub fn repository_of(&self, name: &str) -> String {
+        let prefix = self
+            .entries
+            .get(name)
+            .and_then(|entry| entry.repos.as_ref())
+            .and_then(|repos| repos.first())
+            .unwrap_or(&self.default_prefix);
+        if prefix.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{prefix}/{name}")
+        }
+    }
+
+    /// Where relative `binaryExecutor.path`s point (absolute).
+    pub fn functions_dir(&self) -> &Path {
+        &self.functions_dir
     }
 
     /// The objects in force (conflict losers excluded), by `spec.image`.

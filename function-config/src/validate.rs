@@ -7,6 +7,7 @@ use std::time::Duration;
 use jiff::SignedDuration;
 
 use crate::types::{FunctionConfig, PodExecutor};
+use crate::version::TagEntry;
 
 /// One problem with one field of a FunctionConfig.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,7 +41,8 @@ impl std::error::Error for FieldError {}
 /// tag for the go and binary executors, at least one executor) and adds: `metadata.name` is set
 /// (the API server guarantees it, files do not), `spec.image` is a short name (with a registry or
 /// tag it could never match a request), `spec.goExecutor.id` is not empty when given, and
-/// `spec.podExecutor.timeToLive` is a Go duration.
+/// `spec.podExecutor.timeToLive` is a Go duration, and every executor tag is `""`, `latest` or a
+/// version constraint that parses (see [`crate::version`]).
 pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if config.metadata.name.as_deref().is_none_or(str::is_empty) {
@@ -91,6 +93,27 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
                 "spec.binaryExecutor.path",
                 "must not be empty",
             ));
+        }
+    }
+    let tag_lists = [
+        ("goExecutor", spec.go_executor.as_ref().map(|go| &go.tags)),
+        (
+            "binaryExecutor",
+            spec.binary_executor.as_ref().map(|b| &b.tags),
+        ),
+        (
+            "podExecutor",
+            spec.pod_executor.as_ref().map(|pod| &pod.tags),
+        ),
+    ];
+    for (executor, tags) in tag_lists {
+        for (index, tag) in tags.into_iter().flatten().enumerate() {
+            if let Err(error) = TagEntry::parse(tag) {
+                errors.push(FieldError::new(
+                    format!("spec.{executor}.tags[{index}]"),
+                    error.to_string(),
+                ));
+            }
         }
     }
     if let Some(pod) = &spec.pod_executor
@@ -247,6 +270,37 @@ mod tests {
                 "spec.binaryExecutor.path: must not be empty",
                 "spec.podExecutor.timeToLive: \"3x\" is not a duration (expected a Go duration \
                  such as 30m, 1h30m, 90s or 0)",
+            ]
+        );
+    }
+
+    #[test]
+    fn tags_that_are_not_constraints_are_refused_naming_the_entry() {
+        let spec = FunctionConfigSpec {
+            image: "set-labels".into(),
+            prefixes: None,
+            pod_executor: Some(PodExecutor {
+                tags: vec![
+                    "*".into(),
+                    ">= 1.2, < 2".into(),
+                    "latest".into(),
+                    "1.2 -".into(),
+                ],
+                ..pod("30m")
+            }),
+            binary_executor: Some(BinaryExecutor {
+                tags: vec!["".into(), "main".into()],
+                path: "fn".into(),
+            }),
+            go_executor: None,
+        };
+        assert_eq!(
+            messages(&config("set-labels", spec)),
+            [
+                "spec.binaryExecutor.tags[1]: invalid version constraint \"main\": \"main\" in \
+                 \"main\" is not a number or wildcard",
+                "spec.podExecutor.tags[3]: invalid version constraint \"1.2 -\": hyphen range \
+                 after \"1.2\" is incomplete",
             ]
         );
     }

@@ -9,7 +9,10 @@
 //! - `builtin`: set-namespace, a starlark program setting the namespace, and set-labels over 10
 //!   to 10,000 Deployments, inside the plugin, over gRPC and as a whole `krm-runner fn` process,
 //!   against `kubectl kustomize` doing the same transformation in the same run (only up to
-//!   `--kustomize-max` objects: it grows quadratically).
+//!   `--kustomize-max` objects: it grows quadratically);
+//! - `versions`: the same warm builtin call with an exact tag and with a tag constraint
+//!   (Porch's request field 3), alternating, in the plugin and over gRPC; target: a constraint
+//!   adds at most 50 µs.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -34,8 +37,12 @@ pub struct BenchArgs {
     /// Size of the ResourceList sent in the gRPC measurement.
     #[arg(long, default_value_t = 1024)]
     pub payload_bytes: usize,
-    /// Which measurements: abi, grpc, rss, builtin (comma-separated).
-    #[arg(long, default_value = "abi,grpc,rss,builtin", value_delimiter = ',')]
+    /// Which measurements: abi, grpc, rss, builtin, versions (comma-separated).
+    #[arg(
+        long,
+        default_value = "abi,grpc,rss,builtin,versions",
+        value_delimiter = ','
+    )]
     pub only: Vec<String>,
     /// Deployment counts for the builtin measurement.
     #[arg(long, default_value = "10,100,1000,10000", value_delimiter = ',')]
@@ -55,7 +62,7 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     if wants("abi") {
         abi(base, args.calls.max(100) * 100)?;
     }
-    if wants("grpc") || wants("rss") || wants("builtin") {
+    if wants("grpc") || wants("rss") || wants("builtin") || wants("versions") {
         let mut server = BenchServer::start(base).await?;
         let outcome = async {
             if wants("rss") {
@@ -66,6 +73,9 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
             }
             if wants("builtin") {
                 builtin(base, &mut server, args).await?;
+            }
+            if wants("versions") {
+                versions(base, &mut server, args).await?;
             }
             if wants("rss") {
                 // After every call above: memory a long-running runner keeps.
@@ -193,11 +203,21 @@ impl BenchServer {
     }
 
     async fn call(&mut self, image: &str, resource_list: &[u8]) -> anyhow::Result<Vec<u8>> {
+        self.call_tagged(image, "", resource_list).await
+    }
+
+    async fn call_tagged(
+        &mut self,
+        image: &str,
+        tag: &str,
+        resource_list: &[u8],
+    ) -> anyhow::Result<Vec<u8>> {
         let response = self
             .client
             .evaluate_function(EvaluateFunctionRequest {
                 resource_list: resource_list.to_vec(),
                 image: image.into(),
+                tag: tag.into(),
             })
             .await?;
         Ok(response.into_inner().resource_list)
@@ -374,6 +394,104 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// What a tag constraint adds to a warm call: set-namespace over 10 Deployments by the builtin,
+/// once as `…:v0.4.1` and once as the untagged image with `~0.4.0` (which resolves to v0.4.1),
+/// alternating so that both see the same load.
+async fn versions(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> anyhow::Result<()> {
+    const REPOSITORY: &str = "ghcr.io/kptdev/krm-functions-catalog/set-namespace";
+    const CONSTRAINT: &str = "~0.4.0";
+    let exact = format!("{REPOSITORY}:v0.4.1");
+    let runtime =
+        Runtime::start(base).map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
+    let instance = runtime
+        .instance("builtin")
+        .context("the builtin instance")?
+        .clone();
+    let (_, config, _) = BUILTIN_CASES[0];
+    let input = format!(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{}functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  {config}\n",
+        indent_items(&deployments(10))
+    )
+    .into_bytes();
+    let plain = HostCallContext::new(None);
+    let constrained = HostCallContext::with_tag(None, CONSTRAINT.to_owned());
+    let mut in_plugin = (Vec::new(), Vec::new());
+    let mut over_grpc = (Vec::new(), Vec::new());
+    for round in 0..args.calls + 50 {
+        let measure = |context: &HostCallContext, image: &str| -> anyhow::Result<Duration> {
+            let started = Instant::now();
+            instance
+                .evaluate(context, None, image, &input)
+                .map_err(|e| anyhow::anyhow!(e.message))?;
+            Ok(started.elapsed())
+        };
+        // Which goes first alternates too, so that neither always follows the other's work.
+        let (exact_time, constrained_time) = if round % 2 == 0 {
+            (measure(&plain, &exact)?, measure(&constrained, REPOSITORY)?)
+        } else {
+            let constrained_time = measure(&constrained, REPOSITORY)?;
+            (measure(&plain, &exact)?, constrained_time)
+        };
+        let (exact_grpc, constrained_grpc) = if round % 2 == 0 {
+            let exact_grpc = timed_call(server, &exact, "", &input).await?;
+            (
+                exact_grpc,
+                timed_call(server, REPOSITORY, CONSTRAINT, &input).await?,
+            )
+        } else {
+            let constrained_grpc = timed_call(server, REPOSITORY, CONSTRAINT, &input).await?;
+            (
+                timed_call(server, &exact, "", &input).await?,
+                constrained_grpc,
+            )
+        };
+        // The first rounds warm caches and connections.
+        if round >= 50 {
+            in_plugin.0.push(exact_time);
+            in_plugin.1.push(constrained_time);
+            over_grpc.0.push(exact_grpc);
+            over_grpc.1.push(constrained_grpc);
+        }
+    }
+    if constrained.resolved().as_deref() != Some(exact.as_str()) {
+        bail!(
+            "the constraint resolved to {:?}, not {exact}",
+            constrained.resolved()
+        );
+    }
+    println!(
+        "\n## Tag constraints: set-namespace over 10 Deployments, {exact} vs {REPOSITORY} with tag {CONSTRAINT:?} ({} calls each, alternating)",
+        args.calls
+    );
+    println!(
+        "| path | exact tag p50 | constraint p50 | added by the constraint |\n|---|---|---|---|"
+    );
+    for (label, (mut exact_times, mut constrained_times)) in
+        [("in the plugin", in_plugin), ("over gRPC", over_grpc)]
+    {
+        let exact_p50 = percentiles(&mut exact_times).0;
+        let constrained_p50 = percentiles(&mut constrained_times).0;
+        println!(
+            "| {label} | {} | {} | {:.1} µs |",
+            ms(exact_p50),
+            ms(constrained_p50),
+            (constrained_p50.as_secs_f64() - exact_p50.as_secs_f64()) * 1e6
+        );
+    }
+    Ok(())
+}
+
+async fn timed_call(
+    server: &mut BenchServer,
+    image: &str,
+    tag: &str,
+    input: &[u8],
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    server.call_tagged(image, tag, input).await?;
+    Ok(started.elapsed())
 }
 
 fn median(

@@ -44,6 +44,14 @@ pub enum Command {
         /// would serve it, and why each executor before it is skipped.
         #[arg(long, value_name = "IMAGE", conflicts_with = "name")]
         resolve: Option<String>,
+        /// With --resolve: the version constraint a caller sends with the untagged IMAGE
+        /// (Porch's request `Tag`), and which version each evaluator would run for it.
+        #[arg(long, value_name = "CONSTRAINT", requires = "resolve")]
+        tag: Option<String>,
+        /// Work out every FunctionConfig executor tag now, as the server does ahead of calls:
+        /// a table of image, executor, constraint, resolved tag, digest, state and last error.
+        #[arg(long, conflicts_with_all = ["name", "resolve"])]
+        status: bool,
     },
     /// Be the KRM function NAME: ResourceList on stdin, ResourceList on stdout, log on stderr,
     /// exit status; for `kpt fn eval --exec` and Kptfile `exec:` steps.

@@ -67,6 +67,9 @@ pub struct FunctionConfigs {
     /// After the FunctionConfigs are read, tell the pod executor to start a pod for each one
     /// with podExecutor tags (Porch: `--warm-up-pod-cache`).
     pub warm_up: bool,
+    /// How often every executor tag is worked out ahead of calls (constraints resolved, binaries
+    /// checked; see `krm-runner functions --status`), besides whenever FunctionConfigs change.
+    pub resolve_interval_seconds: f64,
     /// Whether `paths` is the embedded default's, whose folder exists only in the source tree:
     /// missing, it is skipped rather than refused.
     #[serde(skip)]
@@ -82,6 +85,7 @@ impl Default for FunctionConfigs {
             cluster: ClusterSource::default(),
             executors: ExecutorInstances::default(),
             warm_up: true,
+            resolve_interval_seconds: 600.0,
             paths_are_default: false,
         }
     }

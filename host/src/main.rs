@@ -83,11 +83,10 @@ fn main() -> ExitCode {
             Some(Command::Bench(args)) => bench::run(&config, args).await.map(|()| 0),
             Some(Command::Functions {
                 resolve: Some(image),
+                tag,
                 ..
-            }) => {
-                print_resolution(&runtime, &config, image);
-                Ok(0)
-            }
+            }) => print_resolution(&runtime, &config, image, tag.as_deref()),
+            Some(Command::Functions { status: true, .. }) => print_status(&runtime).await,
             Some(Command::Functions { name, .. }) => print_functions(&runtime, name.as_deref()),
             Some(Command::Function { name }) => {
                 let catalog = catalog::Catalog::new(runtime.functions());
@@ -218,11 +217,28 @@ fn check_function_configs(config: &Config) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `krm-runner functions --resolve IMAGE`: which FunctionConfig matches, which evaluator
-/// would serve, and why each executor before it is skipped.
-fn print_resolution(runtime: &Runtime, config: &Config, image: &str) {
-    let explanation = runtime.store().router().explain(image);
+/// `krm-runner functions --resolve IMAGE [--tag CONSTRAINT]`: which FunctionConfig matches,
+/// which evaluator would serve, why each executor before it is skipped, and, for a constraint,
+/// which version each evaluator would run.
+fn print_resolution(
+    runtime: &Runtime,
+    config: &Config,
+    image: &str,
+    tag: Option<&str>,
+) -> anyhow::Result<i32> {
+    let constraint = match runtime::requested_constraint(image, tag.unwrap_or_default()) {
+        Ok(constraint) => constraint,
+        Err(error) => {
+            eprintln!("krm-runner: {error}");
+            return Ok(i32::from(EXIT_CONFIG));
+        }
+    };
+    let router = runtime.store().router();
+    let explanation = router.explain(image, constraint.as_ref());
     println!("image:           {image}");
+    if let Some(constraint) = &constraint {
+        println!("tag constraint:  {constraint}");
+    }
     let mut serving = None;
     match &explanation.matched {
         Ok(object) => println!("matched:         {object}"),
@@ -250,6 +266,99 @@ fn print_resolution(runtime: &Runtime, config: &Config, image: &str) {
             );
         }
     }
+    let (Some(constraint), Some(tag)) = (&constraint, tag) else {
+        return Ok(0);
+    };
+    // What each evaluator the call would meet would run, in the order it meets them.
+    println!("versions:");
+    let routed = router
+        .plan(image, Some(constraint))
+        .steps
+        .into_iter()
+        .map(|step| {
+            let answer = if step.resolved {
+                Some(Ok(krm_plugin_api::Resolution {
+                    image: step.image.clone(),
+                    tag: step.image.rsplit(':').next().unwrap_or_default().to_owned(),
+                    digest: None,
+                    candidates: Vec::new(),
+                }))
+            } else {
+                step.instance.resolve(image, tag, Some(&step.route))
+            };
+            (format!("{} (routed)", step.instance.name()), answer)
+        });
+    let served = runtime.served_chain().into_iter().filter_map(|name| {
+        let answer = runtime.instance(name)?.resolve(image, tag, None)?;
+        Some((name.to_owned(), Some(answer)))
+    });
+    for (name, answer) in routed.chain(served) {
+        let line = match answer {
+            None => "does not resolve constraints for this image".to_owned(),
+            Some(Ok(resolution)) if resolution.candidates.is_empty() => {
+                format!("runs {}", resolution.reference())
+            }
+            Some(Ok(resolution)) => format!(
+                "runs {} (highest satisfying of [{}])",
+                resolution.reference(),
+                resolution.candidates.join(", ")
+            ),
+            Some(Err(error)) => error.message,
+        };
+        println!("  {name:<22} {line}");
+    }
+    Ok(0)
+}
+
+/// `krm-runner functions --status`: one ahead-of-time round over the FunctionConfig files, as
+/// a table; exit 1 when something failed.
+async fn print_status(runtime: &Arc<Runtime>) -> anyhow::Result<i32> {
+    let router = runtime.store().router().clone();
+    let reports = tokio::task::spawn_blocking(move || router.resolve_ahead(None)).await?;
+    let rows: Vec<[String; 7]> = reports
+        .iter()
+        .map(|report| {
+            [
+                report.image.clone(),
+                report.executor.field().to_owned(),
+                report.tag.clone().unwrap_or_else(|| "(any)".to_owned()),
+                report.resolved.clone().unwrap_or_else(|| "-".to_owned()),
+                report.digest.clone().unwrap_or_else(|| "-".to_owned()),
+                report.state.label().to_owned(),
+                report.state.message().to_owned(),
+            ]
+        })
+        .collect();
+    let header = [
+        "IMAGE",
+        "EXECUTOR",
+        "CONSTRAINT",
+        "RESOLVED",
+        "DIGEST",
+        "STATE",
+        "LAST ERROR",
+    ];
+    let widths: Vec<usize> = (0..6)
+        .map(|column| {
+            rows.iter()
+                .map(|row| row[column].len())
+                .chain([header[column].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(header.map(str::to_owned)).chain(rows) {
+        let mut line = String::new();
+        for (column, width) in widths.iter().enumerate() {
+            line.push_str(&format!("{:<width$}  ", row[column]));
+        }
+        line.push_str(&row[6]);
+        println!("{}", line.trim_end());
+    }
+    let failed = reports
+        .iter()
+        .any(|report| matches!(report.state, routing::State::Failed { .. }));
+    Ok(i32::from(failed))
 }
 
 fn print_config(figment: &figment::Figment, config: &Config) {

@@ -10,6 +10,8 @@ use krm_plugin_api::host::{
 };
 use krm_plugin_api::process::{self, CallInFlight};
 use krm_plugin_api::{CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature};
+use krm_runner_function_config::ImageRef;
+use krm_runner_function_config::version::Constraint;
 
 use crate::config::Config;
 use crate::routing::{Plan, Router, Store};
@@ -284,16 +286,36 @@ impl Runtime {
     }
 
     /// Runs one call: on the evaluators the image's FunctionConfig names, then (when none
-    /// serves it) on the served instance; see [`evaluate_on`].
+    /// serves it) on the served instance; see [`evaluate_on`]. A call carrying a tag constraint
+    /// (the context's) must name an untagged image, and the constraint must parse.
     pub async fn evaluate(
         &self,
         context: Arc<HostCallContext>,
         image: String,
         resource_list: Vec<u8>,
     ) -> Result<EvalResponse, EvalError> {
-        let plan = self.store.router().plan(&image);
+        let constraint = requested_constraint(&image, context.tag())?;
+        let plan = self.store.router().plan(&image, constraint.as_ref());
         evaluate_on(plan, self.served.clone(), context, image, resource_list).await
     }
+}
+
+/// The call's tag constraint, read: `None` without one; INVALID_ARGUMENT when it does not parse
+/// or the image already names a tag or digest.
+pub fn requested_constraint(image: &str, tag: &str) -> Result<Option<Constraint>, EvalError> {
+    if tag.is_empty() {
+        return Ok(None);
+    }
+    let constraint = Constraint::parse(tag)
+        .map_err(|error| EvalError::invalid_input(format!("tag of {image:?}: {error}")))?;
+    let reference = ImageRef::parse(image, "");
+    if !reference.tag.is_empty() || reference.digest.is_some() {
+        return Err(EvalError::invalid_input(format!(
+            "image {image:?} already names a version; the tag constraint {tag:?} applies to \
+             untagged images only"
+        )));
+    }
+    Ok(Some(constraint))
 }
 
 /// Runs one call on a blocking thread, so that slow evaluators never stall the async workers.
@@ -331,22 +353,49 @@ fn run_plan(
     resource_list: &[u8],
 ) -> Result<EvalResponse, EvalError> {
     let mut declined = Vec::new();
+    let mut reasons = plan.unsatisfied;
     for step in plan.steps {
         match step
             .instance
-            .evaluate(context, Some(&step.route), image, resource_list)
+            .evaluate(context, Some(&step.route), &step.image, resource_list)
         {
             Err(error) if error.kind == ErrorKind::NotFound => {
                 declined.extend(error.declined);
                 declined.push(step.instance.name().to_owned());
+                reasons.push(error.message);
             }
-            outcome => return with_declined(outcome, declined),
+            outcome => {
+                if step.resolved && outcome.is_ok() {
+                    context.set_resolved(&step.image);
+                }
+                return with_declined(outcome, declined);
+            }
         }
     }
-    with_declined(
-        served.evaluate(context, None, image, resource_list),
-        declined,
-    )
+    let mut outcome = served.evaluate(context, None, image, resource_list);
+    if let Err(error) = &mut outcome
+        && error.kind == ErrorKind::NotFound
+        && !context.tag().is_empty()
+    {
+        error.message = constrained_not_found(image, context.tag(), reasons, &error.message);
+    }
+    with_declined(outcome, declined)
+}
+
+/// The NOT_FOUND answer to a constrained call: every evaluator's own reason (they name the
+/// versions they have), or, when none said more than the usual decline, that no version is known.
+fn constrained_not_found(image: &str, tag: &str, routed: Vec<String>, served: &str) -> String {
+    let plain = EvalError::not_found(image).message;
+    let reasons: Vec<String> = routed
+        .into_iter()
+        .chain(std::iter::once(served.to_owned()))
+        .filter(|reason| *reason != plain)
+        .collect();
+    if reasons.is_empty() {
+        format!("{plain}: no evaluator has a version satisfying tag constraint {tag:?}")
+    } else {
+        reasons.join("; ")
+    }
 }
 
 fn with_declined(

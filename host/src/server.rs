@@ -23,6 +23,10 @@ use crate::runtime::{self, CancelOnDrop, Runtime};
 /// The response header naming the evaluator instance that served a call.
 pub const EVALUATOR_HEADER: &str = "x-krm-evaluator";
 
+/// The response header naming the image a tag constraint resolved to (with `@digest` when the
+/// evaluator knows it).
+pub const RESOLVED_IMAGE_HEADER: &str = "x-krm-resolved-image";
+
 struct EvaluatorService {
     runtime: Arc<Runtime>,
     max_message_bytes: usize,
@@ -39,8 +43,9 @@ impl FunctionEvaluator for EvaluatorService {
         let EvaluateFunctionRequest {
             resource_list,
             image,
+            tag,
         } = request.into_inner();
-        let context = HostCallContext::new(deadline);
+        let context = HostCallContext::with_tag(deadline, tag);
         // The call runs on its own task, so that it is logged and cleaned up even when the
         // caller goes away; dropping this handler (the caller cancelled) cancels the call.
         let _cancel_if_dropped = CancelOnDrop::new(context.clone());
@@ -74,11 +79,17 @@ async fn run_call(
         }
     };
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let call = CallLog {
+        image: &image,
+        tag: context.tag(),
+        resolved: context.resolved(),
+        duration_ms: elapsed_ms,
+    };
     let response = match outcome {
         Ok(response) => response,
         Err(error) => {
             let status = to_status(&error);
-            log_call(&image, "", &error.declined, elapsed_ms, status.code());
+            call.log("", &error.declined, status.code());
             return Err(status);
         }
     };
@@ -89,22 +100,10 @@ async fn run_call(
             "output of function {} is {size} bytes, over max_message_bytes {max_message_bytes}",
             quoted(&image)
         ));
-        log_call(
-            &image,
-            &served_by,
-            &response.declined,
-            elapsed_ms,
-            status.code(),
-        );
+        call.log(&served_by, &response.declined, status.code());
         return Err(status);
     }
-    log_call(
-        &image,
-        &served_by,
-        &response.declined,
-        elapsed_ms,
-        tonic::Code::Ok,
-    );
+    call.log(&served_by, &response.declined, tonic::Code::Ok);
     let mut reply = Response::new(EvaluateFunctionResponse {
         resource_list: response.resource_list,
         log: response.log,
@@ -112,24 +111,57 @@ async fn run_call(
     if let Ok(value) = MetadataValue::try_from(served_by.as_str()) {
         reply.metadata_mut().insert(EVALUATOR_HEADER, value);
     }
+    if let Some(Ok(value)) = call.resolved.as_deref().map(MetadataValue::try_from) {
+        reply.metadata_mut().insert(RESOLVED_IMAGE_HEADER, value);
+    }
     Ok(reply)
 }
 
-fn log_call(
-    image: &str,
-    evaluator: &str,
-    declined: &[String],
+/// What the per-call log line says about a call.
+struct CallLog<'a> {
+    image: &'a str,
+    /// The requested tag constraint; empty when none.
+    tag: &'a str,
+    resolved: Option<String>,
     duration_ms: f64,
-    code: tonic::Code,
-) {
-    let image = quoted(image).bounded();
-    let image = image.as_ref();
-    let declined = declined.join(",");
-    let outcome = format!("{code:?}");
-    if code == tonic::Code::Ok {
-        tracing::info!(image, evaluator, declined, duration_ms, outcome, "call");
-    } else {
-        tracing::warn!(image, evaluator, declined, duration_ms, outcome, "call");
+}
+
+impl CallLog<'_> {
+    fn log(&self, evaluator: &str, declined: &[String], code: tonic::Code) {
+        let Self {
+            image,
+            tag,
+            duration_ms,
+            ..
+        } = *self;
+        let (image, tag) = (quoted(image).bounded(), quoted(tag).bounded());
+        let (image, tag) = (image.as_ref(), tag.as_ref());
+        let declined = declined.join(",");
+        let resolved = self.resolved.as_deref().unwrap_or_default();
+        let outcome = format!("{code:?}");
+        if code == tonic::Code::Ok {
+            tracing::info!(
+                image,
+                tag,
+                resolved,
+                evaluator,
+                declined,
+                duration_ms,
+                outcome,
+                "call"
+            );
+        } else {
+            tracing::warn!(
+                image,
+                tag,
+                resolved,
+                evaluator,
+                declined,
+                duration_ms,
+                outcome,
+                "call"
+            );
+        }
     }
 }
 

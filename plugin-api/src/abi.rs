@@ -88,6 +88,18 @@ pub trait CallContextFfi: Send + Sync {
     /// FunctionConfig routed the call.
     #[sabi(last_prefix_field)]
     fn route(&self) -> RString;
+
+    /// The version constraint the caller sent with an untagged image (Porch's request field
+    /// 3); empty when none. A runner from before it answers empty.
+    fn tag(&self) -> RString {
+        RString::new()
+    }
+
+    /// The evaluator resolved the call's constraint and runs `reference` (image with tag, and
+    /// `@digest` when known). A runner from before it ignores the report.
+    fn report_resolved(&self, reference: RStr<'_>) {
+        let _ = reference;
+    }
 }
 
 pub type CallContextRef<'a> = CallContextFfi_TO<'a, RRef<'a, ()>>;
@@ -109,6 +121,14 @@ pub trait EvaluatorFfi: Send + Sync {
     /// without blocking. Errors are the evaluator's to log.
     #[sabi(last_prefix_field)]
     fn warm_up(&self, image: RStr<'_>, route: RStr<'_>);
+
+    /// What the evaluator would run for `image` under the tag constraint `tag` (routed as
+    /// `route`, JSON or empty), as JSON (`ResolveAnswer`); empty when it does not resolve
+    /// constraints (plugins from before it).
+    fn resolve(&self, image: RStr<'_>, tag: RStr<'_>, route: RStr<'_>) -> RString {
+        let _ = (image, tag, route);
+        RString::new()
+    }
 }
 
 pub type EvaluatorBox = EvaluatorFfi_TO<'static, RBox<()>>;

@@ -15,7 +15,17 @@ use crate::quoted::quoted;
 
 /// Why a call failed, as the runner maps it onto gRPC status codes.
 #[repr(u8)]
-#[derive(abi_stable::StableAbi, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(
+    abi_stable::StableAbi,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub enum ErrorKind {
     /// This evaluator does not serve the image; the chain asks the next one (gRPC NOT_FOUND).
     NotFound,
@@ -110,6 +120,65 @@ impl EvalResponse {
             log,
             ..Self::default()
         }
+    }
+}
+
+/// What an evaluator runs for an image and a tag constraint: the highest version it knows of
+/// that satisfies the constraint (see [`crate::Evaluator::resolve`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Resolution {
+    /// The image it runs: the repository with the chosen tag.
+    pub image: String,
+    /// The chosen tag.
+    pub tag: String,
+    /// The image's manifest digest, when the evaluator knows it.
+    pub digest: Option<String>,
+    /// The version tags it chose among, highest first.
+    pub candidates: Vec<String>,
+}
+
+impl Resolution {
+    /// The image with its digest when known: what `x-krm-resolved-image` says.
+    pub fn reference(&self) -> String {
+        match &self.digest {
+            Some(digest) => format!("{}@{digest}", self.image),
+            None => self.image.clone(),
+        }
+    }
+}
+
+/// [`Resolution`] or the error, as the ABI carries it (JSON).
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum ResolveAnswer {
+    Resolved(Resolution),
+    Error { kind: ErrorKind, message: String },
+}
+
+impl ResolveAnswer {
+    pub(crate) fn to_json(outcome: Option<Result<Resolution, EvalError>>) -> String {
+        let answer = match outcome {
+            None => return String::new(),
+            Some(Ok(resolution)) => Self::Resolved(resolution),
+            Some(Err(error)) => Self::Error {
+                kind: error.kind,
+                message: error.message,
+            },
+        };
+        serde_json::to_string(&answer).unwrap_or_default()
+    }
+
+    pub(crate) fn from_json(json: &str) -> Option<Result<Resolution, EvalError>> {
+        if json.is_empty() {
+            return None;
+        }
+        Some(match serde_json::from_str(json) {
+            Ok(Self::Resolved(resolution)) => Ok(resolution),
+            Ok(Self::Error { kind, message }) => Err(EvalError::new(kind, message)),
+            Err(error) => Err(EvalError::internal(format!(
+                "unreadable resolution from the evaluator ({error}): {json}"
+            ))),
+        })
     }
 }
 
@@ -289,6 +358,21 @@ impl<'a> CallContext<'a> {
     /// Why the runner chose this evaluator, when a FunctionConfig routed the call.
     pub fn route(&self) -> Option<Route> {
         Route::from_json(self.inner.route().as_str())
+    }
+
+    /// The version constraint the caller sent with an untagged image (Porch's request field
+    /// 3, e.g. `~0.4.3`), already checked to parse. Run the highest version you have that
+    /// satisfies it, report it with [`CallContext::report_resolved`], and decline naming the
+    /// versions you have when none does.
+    pub fn requested_tag(&self) -> Option<String> {
+        Some(self.inner.tag().into_string()).filter(|tag| !tag.is_empty())
+    }
+
+    /// Says which image a constrained call runs (with its tag, and `@digest` when known); the
+    /// runner returns it to the caller in `x-krm-resolved-image` and logs it.
+    pub fn report_resolved(&self, reference: &str) {
+        self.inner
+            .report_resolved(abi_stable::std_types::RStr::from_str(reference));
     }
 }
 

@@ -20,10 +20,11 @@ use crate::abi::{
     ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc, HostFfi,
     HostFfi_TO, PluginModuleRef, ResponseFfi, level_to_u8,
 };
+use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
     ABI_VERSION, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature,
-    PLUGIN_API_VERSION, Route,
+    PLUGIN_API_VERSION, Resolution, Route,
 };
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
@@ -335,6 +336,13 @@ impl EvaluatorFfi for SlotEvaluator {
             instance.inner.warm_up(image, route);
         }
     }
+
+    fn resolve(&self, image: RStr<'_>, tag: RStr<'_>, route: RStr<'_>) -> RString {
+        match self.0.state.get() {
+            Some(SlotState::Ready(instance)) => instance.inner.resolve(image, tag, route),
+            _ => RString::new(),
+        }
+    }
 }
 
 /// A built evaluator instance.
@@ -377,6 +385,22 @@ impl EvaluatorInstance {
         );
     }
 
+    /// What the instance would run for the untagged `image` under the tag constraint `tag`;
+    /// `None` when it does not serve the image or does not resolve constraints.
+    pub fn resolve(
+        &self,
+        image: &str,
+        tag: &str,
+        route: Option<&Route>,
+    ) -> Option<Result<Resolution, EvalError>> {
+        let answer = self.inner.resolve(
+            RStr::from_str(image),
+            RStr::from_str(tag),
+            RStr::from_str(&Route::to_json(route)),
+        );
+        ResolveAnswer::from_json(answer.as_str())
+    }
+
     /// The functions the instance implements itself, with their signatures.
     pub fn functions(&self) -> Vec<FunctionSignature> {
         serde_json::from_str(self.inner.functions().as_str()).unwrap_or_default()
@@ -398,9 +422,12 @@ impl EvaluatorInstance {
     }
 }
 
-/// One call's deadline and cancellation, owned by the runner and lent to the evaluators.
+/// One call's deadline, cancellation and requested tag constraint, owned by the runner and lent
+/// to the evaluators, which report back the image a constraint resolved to.
 pub struct HostCallContext {
     deadline: Option<Instant>,
+    tag: String,
+    resolved: Mutex<Option<String>>,
     state: Mutex<CancelState>,
     changed: Condvar,
 }
@@ -413,8 +440,15 @@ struct CancelState {
 
 impl HostCallContext {
     pub fn new(deadline: Option<Instant>) -> Arc<Self> {
+        Self::with_tag(deadline, String::new())
+    }
+
+    /// A call carrying a tag constraint (checked to parse; empty: none).
+    pub fn with_tag(deadline: Option<Instant>, tag: String) -> Arc<Self> {
         Arc::new(Self {
             deadline,
+            tag,
+            resolved: Mutex::default(),
             state: Mutex::new(CancelState::default()),
             changed: Condvar::new(),
         })
@@ -422,6 +456,26 @@ impl HostCallContext {
 
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
+    }
+
+    /// The requested tag constraint; empty when none.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The image the constraint resolved to, as the evaluator that served reported it (or the
+    /// runner recorded it, when it resolved the constraint itself).
+    pub fn resolved(&self) -> Option<String> {
+        self.resolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the image a constraint resolved to; the latest report stands (an evaluator that
+    /// declines after resolving is followed by the one that serves).
+    pub fn set_resolved(&self, reference: &str) {
+        *self.resolved.lock().unwrap_or_else(PoisonError::into_inner) = Some(reference.to_owned());
     }
 
     pub fn cancel_reason(&self) -> Option<CancelReason> {
@@ -495,6 +549,14 @@ impl CallContextFfi for HostCallContext {
     fn route(&self) -> RString {
         RString::new()
     }
+
+    fn tag(&self) -> RString {
+        RString::from(self.tag.as_str())
+    }
+
+    fn report_resolved(&self, reference: RStr<'_>) {
+        self.set_resolved(reference.as_str());
+    }
 }
 
 /// The context a call sees from the runner: the call's own, plus the route that chose it.
@@ -527,6 +589,14 @@ impl CallContextFfi for RoutedContext<'_> {
     fn route(&self) -> RString {
         RString::from(self.route.as_str())
     }
+
+    fn tag(&self) -> RString {
+        CallContextFfi::tag(self.parent)
+    }
+
+    fn report_resolved(&self, reference: RStr<'_>) {
+        self.parent.set_resolved(reference.as_str());
+    }
 }
 
 /// The context a delegated call sees: the caller's, one level deeper.
@@ -558,5 +628,13 @@ impl CallContextFfi for NestedContext<'_> {
 
     fn route(&self) -> RString {
         self.parent.route()
+    }
+
+    fn tag(&self) -> RString {
+        self.parent.tag()
+    }
+
+    fn report_resolved(&self, reference: RStr<'_>) {
+        self.parent.report_resolved(reference)
     }
 }

@@ -41,7 +41,9 @@ mod quoted;
 pub mod results;
 mod signature;
 
-pub use call::{CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Route};
+pub use call::{
+    CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,
+};
 pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
 pub use quoted::{QUOTED_CHARS, Quoted, quoted};
 pub use signature::{FunctionSignature, Parameter, ParameterType};

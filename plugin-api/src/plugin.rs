@@ -17,9 +17,10 @@ use crate::abi::{
     CallContextRef, ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc,
     PluginInfoFfi, PluginModule, PluginModuleRef, ResponseFfi,
 };
+use crate::call::ResolveAnswer;
 use crate::{
-    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, Route,
-    panic_message,
+    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, Resolution,
+    Route, panic_message,
 };
 
 /// A plugin: a named factory of evaluators, one per configured instance.
@@ -93,6 +94,21 @@ pub trait Evaluator: Send + Sync + 'static {
     /// they are read): start preparing in the background and return at once. Log failures.
     fn warm_up(&self, image: &str, route: Option<&Route>) {
         let _ = (image, route);
+    }
+
+    /// What this evaluator would run for the untagged `image` under the tag constraint `tag`
+    /// (already checked to parse), routed as `route`: the same choice `evaluate` makes for a call
+    /// carrying [`CallContext::requested_tag`]. `None`: it does not serve the image, or does not
+    /// resolve constraints. An error: it serves the image but no version satisfies (NotFound,
+    /// naming the versions it has), or it cannot tell now (e.g. the registry is unreachable).
+    fn resolve(
+        &self,
+        image: &str,
+        tag: &str,
+        route: Option<&Route>,
+    ) -> Option<Result<Resolution, EvalError>> {
+        let _ = (image, tag, route);
+        None
     }
 }
 
@@ -270,6 +286,22 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
     fn functions(&self) -> RString {
         let signatures = catch_unwind(AssertUnwindSafe(|| self.0.functions())).unwrap_or_default();
         RString::from(serde_json::to_string(&signatures).unwrap_or_else(|_| "[]".to_owned()))
+    }
+
+    fn resolve(&self, image: RStr<'_>, tag: RStr<'_>, route: RStr<'_>) -> RString {
+        let route = Route::from_json(route.as_str());
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            self.0.resolve(image.as_str(), tag.as_str(), route.as_ref())
+        }))
+        .unwrap_or_else(|panic| {
+            Some(Err(EvalError::internal(format!(
+                "evaluator panicked while resolving {:?} {:?}: {}",
+                image.as_str(),
+                tag.as_str(),
+                panic_message(&*panic)
+            ))))
+        });
+        RString::from(ResolveAnswer::to_json(outcome))
     }
 
     fn warm_up(&self, image: RStr<'_>, route: RStr<'_>) {

@@ -150,6 +150,7 @@ async fn call(
         .evaluate_function(EvaluateFunctionRequest {
             resource_list: input.to_vec(),
             image: image.to_owned(),
+            tag: String::new(),
         })
         .await
         .unwrap_or_else(|status| panic!("{image}: {status:?}\n{}", server.stderr()));

@@ -227,6 +227,7 @@ impl Server {
             .evaluate_function(EvaluateFunctionRequest {
                 resource_list: resource_list.to_vec(),
                 image: image.to_owned(),
+                tag: String::new(),
             })
             .await?;
         let evaluator = response

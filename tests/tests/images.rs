@@ -178,6 +178,7 @@ fn evaluate(address: &str, image: &str, input: &[u8]) -> (Vec<u8>, String) {
             .evaluate_function(EvaluateFunctionRequest {
                 resource_list: input.to_vec(),
                 image: image.to_owned(),
+                tag: String::new(),
             })
             .await
             .unwrap_or_else(|status| panic!("EvaluateFunction at {address}: {status:?}"));

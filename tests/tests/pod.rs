@@ -42,6 +42,7 @@ async fn cold_call_creates_a_pod_warm_call_reuses_it_and_a_deleted_pod_is_replac
     let mut request = tonic::Request::new(krm_runner_proto::evaluator::EvaluateFunctionRequest {
         resource_list: input.clone(),
         image: function.clone(),
+        tag: String::new(),
     });
     request.set_timeout(Duration::from_secs(120));
     let response = server
@@ -198,6 +199,7 @@ async fn failures_concurrency_ttl_and_adoption() {
                 .evaluate_function(krm_runner_proto::evaluator::EvaluateFunctionRequest {
                     resource_list: input.clone(),
                     image,
+                    tag: String::new(),
                 })
                 .await
                 .expect("concurrent call");
@@ -303,6 +305,7 @@ async fn runners_sharing_a_namespace_queue_limits_and_deadlines() {
                 .evaluate_function(krm_runner_proto::evaluator::EvaluateFunctionRequest {
                     resource_list: resource_list(&["q"]),
                     image,
+                    tag: String::new(),
                 })
                 .await
         }));
@@ -326,6 +329,7 @@ async fn runners_sharing_a_namespace_queue_limits_and_deadlines() {
     let mut request = tonic::Request::new(krm_runner_proto::evaluator::EvaluateFunctionRequest {
         resource_list: resource_list(&["late"]),
         image: fresh.clone(),
+        tag: String::new(),
     });
     request.set_timeout(Duration::from_millis(400));
     let status = runner_a
@@ -608,6 +612,7 @@ async fn whoami_burst(server: &Server, image: &str, count: usize, input: &str) -
                     .evaluate_function(krm_runner_proto::evaluator::EvaluateFunctionRequest {
                         resource_list: resource_list(&[&input]),
                         image,
+                        tag: String::new(),
                     })
                     .await
                     .expect("call in a burst");

@@ -176,6 +176,7 @@ async fn deadline_kills_the_whole_process_group() {
         EvaluateFunctionRequest {
             resource_list: resource_list(&["a"]),
             image: "example.com/hangs:v1".into(),
+            tag: String::new(),
         },
         "700m",
     )
@@ -206,6 +207,7 @@ async fn caller_cancel_kills_the_whole_process_group() {
             .evaluate_function(EvaluateFunctionRequest {
                 resource_list: resource_list(&["a"]),
                 image: "example.com/hangs:v1".into(),
+                tag: String::new(),
             })
             .await
     });
@@ -368,6 +370,7 @@ async fn health_stays_fast_while_slow_calls_are_in_flight() {
                 .evaluate_function(EvaluateFunctionRequest {
                     resource_list: b"items: []".to_vec(),
                     image: "example.com/slow:v1".into(),
+                    tag: String::new(),
                 })
                 .await
         }));
@@ -416,6 +419,7 @@ async fn sigterm_lets_in_flight_calls_finish() {
             .evaluate_function(EvaluateFunctionRequest {
                 resource_list: b"x".to_vec(),
                 image: "testkit/sleep:1000".into(),
+                tag: String::new(),
             })
             .await
     });
@@ -437,6 +441,7 @@ async fn grace_period_cancels_calls_that_outlive_it() {
             .evaluate_function(EvaluateFunctionRequest {
                 resource_list: b"x".to_vec(),
                 image: "testkit/sleep:60000".into(),
+                tag: String::new(),
             })
             .await
     });

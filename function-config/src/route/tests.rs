@@ -68,7 +68,7 @@ fn all_three() -> Sourced {
 fn executors_are_planned_in_flow_order_for_the_tags_they_list() {
     let table = table(vec![all_three()]);
     let image = |tag: &str| format!("{CATALOG}/set-namespace:{tag}");
-    let cases: [(&str, &[&str], &[&str]); 4] = [
+    let cases: [(&str, &[&str], &[&str]); 5] = [
         (
             "v0.4.5",
             &[
@@ -83,13 +83,23 @@ fn executors_are_planned_in_flow_order_for_the_tags_they_list() {
             &["goExecutor: built-in function set-namespace", "podExecutor"],
             &[r#"binaryExecutor: tag "v0.4" not among ["v0.4.5", "v0.4.2"]"#],
         ),
+        // Tags are constraints: `v0.4` admits every 0.4 release.
         (
             "v0.4.2",
             &[
+                "goExecutor: built-in function set-namespace",
                 "binaryExecutor: /opt/functions/set-namespace",
                 "podExecutor",
             ],
-            &[r#"goExecutor: tag "v0.4.2" not among ["v0.4", "v0.4.5"]"#],
+            &[],
+        ),
+        (
+            "v0.5.0",
+            &["podExecutor"],
+            &[
+                r#"goExecutor: tag "v0.5.0" not among ["v0.4", "v0.4.5"]"#,
+                r#"binaryExecutor: tag "v0.5.0" not among ["v0.4.5", "v0.4.2"]"#,
+            ],
         ),
         (
             "v9",
@@ -162,7 +172,8 @@ fn absent_sections_and_pod_tag_lists_are_explained() {
     assert_eq!(
         matched(table.route("binary-abs:v1")).plan,
         [Step::Binary {
-            path: PathBuf::from("/usr/bin/fn")
+            path: PathBuf::from("/usr/bin/fn"),
+            tag: "v1".to_owned(),
         }]
     );
 }
@@ -315,10 +326,10 @@ fn digest_references_and_unknown_names_never_match() {
 fn conflicts_prefer_files_then_names_whatever_the_arrival_order() {
     let spec = |tag: &str| json!({"image": "set-labels", "podExecutor": {"tags": [tag]}});
     let objects = vec![
-        cluster("porch-fn-system", "a-set-labels", spec("cluster-a")),
-        file("z-set-labels", spec("file-z")),
-        cluster("default", "set-labels", spec("cluster-default")),
-        file("b-set-labels", spec("file-b")),
+        cluster("porch-fn-system", "a-set-labels", spec("v1.0.1")),
+        file("z-set-labels", spec("v1.0.26")),
+        cluster("default", "set-labels", spec("v1.0.4")),
+        file("b-set-labels", spec("v1.0.2")),
     ];
     for reversed in [false, true] {
         let mut objects = objects.clone();
@@ -327,10 +338,12 @@ fn conflicts_prefer_files_then_names_whatever_the_arrival_order() {
         }
         let (table, conflicts) = RoutingTable::build(objects, DEFAULT_PREFIX, Path::new(FUNCTIONS));
         assert_eq!(
-            matched(table.route("set-labels:file-b")).object.name,
+            matched(table.route("set-labels:v1.0.2")).object.name,
             "b-set-labels"
         );
-        assert!(matches!(table.route("set-labels:file-z"), Route::Matched(m) if m.plan.is_empty()));
+        assert!(
+            matches!(table.route("set-labels:v1.0.26"), Route::Matched(m) if m.plan.is_empty())
+        );
         let ignored: Vec<_> = conflicts.iter().map(|c| c.ignored.to_string()).collect();
         assert_eq!(
             ignored,
@@ -407,7 +420,7 @@ fn relative_binary_paths_resolve_against_the_functions_directory() {
         DEFAULT_PREFIX,
         Path::new("relative/functions"),
     );
-    let Step::Binary { path } = &matched(table.route("rel:v1")).plan[0] else {
+    let Step::Binary { path, .. } = &matched(table.route("rel:v1")).plan[0] else {
         panic!("not a binary step");
     };
     assert!(path.is_absolute(), "{}", path.display());
@@ -416,4 +429,83 @@ fn relative_binary_paths_resolve_against_the_functions_directory() {
         "{}",
         path.display()
     );
+}
+
+#[test]
+fn executor_tags_are_constraints() {
+    let table = table(vec![file(
+        "fn",
+        json!({
+            "image": "fn",
+            "goExecutor": {"tags": ["v1.0.0", "v1.1.0"]},
+            "binaryExecutor": {"tags": ["~1.2.0", "v1.2.3", "v1.2.7", "latest"], "path": "fn"},
+            "podExecutor": {"tags": ["*"]},
+        }),
+    )]);
+    let executors = |image: &str| {
+        matched(table.route(image))
+            .plan
+            .iter()
+            .map(Step::executor)
+            .collect::<Vec<_>>()
+    };
+    // A requested tag falls under the entries admitting its version...
+    assert_eq!(executors("fn:v1.1.0"), [Executor::Go, Executor::Pod]);
+    assert_eq!(executors("fn:v1.2.5"), [Executor::Binary, Executor::Pod]);
+    // ...`*` admits any release, `latest` only itself, pre-releases none unless named.
+    assert_eq!(executors("fn:v7.0.0"), [Executor::Pod]);
+    assert_eq!(executors("fn:latest"), [Executor::Binary]);
+    assert_eq!(executors("fn:v1.2.5-rc.1"), Vec::<Executor>::new());
+    let (_, left_out) = explain(&table, "fn:main");
+    assert_eq!(left_out[2], r#"podExecutor: tag "main" not among ["*"]"#);
+}
+
+#[test]
+fn requested_constraints_pick_the_highest_named_tag_per_executor() {
+    let table = table(vec![file(
+        "fn",
+        json!({
+            "image": "fn",
+            "goExecutor": {"tags": ["v1.0.0", "v1.1.0", "~1.1"]},
+            "binaryExecutor": {"tags": ["v1.2.3", "v1.2.7", "v2.0.0-rc.1"], "path": "fn"},
+            "podExecutor": {"tags": ["~1.2"]},
+        }),
+    )]);
+    let route = |constraint: &str| {
+        let constraint = Constraint::parse(constraint).unwrap();
+        matched(table.route_with("example.com/fn", Some(&constraint)))
+    };
+    let caret = route("^1");
+    assert_eq!(
+        caret.plan,
+        [
+            Step::Go {
+                function_id: "fn".into(),
+                tag: "v1.1.0".into()
+            },
+            Step::Binary {
+                path: PathBuf::from("/opt/functions/fn"),
+                tag: "v1.2.7".into()
+            },
+            Step::Pod {
+                settings: Arc::new(serde_json::from_value(json!({"tags": ["~1.2"]})).unwrap())
+            },
+        ]
+    );
+    let patch = route(">= 1.2.3, < 1.2.7");
+    assert_eq!(
+        patch.plan[0],
+        Step::Binary {
+            path: PathBuf::from("/opt/functions/fn"),
+            tag: "v1.2.3".into()
+        }
+    );
+    assert_eq!(
+        patch.left_out[0].to_string(),
+        r#"goExecutor: no tag among ["v1.0.0", "v1.1.0", "~1.1"] satisfies constraint ">= 1.2.3, < 1.2.7""#
+    );
+    // Only a constraint naming a pre-release picks one.
+    let rc = route("2.0.0-rc.1");
+    assert_eq!(rc.plan.len(), 2, "{:?}", rc.plan);
+    assert!(matches!(&rc.plan[0], Step::Binary { tag, .. } if tag == "v2.0.0-rc.1"));
 }

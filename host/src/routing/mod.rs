@@ -2,6 +2,7 @@
 //! PIP's flow: goExecutor, then binaryExecutor, then podExecutor, each for its tags); images no
 //! FunctionConfig claims go to the served chain.
 
+mod ahead;
 mod cluster;
 mod store;
 
@@ -11,8 +12,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use krm_plugin_api::host::EvaluatorInstance;
 use krm_plugin_api::{Executor, Route};
+use krm_runner_function_config::version::Constraint;
 use krm_runner_function_config::{self as fc, RoutingTable};
 
+pub use ahead::{Report, State};
 pub use store::{Store, check_files};
 
 /// Starts what keeps the routing current while serving: the file reload, the cluster watch,
@@ -38,16 +41,37 @@ pub async fn start_sources(
     } else {
         None
     };
-    if config.warm_up {
-        let router = store.router().clone();
-        tokio::spawn(async move {
-            // Porch warms up before its store has read the FunctionConfigs; this waits.
-            if let Some(read) = synced {
-                let _ = read.await;
-            }
+    let router = store.router().clone();
+    let warm_up = config.warm_up;
+    let interval = std::time::Duration::from_secs_f64(config.resolve_interval_seconds.max(1.0));
+    tokio::spawn(async move {
+        // Porch warms up before its store has read the FunctionConfigs; this waits.
+        if let Some(read) = synced {
+            let _ = read.await;
+        }
+        if warm_up {
             router.warm_up();
-        });
-    }
+        }
+        let warmed = Arc::new(ahead::Warmed::default());
+        loop {
+            let (resolver, warmed) = (router.clone(), warmed.clone());
+            let round = tokio::task::spawn_blocking(move || {
+                resolver.resolve_ahead(warm_up.then_some(&*warmed))
+            });
+            if let Ok(reports) = round.await {
+                for report in &reports {
+                    if let State::Failed { reason, message } = &report.state {
+                        tracing::warn!(function_config = %report.object, executor = report.executor.field(), reason, "{message}");
+                    }
+                }
+                router.set_reports(reports);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = router.changed.notified() => {}
+            }
+        }
+    });
     Ok(())
 }
 
@@ -57,18 +81,30 @@ pub struct Router {
     /// The functions the goExecutor instance implements, by short name.
     builtin_functions: Vec<String>,
     table: RwLock<Arc<RoutingTable>>,
+    /// Signalled when the table is replaced, for the ahead-of-time round.
+    changed: tokio::sync::Notify,
+    /// The last ahead-of-time round's reports.
+    reports: RwLock<Arc<Vec<Report>>>,
 }
 
 /// One evaluator to try, and why.
 pub struct Step {
     pub instance: Arc<EvaluatorInstance>,
     pub route: Route,
+    /// The image to hand it: the requested one, or, when the runner resolved the call's
+    /// constraint against the executor's tags, the image with the chosen tag.
+    pub image: String,
+    /// Whether `image` is such a resolution (the runner reports it; evaluators report theirs).
+    pub resolved: bool,
 }
 
 /// What a call will try, in order, before the served chain.
 #[derive(Default)]
 pub struct Plan {
     pub steps: Vec<Step>,
+    /// For a call with a tag constraint: the matched FunctionConfig's executors none of whose
+    /// tags satisfies it, each with its reason (for the NOT_FOUND answer).
+    pub unsatisfied: Vec<String>,
 }
 
 /// How an image is routed, for `krm-runner functions --resolve`.
@@ -105,6 +141,8 @@ impl Router {
             table: RwLock::new(Arc::new(
                 RoutingTable::build(Vec::new(), "", Path::new("")).0,
             )),
+            changed: tokio::sync::Notify::new(),
+            reports: RwLock::default(),
         }
     }
 
@@ -119,6 +157,11 @@ impl Router {
 
     pub fn replace_table(&self, table: RoutingTable) {
         *self.table.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(table);
+        self.changed.notify_one();
+    }
+
+    fn set_reports(&self, reports: Vec<Report>) {
+        *self.reports.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(reports);
     }
 
     pub fn table(&self) -> Arc<RoutingTable> {
@@ -128,9 +171,10 @@ impl Router {
             .clone()
     }
 
-    /// The evaluators a call for `image` tries before the served chain.
-    pub fn plan(&self, image: &str) -> Plan {
-        let fc::Route::Matched(matched) = self.table().route(image) else {
+    /// The evaluators a call for `image` (under the tag `constraint`, if any) tries before
+    /// the served chain.
+    pub fn plan(&self, image: &str, constraint: Option<&Constraint>) -> Plan {
+        let fc::Route::Matched(matched) = self.table().route_with(image, constraint) else {
             return Plan::default();
         };
         let steps = matched
@@ -139,17 +183,32 @@ impl Router {
             .filter_map(|step| {
                 let planned = Planned::new(&matched, step);
                 let instance = self.runnable(&planned).ok()?;
+                let resolved_tag = match step {
+                    fc::Step::Go { tag, .. } | fc::Step::Binary { tag, .. } => {
+                        constraint.map(|_| tag)
+                    }
+                    fc::Step::Pod { .. } => None,
+                };
                 Some(Step {
                     instance,
                     route: planned.route,
+                    image: resolved_tag
+                        .map_or_else(|| image.to_owned(), |tag| format!("{image}:{tag}")),
+                    resolved: resolved_tag.is_some(),
                 })
             })
             .collect();
-        Plan { steps }
+        let unsatisfied = matched
+            .left_out
+            .iter()
+            .filter(|left_out| matches!(left_out, fc::LeftOut::NoneSatisfies { .. }))
+            .map(|left_out| format!("{} {left_out}", matched.object))
+            .collect();
+        Plan { steps, unsatisfied }
     }
 
-    pub fn explain(&self, image: &str) -> Explanation {
-        let matched = match self.table().route(image) {
+    pub fn explain(&self, image: &str, constraint: Option<&Constraint>) -> Explanation {
+        let matched = match self.table().route_with(image, constraint) {
             fc::Route::NoMatch(reason) => {
                 return Explanation {
                     matched: Err(reason.to_string()),
@@ -171,7 +230,12 @@ impl Router {
             .iter()
             .map(|step| {
                 let planned = Planned::new(&matched, step);
-                let what = unlabelled(step.executor(), step.to_string());
+                let mut what = unlabelled(step.executor(), step.to_string());
+                if let (Some(_), fc::Step::Go { tag, .. } | fc::Step::Binary { tag, .. }) =
+                    (constraint, step)
+                {
+                    what = format!("{what} as tag {tag:?}");
+                }
                 let outcome = self
                     .runnable(&planned)
                     .map(|instance| format!("{what} on evaluator {:?}", instance.name()))
@@ -179,11 +243,7 @@ impl Router {
                 (planned.route.executor, outcome)
             })
             .chain(matched.left_out.iter().map(|left_out| {
-                let executor = match left_out {
-                    fc::LeftOut::Absent(executor) | fc::LeftOut::TagNotListed { executor, .. } => {
-                        *executor
-                    }
-                };
+                let executor = left_out.executor();
                 (
                     to_api(executor),
                     Err(unlabelled(executor, left_out.to_string())),
@@ -216,14 +276,14 @@ impl Router {
             None => return Err(format!("no evaluator instance named {name:?} is running")),
         };
         match planned.step {
-            fc::Step::Go { function_id } => {
+            fc::Step::Go { function_id, .. } => {
                 if !self.builtin_functions.contains(function_id) {
                     return Err(format!(
                         "evaluator {name:?} has no function {function_id:?} compiled in"
                     ));
                 }
             }
-            fc::Step::Binary { path } => {
+            fc::Step::Binary { path, .. } => {
                 if !is_executable(path) {
                     return Err(format!(
                         "binary {} is missing or not executable",
@@ -243,6 +303,11 @@ impl Router {
         };
         let table = self.table();
         for (image, settings) in table.warm_up_images() {
+            // A first tag that is a range is resolved, then warmed, ahead of time.
+            let tag = fc::ImageRef::parse(&image, "").tag;
+            if fc::version::TagEntry::parse(&tag).is_ok_and(|entry| entry.concrete().is_none()) {
+                continue;
+            }
             let function_config = match table.route(&image) {
                 fc::Route::Matched(matched) => matched.object.to_string(),
                 fc::Route::NoMatch(_) => continue,
@@ -265,17 +330,16 @@ struct Planned<'a> {
 }
 
 impl<'a> Planned<'a> {
-    /// The executor's section of the spec, narrowed to the requested tag, with the builtin's
+    /// The executor's section of the spec, narrowed to the tag it runs, with the builtin's
     /// id and the binary's absolute path filled in.
     fn new(matched: &fc::Matched, step: &'a fc::Step) -> Self {
-        let tags = vec![matched.image.tag.clone()];
         let settings = match step {
-            fc::Step::Go { function_id } => to_json(&fc::GoExecutor {
-                tags,
+            fc::Step::Go { function_id, tag } => to_json(&fc::GoExecutor {
+                tags: vec![tag.clone()],
                 id: Some(function_id.clone()),
             }),
-            fc::Step::Binary { path } => to_json(&fc::BinaryExecutor {
-                tags,
+            fc::Step::Binary { path, tag } => to_json(&fc::BinaryExecutor {
+                tags: vec![tag.clone()],
                 path: path.display().to_string(),
             }),
             fc::Step::Pod { settings } => to_json(&**settings),

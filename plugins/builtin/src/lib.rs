@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Executor,
-    FunctionSignature, Plugin,
+    FunctionSignature, Plugin, Resolution, Route,
 };
 use krm_runner_function_config::GoExecutor;
+use krm_runner_function_config::version::{Constraint, sorted_versions};
 use serde::Deserialize;
 
 mod fast_yaml;
@@ -133,15 +134,18 @@ impl Builtin {
         })
     }
 
-    /// The function serving `image`, if any.
-    fn lookup(&self, image: &str) -> Option<&'static Function> {
-        let rest = self
-            .prefixes
+    /// `image` without a recognised prefix, and whether it had one.
+    fn strip_prefix<'a>(&self, image: &'a str) -> (&'a str, bool) {
+        self.prefixes
             .iter()
             .find_map(|p| image.strip_prefix(p.as_str()))
             .map(|rest| (rest, true))
-            .unwrap_or((image, false));
-        let (rest, prefixed) = rest;
+            .unwrap_or((image, false))
+    }
+
+    /// The function serving `image`, if any.
+    fn lookup(&self, image: &str) -> Option<&'static Function> {
+        let (rest, prefixed) = self.strip_prefix(image);
         let (name_tag, digest) = match rest.split_once('@') {
             Some((n, d)) => (n, Some(d)),
             None => (rest, None),
@@ -161,6 +165,45 @@ impl Builtin {
             }
         };
         accepted.then_some(served.function)
+    }
+
+    /// For an untagged `image` naming one of ours, the highest reproduced tag satisfying the
+    /// constraint `tag`; `None` when the image is not ours.
+    fn resolve_tag(
+        &self,
+        image: &str,
+        tag: &str,
+    ) -> Option<Result<(Resolution, &'static Function), EvalError>> {
+        let (name, _) = self.strip_prefix(image);
+        let served = self.served.iter().find(|s| s.function.name == name)?;
+        let constraint = match Constraint::parse(tag) {
+            Ok(constraint) => constraint,
+            Err(error) => return Some(Err(EvalError::invalid_input(error.to_string()))),
+        };
+        let tags = served.tags.iter().map(String::as_str);
+        let candidates: Vec<String> = sorted_versions(tags.clone())
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        Some(match constraint.best(tags) {
+            Some(chosen) => Ok((
+                Resolution {
+                    image: format!("{image}:{chosen}"),
+                    tag: chosen.to_owned(),
+                    digest: None,
+                    candidates,
+                },
+                served.function,
+            )),
+            None => Err(EvalError::new(
+                krm_plugin_api::ErrorKind::NotFound,
+                format!(
+                    "no version of {image:?} satisfies tag constraint {tag:?}: the builtin \
+                     reproduces [{}]",
+                    candidates.join(", ")
+                ),
+            )),
+        })
     }
 
     fn signature(&self, served: &Served) -> FunctionSignature {
@@ -207,7 +250,17 @@ impl Evaluator for Builtin {
                     .find(|served| served.function.name == id)
                     .map(|served| served.function)
             }
-            None => self.lookup(image),
+            None => match context.requested_tag() {
+                Some(tag) => match self.resolve_tag(image, &tag) {
+                    Some(resolved) => {
+                        let (resolution, function) = resolved?;
+                        context.report_resolved(&resolution.reference());
+                        Some(function)
+                    }
+                    None => None,
+                },
+                None => self.lookup(image),
+            },
         }
         .ok_or_else(|| EvalError::not_found(image))?;
         let stop = Stop::default();
@@ -227,6 +280,18 @@ impl Evaluator for Builtin {
 
     fn functions(&self) -> Vec<FunctionSignature> {
         self.served.iter().map(|s| self.signature(s)).collect()
+    }
+
+    fn resolve(
+        &self,
+        image: &str,
+        tag: &str,
+        _route: Option<&Route>,
+    ) -> Option<Result<Resolution, EvalError>> {
+        Some(
+            self.resolve_tag(image, tag)?
+                .map(|(resolution, _)| resolution),
+        )
     }
 }
 
@@ -313,6 +378,40 @@ mod tests {
         ] {
             assert!(b.lookup(image).is_none(), "{image}");
         }
+    }
+
+    #[test]
+    fn constraints_resolve_among_the_reproduced_tags() {
+        let b = builtin(
+            serde_json::json!({"tags": {"set-labels": ["v0.1.5", "v0.2.0", "v0.2", "v0.3.0-rc.1", "sha256:abc"]}}),
+            None,
+        );
+        let resolve = |image: &str, tag: &str| b.resolve(image, tag, None);
+        let chosen = resolve("gcr.io/kpt-fn/set-labels", "~0.2")
+            .unwrap()
+            .unwrap();
+        assert_eq!(chosen.image, "gcr.io/kpt-fn/set-labels:v0.2.0");
+        assert_eq!(
+            chosen.candidates,
+            ["v0.3.0-rc.1", "v0.2.0", "v0.2", "v0.1.5"]
+        );
+        assert_eq!(
+            resolve("set-labels", "<0.2").unwrap().unwrap().tag,
+            "v0.1.5"
+        );
+        assert_eq!(
+            resolve("set-labels", ">=0.3.0-0").unwrap().unwrap().tag,
+            "v0.3.0-rc.1"
+        );
+        let none = resolve("set-labels", "^1").unwrap().unwrap_err();
+        assert_eq!(none.kind, krm_plugin_api::ErrorKind::NotFound);
+        assert_eq!(
+            none.message,
+            "no version of \"set-labels\" satisfies tag constraint \"^1\": the builtin reproduces \
+             [v0.3.0-rc.1, v0.2.0, v0.2, v0.1.5]"
+        );
+        assert!(resolve("docker.io/x/set-labels", "*").is_none());
+        assert!(resolve("not-a-function", "*").is_none());
     }
 
     #[test]

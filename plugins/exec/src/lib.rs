@@ -8,6 +8,11 @@
 //! than declining: the operator said this image runs from that file, and quietly running the
 //! image somewhere else (a pod, say) would hide a broken deployment.
 //!
+//! A call carrying a tag constraint (Porch's request field 3) for an untagged image runs the
+//! mapped image of that repository with the highest version satisfying it (`example.com/fn`
+//! with `~1.2` picks `example.com/fn:v1.2.7` over `:v1.2.3`); the chosen image is reported to
+//! the runner.
+//!
 //! A call a FunctionConfig routes here (its `binaryExecutor`) runs the binary the runner resolved
 //! from it, in the same minimal environment, whatever the map says.
 //!
@@ -22,10 +27,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Executor, Plugin,
-    export_plugin,
+    BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
+    Executor, Plugin, Resolution, Route, export_plugin,
 };
-use krm_runner_function_config::BinaryExecutor;
+use krm_runner_function_config::version::{Constraint, sorted_versions};
+use krm_runner_function_config::{BinaryExecutor, ImageRef};
 
 pub use config::ExecConfig;
 use config::Limits;
@@ -40,8 +46,61 @@ struct Function {
 
 pub struct Exec {
     functions: HashMap<String, Function>,
+    /// The mapped images by repository (the image without its tag), as (tag, image).
+    versions: HashMap<String, Vec<(String, String)>>,
     limits: Limits,
     base_env: Vec<(String, String)>,
+}
+
+impl Exec {
+    /// For an untagged `image`, the mapped image of the same repository with the highest
+    /// version satisfying the constraint `tag`; `None` when no image of it is mapped.
+    fn resolve_tag(&self, image: &str, tag: &str) -> Option<Result<Resolution, EvalError>> {
+        let mapped = self.versions.get(image)?;
+        let constraint = match Constraint::parse(tag) {
+            Ok(constraint) => constraint,
+            Err(error) => return Some(Err(EvalError::invalid_input(error.to_string()))),
+        };
+        let tags = mapped.iter().map(|(tag, _)| tag.as_str());
+        let candidates: Vec<String> = sorted_versions(tags.clone())
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        Some(match constraint.best(tags) {
+            Some(chosen) => Ok(Resolution {
+                image: format!("{image}:{chosen}"),
+                tag: chosen.to_owned(),
+                digest: None,
+                candidates,
+            }),
+            None => Err(EvalError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "no version of {image:?} satisfies tag constraint {tag:?}: exec maps [{}]",
+                    candidates.join(", ")
+                ),
+            )),
+        })
+    }
+}
+
+/// Mapped images by repository, for resolving constraints; digest references are left out.
+fn versions_by_repository(
+    functions: &HashMap<String, Function>,
+) -> HashMap<String, Vec<(String, String)>> {
+    let mut versions: HashMap<String, Vec<(String, String)>> = HashMap::new();
+    for image in functions.keys() {
+        let reference = ImageRef::parse(image, "");
+        if reference.digest.is_some() || reference.tag.is_empty() {
+            continue;
+        }
+        let repository = image[..image.len() - reference.tag.len() - 1].to_owned();
+        versions
+            .entry(repository)
+            .or_default()
+            .push((reference.tag, image.clone()));
+    }
+    versions
 }
 
 impl Evaluator for Exec {
@@ -63,10 +122,33 @@ impl Evaluator for Exec {
             };
             return process::run(context, image, &function, resource_list, &self.limits);
         }
+        if let Some(tag) = context.requested_tag() {
+            let resolution = self
+                .resolve_tag(image, &tag)
+                .ok_or_else(|| EvalError::not_found(image))??;
+            context.report_resolved(&resolution.image);
+            let function = &self.functions[&resolution.image];
+            return process::run(
+                context,
+                &resolution.image,
+                function,
+                resource_list,
+                &self.limits,
+            );
+        }
         let Some(function) = self.functions.get(image) else {
             return Err(EvalError::not_found(image));
         };
         process::run(context, image, function, resource_list, &self.limits)
+    }
+
+    fn resolve(
+        &self,
+        image: &str,
+        tag: &str,
+        _route: Option<&Route>,
+    ) -> Option<Result<Resolution, EvalError>> {
+        self.resolve_tag(image, tag)
     }
 }
 
@@ -96,6 +178,7 @@ impl Plugin for ExecPlugin {
         }
         tracing::debug!(functions = functions.len(), "exec evaluator ready");
         Ok(Exec {
+            versions: versions_by_repository(&functions),
             functions,
             limits,
             base_env,

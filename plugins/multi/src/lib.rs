@@ -34,6 +34,7 @@ impl Evaluator for Multi {
     ) -> Result<EvalResponse, EvalError> {
         let mut declined = Vec::new();
         let mut last_decline = None;
+        let mut reasons = Vec::new();
         for evaluator in &self.chain {
             match evaluator.evaluate(context, image, resource_list) {
                 Ok(mut response) => {
@@ -44,6 +45,7 @@ impl Evaluator for Multi {
                 Err(mut error) if error.kind == ErrorKind::NotFound => {
                     declined.append(&mut error.declined);
                     declined.push(evaluator.name().to_owned());
+                    reasons.push(error.message.clone());
                     last_decline = Some(error);
                 }
                 Err(mut error) => {
@@ -53,10 +55,17 @@ impl Evaluator for Multi {
                 }
             }
         }
-        // Porch answers with the last decline's message: `function "<image>" not found`.
+        // Porch answers with the last decline's message: `function "<image>" not found`. For a
+        // call with a tag constraint, evaluators that know the image say which versions they
+        // have: all of them are kept.
+        let plain = EvalError::not_found(image);
+        reasons.retain(|reason| *reason != plain.message);
         let mut error = match last_decline {
+            _ if context.requested_tag().is_some() && !reasons.is_empty() => {
+                EvalError::new(ErrorKind::NotFound, reasons.join("; "))
+            }
             Some(error) if error.message.contains(image) => error,
-            _ => EvalError::not_found(image),
+            _ => plain,
         };
         error.kind = ErrorKind::NotFound;
         error.declined = declined;

@@ -60,6 +60,11 @@ pub struct PodConfig {
     pub pod_cache_config: Option<String>,
     /// Accepted for Porch v1.4/v1.5 manifests; the base PodTemplate replaces it.
     pub function_pod_template: Option<String>,
+    /// How long a repository's tag list (read to resolve tag constraints) is used before it is
+    /// listed again, in the background, while calls go on with the cached one.
+    pub tags_refresh_interval: String,
+    /// Tags asked for per page of a tag list (registries may cap it).
+    pub tags_page_size: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -94,6 +99,8 @@ impl Default for PodConfig {
             tls_secret_path: "/var/tmp/tls-secret/".into(),
             pod_cache_config: None,
             function_pod_template: None,
+            tags_refresh_interval: "1m".into(),
+            tags_page_size: 1000,
         }
     }
 }
@@ -118,6 +125,8 @@ pub struct Settings {
     pub registry_ca: Option<PathBuf>,
     /// The pod-cache config file's per-image settings, by image as written.
     pub pod_cache: ImageSettings,
+    pub tags_refresh_interval: Duration,
+    pub tags_page_size: usize,
 }
 
 impl PodConfig {
@@ -139,6 +148,7 @@ impl PodConfig {
         let ttl = duration("pod_ttl", &self.pod_ttl);
         let scan_interval = duration("scan_interval", &self.scan_interval);
         let readiness_timeout = duration("readiness_timeout", &self.readiness_timeout);
+        let tags_refresh_interval = duration("tags_refresh_interval", &self.tags_refresh_interval);
         let wrapper_server_image = self
             .wrapper_server_image
             .clone()
@@ -153,6 +163,9 @@ impl PodConfig {
         }
         if self.pod_namespace.is_empty() {
             problems.push("pod_namespace: empty".to_owned());
+        }
+        if self.tags_page_size == 0 {
+            problems.push("tags_page_size: must be at least 1".to_owned());
         }
         let private_registries = self.enable_private_registries.then(|| PrivateRegistries {
             file: PathBuf::from(&self.registry_auth_secret_path),
@@ -229,6 +242,8 @@ impl PodConfig {
             private_registries,
             registry_ca,
             pod_cache,
+            tags_refresh_interval,
+            tags_page_size: self.tags_page_size,
         })
     }
 }

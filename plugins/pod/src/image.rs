@@ -1,8 +1,10 @@
-//! Image references and their registry metadata (manifest digest, entrypoint), cached per image.
+//! Image references, their registry metadata (manifest digest, entrypoint), cached per image,
+//! and repositories' tag lists, cached per repository.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
@@ -71,7 +73,15 @@ pub struct Registry {
     plain_http: Vec<String>,
     extra_ca: Option<Vec<u8>>,
     cache: Mutex<HashMap<String, Metadata>>,
+    /// Tag lists by repository (`registry/path`), with when they were listed.
+    tags: Mutex<HashMap<String, (Arc<[String]>, Instant)>>,
+    /// Repositories whose tags are being listed again in the background.
+    refreshing: Mutex<HashSet<String>>,
 }
+
+/// Most pages of a tag list read: a repository with more tags than this many pages hold is
+/// refused rather than read without end.
+const MAX_TAG_PAGES: usize = 1000;
 
 impl Registry {
     /// `plain_http`: registries spoken to without TLS; `ca_file`: a PEM CA trusted besides the
@@ -86,7 +96,111 @@ impl Registry {
             plain_http: plain_http.to_vec(),
             extra_ca,
             cache: Mutex::default(),
+            tags: Mutex::default(),
+            refreshing: Mutex::default(),
         })
+    }
+
+    /// The cached tags of `repository`, and whether they are older than `max_age`.
+    pub fn cached_tags(
+        &self,
+        repository: &str,
+        max_age: Duration,
+    ) -> Option<(Arc<[String]>, bool)> {
+        let tags = self.tags.lock().unwrap_or_else(PoisonError::into_inner);
+        let (listed, at) = tags.get(repository)?;
+        Some((listed.clone(), at.elapsed() >= max_age))
+    }
+
+    /// Marks `repository` as being refreshed; false when a refresh already runs.
+    pub fn begin_refresh(&self, repository: &str) -> bool {
+        self.refreshing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(repository.to_owned())
+    }
+
+    /// Lists the tags of `repository` (OCI distribution `tags/list`, `page_size` per page,
+    /// following `last`) with the credentials and CA the metadata fetch uses, and caches them.
+    pub async fn list_tags(
+        &self,
+        repository: &str,
+        docker_config: Option<&DockerConfig>,
+        page_size: usize,
+    ) -> Result<Arc<[String]>, String> {
+        let outcome = self
+            .list_all_tags(repository, docker_config, page_size)
+            .await;
+        self.refreshing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(repository);
+        let tags: Arc<[String]> = outcome?.into();
+        tracing::debug!(
+            repository,
+            tags = tags.len(),
+            "listed the repository's tags"
+        );
+        self.tags
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(repository.to_owned(), (tags.clone(), Instant::now()));
+        Ok(tags)
+    }
+
+    async fn list_all_tags(
+        &self,
+        repository: &str,
+        docker_config: Option<&DockerConfig>,
+        page_size: usize,
+    ) -> Result<Vec<String>, String> {
+        let reference: Reference = repository
+            .parse()
+            .map_err(|e| format!("{repository:?} is not an image repository: {e}"))?;
+        let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
+            config.auth_for(reference.resolve_registry())
+        });
+        let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content));
+        let page_size = page_size.max(1);
+        let mut tags: Vec<String> = Vec::new();
+        for _ in 0..MAX_TAG_PAGES {
+            let page = client
+                .list_tags(
+                    &reference,
+                    &auth,
+                    Some(page_size),
+                    tags.last().map(String::as_str),
+                )
+                .await
+                .map_err(|e| {
+                    format!(
+                        "unable to list the tags of {repository}: {}",
+                        with_causes(&e)
+                    )
+                })?;
+            let last = tags.last().cloned();
+            let full = page.tags.len() >= page_size;
+            tags.extend(page.tags);
+            // A registry that ignores `last` would repeat its first page forever.
+            if !full || tags.last() == last.as_ref() {
+                tags.sort();
+                tags.dedup();
+                return Ok(tags);
+            }
+        }
+        Err(format!(
+            "{repository} has more than {} tags; refusing to read them all",
+            MAX_TAG_PAGES * page_size
+        ))
+    }
+
+    /// The digest of `image` if its metadata was fetched already.
+    pub fn cached_digest(&self, image: &str) -> Option<String> {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(image)
+            .map(|metadata| metadata.digest.clone())
     }
 
     /// A client that authenticates with `docker_config`'s credentials.

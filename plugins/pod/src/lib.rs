@@ -16,6 +16,7 @@ mod limits;
 mod pod_cache_config;
 mod pool;
 mod template;
+mod versions;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use std::time::Instant;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator, Plugin,
-    Route, export_plugin,
+    Resolution, Route, export_plugin,
 };
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use tonic::Code;
@@ -46,17 +47,41 @@ impl Evaluator for PodEvaluator {
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
-        let image = resolve(image, &self.pool.settings.default_image_prefix);
+        let mut image = resolve(image, &self.pool.settings.default_image_prefix);
         let route = context.route();
         let deadline = context.deadline();
         let cancelled = context.cancelled();
+        let requested_tag = context.requested_tag();
+        let label = image.clone();
         self.runtime.block_on(async {
-            let limits = self.pool.settle(&image, route.as_ref())?;
+            let call = async {
+                if let Some(tag) = requested_tag {
+                    let resolution =
+                        versions::resolve_tag(&self.pool, &image, &tag, route.as_ref()).await?;
+                    context.report_resolved(&resolution.reference());
+                    image = resolution.image;
+                }
+                let limits = self.pool.settle(&image, route.as_ref())?;
+                evaluate(&self.pool, &image, &limits, resource_list, deadline).await
+            };
             tokio::select! {
-                outcome = evaluate(&self.pool, &image, &limits, resource_list, deadline) => outcome,
-                reason = cancelled => Err(reason.to_error(&image)),
+                outcome = call => outcome,
+                reason = cancelled => Err(reason.to_error(&label)),
             }
         })
+    }
+
+    fn resolve(
+        &self,
+        image: &str,
+        tag: &str,
+        route: Option<&Route>,
+    ) -> Option<Result<Resolution, EvalError>> {
+        let image = resolve(image, &self.pool.settings.default_image_prefix);
+        Some(
+            self.runtime
+                .block_on(versions::resolve_tag(&self.pool, &image, tag, route)),
+        )
     }
 
     fn warm_up(&self, image: &str, route: Option<&Route>) {
@@ -88,6 +113,7 @@ async fn evaluate(
         let mut request = tonic::Request::new(EvaluateFunctionRequest {
             resource_list: resource_list.to_vec(),
             image: image.to_owned(),
+            tag: String::new(),
         });
         if let Some(deadline) = deadline {
             request.set_timeout(deadline.saturating_duration_since(Instant::now()));

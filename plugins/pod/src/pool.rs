@@ -131,7 +131,7 @@ impl Drop for Waiting<'_> {
 pub struct Pool {
     pub settings: Settings,
     cluster: Arc<Cluster>,
-    registry: Registry,
+    pub(crate) registry: Registry,
     images: Mutex<HashMap<String, ImagePool>>,
     /// Pods being created, so that scans don't take them for strays.
     starting: Mutex<HashSet<String>>,

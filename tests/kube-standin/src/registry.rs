@@ -241,6 +241,22 @@ impl LocalRegistry {
         )
     }
 
+    /// How many requests it has answered whose path contains `fragment` (from its access
+    /// log, which it writes as it answers; `""` counts every request).
+    pub fn requests(&self, fragment: &str) -> usize {
+        std::fs::read_to_string(self.dir.join("registry.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.contains("response completed"))
+            .filter_map(|line| line.split("http.request.uri=\"").nth(1))
+            .filter(|uri| {
+                uri.split('"')
+                    .next()
+                    .is_some_and(|uri| uri.contains(fragment))
+            })
+            .count()
+    }
+
     /// Answers `GET /v2/` without credentials with 401 (it requires a login).
     pub fn refuses_anonymous(&self) -> bool {
         matches!(

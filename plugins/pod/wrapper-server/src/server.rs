@@ -43,6 +43,7 @@ impl FunctionEvaluator for Evaluator {
         let EvaluateFunctionRequest {
             resource_list,
             image,
+            ..
         } = request.into_inner();
         let started = Instant::now();
         let limits = Limits {

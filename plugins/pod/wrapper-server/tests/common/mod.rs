@@ -127,6 +127,7 @@ pub async fn call(
         let mut request = tonic::Request::new(EvaluateFunctionRequest {
             resource_list: input.as_bytes().to_vec(),
             image: image.to_owned(),
+            tag: String::new(),
         });
         if let Some(timeout) = timeout {
             request.set_timeout(timeout);
@@ -153,6 +154,7 @@ pub async fn call_with_remote_deadline(
         EvaluateFunctionRequest {
             resource_list: input.as_bytes().to_vec(),
             image: image.to_owned(),
+            tag: String::new(),
         },
         grpc_timeout,
     )

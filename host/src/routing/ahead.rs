@@ -1,0 +1,252 @@
+//! Ahead of time (the Kubeless build-pipeline idea): when the FunctionConfigs load or change,
+//! and every `resolve_interval_seconds`, each executor's tags are worked out before any call
+//! needs them: constraints resolved to concrete tags and digests (the pod evaluator lists the
+//! registry, fetching image metadata), binaries checked, built-in functions looked up, and, with
+//! warm-up on, a pod started for each podExecutor's first tag as resolved (Porch skips warm-up
+//! for constraint tags). The outcome is logged and kept for `krm-runner functions --status`, so
+//! a broken reference shows before a package is rendered.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
+
+use krm_plugin_api::{ErrorKind, Executor, Route};
+use krm_runner_function_config::ObjectId;
+use krm_runner_function_config::version::TagEntry;
+
+use super::{Router, is_executable, to_json};
+
+/// One tag entry of one executor of one FunctionConfig, worked out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    pub object: ObjectId,
+    /// The repository the FunctionConfig's image lives in (first prefix, or the default one).
+    pub image: String,
+    pub executor: Executor,
+    /// The tag entry as written; `None` for a podExecutor listing no tags (any tag).
+    pub tag: Option<String>,
+    pub resolved: Option<String>,
+    pub digest: Option<String>,
+    pub state: State,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum State {
+    Ready,
+    /// Nothing to check: no instance stands for the executor.
+    Skipped(String),
+    /// `reason` is a CamelCase word for the condition (NoVersion, BinaryMissing, ...).
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+impl State {
+    pub fn label(&self) -> &'static str {
+        match self {
+            State::Ready => "Ready",
+            State::Skipped(_) => "Skipped",
+            State::Failed { .. } => "Failed",
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            State::Ready => "",
+            State::Skipped(message) | State::Failed { message, .. } => message,
+        }
+    }
+}
+
+/// Images warmed up already, so that a periodic round does not restart pods their TTL removed.
+#[derive(Default)]
+pub struct Warmed(Mutex<HashSet<String>>);
+
+impl Router {
+    /// Works out every executor tag of every FunctionConfig in force. Blocks (evaluators may
+    /// ask registries): run it on a blocking thread. With `warm` given, starts a pod for each
+    /// podExecutor's first tag as resolved, once per resolved image.
+    pub fn resolve_ahead(&self, warm: Option<&Warmed>) -> Vec<Report> {
+        let table = self.table();
+        let mut reports = Vec::new();
+        for sourced in table.objects() {
+            let spec = &sourced.object().spec;
+            let object = sourced.id();
+            let image = table.repository_of(&spec.image);
+            let report = |executor, tag: Option<&str>, resolved, digest, state| Report {
+                object: object.clone(),
+                image: image.clone(),
+                executor,
+                tag: tag.map(str::to_owned),
+                resolved,
+                digest,
+                state,
+            };
+            if let Some(go) = &spec.go_executor {
+                let id = go.id.clone().unwrap_or_else(|| object.name.clone());
+                let instance = self.executors[0].1.as_ref();
+                for tag in &go.tags {
+                    let (resolved, state) = match instance {
+                        None => (None, self.skipped(Executor::GoExecutor)),
+                        Some(_) if !self.builtin_functions.contains(&id) => (
+                            None,
+                            State::Failed {
+                                reason: "FunctionMissing",
+                                message: format!("no built-in function {id:?} is compiled in"),
+                            },
+                        ),
+                        Some(builtin) => {
+                            local_tag(tag, |constraint| builtin.resolve(&image, constraint, None))
+                        }
+                    };
+                    reports.push(report(
+                        Executor::GoExecutor,
+                        Some(tag),
+                        resolved,
+                        None,
+                        state,
+                    ));
+                }
+            }
+            if let Some(binary) = &spec.binary_executor {
+                let path = table.functions_dir().join(&binary.path);
+                for tag in &binary.tags {
+                    let (resolved, state) = if self.executors[1].1.is_none() {
+                        (None, self.skipped(Executor::BinaryExecutor))
+                    } else if !is_executable(&path) {
+                        (
+                            None,
+                            State::Failed {
+                                reason: "BinaryMissing",
+                                message: format!(
+                                    "binary {} is missing or not executable",
+                                    path.display()
+                                ),
+                            },
+                        )
+                    } else {
+                        local_tag(tag, |_| None)
+                    };
+                    reports.push(report(
+                        Executor::BinaryExecutor,
+                        Some(tag),
+                        resolved,
+                        None,
+                        state,
+                    ));
+                }
+            }
+            if let Some(pod) = &spec.pod_executor {
+                let route = Route {
+                    function_config: object.to_string(),
+                    executor: Executor::PodExecutor,
+                    settings: to_json(pod),
+                };
+                let Some(instance) = self.executors[2].1.as_ref() else {
+                    let state = self.skipped(Executor::PodExecutor);
+                    reports.push(report(Executor::PodExecutor, None, None, None, state));
+                    continue;
+                };
+                if pod.tags.is_empty() {
+                    reports.push(report(
+                        Executor::PodExecutor,
+                        None,
+                        None,
+                        None,
+                        State::Ready,
+                    ));
+                }
+                for (index, tag) in pod.tags.iter().enumerate() {
+                    let entry = TagEntry::parse(tag).ok();
+                    let literal = matches!(entry, Some(TagEntry::Literal(_)));
+                    // Tags naming one version are warmed up by `Router::warm_up`; ranges here.
+                    let range = entry
+                        .as_ref()
+                        .is_some_and(|entry| entry.concrete().is_none());
+                    let answer = (!literal)
+                        .then(|| instance.resolve(&image, tag, Some(&route)))
+                        .flatten();
+                    let (resolved, digest, state) = match answer {
+                        Some(Ok(resolution)) => {
+                            (Some(resolution.tag), resolution.digest, State::Ready)
+                        }
+                        Some(Err(error)) => (None, None, failure(error.kind, error.message)),
+                        // Not resolvable here: the tag as written, when it names one.
+                        None => (
+                            TagEntry::parse(tag)
+                                .ok()
+                                .and_then(|entry| entry.concrete().map(str::to_owned)),
+                            None,
+                            State::Ready,
+                        ),
+                    };
+                    if index == 0
+                        && range
+                        && let (Some(warmed), Some(resolved)) = (warm, &resolved)
+                    {
+                        let target = match resolved.as_str() {
+                            "" => image.clone(),
+                            resolved => format!("{image}:{resolved}"),
+                        };
+                        let first = warmed
+                            .0
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .insert(target.clone());
+                        if first {
+                            tracing::info!(image = %target, function_config = %object, "warming up");
+                            instance.warm_up(&target, Some(&route));
+                        }
+                    }
+                    reports.push(report(
+                        Executor::PodExecutor,
+                        Some(tag),
+                        resolved,
+                        digest,
+                        state,
+                    ));
+                }
+            }
+        }
+        reports
+    }
+
+    fn skipped(&self, executor: Executor) -> State {
+        let name = &self.executors[executor as usize].2;
+        State::Skipped(if name.is_empty() {
+            format!(
+                "no instance stands for {} (function_configs.executors)",
+                executor.field()
+            )
+        } else {
+            format!("no evaluator instance named {name:?} is running")
+        })
+    }
+}
+
+/// A go or binary executor's tag: a tag it names exactly stands for itself; a constraint is
+/// resolved by `resolve` when the evaluator can (the builtin, among the tags it reproduces).
+fn local_tag(
+    tag: &str,
+    resolve: impl FnOnce(&str) -> Option<Result<krm_plugin_api::Resolution, krm_plugin_api::EvalError>>,
+) -> (Option<String>, State) {
+    match TagEntry::parse(tag) {
+        Ok(entry) if entry.concrete().is_some() => (Some(tag.to_owned()), State::Ready),
+        _ => match resolve(tag) {
+            Some(Ok(resolution)) => (Some(resolution.tag), State::Ready),
+            Some(Err(error)) => (None, failure(error.kind, error.message)),
+            None => (None, State::Ready),
+        },
+    }
+}
+
+fn failure(kind: ErrorKind, message: String) -> State {
+    State::Failed {
+        reason: if kind == ErrorKind::NotFound {
+            "NoVersion"
+        } else {
+            "ResolveFailed"
+        },
+        message,
+    }
+}
