@@ -8,7 +8,9 @@ use std::time::Instant;
 use krm_plugin_api::host::{
     EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginLibrary,
 };
-use krm_plugin_api::{CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature};
+use krm_plugin_api::{
+    CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature, Resolution,
+};
 
 use crate::config::Config;
 use crate::routing::{Plan, Router, Store};
@@ -67,17 +69,32 @@ fn locate_plugin(plugin: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
         })
 }
 
-/// `plugin_dirs`, then the folder of the running executable.
+/// `plugin_dirs`, then the places an installed or freshly built runner keeps its plugins,
+/// relative to the running executable (symbolic links resolved, so a link on PATH to a build
+/// folder works): its own folder (a cargo build folder, or an image's `/home/nonroot`), then
+/// `<prefix>/lib/krm-runner` for `<prefix>/bin/krm-runner` (what `deploy/install.sh` lays out).
 pub fn search_dirs(config: &Config) -> Vec<PathBuf> {
     let mut dirs = config.plugin_dirs.clone();
-    if let Some(own) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_owned))
-    {
-        dirs.push(own);
+    if let Ok(exe) = std::env::current_exe() {
+        dirs.extend(installed_plugin_dirs(&exe));
     }
     dirs
 }
+
+/// The plugin folders that belong with the executable at `exe`.
+fn installed_plugin_dirs(exe: &Path) -> Vec<PathBuf> {
+    let Some(own) = exe.parent() else {
+        return Vec::new();
+    };
+    let mut dirs = vec![own.to_owned()];
+    if let Some(prefix) = own.parent() {
+        dirs.push(prefix.join("lib").join(INSTALLED_PLUGIN_FOLDER));
+    }
+    dirs
+}
+
+/// The folder under `<prefix>/lib` holding an installed runner's plugins.
+const INSTALLED_PLUGIN_FOLDER: &str = "krm-runner";
 
 struct Services {
     settings: HashMap<&'static str, String>,
@@ -282,6 +299,29 @@ impl Runtime {
             .collect()
     }
 
+    /// What a call for `image` would do, decided as [`Runtime::evaluate`] decides but without
+    /// running anything: each evaluator on the way says whether it would serve or why not.
+    pub fn probe(&self, image: &str) -> Resolution {
+        let plan = self.store.router().plan(image);
+        let mut declined = Vec::new();
+        for step in plan.steps {
+            let mut resolution = step.instance.probe(image, Some(&step.route));
+            declined.append(&mut resolution.declined);
+            if resolution.answer.is_some() {
+                return Resolution {
+                    declined,
+                    answer: resolution.answer,
+                };
+            }
+        }
+        let mut resolution = self.served.probe(image, None);
+        declined.append(&mut resolution.declined);
+        Resolution {
+            declined,
+            answer: resolution.answer,
+        }
+    }
+
     /// Runs one call: on the evaluators the image's FunctionConfig names, then (when none
     /// serves it) on the served instance; see [`evaluate_on`].
     pub async fn evaluate(
@@ -319,7 +359,8 @@ pub async fn evaluate_on(
 }
 
 /// Tries the routed evaluators in order (one that declines passes the call on), then the
-/// served instance; the answer lists every instance that declined.
+/// served instance; the answer lists every instance that declined, and a NOT_FOUND answer why
+/// each did.
 fn run_plan(
     plan: Plan,
     served: &EvaluatorInstance,
@@ -328,22 +369,28 @@ fn run_plan(
     resource_list: &[u8],
 ) -> Result<EvalResponse, EvalError> {
     let mut declined = Vec::new();
+    let mut reasons = Vec::new();
     for step in plan.steps {
         match step
             .instance
             .evaluate(context, Some(&step.route), image, resource_list)
         {
             Err(error) if error.kind == ErrorKind::NotFound => {
+                reasons.push(error.decline_reason(image, step.instance.name()));
                 declined.extend(error.declined);
                 declined.push(step.instance.name().to_owned());
             }
             outcome => return with_declined(outcome, declined),
         }
     }
-    with_declined(
-        served.evaluate(context, None, image, resource_list),
-        declined,
-    )
+    match served.evaluate(context, None, image, resource_list) {
+        Err(error) if error.kind == ErrorKind::NotFound => {
+            reasons.push(error.decline_reason(image, served.name()));
+            declined.extend(error.declined);
+            Err(EvalError::all_declined(image, &reasons, declined))
+        }
+        outcome => with_declined(outcome, declined),
+    }
 }
 
 fn with_declined(

@@ -109,6 +109,13 @@ pub trait EvaluatorFfi: Send + Sync {
     /// without blocking. Errors are the evaluator's to log.
     #[sabi(last_prefix_field)]
     fn warm_up(&self, image: RStr<'_>, route: RStr<'_>);
+
+    /// What the evaluator would do with `image` (routed as `route`, JSON or empty), as JSON
+    /// ([`crate::Probe`]); empty when it cannot tell, as from plugins built before this method.
+    fn probe(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
+        let _ = (image, route);
+        RString::new()
+    }
 }
 
 pub type EvaluatorBox = EvaluatorFfi_TO<'static, RBox<()>>;

@@ -18,8 +18,8 @@ use crate::abi::{
     PluginInfoFfi, PluginModule, PluginModuleRef, ResponseFfi,
 };
 use crate::{
-    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, Route,
-    panic_message,
+    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, Probe,
+    Resolution, Route, panic_message,
 };
 
 /// A plugin: a named factory of evaluators, one per configured instance.
@@ -93,6 +93,15 @@ pub trait Evaluator: Send + Sync + 'static {
     /// they are read): start preparing in the background and return at once. Log failures.
     fn warm_up(&self, image: &str, route: Option<&Route>) {
         let _ = (image, route);
+    }
+
+    /// What a call for `image` (routed as `route`) would do here, decided without running
+    /// anything: serve, decline (with the reason the call's NOT_FOUND would give), or, by
+    /// default, unknown. `krm-runner functions --resolve` shows it; decide it with the same
+    /// code `evaluate` uses, so the two always agree.
+    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+        let _ = (image, route);
+        Probe::Unknown
     }
 }
 
@@ -190,6 +199,26 @@ impl EvaluatorHandle {
             RSlice::from_slice(resource_list),
         ))
     }
+
+    /// What the instance would do with a call for `image` (see [`Evaluator::probe`]).
+    pub fn probe(&self, image: &str, route: Option<&Route>) -> Resolution {
+        probe_from_json(&self.inner.probe(
+            RStr::from_str(image),
+            RStr::from_str(&Route::to_json(route)),
+        ))
+        .into_resolution(&self.name)
+    }
+}
+
+/// A [`Probe`] read from the ABI; empty (a plugin built before probes) or unreadable is unknown.
+pub(crate) fn probe_from_json(json: &str) -> Probe {
+    if json.is_empty() {
+        return Probe::Unknown;
+    }
+    serde_json::from_str(json).unwrap_or_else(|error| {
+        tracing::error!("unreadable probe answer ({error}): {json}");
+        Probe::Unknown
+    })
 }
 
 pub(crate) fn from_ffi_result(
@@ -270,6 +299,15 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
     fn functions(&self) -> RString {
         let signatures = catch_unwind(AssertUnwindSafe(|| self.0.functions())).unwrap_or_default();
         RString::from(serde_json::to_string(&signatures).unwrap_or_else(|_| "[]".to_owned()))
+    }
+
+    fn probe(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
+        let route = Route::from_json(route.as_str());
+        let probe = catch_unwind(AssertUnwindSafe(|| {
+            self.0.probe(image.as_str(), route.as_ref())
+        }))
+        .unwrap_or_default();
+        RString::from(serde_json::to_string(&probe).unwrap_or_default())
     }
 
     fn warm_up(&self, image: RStr<'_>, route: RStr<'_>) {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Executor,
-    FunctionSignature, Plugin,
+    FunctionSignature, Plugin, Probe, Route,
 };
 use krm_runner_function_config::GoExecutor;
 use serde::Deserialize;
@@ -115,14 +115,18 @@ impl Builtin {
     }
 
     /// The function serving `image`, if any.
+    #[cfg(test)]
     fn lookup(&self, image: &str) -> Option<&'static Function> {
-        let rest = self
+        self.find(image).ok()
+    }
+
+    /// The function serving `image`, or why none does (the reason a decline gives).
+    fn find(&self, image: &str) -> Result<&'static Function, String> {
+        let (rest, prefixed) = self
             .prefixes
             .iter()
             .find_map(|p| image.strip_prefix(p.as_str()))
-            .map(|rest| (rest, true))
-            .unwrap_or((image, false));
-        let (rest, prefixed) = rest;
+            .map_or((image, false), |rest| (rest, true));
         let (name_tag, digest) = match rest.split_once('@') {
             Some((n, d)) => (n, Some(d)),
             None => (rest, None),
@@ -131,17 +135,65 @@ impl Builtin {
             Some((n, t)) => (n, Some(t)),
             None => (name_tag, None),
         };
-        let served = self.served.iter().find(|s| s.function.name == name)?;
+        let Some(served) = self.served.iter().find(|s| s.function.name == name) else {
+            return Err(if !prefixed && name.contains('/') {
+                format!(
+                    "not an image under the prefixes it answers to ({})",
+                    self.prefixes.join(", ")
+                )
+            } else if FUNCTIONS.iter().any(|f| f.name == name) {
+                format!("{name} is disabled in its configuration")
+            } else {
+                format!("{name:?} is not one of its functions (`krm-runner functions` lists them)")
+            });
+        };
+        let reproduced = || match served.tags.as_slice() {
+            [] => format!("{name} answers only to its short name"),
+            tags => format!("{name} is reproduced for tags {}", tags.join(", ")),
+        };
         let accepted = match (tag, digest) {
             // The bare short name means "this implementation".
-            (None, None) => !prefixed,
+            (None, None) if !prefixed => return Ok(served.function),
+            (None, None) => return Err(format!("{}; the image names none", reproduced())),
             (Some(tag), None) => served.tags.iter().any(|t| t == tag),
             (tag, Some(digest)) => {
                 served.tags.iter().any(|t| t == digest)
                     && tag.is_none_or(|tag| served.tags.iter().any(|t| t == tag))
             }
         };
-        accepted.then_some(served.function)
+        if accepted {
+            return Ok(served.function);
+        }
+        let asked = [tag, digest].into_iter().flatten().collect::<Vec<_>>();
+        Err(format!("{}, not {}", reproduced(), asked.join("@")))
+    }
+
+    /// The function a call for `image` runs here, or why it declines (see [`Builtin::find`]);
+    /// a FunctionConfig's goExecutor names the function by id instead. The outer error fails
+    /// the call.
+    fn choose(
+        &self,
+        image: &str,
+        route: Option<&Route>,
+    ) -> Result<Result<&'static Function, String>, EvalError> {
+        let routed = route.filter(|route| route.executor == Executor::GoExecutor);
+        let Some(route) = routed else {
+            return Ok(self.find(image));
+        };
+        // The runner checked that the FunctionConfig's id names one of ours.
+        let go: GoExecutor = route.settings()?;
+        let id = go.id.unwrap_or_default();
+        Ok(self
+            .served
+            .iter()
+            .find(|served| served.function.name == id)
+            .map(|served| served.function)
+            .ok_or_else(|| {
+                format!(
+                    "FunctionConfig {}: goExecutor id {id:?} is not one of its functions",
+                    route.function_config
+                )
+            }))
     }
 
     fn signature(&self, served: &Served) -> FunctionSignature {
@@ -175,22 +227,9 @@ impl Evaluator for Builtin {
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
-        let routed = context
-            .route()
-            .filter(|route| route.executor == Executor::GoExecutor);
-        let function = match routed {
-            // The runner checked that the FunctionConfig's id names one of ours.
-            Some(route) => {
-                let go: GoExecutor = route.settings()?;
-                let id = go.id.unwrap_or_default();
-                self.served
-                    .iter()
-                    .find(|served| served.function.name == id)
-                    .map(|served| served.function)
-            }
-            None => self.lookup(image),
-        }
-        .ok_or_else(|| EvalError::not_found(image))?;
+        let function = self
+            .choose(image, context.route().as_ref())?
+            .map_err(|reason| EvalError::declined_because(image, reason))?;
         if let Some(reason) = context.cancel_reason() {
             return Err(reason.to_error(image));
         }
@@ -199,6 +238,14 @@ impl Evaluator for Builtin {
 
     fn functions(&self) -> Vec<FunctionSignature> {
         self.served.iter().map(|s| self.signature(s)).collect()
+    }
+
+    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+        match self.choose(image, route) {
+            Ok(Err(reason)) => Probe::Declines(reason),
+            // A call that fails does not fall through either.
+            Ok(Ok(_)) | Err(_) => Probe::Serves,
+        }
     }
 }
 

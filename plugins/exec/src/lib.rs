@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Executor, Plugin,
-    export_plugin,
+    Probe, Route, export_plugin,
 };
 use krm_runner_function_config::BinaryExecutor;
 
@@ -64,11 +64,23 @@ impl Evaluator for Exec {
             return process::run(context, image, &function, resource_list, &self.limits);
         }
         let Some(function) = self.functions.get(image) else {
-            return Err(EvalError::not_found(image));
+            return Err(EvalError::declined_because(image, NOT_MAPPED));
         };
         process::run(context, image, function, resource_list, &self.limits)
     }
+
+    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+        let routed = route.is_some_and(|route| route.executor == Executor::BinaryExecutor);
+        if routed || self.functions.contains_key(image) {
+            Probe::Serves
+        } else {
+            Probe::Declines(NOT_MAPPED.to_owned())
+        }
+    }
 }
+
+/// Why an image is declined: the map is by exact image string.
+const NOT_MAPPED: &str = "no executable is mapped to this image (`functions`: exact image names)";
 
 pub struct ExecPlugin;
 

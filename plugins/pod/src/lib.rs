@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator, Plugin,
-    Route, export_plugin,
+    Probe, Route, export_plugin,
 };
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use tonic::Code;
@@ -57,6 +57,11 @@ impl Evaluator for PodEvaluator {
                 reason = cancelled => Err(reason.to_error(&image)),
             }
         })
+    }
+
+    /// Any image can run in a pod: calls never fall through from here.
+    fn probe(&self, _image: &str, _route: Option<&Route>) -> Probe {
+        Probe::Serves
     }
 
     fn warm_up(&self, image: &str, route: Option<&Route>) {
