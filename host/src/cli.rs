@@ -214,6 +214,68 @@ const SERVER_FLAGS: &[&str] = &[
 ];
 
 /// The command line's definition, with the server flags hidden from the help of subcommands
+/// other than `serve`: each gets hidden copies, which clap's propagation of global flags then
+/// leaves in place.
+pub fn command() -> clap::Command {
+    let command = Cli::command();
+    let hidden: Vec<clap::Arg> = command
+        .get_arguments()
+        .filter(|arg| SERVER_FLAGS.contains(&arg.get_id().as_str()))
+        .map(|arg| arg.clone().hide(true))
+        .collect();
+    let others: Vec<String> = command
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .filter(|name| name != "serve")
+        .collect();
+    others.into_iter().fold(command, |command, name| {
+        command.mut_subcommand(name, |sub| sub.args(hidden.clone()))
+    })
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormatArg {
+    Text,
+    Json,
+}
+
+impl Cli {
+    /// Parses the process arguments, accepting Go's single-dash long flags (`-port 9445`).
+    /// Usage errors exit 2, as Go's flag package does.
+    pub fn parse_args() -> Self {
+        let matches = command().get_matches_from(normalize_go_flags(std::env::args_os()));
+        Self::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
+    }
+}
+
+/// The server's own flags: Porch's function-runner flags and `--listen`. They are accepted
+/// anywhere (so Porch's command lines work unchanged, with or without `serve`), but only the
+/// top level and `serve` list them in `--help`: other subcommands list what concerns them.
+const SERVER_FLAGS: &[&str] = &[
+    "listen",
+    "port",
+    "disable_runtimes",
+    "functions",
+    "porch_config",
+    "max_request_body_size",
+    "log_level",
+    "default_image_prefix",
+    "pod_namespace",
+    "pod_ttl",
+    "scan_interval",
+    "warm_up_pod_cache",
+    "max_waitlist_length",
+    "max_parallel_pods_per_function",
+    "enable_private_registries",
+    "registry_auth_secret_path",
+    "registry_auth_secret_name",
+    "enable_private_registries_tls",
+    "tls_secret_path",
+    "pod_cache_config",
+    "function_pod_template",
+];
+
+/// The command line's definition, with the server flags hidden from the help of subcommands
 /// other than `serve`.
 pub fn command() -> clap::Command {
     let mut command = Cli::command();

@@ -56,7 +56,7 @@ async fn not_found_names_each_reason_and_resolve_predicts_it() {
     );
     assert!(
         message.contains(
-            "builtin: set-labels is reproduced for tags v0.2.0, v0.2.1, v0.2.2, v0.2.3, not v0.1"
+            "builtin: set-labels is reproduced for tags v0.2, v0.2.0, v0.2.1, v0.2.2, v0.2.3, not v0.1"
         ),
         "{message}"
     );

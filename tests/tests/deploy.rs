@@ -1,4 +1,4 @@
-//! `kubectl apply -k deploy/kubernetes`, with the real kubectl, against the Kubernetes API
+//! `kubectl apply -k deploy/kubernetes` (after its `crds`), with the real kubectl, against the Kubernetes API
 //! stand-in; and the example overlay, whose runner configuration the runner itself reads.
 
 use std::path::{Path, PathBuf};
@@ -84,6 +84,9 @@ fn kubectl_apply_k_creates_everything() {
     let standin = StandIn::start(&dir.path().join("standin")).expect("stand-in");
     let kubeconfig = Some(standin.kubeconfig.as_path());
     let base = repo().join("deploy/kubernetes");
+    let crds = base.join("crds");
+    let output = kubectl(kubeconfig, &["apply", "-k", crds.to_str().unwrap()]);
+    succeeded(&output, "kubectl apply -k deploy/kubernetes/crds");
     let output = kubectl(kubeconfig, &["apply", "-k", base.to_str().unwrap()]);
     succeeded(&output, "kubectl apply -k deploy/kubernetes");
     let applied = String::from_utf8_lossy(&output.stdout);
@@ -100,9 +103,14 @@ fn kubectl_apply_k_creates_everything() {
             args.extend(["-n", namespace]);
         }
         succeeded(&kubectl(kubeconfig, &args), &format!("get {kind} {name}"));
+        let outcome = if kind == "CustomResourceDefinition" {
+            "unchanged"
+        } else {
+            "created"
+        };
         assert!(
-            applied.contains(&format!("/{name} created")),
-            "{kind} {name} not in the apply output: {applied}"
+            applied.contains(&format!("/{name} {outcome}")),
+            "{kind} {name} not {outcome} by the apply: {applied}"
         );
     }
     let function_configs = succeeded(

@@ -97,6 +97,9 @@ impl Builtin {
                 prefix.push('/');
             }
         }
+        // The runner's default prefix may repeat a catalog prefix.
+        let mut seen = std::collections::HashSet::new();
+        prefixes.retain(|prefix| seen.insert(prefix.clone()));
         let served = FUNCTIONS
             .iter()
             .filter(|f| !config.disabled.iter().any(|d| d == f.name))
