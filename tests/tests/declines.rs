@@ -103,8 +103,12 @@ async fn resolve_names_the_evaluator_a_call_is_served_by() {
         ("krm-runner/identity", "exec"),
         ("gcr.io/kpt-fn/set-labels:v0.2.0", "builtin"),
     ] {
+        let mut input = resource_list(&["a"]);
+        input.extend_from_slice(
+            b"functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: fc}\n  data: {color: blue}\n",
+        );
         let (_, served_by) = server
-            .call(image, &resource_list(&["a"]))
+            .call(image, &input)
             .await
             .unwrap_or_else(|status| panic!("{image}: {status:?}"));
         assert_eq!(served_by, evaluator, "{image}");
