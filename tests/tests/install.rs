@@ -150,12 +150,27 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
         let line = line.replace("127.0.0.1:9445", &shell.listen);
         let output = shell.run(&line);
         let stderr = String::from_utf8_lossy(&output.stderr);
+        let stdout = String::from_utf8_lossy(&output.stdout);
         if line.contains("--server") {
+            let evaluator = if line.contains("krm-runner/identity") {
+                "exec"
+            } else {
+                "builtin"
+            };
             assert!(
-                stderr.contains(&format!("served by exec at http://{}", shell.listen)),
+                stderr.contains(&format!("served by {evaluator} at http://{}", shell.listen)),
                 "{line}: {stderr}"
             );
-            assert!(String::from_utf8_lossy(&output.stdout).contains("name: demo"));
+            assert!(stdout.contains("name: demo"), "{line}: {stdout}");
+        }
+        if line.contains("namespace=prod") {
+            assert!(stdout.contains("namespace: prod"), "{line}: {stdout}");
+        }
+        if line.contains("--resolve") {
+            assert!(
+                stdout.contains("outcome:         NOT_FOUND"),
+                "{line}: {stdout}"
+            );
         }
     }
     drop(server);
