@@ -134,9 +134,10 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
     let serve = setup.next().expect("the serve line");
     let serve = serve.split('#').next().unwrap().trim();
     assert_eq!(serve, "krm-runner serve");
+    // `exec`, so that killing the child kills the runner, not just its shell.
     let server = Serving(
         shell
-            .command(serve)
+            .command(&format!("exec {serve}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
