@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use figment::value::{Dict, Value};
 
 use crate::config::set_path;
@@ -81,6 +81,10 @@ pub struct EvalArgs {
     /// The functionConfig, as a YAML file.
     #[arg(long = "fn-config")]
     pub fn_config: Option<PathBuf>,
+    /// Send the call to the runner serving at ADDR (`host:port` or a URL) over gRPC instead
+    /// of running it in this process; the instance that served is printed to stderr.
+    #[arg(long, value_name = "ADDR")]
+    pub server: Option<String>,
     /// `key=value` pairs: a ConfigMap functionConfig, as kpt builds one.
     #[arg(last = true)]
     pub data: Vec<String>,
@@ -92,7 +96,7 @@ pub struct Flags {
     #[arg(long, global = true, env = "KRM_RUNNER_CONFIG", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
     /// Address to bind, e.g. 127.0.0.1:9445.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_name = "ADDR")]
     pub listen: Option<String>,
     /// A folder searched for plugin libraries (repeatable; before the configured ones).
     #[arg(long = "plugin-dir", global = true, value_name = "DIR")]
@@ -100,11 +104,12 @@ pub struct Flags {
     /// The evaluator instance that answers calls.
     #[arg(long, global = true, value_name = "INSTANCE")]
     pub serve: Option<String>,
+    /// Log lines as text or as JSON objects.
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormatArg>,
 
     /// Porch: gRPC port, bound on all interfaces (0.0.0.0:PORT).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_name = "PORT")]
     pub port: Option<u16>,
     /// Porch: comma-separated evaluator instances to take out of service (e.g. `exec,pod`).
     #[arg(long, global = true, value_name = "LIST")]
@@ -119,7 +124,7 @@ pub struct Flags {
     #[arg(long, global = true, value_name = "BYTES")]
     pub max_request_body_size: Option<usize>,
     /// Porch: klog verbosity 0-5 (2 = info), or a level name.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_name = "LEVEL")]
     pub log_level: Option<String>,
     /// Porch: prefix for image names without a registry.
     #[arg(long, global = true, value_name = "PREFIX")]
@@ -133,33 +138,44 @@ pub struct Flags {
 /// (dashes become underscores).
 #[derive(Debug, Args)]
 pub struct PodFlags {
-    #[arg(long, global = true)]
+    /// Porch: namespace of function pods (and of the FunctionConfigs watched in a cluster).
+    #[arg(long, global = true, value_name = "NAMESPACE")]
     pub pod_namespace: Option<String>,
-    #[arg(long, global = true)]
+    /// Porch: idle time after which a function pod is deleted, a Go duration (default 30m).
+    #[arg(long, global = true, value_name = "DURATION")]
     pub pod_ttl: Option<String>,
-    #[arg(long, global = true)]
+    /// Porch: how often idle function pods are looked for, a Go duration (default 1m).
+    #[arg(long, global = true, value_name = "DURATION")]
     pub scan_interval: Option<String>,
-    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// Porch: start pods for the configured images at start-up (default true).
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub warm_up_pod_cache: Option<bool>,
-    #[arg(long, global = true)]
+    /// Porch: calls waiting on one pod before another pod is started (default 2).
+    #[arg(long, global = true, value_name = "N")]
     pub max_waitlist_length: Option<i64>,
-    #[arg(long, global = true)]
+    /// Porch: pods per function image at most (default 1).
+    #[arg(long, global = true, value_name = "N")]
     pub max_parallel_pods_per_function: Option<i64>,
-    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// Porch: authenticate to registries with the docker config at --registry-auth-secret-path.
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub enable_private_registries: Option<bool>,
-    #[arg(long, global = true)]
+    /// Porch: docker config JSON for private registries.
+    #[arg(long, global = true, value_name = "FILE")]
     pub registry_auth_secret_path: Option<String>,
-    #[arg(long, global = true)]
+    /// Porch: the pull Secret that function pods name, kept from that file.
+    #[arg(long, global = true, value_name = "NAME")]
     pub registry_auth_secret_name: Option<String>,
-    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    /// Porch: trust the CA certificate in --tls-secret-path for registries.
+    #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub enable_private_registries_tls: Option<bool>,
-    #[arg(long, global = true)]
+    /// Porch: folder holding the registries' CA certificate (ca.crt or ca.pem).
+    #[arg(long, global = true, value_name = "DIR")]
     pub tls_secret_path: Option<String>,
-    /// Porch (v1.5): pod cache config file.
-    #[arg(long, global = true)]
+    /// Porch (v1.5): per-image pod settings file (TTL, pod count, waitlist, resources).
+    #[arg(long, global = true, value_name = "FILE")]
     pub pod_cache_config: Option<String>,
-    /// Porch (v1.4): pod template ConfigMap name.
-    #[arg(long, global = true)]
+    /// Porch (v1.4): pod template ConfigMap name; accepted, the base PodTemplate replaces it.
+    #[arg(long, global = true, value_name = "NAME")]
     pub function_pod_template: Option<String>,
 }
 
@@ -171,9 +187,58 @@ pub enum LogFormatArg {
 
 impl Cli {
     /// Parses the process arguments, accepting Go's single-dash long flags (`-port 9445`).
+    /// Usage errors exit 2, as Go's flag package does.
     pub fn parse_args() -> Self {
-        Self::parse_from(normalize_go_flags(std::env::args_os()))
+        let matches = command().get_matches_from(normalize_go_flags(std::env::args_os()));
+        Self::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
     }
+}
+
+/// The server's own flags: Porch's function-runner flags and `--listen`. They are accepted
+/// anywhere (so Porch's command lines work unchanged, with or without `serve`), but only the
+/// top level and `serve` list them in `--help`: other subcommands list what concerns them.
+const SERVER_FLAGS: &[&str] = &[
+    "listen",
+    "port",
+    "disable_runtimes",
+    "functions",
+    "porch_config",
+    "max_request_body_size",
+    "log_level",
+    "default_image_prefix",
+    "pod_namespace",
+    "pod_ttl",
+    "scan_interval",
+    "warm_up_pod_cache",
+    "max_waitlist_length",
+    "max_parallel_pods_per_function",
+    "enable_private_registries",
+    "registry_auth_secret_path",
+    "registry_auth_secret_name",
+    "enable_private_registries_tls",
+    "tls_secret_path",
+    "pod_cache_config",
+    "function_pod_template",
+];
+
+/// The command line's definition, with the server flags hidden from the help of subcommands
+/// other than `serve`: each gets hidden copies, which clap's propagation of global flags then
+/// leaves in place.
+pub fn command() -> clap::Command {
+    let command = Cli::command();
+    let hidden: Vec<clap::Arg> = command
+        .get_arguments()
+        .filter(|arg| SERVER_FLAGS.contains(&arg.get_id().as_str()))
+        .map(|arg| arg.clone().hide(true))
+        .collect();
+    let others: Vec<String> = command
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .filter(|name| name != "serve")
+        .collect();
+    others.into_iter().fold(command, |command, name| {
+        command.mut_subcommand(name, |sub| sub.args(hidden.clone()))
+    })
 }
 
 /// Go's flag package takes `-name` for long flags; clap wants `--name`.

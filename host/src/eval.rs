@@ -7,6 +7,10 @@ use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
 use krm_plugin_api::host::HostCallContext;
 
+use krm_runner_proto::evaluator::EvaluateFunctionRequest;
+use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
+
+use crate::BadInvocation;
 use crate::catalog::Catalog;
 use crate::cli::EvalArgs;
 use crate::routing::Plan;
@@ -15,9 +19,7 @@ use crate::runtime::{Runtime, evaluate_on};
 /// Runs the call; returns the process exit code (0 success, 1 function failure). Inputs over
 /// `max_bytes` (the runner's `max_message_bytes`) are refused, as the server refuses them.
 pub async fn run(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyhow::Result<i32> {
-    let input = read_text(args.input.as_deref(), max_bytes)?;
-    let function_config = function_config(args, max_bytes)?;
-    let resource_list = resource_list(&input, function_config.as_deref())?;
+    let resource_list = prepare(args, max_bytes)?;
     let context = HostCallContext::new(None);
     let cancel = context.clone();
     let interrupted = tokio::spawn(async move {
@@ -31,6 +33,68 @@ pub async fn run(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyhow
     write_outcome(outcome, "krm-runner eval")
 }
 
+/// `krm-runner eval --server ADDR`: the same call, sent to a running runner over gRPC. Returns
+/// the exit code as [`run`] does; the evaluator that served (the `x-krm-evaluator` header) is
+/// printed to stderr.
+pub async fn run_remote(
+    address: &str,
+    args: &EvalArgs,
+    max_message_bytes: usize,
+) -> anyhow::Result<i32> {
+    let resource_list = prepare(args, max_message_bytes)?;
+    let endpoint = if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    };
+    let channel = tonic::transport::Endpoint::from_shared(endpoint.clone())
+        .map_err(|error| BadInvocation::error(format!("--server {address:?}: {error}")))?
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach a runner at {endpoint}"))?;
+    let mut client = FunctionEvaluatorClient::new(channel)
+        .max_decoding_message_size(max_message_bytes)
+        .max_encoding_message_size(max_message_bytes);
+    let call = client.evaluate_function(EvaluateFunctionRequest {
+        resource_list: resource_list.into_bytes(),
+        image: args.image.clone(),
+        tag: String::new(),
+    });
+    let outcome = tokio::select! {
+        outcome = call => outcome,
+        () = crate::signals::terminated() => bail!("interrupted"),
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut stderr = std::io::stderr().lock();
+    match outcome {
+        Ok(response) => {
+            let evaluator = response
+                .metadata()
+                .get(crate::server::EVALUATOR_HEADER)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or("(not named)")
+                .to_owned();
+            let response = response.into_inner();
+            stderr.write_all(&response.log)?;
+            writeln!(
+                stderr,
+                "krm-runner eval: served by {evaluator} at {endpoint}"
+            )?;
+            stdout.write_all(&response.resource_list)?;
+            Ok(0)
+        }
+        Err(status) => {
+            writeln!(
+                stderr,
+                "krm-runner eval: {endpoint} answered {:?}: {}",
+                status.code(),
+                status.message()
+            )?;
+            Ok(1)
+        }
+    }
+}
+
 /// `krm-runner fn NAME`: a KRM function in the spec's sense, served by the instance that
 /// implements NAME. The input is passed through untouched.
 pub async fn run_function(
@@ -40,10 +104,10 @@ pub async fn run_function(
     max_bytes: usize,
 ) -> anyhow::Result<i32> {
     let Some((instance, _)) = catalog.find(name) else {
-        bail!(
+        return Err(BadInvocation::error(format!(
             "no evaluator implements a function named {name:?} (known: {})",
             catalog.names().join(", ")
-        );
+        )));
     };
     let instance = runtime
         .instance(instance)
@@ -78,6 +142,17 @@ fn write_outcome(
             Ok(1)
         }
     }
+}
+
+/// The call's ResourceList, from the input and the functionConfig arguments (each at most
+/// `max_bytes`); any problem with them is a [`BadInvocation`].
+fn prepare(args: &EvalArgs, max_bytes: usize) -> anyhow::Result<String> {
+    let build = || {
+        let input = read_text(args.input.as_deref(), max_bytes)?;
+        let function_config = function_config(args, max_bytes)?;
+        resource_list(&input, function_config.as_deref())
+    };
+    build().map_err(|error| BadInvocation::error(format!("{error:#}")))
 }
 
 /// Reads at most `max_bytes` from `source`, naming it when there is more.

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use cli::{Cli, Command};
 use config::{Config, Sources};
+use krm_plugin_api::Answer;
 use runtime::Runtime;
 
 /// Exit code for configuration and start-up problems (as Go's flag package uses for usage).
@@ -50,6 +51,16 @@ fn main() -> ExitCode {
         }) => return check_function_configs(&config),
         _ => {}
     }
+    if let Some(Command::Eval(
+        args @ cli::EvalArgs {
+            server: Some(address),
+            ..
+        },
+    )) = &cli.command
+    {
+        // The serving runner's plugins answer; none are loaded here.
+        return run_async(eval::run_remote(address, args, config.max_message_bytes));
+    }
     let runtime = match Runtime::start(&config) {
         Ok(runtime) => Arc::new(runtime),
         Err(problems) => return report(&problems),
@@ -65,14 +76,7 @@ fn main() -> ExitCode {
              leave its process group may survive its call"
         );
     }
-    let tokio = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(tokio) => tokio,
-        Err(error) => return report(&[format!("cannot start the async runtime: {error}")]),
-    };
-    let outcome = tokio.block_on(async {
+    let code = run_async(async {
         match &cli.command {
             None | Some(Command::Serve) => serve(runtime, &config).await.map(|()| 0),
             Some(Command::Eval(args)) => eval::run(&runtime, args, config.max_message_bytes).await,
@@ -95,17 +99,43 @@ fn main() -> ExitCode {
             Some(Command::Config { .. }) => unreachable!("handled before plugins load"),
         }
     });
-    // Blocking threads may still be cleaning up cancelled calls; don't wait for them.
-    tokio.shutdown_timeout(Duration::from_millis(100));
     if runs_functions {
         krm_plugin_api::process::kill_orphans_now();
     }
+    code
+}
+
+/// Runs a command on a fresh async runtime; its result is the exit status (a
+/// [`BadInvocation`] exits 2, as a usage error does).
+fn run_async(command: impl std::future::Future<Output = anyhow::Result<i32>>) -> ExitCode {
+    let tokio = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(tokio) => tokio,
+        Err(error) => return report(&[format!("cannot start the async runtime: {error}")]),
+    };
+    let outcome = tokio.block_on(command);
+    // Blocking threads may still be cleaning up cancelled calls; don't wait for them.
+    tokio.shutdown_timeout(Duration::from_millis(100));
     match outcome {
         Ok(code) => ExitCode::from(code as u8),
+        Err(error) if error.is::<BadInvocation>() => report(&[format!("{error:#}")]),
         Err(error) => {
             eprintln!("krm-runner: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The command's arguments or input are unusable (exit status 2, like a usage error).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInvocation(String);
+
+impl BadInvocation {
+    pub fn error(message: impl Into<String>) -> anyhow::Error {
+        Self(message.into()).into()
     }
 }
 
@@ -191,10 +221,12 @@ fn print_functions(runtime: &Runtime, name: Option<&str>) -> anyhow::Result<i32>
             Some((instance, signature)) => {
                 print!("{}", catalog::Catalog::describe(instance, signature))
             }
-            None => anyhow::bail!(
-                "no evaluator implements a function named {name:?} (known: {})",
-                catalog.names().join(", ")
-            ),
+            None => {
+                return Err(BadInvocation::error(format!(
+                    "no evaluator implements a function named {name:?} (known: {})",
+                    catalog.names().join(", ")
+                )));
+            }
         },
     }
     Ok(0)
@@ -255,17 +287,29 @@ fn print_resolution(
         };
         println!("{:<16} {line}", format!("{}:", executor.field()));
     }
-    match serving {
-        Some(_) => {}
-        None => {
-            let chain = runtime.served_chain();
-            println!(
-                "serves:          the served chain {:?} ({})",
-                config.serve,
-                chain.join(", ")
-            );
-        }
+    if serving.is_none() {
+        let chain = runtime.served_chain();
+        println!(
+            "serves:          the served chain {:?} ({})",
+            config.serve,
+            chain.join(", ")
+        );
     }
+    let resolution = runtime.probe(image);
+    for reason in &resolution.declined {
+        println!("declines:        {reason}");
+    }
+    let outcome = match &resolution.answer {
+        Some(Answer::Serves(instance)) => format!("served by {instance:?}"),
+        Some(Answer::MayServe(instance)) => {
+            format!("{instance:?} may serve it or decline (it cannot tell before a call)")
+        }
+        None => format!(
+            "NOT_FOUND {}",
+            krm_plugin_api::declined_message(image, &resolution.declined)
+        ),
+    };
+    println!("outcome:         {outcome}");
     let (Some(constraint), Some(tag)) = (&constraint, tag) else {
         return Ok(0);
     };

@@ -9,7 +9,9 @@ use krm_plugin_api::host::{
     EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginLibrary,
 };
 use krm_plugin_api::process::{self, CallInFlight};
-use krm_plugin_api::{CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature};
+use krm_plugin_api::{
+    CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature, ProbeOutcome,
+};
 use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;
 
@@ -70,17 +72,32 @@ fn locate_plugin(plugin: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
         })
 }
 
-/// `plugin_dirs`, then the folder of the running executable.
+/// `plugin_dirs`, then the places an installed or freshly built runner keeps its plugins,
+/// relative to the running executable (symbolic links resolved, so a link on PATH to a build
+/// folder works): its own folder (a cargo build folder, or an image's `/home/nonroot`), then
+/// `<prefix>/lib/krm-runner` for `<prefix>/bin/krm-runner` (what `deploy/install.sh` lays out).
 pub fn search_dirs(config: &Config) -> Vec<PathBuf> {
     let mut dirs = config.plugin_dirs.clone();
-    if let Some(own) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_owned))
-    {
-        dirs.push(own);
+    if let Ok(exe) = std::env::current_exe() {
+        dirs.extend(installed_plugin_dirs(&exe));
     }
     dirs
 }
+
+/// The plugin folders that belong with the executable at `exe`.
+fn installed_plugin_dirs(exe: &Path) -> Vec<PathBuf> {
+    let Some(own) = exe.parent() else {
+        return Vec::new();
+    };
+    let mut dirs = vec![own.to_owned()];
+    if let Some(prefix) = own.parent() {
+        dirs.push(prefix.join("lib").join(INSTALLED_PLUGIN_FOLDER));
+    }
+    dirs
+}
+
+/// The folder under `<prefix>/lib` holding an installed runner's plugins.
+const INSTALLED_PLUGIN_FOLDER: &str = "krm-runner";
 
 struct Services {
     settings: HashMap<&'static str, String>,
@@ -285,6 +302,29 @@ impl Runtime {
             .collect()
     }
 
+    /// What a call for `image` would do, decided as [`Runtime::evaluate`] decides but without
+    /// running anything: each evaluator on the way says whether it would serve or why not.
+    pub fn probe(&self, image: &str) -> ProbeOutcome {
+        let plan = self.store.router().plan(image);
+        let mut declined = Vec::new();
+        for step in plan.steps {
+            let mut resolution = step.instance.probe(image, Some(&step.route));
+            declined.append(&mut resolution.declined);
+            if resolution.answer.is_some() {
+                return ProbeOutcome {
+                    declined,
+                    answer: resolution.answer,
+                };
+            }
+        }
+        let mut resolution = self.served.probe(image, None);
+        declined.append(&mut resolution.declined);
+        ProbeOutcome {
+            declined,
+            answer: resolution.answer,
+        }
+    }
+
     /// Runs one call: on the evaluators the image's FunctionConfig names, then (when none
     /// serves it) on the served instance; see [`evaluate_on`]. A call carrying a tag constraint
     /// (the context's) must name an untagged image, and the constraint must parse.
@@ -344,7 +384,8 @@ pub async fn evaluate_on(
 }
 
 /// Tries the routed evaluators in order (one that declines passes the call on), then the
-/// served instance; the answer lists every instance that declined.
+/// served instance; the answer lists every instance that declined, and a NOT_FOUND answer why
+/// each did.
 fn run_plan(
     plan: Plan,
     served: &EvaluatorInstance,
@@ -360,9 +401,9 @@ fn run_plan(
             .evaluate(context, Some(&step.route), &step.image, resource_list)
         {
             Err(error) if error.kind == ErrorKind::NotFound => {
+                reasons.push(error.decline_reason(&step.image, step.instance.name()));
                 declined.extend(error.declined);
                 declined.push(step.instance.name().to_owned());
-                reasons.push(error.message);
             }
             outcome => {
                 if step.resolved && outcome.is_ok() {
@@ -372,29 +413,19 @@ fn run_plan(
             }
         }
     }
-    let mut outcome = served.evaluate(context, None, image, resource_list);
-    if let Err(error) = &mut outcome
-        && error.kind == ErrorKind::NotFound
-        && !context.tag().is_empty()
-    {
-        error.message = constrained_not_found(image, context.tag(), reasons, &error.message);
-    }
-    with_declined(outcome, declined)
-}
-
-/// The NOT_FOUND answer to a constrained call: every evaluator's own reason (they name the
-/// versions they have), or, when none said more than the usual decline, that no version is known.
-fn constrained_not_found(image: &str, tag: &str, routed: Vec<String>, served: &str) -> String {
-    let plain = EvalError::not_found(image).message;
-    let reasons: Vec<String> = routed
-        .into_iter()
-        .chain(std::iter::once(served.to_owned()))
-        .filter(|reason| *reason != plain)
-        .collect();
-    if reasons.is_empty() {
-        format!("{plain}: no evaluator has a version satisfying tag constraint {tag:?}")
-    } else {
-        reasons.join("; ")
+    match served.evaluate(context, None, image, resource_list) {
+        Err(error) if error.kind == ErrorKind::NotFound => {
+            reasons.push(error.decline_reason(image, served.name()));
+            declined.extend(error.declined);
+            if !context.tag().is_empty() {
+                reasons.push(format!(
+                    "no evaluator has a version satisfying tag constraint {}",
+                    krm_plugin_api::quoted(context.tag())
+                ));
+            }
+            Err(EvalError::all_declined(image, &reasons, declined))
+        }
+        outcome => with_declined(outcome, declined),
     }
 }
 

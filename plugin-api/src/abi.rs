@@ -129,6 +129,13 @@ pub trait EvaluatorFfi: Send + Sync {
         let _ = (image, tag, route);
         RString::new()
     }
+
+    /// What the evaluator would do with `image` (routed as `route`, JSON or empty), as JSON
+    /// ([`crate::Probe`]); empty when it cannot tell, as from plugins built before this method.
+    fn probe(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
+        let _ = (image, route);
+        RString::new()
+    }
 }
 
 pub type EvaluatorBox = EvaluatorFfi_TO<'static, RBox<()>>;

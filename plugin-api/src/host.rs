@@ -24,7 +24,7 @@ use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
     ABI_VERSION, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature,
-    PLUGIN_API_VERSION, Resolution, Route,
+    PLUGIN_API_VERSION, Probe, ProbeOutcome, Resolution, Route,
 };
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
@@ -284,6 +284,9 @@ impl EvaluatorSlot {
     }
 }
 
+/// Why a disabled instance declines every call.
+const DISABLED_REASON: &str = "disabled (`disabled:` or --disable-runtimes)";
+
 struct SlotEvaluator(Arc<EvaluatorSlot>);
 
 impl EvaluatorFfi for SlotEvaluator {
@@ -313,9 +316,9 @@ impl EvaluatorFfi for SlotEvaluator {
                     resource_list,
                 )
             }
-            Some(SlotState::Disabled) => to_ffi_result(Err(EvalError::new(
-                ErrorKind::NotFound,
-                format!("evaluator {:?} is disabled", slot.name),
+            Some(SlotState::Disabled) => to_ffi_result(Err(EvalError::declined_because(
+                image.as_str(),
+                DISABLED_REASON,
             ))),
             None => to_ffi_result(Err(EvalError::new(
                 ErrorKind::Unavailable,
@@ -341,6 +344,17 @@ impl EvaluatorFfi for SlotEvaluator {
         match self.0.state.get() {
             Some(SlotState::Ready(instance)) => instance.inner.resolve(image, tag, route),
             _ => RString::new(),
+        }
+    }
+
+    fn probe(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
+        match self.0.state.get() {
+            Some(SlotState::Ready(instance)) => instance.inner.probe(image, route),
+            Some(SlotState::Disabled) => RString::from(
+                serde_json::to_string(&Probe::Declines(DISABLED_REASON.to_owned()))
+                    .unwrap_or_default(),
+            ),
+            None => RString::new(),
         }
     }
 }
@@ -399,6 +413,15 @@ impl EvaluatorInstance {
             RStr::from_str(&Route::to_json(route)),
         );
         ResolveAnswer::from_json(answer.as_str())
+    }
+
+    /// What the instance would do with a call for `image` (see [`crate::Evaluator::probe`]).
+    pub fn probe(&self, image: &str, route: Option<&Route>) -> ProbeOutcome {
+        crate::plugin::probe_from_json(&self.inner.probe(
+            RStr::from_str(image),
+            RStr::from_str(&Route::to_json(route)),
+        ))
+        .into_resolution(&self.name)
     }
 
     /// The functions the instance implements itself, with their signatures.

@@ -8,8 +8,9 @@
 //!    `serde` for your config). The crate's library name decides the file: name it
 //!    `krm_plugin_<name>` so `plugin: <name>` finds `libkrm_plugin_<name>.so`.
 //! 2. Implement [`Evaluator`]: take an image name and a ResourceList, return a ResourceList and
-//!    a log, or an [`EvalError`]. Answer [`EvalError::not_found`] for images you do not serve, so
-//!    the chain falls through to the next evaluator. Watch the [`CallContext`]: when the caller
+//!    a log, or an [`EvalError`]. Answer [`EvalError::declined_because`] for images you do not
+//!    serve, saying why, so the chain falls through to the next evaluator (and the caller learns
+//!    why nothing served); say the same ahead of a call in [`Evaluator::probe`]. Watch the [`CallContext`]: when the caller
 //!    cancels or its deadline passes, stop and clean up.
 //! 3. Implement [`Plugin`]: a name, a version, a one-line description, a serde config type and a
 //!    `build` function. Config errors name the field ([`ConfigError::field`]); serde's own
@@ -33,6 +34,7 @@
 
 mod abi;
 mod call;
+mod decline;
 pub mod host;
 mod logging;
 mod plugin;
@@ -44,6 +46,7 @@ mod signature;
 pub use call::{
     CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,
 };
+pub use decline::{Answer, Probe, ProbeOutcome, declined_message};
 pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
 pub use quoted::{QUOTED_CHARS, Quoted, quoted};
 pub use signature::{FunctionSignature, Parameter, ParameterType};

@@ -19,8 +19,8 @@ use crate::abi::{
 };
 use crate::call::ResolveAnswer;
 use crate::{
-    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, Resolution,
-    Route, panic_message,
+    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, Probe,
+    ProbeOutcome, Resolution, Route, panic_message,
 };
 
 /// A plugin: a named factory of evaluators, one per configured instance.
@@ -109,6 +109,15 @@ pub trait Evaluator: Send + Sync + 'static {
     ) -> Option<Result<Resolution, EvalError>> {
         let _ = (image, tag, route);
         None
+    }
+
+    /// What a call for `image` (routed as `route`) would do here, decided without running
+    /// anything: serve, decline (with the reason the call's NOT_FOUND would give), or, by
+    /// default, unknown. `krm-runner functions --resolve` shows it; decide it with the same
+    /// code `evaluate` uses, so the two always agree.
+    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+        let _ = (image, route);
+        Probe::Unknown
     }
 }
 
@@ -206,6 +215,26 @@ impl EvaluatorHandle {
             RSlice::from_slice(resource_list),
         ))
     }
+
+    /// What the instance would do with a call for `image` (see [`Evaluator::probe`]).
+    pub fn probe(&self, image: &str, route: Option<&Route>) -> ProbeOutcome {
+        probe_from_json(&self.inner.probe(
+            RStr::from_str(image),
+            RStr::from_str(&Route::to_json(route)),
+        ))
+        .into_resolution(&self.name)
+    }
+}
+
+/// A [`Probe`] read from the ABI; empty (a plugin built before probes) or unreadable is unknown.
+pub(crate) fn probe_from_json(json: &str) -> Probe {
+    if json.is_empty() {
+        return Probe::Unknown;
+    }
+    serde_json::from_str(json).unwrap_or_else(|error| {
+        tracing::error!("unreadable probe answer ({error}): {json}");
+        Probe::Unknown
+    })
 }
 
 pub(crate) fn from_ffi_result(
@@ -302,6 +331,15 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
             ))))
         });
         RString::from(ResolveAnswer::to_json(outcome))
+    }
+
+    fn probe(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
+        let route = Route::from_json(route.as_str());
+        let probe = catch_unwind(AssertUnwindSafe(|| {
+            self.0.probe(image.as_str(), route.as_ref())
+        }))
+        .unwrap_or_default();
+        RString::from(serde_json::to_string(&probe).unwrap_or_default())
     }
 
     fn warm_up(&self, image: RStr<'_>, route: RStr<'_>) {

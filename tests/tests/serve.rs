@@ -73,9 +73,11 @@ async fn unknown_image_is_not_found_with_porchs_message() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    // Porch's wording first, then why each evaluator declined.
     assert_eq!(
         status.message(),
-        "function \"example.com/nothing:v1\" not found"
+        "function \"example.com/nothing:v1\" not found: kit: declined without a reason; \
+         exec: no executable is mapped to this image (`functions`: exact image names)"
     );
 }
 

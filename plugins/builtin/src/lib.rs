@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Executor,
-    FunctionSignature, Plugin, Resolution, Route,
+    FunctionSignature, Plugin, Probe, Resolution, Route,
 };
 use krm_runner_function_config::GoExecutor;
 use krm_runner_function_config::version::{Constraint, sorted_versions};
@@ -113,6 +113,9 @@ impl Builtin {
                 prefix.push('/');
             }
         }
+        // The runner's default prefix may repeat a catalog prefix.
+        let mut seen = std::collections::HashSet::new();
+        prefixes.retain(|prefix| seen.insert(prefix.clone()));
         let served = FUNCTIONS
             .iter()
             .filter(|f| !config.disabled.iter().any(|d| d == f.name))
@@ -144,7 +147,13 @@ impl Builtin {
     }
 
     /// The function serving `image`, if any.
+    #[cfg(test)]
     fn lookup(&self, image: &str) -> Option<&'static Function> {
+        self.find(image).ok()
+    }
+
+    /// The function serving `image`, or why none does (the reason a decline gives).
+    fn find(&self, image: &str) -> Result<&'static Function, String> {
         let (rest, prefixed) = self.strip_prefix(image);
         let (name_tag, digest) = match rest.split_once('@') {
             Some((n, d)) => (n, Some(d)),
@@ -154,17 +163,65 @@ impl Builtin {
             Some((n, t)) => (n, Some(t)),
             None => (name_tag, None),
         };
-        let served = self.served.iter().find(|s| s.function.name == name)?;
+        let Some(served) = self.served.iter().find(|s| s.function.name == name) else {
+            return Err(if !prefixed && name.contains('/') {
+                format!(
+                    "not an image under the prefixes it answers to ({})",
+                    self.prefixes.join(", ")
+                )
+            } else if FUNCTIONS.iter().any(|f| f.name == name) {
+                format!("{name} is disabled in its configuration")
+            } else {
+                format!("{name:?} is not one of its functions (`krm-runner functions` lists them)")
+            });
+        };
+        let reproduced = || match served.tags.as_slice() {
+            [] => format!("{name} answers only to its short name"),
+            tags => format!("{name} is reproduced for tags {}", tags.join(", ")),
+        };
         let accepted = match (tag, digest) {
             // The bare short name means "this implementation".
-            (None, None) => !prefixed,
+            (None, None) if !prefixed => return Ok(served.function),
+            (None, None) => return Err(format!("{}; the image names none", reproduced())),
             (Some(tag), None) => served.tags.iter().any(|t| t == tag),
             (tag, Some(digest)) => {
                 served.tags.iter().any(|t| t == digest)
                     && tag.is_none_or(|tag| served.tags.iter().any(|t| t == tag))
             }
         };
-        accepted.then_some(served.function)
+        if accepted {
+            return Ok(served.function);
+        }
+        let asked = [tag, digest].into_iter().flatten().collect::<Vec<_>>();
+        Err(format!("{}, not {}", reproduced(), asked.join("@")))
+    }
+
+    /// The function a call for `image` runs here, or why it declines (see [`Builtin::find`]);
+    /// a FunctionConfig's goExecutor names the function by id instead. The outer error fails
+    /// the call.
+    fn choose(
+        &self,
+        image: &str,
+        route: Option<&Route>,
+    ) -> Result<Result<&'static Function, String>, EvalError> {
+        let routed = route.filter(|route| route.executor == Executor::GoExecutor);
+        let Some(route) = routed else {
+            return Ok(self.find(image));
+        };
+        // The runner checked that the FunctionConfig's id names one of ours.
+        let go: GoExecutor = route.settings()?;
+        let id = go.id.unwrap_or_default();
+        Ok(self
+            .served
+            .iter()
+            .find(|served| served.function.name == id)
+            .map(|served| served.function)
+            .ok_or_else(|| {
+                format!(
+                    "FunctionConfig {}: goExecutor id {id:?} is not one of its functions",
+                    route.function_config
+                )
+            }))
     }
 
     /// For an untagged `image` naming one of ours, the highest reproduced tag satisfying the
@@ -237,32 +294,23 @@ impl Evaluator for Builtin {
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
-        let routed = context
-            .route()
-            .filter(|route| route.executor == Executor::GoExecutor);
-        let function = match routed {
-            // The runner checked that the FunctionConfig's id names one of ours.
-            Some(route) => {
-                let go: GoExecutor = route.settings()?;
-                let id = go.id.unwrap_or_default();
-                self.served
-                    .iter()
-                    .find(|served| served.function.name == id)
-                    .map(|served| served.function)
-            }
-            None => match context.requested_tag() {
-                Some(tag) => match self.resolve_tag(image, &tag) {
-                    Some(resolved) => {
-                        let (resolution, function) = resolved?;
-                        context.report_resolved(&resolution.reference());
-                        Some(function)
-                    }
-                    None => None,
-                },
-                None => self.lookup(image),
+        let route = context.route();
+        let go_routed = route
+            .as_ref()
+            .is_some_and(|route| route.executor == Executor::GoExecutor);
+        let function = match context.requested_tag() {
+            Some(tag) if !go_routed => match self.resolve_tag(image, &tag) {
+                Some(resolved) => {
+                    let (resolution, function) = resolved?;
+                    context.report_resolved(&resolution.reference());
+                    function
+                }
+                None => return Err(EvalError::declined_because(image, NOT_OURS)),
             },
-        }
-        .ok_or_else(|| EvalError::not_found(image))?;
+            _ => self
+                .choose(image, route.as_ref())?
+                .map_err(|reason| EvalError::declined_because(image, reason))?,
+        };
         let stop = Stop::default();
         let on_cancel = stop.clone();
         context.on_cancel(move |_| on_cancel.request());
@@ -293,7 +341,19 @@ impl Evaluator for Builtin {
                 .map(|(resolution, _)| resolution),
         )
     }
+
+    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+        match self.choose(image, route) {
+            Ok(Err(reason)) => Probe::Declines(reason),
+            // A call that fails does not fall through either.
+            Ok(Ok(_)) | Err(_) => Probe::Serves,
+        }
+    }
 }
+
+/// Why a call with a tag constraint for an image that names none of the builtin's functions
+/// is declined.
+const NOT_OURS: &str = "no builtin function has this name";
 
 /// Runs one function over a serialized ResourceList.
 fn run(function: &Function, input: &[u8], limits: &Limits) -> Result<EvalResponse, EvalError> {

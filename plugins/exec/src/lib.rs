@@ -28,7 +28,7 @@ use std::path::PathBuf;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
-    Executor, Plugin, Resolution, Route, export_plugin,
+    Executor, Plugin, Probe, Resolution, Route, export_plugin,
 };
 use krm_runner_function_config::version::{Constraint, sorted_versions};
 use krm_runner_function_config::{BinaryExecutor, ImageRef};
@@ -125,7 +125,7 @@ impl Evaluator for Exec {
         if let Some(tag) = context.requested_tag() {
             let resolution = self
                 .resolve_tag(image, &tag)
-                .ok_or_else(|| EvalError::not_found(image))??;
+                .ok_or_else(|| EvalError::declined_because(image, NOT_MAPPED))??;
             context.report_resolved(&resolution.image);
             let function = &self.functions[&resolution.image];
             return process::run(
@@ -137,7 +137,7 @@ impl Evaluator for Exec {
             );
         }
         let Some(function) = self.functions.get(image) else {
-            return Err(EvalError::not_found(image));
+            return Err(EvalError::declined_because(image, NOT_MAPPED));
         };
         process::run(context, image, function, resource_list, &self.limits)
     }
@@ -150,7 +150,19 @@ impl Evaluator for Exec {
     ) -> Option<Result<Resolution, EvalError>> {
         self.resolve_tag(image, tag)
     }
+
+    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+        let routed = route.is_some_and(|route| route.executor == Executor::BinaryExecutor);
+        if routed || self.functions.contains_key(image) {
+            Probe::Serves
+        } else {
+            Probe::Declines(NOT_MAPPED.to_owned())
+        }
+    }
 }
+
+/// Why an image is declined: the map is by exact image string.
+const NOT_MAPPED: &str = "no executable is mapped to this image (`functions`: exact image names)";
 
 pub struct ExecPlugin;
 

@@ -10,7 +10,7 @@
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
-    EvaluatorHandle, Plugin, export_plugin,
+    EvaluatorHandle, Plugin, Probe, ProbeOutcome, Route, export_plugin,
 };
 use serde::Deserialize;
 
@@ -33,7 +33,6 @@ impl Evaluator for Multi {
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
         let mut declined = Vec::new();
-        let mut last_decline = None;
         let mut reasons = Vec::new();
         for evaluator in &self.chain {
             match evaluator.evaluate(context, image, resource_list) {
@@ -43,10 +42,9 @@ impl Evaluator for Multi {
                     return Ok(response);
                 }
                 Err(mut error) if error.kind == ErrorKind::NotFound => {
+                    reasons.push(error.decline_reason(image, evaluator.name()));
                     declined.append(&mut error.declined);
                     declined.push(evaluator.name().to_owned());
-                    reasons.push(error.message.clone());
-                    last_decline = Some(error);
                 }
                 Err(mut error) => {
                     declined.append(&mut error.declined);
@@ -55,21 +53,26 @@ impl Evaluator for Multi {
                 }
             }
         }
-        // Porch answers with the last decline's message: `function "<image>" not found`. For a
-        // call with a tag constraint, evaluators that know the image say which versions they
-        // have: all of them are kept.
-        let plain = EvalError::not_found(image);
-        reasons.retain(|reason| *reason != plain.message);
-        let mut error = match last_decline {
-            _ if context.requested_tag().is_some() && !reasons.is_empty() => {
-                EvalError::new(ErrorKind::NotFound, reasons.join("; "))
+        // Porch's wording, `function "<image>" not found`, then why each evaluator declined.
+        Err(EvalError::all_declined(image, &reasons, declined))
+    }
+
+    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+        let mut declined = Vec::new();
+        for evaluator in &self.chain {
+            let mut resolution = evaluator.probe(image, route);
+            declined.append(&mut resolution.declined);
+            if resolution.answer.is_some() {
+                return Probe::Delegated(ProbeOutcome {
+                    declined,
+                    answer: resolution.answer,
+                });
             }
-            Some(error) if error.message.contains(image) => error,
-            _ => plain,
-        };
-        error.kind = ErrorKind::NotFound;
-        error.declined = declined;
-        Err(error)
+        }
+        Probe::Delegated(ProbeOutcome {
+            declined,
+            answer: None,
+        })
     }
 }
 

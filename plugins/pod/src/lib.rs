@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator, Plugin,
-    Resolution, Route, export_plugin,
+    Probe, Resolution, Route, export_plugin,
 };
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use tonic::Code;
@@ -82,6 +82,11 @@ impl Evaluator for PodEvaluator {
             self.runtime
                 .block_on(versions::resolve_tag(&self.pool, &image, tag, route)),
         )
+    }
+
+    /// Any image can run in a pod: calls never fall through from here.
+    fn probe(&self, _image: &str, _route: Option<&Route>) -> Probe {
+        Probe::Serves
     }
 
     fn warm_up(&self, image: &str, route: Option<&Route>) {

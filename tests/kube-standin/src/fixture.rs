@@ -21,22 +21,33 @@ pub fn missing_prerequisites() -> Vec<String> {
     .collect()
 }
 
-/// `true` when podman-backed tests can run. Otherwise: under `CI=true` it panics (CI must have
-/// them: tests/run.sh installs them); elsewhere it prints a loud SKIPPING line naming `test` and
-/// returns `false`.
+/// `true` when podman-backed tests can run; otherwise the test is reported as skipped (see
+/// [`skip`]). `test` names it in the message.
 pub fn require_podman(test: &str) -> bool {
     let missing = missing_prerequisites();
     if missing.is_empty() {
         return true;
     }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: prerequisites missing under CI=true: {missing:?}");
-    }
-    eprintln!(
-        "\n!!!!! SKIPPING {test}: {} (tests/run.sh installs podman, runc, docker-registry, busybox-static) !!!!!\n",
+    skip(&format!(
+        "{test} needs {} (tests/run.sh installs podman, runc, docker-registry, busybox-static)",
         missing.join("; ")
-    );
+    ));
     false
+}
+
+/// Reports that the running test cannot run because something is missing from this machine.
+/// Under `CI=true` it panics, so CI never passes by skipping. Elsewhere it writes one
+/// `SKIPPED <test name>: <missing>` line to the process's stderr directly, not through
+/// `eprintln!`, which the test harness captures: so the line shows in `cargo test`'s output
+/// without `--nocapture`, next to the test's `ok`.
+pub fn skip(missing: &str) {
+    use std::io::Write;
+    let current = std::thread::current();
+    let test = current.name().unwrap_or("(unnamed test)");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: {missing}; required under CI=true");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {missing}");
 }
 
 /// A stand-in cluster with a node, a registry and an image builder. Dropping it removes every

@@ -20,10 +20,7 @@ fn kubectl_available() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("kubectl is required under CI=true");
-        }
-        eprintln!("\n!!!!! SKIPPING kubectl test: kubectl is not installed !!!!!\n");
+        krm_kube_standin::fixture::skip("kubectl is not installed");
     }
     ok
 }

@@ -1,0 +1,239 @@
+//! `kubectl apply -k deploy/kubernetes` (after its `crds`), with the real kubectl, against the Kubernetes API
+//! stand-in; and the example overlay, whose runner configuration the runner itself reads.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use krm_kube_standin::StandIn;
+use krm_runner_tests::{have_tool, run_cli, scratch};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo")
+        .to_owned()
+}
+
+fn kubectl(kubeconfig: Option<&Path>, args: &[&str]) -> Output {
+    let mut command = Command::new("kubectl");
+    if let Some(kubeconfig) = kubeconfig {
+        command.arg("--kubeconfig").arg(kubeconfig);
+    }
+    command.args(args).output().expect("kubectl")
+}
+
+fn succeeded(output: &Output, what: &str) -> String {
+    assert!(
+        output.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The documents `kubectl kustomize DIR` renders.
+fn rendered(dir: &Path) -> Vec<yaml_serde::Value> {
+    let text = succeeded(
+        &kubectl(None, &["kustomize", dir.to_str().unwrap()]),
+        "kubectl kustomize",
+    );
+    text.split("\n---\n")
+        .map(|document| yaml_serde::from_str(document).expect("rendered YAML"))
+        .collect()
+}
+
+fn find<'a>(documents: &'a [yaml_serde::Value], kind: &str, name: &str) -> &'a yaml_serde::Value {
+    documents
+        .iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// The container's images and its WRAPPER_SERVER_IMAGE, of the runner Deployment.
+fn runner_images(documents: &[yaml_serde::Value]) -> (String, String, String) {
+    let deployment = find(documents, "Deployment", "function-runner");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let wrapper_env = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|env| env["name"] == "WRAPPER_SERVER_IMAGE")
+        .expect("WRAPPER_SERVER_IMAGE")["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let template = find(documents, "PodTemplate", "base-pod-template");
+    let init = template["template"]["spec"]["initContainers"][0]["image"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (
+        container["image"].as_str().unwrap().to_owned(),
+        wrapper_env,
+        init,
+    )
+}
+
+#[test]
+fn kubectl_apply_k_creates_everything() {
+    if !have_tool("kubectl") {
+        return;
+    }
+    let dir = scratch();
+    let standin = StandIn::start(&dir.path().join("standin")).expect("stand-in");
+    let kubeconfig = Some(standin.kubeconfig.as_path());
+    let base = repo().join("deploy/kubernetes");
+    let crds = base.join("crds");
+    let output = kubectl(kubeconfig, &["apply", "-k", crds.to_str().unwrap()]);
+    succeeded(&output, "kubectl apply -k deploy/kubernetes/crds");
+    let output = kubectl(kubeconfig, &["apply", "-k", base.to_str().unwrap()]);
+    succeeded(&output, "kubectl apply -k deploy/kubernetes");
+    let applied = String::from_utf8_lossy(&output.stdout);
+
+    // Every rendered object was applied, and each exists now.
+    let documents = rendered(&base);
+    assert!(documents.len() >= 20, "{}", documents.len());
+    for document in &documents {
+        let kind = document["kind"].as_str().unwrap();
+        let name = document["metadata"]["name"].as_str().unwrap();
+        let namespace = document["metadata"]["namespace"].as_str();
+        let mut args = vec!["get", kind, name, "-o", "name"];
+        if let Some(namespace) = namespace {
+            args.extend(["-n", namespace]);
+        }
+        succeeded(&kubectl(kubeconfig, &args), &format!("get {kind} {name}"));
+        let outcome = if kind == "CustomResourceDefinition" {
+            "unchanged"
+        } else {
+            "created"
+        };
+        assert!(
+            applied.contains(&format!("/{name} {outcome}")),
+            "{kind} {name} not {outcome} by the apply: {applied}"
+        );
+    }
+    let function_configs = succeeded(
+        &kubectl(
+            kubeconfig,
+            &[
+                "get",
+                "functionconfigs",
+                "-n",
+                "porch-fn-system",
+                "-o",
+                "name",
+            ],
+        ),
+        "get functionconfigs",
+    );
+    assert_eq!(function_configs.lines().count(), 10, "{function_configs}");
+
+    // Applying again changes nothing, as on a real cluster.
+    let again = succeeded(
+        &kubectl(kubeconfig, &["apply", "-k", base.to_str().unwrap()]),
+        "second apply",
+    );
+    assert!(
+        again.lines().all(|line| line.ends_with(" unchanged")),
+        "{again}"
+    );
+
+    // The images are named once: the default names, and WRAPPER_SERVER_IMAGE follows the
+    // PodTemplate's init container.
+    let (runner, wrapper_env, wrapper) = runner_images(&documents);
+    assert_eq!(runner, "krm-runner:latest");
+    assert_eq!(wrapper, "krm-wrapper-server:latest");
+    assert_eq!(wrapper_env, wrapper);
+}
+
+#[test]
+fn the_example_overlay_moves_registry_namespace_resources_and_chain() {
+    if !have_tool("kubectl") {
+        return;
+    }
+    let documents = rendered(&repo().join("deploy/overlays/example"));
+    let (runner, wrapper_env, wrapper) = runner_images(&documents);
+    assert_eq!(runner, "registry.example.com/krm/krm-runner:v0.1.0");
+    assert_eq!(
+        wrapper,
+        "registry.example.com/krm/krm-wrapper-server:v0.1.0"
+    );
+    assert_eq!(wrapper_env, wrapper);
+    for document in &documents {
+        let namespace = &document["metadata"]["namespace"];
+        assert!(
+            namespace.is_null() || namespace == "krm",
+            "{:?} in {namespace:?}",
+            document["metadata"]["name"]
+        );
+    }
+    let namespaces: Vec<_> = documents
+        .iter()
+        .filter(|d| d["kind"] == "Namespace")
+        .map(|d| d["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(namespaces, ["krm"]);
+    let binding = find(&documents, "RoleBinding", "porch-function-executor");
+    assert_eq!(binding["subjects"][0]["namespace"], "krm");
+
+    // The runner reads what the overlay gives it: the ConfigMap's file, the container's
+    // arguments and its environment, as in the pod.
+    let deployment = find(&documents, "Deployment", "function-runner");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["resources"]["requests"]["memory"], "256Mi",
+        "{container:?}"
+    );
+    let config_map = find(&documents, "ConfigMap", "krm-runner-config");
+    let dir = scratch();
+    let config_file = dir.path().join("config.yaml");
+    std::fs::write(
+        &config_file,
+        config_map["data"]["config.yaml"].as_str().unwrap(),
+    )
+    .unwrap();
+    let mut args: Vec<String> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|arg| {
+            arg.as_str()
+                .unwrap()
+                .replace("/etc/krm-runner/config.yaml", config_file.to_str().unwrap())
+        })
+        .collect();
+    assert_eq!(args.pop().as_deref(), Some("serve"));
+    args.push("config".into());
+    let env: Vec<(String, String)> = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|env| {
+            Some((
+                env["name"].as_str()?.to_owned(),
+                env["value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = run_cli(&args, &env, b"");
+    let merged = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{merged}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let merged: yaml_serde::Value =
+        yaml_serde::from_str(merged.split("# where each value").next().unwrap()).unwrap();
+    assert_eq!(
+        merged["evaluators"]["default"]["config"]["chain"],
+        yaml_serde::from_str::<yaml_serde::Value>("[builtin, pod]").unwrap()
+    );
+    assert_eq!(
+        merged["evaluators"]["pod"]["config"]["pod_namespace"],
+        "krm"
+    );
+    assert_eq!(merged["function_configs"]["cluster"]["namespace"], "krm");
+}

@@ -1,0 +1,118 @@
+//! The README's lists and figures about the tree stay true: the builtin functions against
+//! `krm-runner functions`, the crates in its layout against the workspace, the size it gives
+//! for the `multi` example plugin against the file.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use krm_runner_tests::run_cli;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo")
+        .to_owned()
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(repo().join("README.md")).expect("README.md")
+}
+
+/// The backquoted words of the README line starting with `lead`, and the lines after it up to
+/// the next blank line.
+fn listed(readme: &str, lead: &str) -> BTreeSet<String> {
+    let start = readme
+        .find(&format!("\n{lead}"))
+        .unwrap_or_else(|| panic!("README has no line starting {lead:?}"));
+    let paragraph = readme[start + 1..].split("\n\n").next().unwrap();
+    paragraph
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn builtin_list_matches_the_functions_the_runner_implements() {
+    let output = run_cli(&["functions"], &[], b"");
+    assert!(output.status.success(), "{output:?}");
+    let table = String::from_utf8(output.stdout).unwrap();
+    let implemented: BTreeSet<String> = table
+        .lines()
+        .skip(1)
+        .filter(|line| line.split_whitespace().nth(1) == Some("builtin"))
+        .map(|line| line.split_whitespace().next().unwrap().to_owned())
+        .collect();
+    let readme = readme();
+    assert_eq!(listed(&readme, "Functions: "), implemented, "{table}");
+    let count = [
+        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+        "twelve",
+    ][implemented.len() - 1];
+    assert!(
+        readme.contains(&format!("Today\n{count} (a test checks")),
+        "the README gives the number of builtins as {count:?}"
+    );
+}
+
+#[test]
+fn layout_names_every_workspace_crate_folder() {
+    let manifest = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let members: Vec<&str> = manifest
+        .split("members = [")
+        .nth(1)
+        .unwrap()
+        .split(']')
+        .next()
+        .unwrap()
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .collect();
+    let readme = readme();
+    let layout = readme
+        .split("\n## Layout\n")
+        .nth(1)
+        .expect("a Layout section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    for member in members {
+        let named = [format!("`{member}/`"), format!("`{member}`")]
+            .into_iter()
+            .chain(
+                member
+                    .strip_prefix("plugins/")
+                    .map(|plugin| format!("`{plugin}`")),
+            )
+            .any(|mention| layout.contains(&mention));
+        assert!(
+            named,
+            "README Layout does not name the crate folder {member}:\n{layout}"
+        );
+    }
+}
+
+#[test]
+fn multi_example_size_is_what_the_readme_says() {
+    let lines = std::fs::read_to_string(repo().join("plugins/multi/src/lib.rs"))
+        .unwrap()
+        .lines()
+        .count();
+    let readme = readme();
+    let stated: usize = readme
+        .split("`plugins/multi` (about ")
+        .nth(1)
+        .expect("the README gives plugins/multi's size")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // "About": within a fifth, so that small edits do not need a README change.
+    assert!(
+        lines.abs_diff(stated) * 5 <= stated,
+        "plugins/multi/src/lib.rs has {lines} lines; the README says about {stated}"
+    );
+}
