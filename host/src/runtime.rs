@@ -417,10 +417,12 @@ fn run_plan(
         Err(error) if error.kind == ErrorKind::NotFound => {
             reasons.push(error.decline_reason(image, served.name()));
             declined.extend(error.declined);
-            if !context.tag().is_empty() {
+            // A constraint nobody named in a reason (no evaluator knows the image) is still said.
+            let tag = context.tag();
+            if !tag.is_empty() && !reasons.iter().any(|reason| reason.contains(tag)) {
                 reasons.push(format!(
                     "no evaluator has a version satisfying tag constraint {}",
-                    krm_plugin_api::quoted(context.tag())
+                    krm_plugin_api::quoted(tag)
                 ));
             }
             Err(EvalError::all_declined(image, &reasons, declined))
