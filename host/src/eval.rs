@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
 use krm_plugin_api::host::HostCallContext;
+use krm_runner_function_config::config_file;
 
 use crate::catalog::Catalog;
 use crate::cli::EvalArgs;
@@ -102,9 +103,8 @@ fn function_config(args: &EvalArgs) -> anyhow::Result<Option<String>> {
     match (&args.fn_config, args.data.is_empty()) {
         (Some(_), false) => bail!("give either --fn-config or key=value pairs, not both"),
         (Some(path), true) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            match yaml_serde::from_str::<yaml_serde::Value>(&text) {
+            let text = config_file::read_text(path).context("--fn-config")?;
+            match config_file::from_yaml::<yaml_serde::Value>(&text) {
                 Ok(yaml_serde::Value::Mapping(_)) => Ok(Some(text)),
                 Ok(_) => bail!("--fn-config {}: not a YAML mapping", path.display()),
                 Err(error) => bail!("--fn-config {}: not valid YAML: {error}", path.display()),

@@ -13,7 +13,7 @@ use krm_plugin_api::host::EvaluatorInstance;
 use krm_plugin_api::{Executor, Route};
 use krm_runner_function_config::{self as fc, RoutingTable};
 
-pub use store::{Store, check_files};
+pub use store::Store;
 
 /// Starts what keeps the routing current while serving: the file reload, the cluster watch,
 /// and (once both sources are read) the warm-up.
