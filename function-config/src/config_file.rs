@@ -214,7 +214,14 @@ mod tests {
         for text in ["[".repeat(40_000), format!("a: {}", "{b: ".repeat(100))] {
             let error = from_yaml::<yaml_serde::Value>(&text).unwrap_err();
             assert!(
-                matches!(error, YamlError::TooDeep { document: 1, line: 1, .. }),
+                matches!(
+                    error,
+                    YamlError::TooDeep {
+                        document: 1,
+                        line: 1,
+                        ..
+                    }
+                ),
                 "{error}"
             );
         }
@@ -224,12 +231,19 @@ mod tests {
     fn deep_block_nesting_is_refused() {
         let text = format!("{}x\n", "- ".repeat(100));
         let error = from_yaml::<yaml_serde::Value>(&text).unwrap_err();
-        assert!(error.to_string().starts_with("nested deeper than 64"), "{error}");
+        assert!(
+            error.to_string().starts_with("nested deeper than 64"),
+            "{error}"
+        );
     }
 
     #[test]
     fn nesting_up_to_the_limit_is_read() {
-        let text = format!("{}{}", "[".repeat(MAX_YAML_DEPTH), "]".repeat(MAX_YAML_DEPTH));
+        let text = format!(
+            "{}{}",
+            "[".repeat(MAX_YAML_DEPTH),
+            "]".repeat(MAX_YAML_DEPTH)
+        );
         from_yaml::<yaml_serde::Value>(&text).unwrap();
     }
 
@@ -238,14 +252,23 @@ mod tests {
         let shallow = format!("{}{}", "[".repeat(40), "]".repeat(40));
         let text = format!("{shallow}\n---\n{shallow}\n---\n{}", "[".repeat(70));
         let error = check_yaml_depth(&text).unwrap_err();
-        assert!(matches!(error, YamlError::TooDeep { document: 3, .. }), "{error}");
+        assert!(
+            matches!(error, YamlError::TooDeep { document: 3, .. }),
+            "{error}"
+        );
     }
 
     #[test]
     fn special_files_are_refused_without_blocking() {
         let error = read_bytes(Path::new("/dev/zero")).unwrap_err();
         assert!(
-            matches!(error, ReadError::NotRegularFile { kind: "character device", .. }),
+            matches!(
+                error,
+                ReadError::NotRegularFile {
+                    kind: "character device",
+                    ..
+                }
+            ),
             "{error}"
         );
         let dir = tempfile::tempdir().unwrap();
@@ -261,7 +284,13 @@ mod tests {
             format!("{}: not a regular file (a FIFO)", fifo.display())
         );
         let error = read_text(dir.path()).unwrap_err();
-        assert!(matches!(error, ReadError::NotRegularFile { kind: "directory", .. }));
+        assert!(matches!(
+            error,
+            ReadError::NotRegularFile {
+                kind: "directory",
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -272,20 +301,29 @@ mod tests {
         assert!(matches!(read_text(&big), Err(ReadError::TooLarge { .. })));
         let exact = dir.path().join("exact.yaml");
         std::fs::write(&exact, vec![b'#'; MAX_CONFIG_FILE_BYTES as usize]).unwrap();
-        assert_eq!(read_text(&exact).unwrap().len() as u64, MAX_CONFIG_FILE_BYTES);
+        assert_eq!(
+            read_text(&exact).unwrap().len() as u64,
+            MAX_CONFIG_FILE_BYTES
+        );
     }
 
     #[test]
     fn missing_and_non_text_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing.yaml");
-        assert!(matches!(read_text(&missing), Err(ReadError::Missing { .. })));
+        assert!(matches!(
+            read_text(&missing),
+            Err(ReadError::Missing { .. })
+        ));
         let binary = dir.path().join("binary.yaml");
         std::fs::write(&binary, b"a: \xff\n").unwrap();
         let error = read_text(&binary).unwrap_err();
         assert_eq!(
             error.to_string(),
-            format!("{}: not UTF-8 text (invalid byte at offset 3)", binary.display())
+            format!(
+                "{}: not UTF-8 text (invalid byte at offset 3)",
+                binary.display()
+            )
         );
     }
 }

@@ -283,8 +283,8 @@ const BUILTIN_CASES: [(&str, &str, &str); 2] = [
 ];
 
 async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> anyhow::Result<()> {
-    let runtime =
-        Runtime::start(base, Purpose::Serve).map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
+    let runtime = Runtime::start(base, Purpose::Serve)
+        .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
     let instance = runtime
         .instance("builtin")
         .context("the builtin instance")?

@@ -275,12 +275,25 @@ pub fn extract(figment: &Figment) -> (Option<Config>, Vec<String>) {
         Err(whole) => {
             let mut problems = Vec::new();
             let mut usable = embedded();
-            let merged = figment.data().ok().and_then(|mut data| data.remove(&Profile::Default));
+            let merged = figment
+                .data()
+                .ok()
+                .and_then(|mut data| data.remove(&Profile::Default));
             if let Some(merged) = merged {
-                isolate(figment, &mut Vec::new(), &merged, &mut usable, &mut problems);
+                isolate(
+                    figment,
+                    &mut Vec::new(),
+                    &merged,
+                    &mut usable,
+                    &mut problems,
+                );
             }
             if problems.is_empty() {
-                problems.extend(whole.into_iter().map(|error| describe_error(figment, &error)));
+                problems.extend(
+                    whole
+                        .into_iter()
+                        .map(|error| describe_error(figment, &error)),
+                );
             }
             (usable.extract::<Config>().ok(), problems)
         }
@@ -311,7 +324,11 @@ fn isolate(
         set_path(&mut alone, &keys, value.clone());
         let trial = embedded().merge(Serialized::from(&alone, Profile::Default));
         match trial.extract::<Config>() {
-            Ok(_) => *usable = usable.clone().merge(Serialized::from(alone, Profile::Default)),
+            Ok(_) => {
+                *usable = usable
+                    .clone()
+                    .merge(Serialized::from(alone, Profile::Default))
+            }
             Err(error) => {
                 let mut report = |error: &figment::Error| {
                     let problem = describe_error(figment, error);
@@ -532,7 +549,10 @@ mod tests {
         let (config, more) = extract(&figment);
         problems.extend(more);
         let file = file.display().to_string();
-        let problems = problems.into_iter().map(|p| p.replace(&file, "FILE")).collect();
+        let problems = problems
+            .into_iter()
+            .map(|p| p.replace(&file, "FILE"))
+            .collect();
         (config, problems)
     }
 
@@ -574,7 +594,10 @@ evaluators:
             "function_configs.warm_up: invalid type: found string \"maybe\"",
             "function_configs.cluster.nope: unknown field: found `nope`",
         ] {
-            assert!(problems.contains(expected), "{expected:?} missing from:\n{problems}");
+            assert!(
+                problems.contains(expected),
+                "{expected:?} missing from:\n{problems}"
+            );
         }
         // What could be used is kept, for the checks that follow.
         let config = config.unwrap();
@@ -636,9 +659,9 @@ function_configs:
             problem.starts_with("FILE: ")
                 || problem.split_once(": ").is_some_and(|(key, _)| {
                     !key.is_empty()
-                        && key.split('.').all(|part| {
-                            !part.is_empty() && !part.contains(char::is_whitespace)
-                        })
+                        && key
+                            .split('.')
+                            .all(|part| !part.is_empty() && !part.contains(char::is_whitespace))
                 })
         }
 

@@ -96,9 +96,7 @@ fn check_library_file(path: &Path) -> Result<(), String> {
     let truncated = |what: String, (offset, size): (u64, u64)| {
         let end = offset.saturating_add(size);
         (end > length).then(|| {
-            format!(
-                "truncated: {what} ends at byte {end}, but the file has {length} bytes"
-            )
+            format!("truncated: {what} ends at byte {end}, but the file has {length} bytes")
         })
     };
     for (index, segment) in elf.segments().enumerate() {

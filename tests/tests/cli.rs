@@ -494,7 +494,10 @@ fn config_check_and_serve_agree_on_broken_configurations() {
         (
             "a multi chain naming a missing instance",
             "evaluators:\n  default: {plugin: multi, config: {chain: [exec, nowhere]}}\n".into(),
-            vec!["evaluators.default.config: chain[1]: no evaluator instance named \"nowhere\"".into()],
+            vec![
+                "evaluators.default.config: chain[1]: no evaluator instance named \"nowhere\""
+                    .into(),
+            ],
         ),
         (
             "a truncated plugin file",
@@ -502,7 +505,10 @@ fn config_check_and_serve_agree_on_broken_configurations() {
                 "evaluators:\n  kit: {{plugin: {}}}\n  default: {{plugin: multi, config: {{chain: [kit]}}}}\n",
                 library.display()
             ),
-            vec![format!("evaluators.kit.plugin: {}: not a loadable plugin library", library.display())],
+            vec![format!(
+                "evaluators.kit.plugin: {}: not a loadable plugin library",
+                library.display()
+            )],
         ),
         (
             "host-level and plugin-level problems together",
@@ -518,38 +524,70 @@ fn config_check_and_serve_agree_on_broken_configurations() {
                 "listen: \"nowhere\" is not an address".into(),
                 "log_format: unknown variant: found `xml`".into(),
                 "max_message_bytes: invalid type: found string \"lots\"".into(),
-                format!("evaluators.kit.plugin: {}: not a loadable plugin library", library.display()),
+                format!(
+                    "evaluators.kit.plugin: {}: not a loadable plugin library",
+                    library.display()
+                ),
                 "evaluators.extra.plugin: no-such-plugin not found in plugin_dirs".into(),
-                "evaluators.default.config: chain[1]: no evaluator instance named \"missing\"".into(),
-                format!("function_configs.paths: {}, document 1: not valid YAML (rest of the file skipped): nested deeper than 64 levels", path("fc/deep.yaml")),
-                format!("function_configs.paths: {}, document 1: spec.podExectuor: unknown field", path("fc/typo.yaml")),
+                "evaluators.default.config: chain[1]: no evaluator instance named \"missing\""
+                    .into(),
+                format!(
+                    "function_configs.paths: {}, document 1: not valid YAML (rest of the file skipped): nested deeper than 64 levels",
+                    path("fc/deep.yaml")
+                ),
+                format!(
+                    "function_configs.paths: {}, document 1: spec.podExectuor: unknown field",
+                    path("fc/typo.yaml")
+                ),
             ],
         ),
         (
             "a FIFO as a FunctionConfig file",
             format!("function_configs: {{paths: [{}]}}\n", path("fifo")),
-            vec![format!("function_configs.paths: {}: not a regular file (a FIFO)", path("fifo"))],
+            vec![format!(
+                "function_configs.paths: {}: not a regular file (a FIFO)",
+                path("fifo")
+            )],
         ),
         (
             "a krm-runner configuration file as Porch's exec map",
-            format!("evaluators:\n  exec: {{plugin: exec, config: {{porch_config_file: {}}}}}\n", path("runner.yaml")),
-            vec![format!("evaluators.exec.config: porch_config_file: {}: not Porch's exec map", path("runner.yaml"))],
+            format!(
+                "evaluators:\n  exec: {{plugin: exec, config: {{porch_config_file: {}}}}}\n",
+                path("runner.yaml")
+            ),
+            vec![format!(
+                "evaluators.exec.config: porch_config_file: {}: not Porch's exec map",
+                path("runner.yaml")
+            )],
         ),
     ];
     for (case, text, expected) in broken {
         let config = write_config(dir.path(), &text);
-        let check = run_cli_within(&["--config-file", &config, "config", "check"], START_UP_LIMIT);
+        let check = run_cli_within(
+            &["--config-file", &config, "config", "check"],
+            START_UP_LIMIT,
+        );
         let serve = run_cli_within(
             &["--config-file", &config, "serve", "--listen", "127.0.0.1:0"],
             START_UP_LIMIT,
         );
-        assert_eq!(check.status.code(), Some(2), "{case}: config check: {check:?}");
+        assert_eq!(
+            check.status.code(),
+            Some(2),
+            "{case}: config check: {check:?}"
+        );
         assert_eq!(serve.status.code(), Some(2), "{case}: serve: {serve:?}");
         let problems_found = problems(&check);
-        assert_eq!(problems_found, problems(&serve), "{case}: the same problems");
+        assert_eq!(
+            problems_found,
+            problems(&serve),
+            "{case}: the same problems"
+        );
         for problem in &expected {
             assert!(
-                problems_found.iter().any(|found| found.starts_with(problem.as_str())),
+                problems_found
+                    .iter()
+                    .any(|found| found.starts_with(problem.as_str())),
                 "{case}: {problem:?} missing from {problems_found:#?}"
             );
         }
