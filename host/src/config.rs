@@ -330,6 +330,8 @@ fn isolate(
                     .merge(Serialized::from(alone, Profile::Default))
             }
             Err(error) => {
+                // Errors above this key come from trying it without its siblings: not its own.
+                let own = |e: &figment::Error| e.path.len() >= path.len();
                 let mut report = |error: &figment::Error| {
                     let problem = describe_error(figment, error);
                     if !problems.contains(&problem) {
@@ -340,15 +342,12 @@ fn isolate(
                     // serde stopped at the mapping's first problem: its own (a missing key,
                     // say) is reported here, its children's by trying each of them.
                     Value::Dict(_, children) if !children.is_empty() => {
-                        for error in error.into_iter().filter(|e| {
-                            e.path.len() <= path.len()
-                                && !matches!(e.kind, figment::error::Kind::UnknownField(..))
-                        }) {
+                        for error in error.into_iter().filter(|e| e.path.len() == path.len()) {
                             report(&error);
                         }
                         isolate(figment, path, children, usable, problems);
                     }
-                    _ => error.into_iter().for_each(|error| report(&error)),
+                    _ => error.into_iter().filter(own).for_each(|error| report(&error)),
                 }
             }
         }
@@ -358,11 +357,7 @@ fn isolate(
 
 /// `key: what is wrong (from where)`, the source looked up in the full figment.
 fn describe_error(figment: &Figment, error: &figment::Error) -> String {
-    let mut key = error.path.clone();
-    if let figment::error::Kind::UnknownField(field, _) = &error.kind {
-        key.push(field.clone());
-    }
-    let key = key.join(".");
+    let key = error.path.join(".");
     let source = figment
         .find_metadata(&key)
         .map(|metadata| format!(" (from {})", describe_source(metadata)))

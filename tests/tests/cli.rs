@@ -423,7 +423,7 @@ fn oversized_and_deeply_nested_configuration_is_refused() {
     assert_eq!(
         problems(&output),
         [format!(
-            "{config}: not valid YAML: nested deeper than 64 levels at line 1, column 73"
+            "{config}: not valid YAML: nested deeper than 64 levels at line 1, column 264"
         )]
     );
 }
