@@ -11,7 +11,9 @@
 //! - [`RoutingTable`], matching a request image to an object and listing the executors to try.
 //!
 //! Objects from the cluster enter through [`Sourced::from_cluster`], which validates them.
+//! [`config_file`] reads every configuration file of the runner and its plugins within bounds.
 
+pub mod config_file;
 mod load;
 mod route;
 mod source;

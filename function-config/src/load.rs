@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::config_file::{self, ReadError, YamlError};
 use crate::source::{Source, Sourced, join};
 use crate::types::FunctionConfig;
 use crate::validate::FieldError;
@@ -21,6 +22,9 @@ pub enum LoadError {
     Missing { path: PathBuf },
     #[error("{}: cannot read: {source}", path.display())]
     Read { path: PathBuf, source: io::Error },
+    /// A file that is not a regular file, too large, not text or unreadable.
+    #[error(transparent)]
+    File(#[from] ReadError),
     /// The document is not YAML; the rest of the file is not read, as its document boundaries
     /// cannot be trusted any more.
     #[error("{}, document {document}: not valid YAML (rest of the file skipped): {message}", path.display())]
@@ -126,18 +130,31 @@ fn yaml_files_in(dir: &Path) -> io::Result<Vec<PathBuf>> {
 }
 
 fn load_file(path: &Path, loaded: &mut Vec<Sourced>, errors: &mut Vec<LoadError>) {
-    let text = match fs::read_to_string(path) {
+    let text = match config_file::read_text(path) {
         Ok(text) => text,
-        Err(source) => {
-            errors.push(LoadError::Read {
-                path: path.to_owned(),
-                source,
-            });
+        Err(error) => {
+            errors.push(LoadError::File(error));
             return;
         }
     };
-    for (index, document) in yaml_serde::Deserializer::from_str(&text).enumerate() {
-        let document_number = index + 1;
+    // The documents before a too deeply nested one are read; that one and the rest are never
+    // handed to the full parser, which parses each document as the iterator reaches it.
+    let too_deep = config_file::check_yaml_depth(&text).err();
+    let mut documents = yaml_serde::Deserializer::from_str(&text);
+    for document_number in 1.. {
+        if let Some(error @ YamlError::TooDeep { document, .. }) = &too_deep
+            && *document == document_number
+        {
+            errors.push(LoadError::Yaml {
+                path: path.to_owned(),
+                document: *document,
+                message: error.to_string(),
+            });
+            return;
+        }
+        let Some(document) = documents.next() else {
+            return;
+        };
         let value = match serde::Deserialize::deserialize(document) {
             Ok(Value::Null) => continue,
             Ok(value) => value,
@@ -145,7 +162,7 @@ fn load_file(path: &Path, loaded: &mut Vec<Sourced>, errors: &mut Vec<LoadError>
                 errors.push(LoadError::Yaml {
                     path: path.to_owned(),
                     document: document_number,
-                    message: yaml_serde::Error::to_string(&error),
+                    message: YamlError::Parse(error).to_string(),
                 });
                 return;
             }
@@ -519,7 +536,7 @@ spec:
         let (loaded, errors) = load_paths(std::slice::from_ref(&binary));
         assert!(loaded.is_empty());
         assert!(
-            matches!(&errors[..], [LoadError::Read { path, .. }] if *path == binary),
+            matches!(&errors[..], [LoadError::File(error)] if error.path() == binary),
             "{:?}",
             messages(&errors)
         );

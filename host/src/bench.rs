@@ -27,7 +27,7 @@ use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 
 use crate::config::{Config, EvaluatorConfig};
-use crate::runtime::Runtime;
+use crate::runtime::{Purpose, Runtime};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -116,7 +116,7 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
         },
     );
     config.serve = "default".into();
-    let runtime = Runtime::start(&config).map_err(|problems| {
+    let runtime = Runtime::start(&config, Purpose::Serve).map_err(|problems| {
         anyhow::anyhow!(
             "abi bench needs the testkit plugin: {}",
             problems.join("; ")
@@ -309,8 +309,8 @@ const BUILTIN_CASES: [(&str, &str, &str); 3] = [
 ];
 
 async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> anyhow::Result<()> {
-    let runtime =
-        Runtime::start(base).map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
+    let runtime = Runtime::start(base, Purpose::Serve)
+        .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
     let instance = runtime
         .instance("builtin")
         .context("the builtin instance")?

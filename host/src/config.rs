@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use figment::providers::{Env, Format, Serialized};
 use figment::value::{Dict, Value};
 use figment::{Figment, Metadata, Profile, Provider};
+use krm_runner_function_config::config_file::{self, YamlError};
 use serde::{Deserialize, Serialize};
 
 /// The embedded default configuration, usable as is.
@@ -150,15 +151,16 @@ pub enum LogFormat {
     Json,
 }
 
-/// figment's YAML support uses the deprecated serde_yaml; this uses its maintained successor.
+/// figment's YAML support uses the deprecated serde_yaml; this uses its maintained successor,
+/// with the nesting bound every configuration file gets.
 pub struct Yaml;
 
 impl Format for Yaml {
-    type Error = yaml_serde::Error;
+    type Error = YamlError;
     const NAME: &'static str = "YAML";
 
     fn from_str<T: serde::de::DeserializeOwned>(string: &str) -> Result<T, Self::Error> {
-        yaml_serde::from_str(string)
+        config_file::from_yaml(string)
     }
 }
 
@@ -169,16 +171,17 @@ pub struct Sources {
     pub skip_system_file: bool,
 }
 
-/// Builds the layered figment. `flags` holds only the keys set on the command line.
-pub fn layered(sources: &Sources, flags: Dict) -> Result<Figment, Vec<String>> {
+/// Builds the layered figment. `flags` holds only the keys set on the command line. A file that
+/// cannot be used is left out and reported, with every other such file.
+pub fn layered(sources: &Sources, flags: Dict) -> (Figment, Vec<String>) {
     let mut problems = Vec::new();
-    let mut figment = Figment::from(Named::new(EMBEDDED_NAME, Yaml::string(EMBEDDED_DEFAULT)));
+    let mut figment = embedded();
     if !sources.skip_system_file && Path::new(SYSTEM_CONFIG_FILE).exists() {
-        figment = figment.merge(checked_file(Path::new(SYSTEM_CONFIG_FILE), &mut problems));
+        figment = merge_file(figment, Path::new(SYSTEM_CONFIG_FILE), &mut problems);
     }
     if let Some(file) = &sources.config_file {
         if file.exists() {
-            figment = figment.merge(checked_file(file, &mut problems));
+            figment = merge_file(figment, file, &mut problems);
         } else {
             problems.push(format!("--config-file: {} does not exist", file.display()));
         }
@@ -191,24 +194,30 @@ pub fn layered(sources: &Sources, flags: Dict) -> Result<Figment, Vec<String>> {
     );
     figment = figment.merge(Named::new(
         "command line",
+        None,
         Serialized::from(flags, Profile::Default),
     ));
-    if problems.is_empty() {
-        Ok(figment)
-    } else {
-        Err(problems)
-    }
+    (figment, problems)
 }
 
-/// Gives a provider the name `krm-runner config` shows as a value's source.
+fn embedded() -> Figment {
+    Figment::from(Named::new(
+        EMBEDDED_NAME,
+        None,
+        Yaml::string(EMBEDDED_DEFAULT),
+    ))
+}
+
+/// Gives a provider the name (and file) `krm-runner config` shows as a value's source.
 struct Named<P> {
     name: &'static str,
+    file: Option<PathBuf>,
     inner: P,
 }
 
 impl<P: Provider> Named<P> {
-    fn new(name: &'static str, inner: P) -> Self {
-        Self { name, inner }
+    fn new(name: &'static str, file: Option<PathBuf>, inner: P) -> Self {
+        Self { name, file, inner }
     }
 }
 
@@ -216,6 +225,9 @@ impl<P: Provider> Provider for Named<P> {
     fn metadata(&self) -> Metadata {
         let mut metadata = self.inner.metadata();
         metadata.name = self.name.into();
+        if let Some(file) = &self.file {
+            metadata.source = Some(figment::Source::File(file.clone()));
+        }
         metadata
     }
 
@@ -224,48 +236,140 @@ impl<P: Provider> Provider for Named<P> {
     }
 }
 
-fn checked_file(path: &Path, problems: &mut Vec<String>) -> figment::providers::Data<Yaml> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => {
-            if let Err(error) = yaml_serde::from_str::<yaml_serde::Value>(&text) {
-                problems.push(format!("{}: not valid YAML: {error}", path.display()));
-            }
+/// Merges a configuration file read once, within the bounds of every configuration file (figment
+/// would read it again, unbounded); a file that cannot be read or is not YAML is left out.
+fn merge_file(figment: Figment, path: &Path, problems: &mut Vec<String>) -> Figment {
+    let text = match config_file::read_text(path) {
+        Ok(text) => text,
+        Err(error) => {
+            problems.push(error.to_string());
+            return figment;
         }
-        Err(error) => problems.push(format!("{}: cannot read: {error}", path.display())),
+    };
+    match config_file::from_yaml::<yaml_serde::Value>(&text) {
+        Ok(yaml_serde::Value::Mapping(_) | yaml_serde::Value::Null) => {}
+        Ok(_) => {
+            problems.push(format!(
+                "{}: not a mapping of configuration keys",
+                path.display()
+            ));
+            return figment;
+        }
+        Err(error) => {
+            problems.push(format!("{}: not valid YAML: {error}", path.display()));
+            return figment;
+        }
     }
-    Yaml::file_exact(path)
+    figment.merge(Named::new(
+        "YAML file",
+        Some(path.to_owned()),
+        Yaml::string(&text),
+    ))
 }
 
 /// Extracts and validates the configuration, reporting every problem, each naming its key.
-pub fn extract(figment: &Figment) -> Result<Config, Vec<String>> {
-    let config: Config = figment.extract().map_err(|error| {
-        error
-            .into_iter()
-            .map(|e| {
-                let key = e.path.join(".");
-                let source = e
-                    .metadata
-                    .as_ref()
-                    .map(|m| format!(" (from {})", describe_source(m)))
-                    .unwrap_or_default();
-                let kind = e.kind.to_string();
-                if key.is_empty() {
-                    format!("{kind}{source}")
-                } else {
-                    format!("{key}: {kind}{source}")
-                }
-            })
-            .collect::<Vec<_>>()
-    })?;
-    let mut config = config;
+///
+/// serde stops at the first value it cannot use, so when the whole does not extract, each key
+/// is tried alone over the embedded default (descending into mappings) to find every problem. The configuration returned then holds the usable values over
+/// the embedded default, for checks that can still run (the plugins'); `None` when not even
+/// that extracts.
+pub fn extract(figment: &Figment) -> (Option<Config>, Vec<String>) {
+    let (config, mut problems) = match figment.extract::<Config>() {
+        Ok(config) => (Some(config), Vec::new()),
+        Err(whole) => {
+            let mut problems = Vec::new();
+            let mut usable = embedded();
+            let merged = figment
+                .data()
+                .ok()
+                .and_then(|mut data| data.remove(&Profile::Default));
+            if let Some(merged) = merged {
+                isolate(
+                    figment,
+                    &mut Vec::new(),
+                    &merged,
+                    &mut usable,
+                    &mut problems,
+                );
+            }
+            if problems.is_empty() {
+                problems.extend(
+                    whole
+                        .into_iter()
+                        .map(|error| describe_error(figment, &error)),
+                );
+            }
+            (usable.extract::<Config>().ok(), problems)
+        }
+    };
+    let Some(mut config) = config else {
+        return (None, problems);
+    };
     config.function_configs.paths_are_default = figment
         .find_metadata("function_configs.paths")
         .is_some_and(|metadata| metadata.name == EMBEDDED_NAME);
-    let problems = config.problems();
-    if problems.is_empty() {
-        Ok(config)
+    problems.extend(config.problems());
+    (Some(config), problems)
+}
+
+/// Tries each key of `dict` (at `path`) alone over the embedded default: a usable one joins
+/// `usable`; an unusable mapping is descended into; other unusable values are reported.
+fn isolate(
+    figment: &Figment,
+    path: &mut Vec<String>,
+    dict: &Dict,
+    usable: &mut Figment,
+    problems: &mut Vec<String>,
+) {
+    for (key, value) in dict {
+        path.push(key.clone());
+        let mut alone = Dict::new();
+        let keys: Vec<&str> = path.iter().map(String::as_str).collect();
+        set_path(&mut alone, &keys, value.clone());
+        let trial = embedded().merge(Serialized::from(&alone, Profile::Default));
+        match trial.extract::<Config>() {
+            Ok(_) => {
+                *usable = usable
+                    .clone()
+                    .merge(Serialized::from(alone, Profile::Default))
+            }
+            Err(error) => {
+                // Errors above this key come from trying it without its siblings: not its own.
+                let own = |e: &figment::Error| e.path.len() >= path.len();
+                let mut report = |error: &figment::Error| {
+                    let problem = describe_error(figment, error);
+                    if !problems.contains(&problem) {
+                        problems.push(problem);
+                    }
+                };
+                match value {
+                    // serde stopped at the mapping's first problem: its own (a missing key,
+                    // say) is reported here, its children's by trying each of them.
+                    Value::Dict(_, children) if !children.is_empty() => {
+                        for error in error.into_iter().filter(|e| e.path.len() == path.len()) {
+                            report(&error);
+                        }
+                        isolate(figment, path, children, usable, problems);
+                    }
+                    _ => error.into_iter().filter(own).for_each(|error| report(&error)),
+                }
+            }
+        }
+        path.pop();
+    }
+}
+
+/// `key: what is wrong (from where)`, the source looked up in the full figment.
+fn describe_error(figment: &Figment, error: &figment::Error) -> String {
+    let key = error.path.join(".");
+    let source = figment
+        .find_metadata(&key)
+        .map(|metadata| format!(" (from {})", describe_source(metadata)))
+        .unwrap_or_default();
+    if key.is_empty() {
+        format!("{}{source}", error.kind)
     } else {
-        Err(problems)
+        format!("{key}: {}{source}", error.kind)
     }
 }
 
@@ -290,18 +394,7 @@ impl Config {
                 self.max_message_bytes
             ));
         }
-        if !self.evaluators.contains_key(&self.serve) {
-            problems.push(format!(
-                "serve: no evaluator instance named {:?} (configured: {})",
-                self.serve,
-                self.evaluator_names()
-            ));
-        } else if self.disabled.contains(&self.serve) {
-            problems.push(format!(
-                "serve: the served instance {:?} is disabled",
-                self.serve
-            ));
-        }
+        problems.extend(self.served_instance_problem());
         for (name, evaluator) in &self.evaluators {
             if evaluator.plugin.trim().is_empty() {
                 problems.push(format!("evaluators.{name}.plugin: empty"));
@@ -325,6 +418,24 @@ impl Config {
             problems.push("function_configs.cluster.namespace: empty".to_owned());
         }
         problems
+    }
+
+    /// Why `serve` names no instance that can serve.
+    pub fn served_instance_problem(&self) -> Option<String> {
+        if !self.evaluators.contains_key(&self.serve) {
+            Some(format!(
+                "serve: no evaluator instance named {:?} (configured: {})",
+                self.serve,
+                self.evaluator_names()
+            ))
+        } else if self.disabled.contains(&self.serve) {
+            Some(format!(
+                "serve: the served instance {:?} is disabled",
+                self.serve
+            ))
+        } else {
+            None
+        }
     }
 
     fn evaluator_names(&self) -> String {
@@ -423,19 +534,84 @@ pub fn instance_names(figment: &Figment) -> BTreeSet<String> {
 mod tests {
     use super::*;
 
+    fn load(file_text: Option<&str>) -> (Option<Config>, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.yaml");
+        if let Some(text) = file_text {
+            std::fs::write(&file, text).unwrap();
+        }
+        let sources = Sources {
+            skip_system_file: true,
+            config_file: file_text.map(|_| file.clone()),
+        };
+        let (figment, mut problems) = layered(&sources, Dict::new());
+        let (config, more) = extract(&figment);
+        problems.extend(more);
+        let file = file.display().to_string();
+        let problems = problems
+            .into_iter()
+            .map(|p| p.replace(&file, "FILE"))
+            .collect();
+        (config, problems)
+    }
+
     #[test]
     fn embedded_default_is_valid() {
-        let figment = layered(
-            &Sources {
-                skip_system_file: true,
-                ..Default::default()
-            },
-            Dict::new(),
-        )
-        .unwrap();
-        let config = extract(&figment).unwrap();
+        let (config, problems) = load(None);
+        assert_eq!(problems, Vec::<String>::new());
+        let config = config.unwrap();
         assert_eq!(config.serve, "default");
         assert_eq!(config.max_message_bytes, 6_291_456);
+    }
+
+    #[test]
+    fn every_problem_is_reported_each_naming_its_key() {
+        let (config, problems) = load(Some(
+            "listen: [not, an, address]
+max_message_bytes: lots
+lisen: 1
+log_format: xml
+             shutdown_grace_seconds: 3
+evaluators:
+  broken: {config: {}}
+  odd: {plugin: exec, config: {}, extra: 1}
+             function_configs:
+  reload_interval_seconds: soon
+  warm_up: maybe
+  cluster: {enabled: yes, namespace: 5, nope: 1}
+",
+        ));
+        let problems = problems.join("\n");
+        for expected in [
+            "listen: invalid type: found sequence, expected a string (from YAML file FILE)",
+            "max_message_bytes: invalid type: found string \"lots\", expected usize (from YAML file FILE)",
+            "lisen: unknown field: found `lisen`",
+            "log_format: unknown variant: found `xml`",
+            "evaluators.broken: missing field `plugin`",
+            "evaluators.odd.extra: unknown field: found `extra`",
+            "function_configs.reload_interval_seconds: invalid type: found string \"soon\"",
+            "function_configs.warm_up: invalid type: found string \"maybe\"",
+            "function_configs.cluster.nope: unknown field: found `nope`",
+        ] {
+            assert!(
+                problems.contains(expected),
+                "{expected:?} missing from:\n{problems}"
+            );
+        }
+        // What could be used is kept, for the checks that follow.
+        let config = config.unwrap();
+        assert_eq!(config.shutdown_grace_seconds, 3);
+        assert!(config.evaluators.contains_key("exec"));
+    }
+
+    #[test]
+    fn unusable_files_are_named() {
+        let (config, problems) = load(Some(&format!("listen: {}", "[".repeat(1000))));
+        assert_eq!(
+            problems,
+            ["FILE: not valid YAML: nested deeper than 64 levels at line 1, column 73"]
+        );
+        assert!(config.is_some());
     }
 
     #[test]
@@ -448,5 +624,79 @@ mod tests {
         );
         let json = serde_json::to_value(&dict).unwrap();
         assert_eq!(json["evaluators"]["exec"]["config"]["functions_dir"], "/f");
+    }
+
+    mod properties {
+        use super::load;
+        use proptest::prelude::*;
+
+        const SAMPLE: &str = "\
+listen: 127.0.0.1:9445
+max_message_bytes: 6291456
+plugin_dirs: [/opt/plugins]
+serve: default
+log_level: info
+log_format: json
+shutdown_grace_seconds: 30
+disabled: [pod]
+evaluators:
+  exec:
+    plugin: exec
+    config: {functions_dir: /opt/functions, functions: [{image: a/b:v1, path: b}]}
+  default:
+    plugin: multi
+    config: {chain: [exec]}
+function_configs:
+  paths: [/etc/krm-runner/functions]
+  reload_interval_seconds: 2
+  cluster: {enabled: false, namespace: porch-fn-system}
+  executors: {goExecutor: builtin, binaryExecutor: exec, podExecutor: pod}
+";
+
+        /// `key: ...` with a dotted key, or `FILE: ...`.
+        fn names_a_key_or_the_file(problem: &str) -> bool {
+            problem.starts_with("FILE: ")
+                || problem.split_once(": ").is_some_and(|(key, _)| {
+                    !key.is_empty()
+                        && key
+                            .split('.')
+                            .all(|part| !part.is_empty() && !part.contains(char::is_whitespace))
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: 128,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            /// Whatever a configuration file holds, loading it does not panic, and each problem
+            /// is one bounded line naming its key or the file.
+            #[test]
+            fn mutated_configurations_report_problems_naming_a_key(
+                edits in prop::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..10)
+            ) {
+                let mut bytes = SAMPLE.as_bytes().to_vec();
+                for (position, byte, operation) in edits {
+                    let position = position % bytes.len().max(1);
+                    match operation {
+                        0 if !bytes.is_empty() => bytes[position] = byte,
+                        2 if !bytes.is_empty() => {
+                            bytes.remove(position);
+                        }
+                        _ => bytes.insert(position.min(bytes.len()), byte),
+                    }
+                }
+                // Lossy, as a text editor would save it; invalid UTF-8 has its own test.
+                let text = String::from_utf8_lossy(&bytes);
+                let (_, problems) = load(Some(&text));
+                for problem in &problems {
+                    prop_assert!(names_a_key_or_the_file(problem), "{problem:?}");
+                    prop_assert!(!problem.contains('\n'), "one line: {problem:?}");
+                    prop_assert!(problem.len() <= 1024, "bounded: {problem:?}");
+                }
+            }
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
 use krm_plugin_api::host::HostCallContext;
+use krm_runner_function_config::config_file;
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
@@ -181,40 +182,12 @@ fn read_text(path: Option<&Path>, max_bytes: usize) -> anyhow::Result<String> {
     String::from_utf8(bytes).context("the input is not UTF-8 text")
 }
 
-/// Parses one YAML document for inspection. yaml_serde takes time quadratic in the nesting
-/// depth before its own recursion limit (128) applies, so depth is checked first, by a
-/// streaming pass that stops at the limit. That pass reads `:<TAB>` as `: `, which YAML
-/// allows and saphyr refuses; scalars do not matter to it.
-fn parse_yaml(text: &str) -> Result<yaml_serde::Value, String> {
-    const MAX_DEPTH: usize = 128;
-    let mut depth = 0usize;
-    let spaced = text.replace(":\t", ": ");
-    for event in saphyr_parser::Parser::new_from_str(&spaced) {
-        let (event, span) = event.map_err(|error| error.to_string())?;
-        match event {
-            saphyr_parser::Event::MappingStart(..) | saphyr_parser::Event::SequenceStart(..) => {
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(format!(
-                        "nesting deeper than {MAX_DEPTH} levels at line {} column {}",
-                        span.start.line(),
-                        span.start.col() + 1
-                    ));
-                }
-            }
-            saphyr_parser::Event::MappingEnd | saphyr_parser::Event::SequenceEnd => depth -= 1,
-            _ => {}
-        }
-    }
-    yaml_serde::from_str(text).map_err(|error| error.to_string())
-}
-
 fn function_config(args: &EvalArgs, max_bytes: usize) -> anyhow::Result<Option<String>> {
     match (&args.fn_config, args.data.is_empty()) {
         (Some(_), false) => bail!("give either --fn-config or key=value pairs, not both"),
         (Some(path), true) => {
-            let text = read_text(Some(path.as_path()), max_bytes)?;
-            match parse_yaml(&text) {
+            let text = config_file::read_text(path).context("--fn-config")?;
+            match config_file::from_yaml::<yaml_serde::Value>(&text) {
                 Ok(yaml_serde::Value::Mapping(_)) => Ok(Some(text)),
                 Ok(_) => bail!("--fn-config {}: not a YAML mapping", path.display()),
                 Err(error) => bail!("--fn-config {}: not valid YAML: {error}", path.display()),
@@ -257,7 +230,7 @@ pub fn resource_list(input: &str, function_config: Option<&str>) -> anyhow::Resu
     let documents = split_documents(input);
     let mut parsed = Vec::with_capacity(documents.len());
     for (index, document) in documents.iter().enumerate() {
-        let value = parse_yaml(document).map_err(|error| {
+        let value = config_file::from_yaml::<yaml_serde::Value>(document).map_err(|error| {
             anyhow::anyhow!("input document {}: not valid YAML: {error}", index + 1)
         })?;
         match &value {

@@ -19,7 +19,7 @@ use std::time::Duration;
 use cli::{Cli, Command};
 use config::{Config, Sources};
 use krm_plugin_api::Answer;
-use runtime::Runtime;
+use runtime::{Purpose, Runtime};
 
 /// Exit code for configuration and start-up problems (as Go's flag package uses for usage).
 const EXIT_CONFIG: u8 = 2;
@@ -30,27 +30,31 @@ fn main() -> ExitCode {
         config_file: cli.flags.config_file.clone(),
         skip_system_file: false,
     };
-    let (figment, config, warnings) = match load_config(&cli, &sources) {
-        Ok(loaded) => loaded,
-        Err(problems) => return report(&problems),
+    let loaded = load_config(&cli, &sources);
+    let mut problems = loaded.problems;
+    let Some(config) = loaded.config else {
+        return report(&problems);
     };
     logging::init(&config.log_level, config.log_format);
-    for warning in &warnings {
+    for warning in &loaded.warnings {
         tracing::warn!("{warning}");
     }
     for name in config.unknown_disabled() {
         tracing::warn!("--disable-runtimes: no evaluator instance named {name:?}; ignored");
     }
-    match &cli.command {
+    let checking = match &cli.command {
         Some(Command::Config { action: None }) => {
-            print_config(&figment, &config);
+            if !problems.is_empty() {
+                return report(&problems);
+            }
+            print_config(&loaded.figment, &config);
             return ExitCode::SUCCESS;
         }
         Some(Command::Config {
             action: Some(cli::ConfigAction::Check),
-        }) => return check_function_configs(&config),
-        _ => {}
-    }
+        }) => true,
+        _ => false,
+    };
     if let Some(Command::Eval(
         args @ cli::EvalArgs {
             server: Some(address),
@@ -58,13 +62,34 @@ fn main() -> ExitCode {
         },
     )) = &cli.command
     {
+        if !problems.is_empty() {
+            return report(&problems);
+        }
         // The serving runner's plugins answer; none are loaded here.
         return run_async(eval::run_remote(address, args, config.max_message_bytes));
     }
-    let runtime = match Runtime::start(&config) {
-        Ok(runtime) => Arc::new(runtime),
-        Err(problems) => return report(&problems),
+    // The plugins are checked even when the runner's own configuration has problems, so that
+    // every problem is reported at once; they then build without side effects.
+    let purpose = if checking || !problems.is_empty() {
+        Purpose::Check
+    } else {
+        Purpose::Serve
     };
+    let runtime = match Runtime::start(&config, purpose) {
+        Ok(runtime) if problems.is_empty() => Arc::new(runtime),
+        Ok(_) => return report(&problems),
+        Err(more) => {
+            for problem in more {
+                if !problems.contains(&problem) {
+                    problems.push(problem);
+                }
+            }
+            return report(&problems);
+        }
+    };
+    if checking {
+        return report_check(&runtime);
+    }
     let runs_functions = matches!(
         cli.command,
         None | Some(Command::Serve | Command::Eval(_) | Command::Function { .. })
@@ -96,7 +121,7 @@ fn main() -> ExitCode {
                 let catalog = catalog::Catalog::new(runtime.functions());
                 eval::run_function(&runtime, &catalog, name, config.max_message_bytes).await
             }
-            Some(Command::Config { .. }) => unreachable!("handled before plugins load"),
+            Some(Command::Config { .. }) => unreachable!("handled before serving"),
         }
     });
     if runs_functions {
@@ -139,15 +164,29 @@ impl BadInvocation {
     }
 }
 
-fn load_config(
-    cli: &Cli,
-    sources: &Sources,
-) -> Result<(figment::Figment, Config, Vec<String>), Vec<String>> {
-    let without_flags = config::layered(sources, Default::default())?;
+/// The merged configuration and everything wrong with it, host-level.
+struct Loaded {
+    figment: figment::Figment,
+    /// The usable part, over the embedded default; `None` when not even that extracts.
+    config: Option<Config>,
+    warnings: Vec<String>,
+    problems: Vec<String>,
+}
+
+fn load_config(cli: &Cli, sources: &Sources) -> Loaded {
+    // The flags' meaning depends on the configured instances: the layers are read twice, and
+    // the problems reported are the second reading's.
+    let (without_flags, _) = config::layered(sources, Default::default());
     let (flags, warnings) = cli::flag_layer(&cli.flags, &config::instance_names(&without_flags));
-    let figment = config::layered(sources, flags)?;
-    let config = config::extract(&figment)?;
-    Ok((figment, config, warnings))
+    let (figment, mut problems) = config::layered(sources, flags);
+    let (config, more) = config::extract(&figment);
+    problems.extend(more);
+    Loaded {
+        figment,
+        config,
+        warnings,
+        problems,
+    }
 }
 
 fn report(problems: &[String]) -> ExitCode {
@@ -232,20 +271,22 @@ fn print_functions(runtime: &Runtime, name: Option<&str>) -> anyhow::Result<i32>
     Ok(0)
 }
 
-/// `krm-runner config check`: the configuration (already checked to get here) and the
-/// FunctionConfig files, offline.
-fn check_function_configs(config: &Config) -> ExitCode {
-    let (objects, problems, conflicts) =
-        routing::check_files(&config.function_configs, &config.default_image_prefix);
-    let all: Vec<String> = problems
+/// `krm-runner config check`, once the configuration has passed what start-up checks: the
+/// conflicts between FunctionConfigs too, which serving only logs.
+fn report_check(runtime: &Runtime) -> ExitCode {
+    let conflicts: Vec<String> = runtime
+        .store()
+        .conflicts()
         .into_iter()
-        .chain(conflicts)
-        .map(|problem| format!("function_configs.paths: {problem}"))
+        .map(|conflict| format!("function_configs.paths: {conflict}"))
         .collect();
-    if !all.is_empty() {
-        return report(&all);
+    if !conflicts.is_empty() {
+        return report(&conflicts);
     }
-    println!("configuration OK; {objects} FunctionConfigs OK");
+    println!(
+        "configuration OK; {} FunctionConfigs OK",
+        runtime.store().file_objects()
+    );
     ExitCode::SUCCESS
 }
 

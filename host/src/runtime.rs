@@ -122,9 +122,20 @@ impl HostServices for Services {
     }
 }
 
+/// What the runtime is started for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Serving calls: plugins start what they need (pods, background tasks).
+    Serve,
+    /// Only checking the configuration (`config check`, or a configuration with host-level
+    /// problems): plugins build without side effects, told by the `validate_only` setting.
+    Check,
+}
+
 impl Runtime {
-    /// Loads and builds everything, reporting every problem, one line each.
-    pub fn start(config: &Config) -> Result<Self, Vec<String>> {
+    /// Loads and builds everything, reporting every problem, one line each: the plugins', all
+    /// of them, and the FunctionConfig files'. `config check` and start-up both come here.
+    pub fn start(config: &Config, purpose: Purpose) -> Result<Self, Vec<String>> {
         let dirs = search_dirs(config);
         let disabled = config.disabled_set();
         let mut problems = Vec::new();
@@ -163,6 +174,7 @@ impl Runtime {
             settings: HashMap::from([
                 ("default_image_prefix", config.default_image_prefix.clone()),
                 ("max_message_bytes", config.max_message_bytes.to_string()),
+                ("validate_only", (purpose == Purpose::Check).to_string()),
             ]),
             slots: config
                 .evaluators
@@ -223,22 +235,35 @@ impl Runtime {
                 cycle.join(" -> ")
             ));
         }
-        if !problems.is_empty() {
+        let router = Arc::new(Router::new(&config.function_configs.executors, |name| {
+            built.get(name).cloned()
+        }));
+        let store = Store::load(
+            &config.function_configs,
+            &config.default_image_prefix,
+            router.clone(),
+        )
+        .map_err(|file_problems| {
+            problems.extend(
+                file_problems
+                    .into_iter()
+                    .map(|problem| format!("function_configs.paths: {problem}")),
+            )
+        });
+        let served = built.get(&config.serve).cloned();
+        let (Ok(store), Some(served), true) = (store, served, problems.is_empty()) else {
+            // An instance that failed to build has said why; otherwise `serve` names none.
+            if problems.is_empty() {
+                problems.extend(config.served_instance_problem());
+            }
             return Err(problems);
-        }
+        };
         let positions = chain_positions(&config.serve, &lookups);
         for report in &mut reports {
             report.delegates = lookups.get(&report.name).cloned().unwrap_or_default();
             report.position = positions.get(&report.name).copied();
         }
         reports.sort_by_key(|r| (r.position.unwrap_or(usize::MAX), r.name.clone()));
-        let served = built
-            .get(&config.serve)
-            .cloned()
-            .ok_or_else(|| vec![format!("serve: instance {:?} was not built", config.serve)])?;
-        let router = Arc::new(Router::new(&config.function_configs.executors, |name| {
-            built.get(name).cloned()
-        }));
         for (executor, name) in router.missing_instances() {
             tracing::warn!(
                 "function_configs.executors.{}: no evaluator instance named {name:?}; \
@@ -247,17 +272,6 @@ impl Runtime {
                 executor.field()
             );
         }
-        let store = Store::load(
-            &config.function_configs,
-            &config.default_image_prefix,
-            router,
-        )
-        .map_err(|problems| {
-            problems
-                .into_iter()
-                .map(|problem| format!("function_configs.paths: {problem}"))
-                .collect::<Vec<_>>()
-        })?;
         Ok(Self {
             served,
             instances: reports,

@@ -45,6 +45,10 @@ pub struct PluginInfo {
 pub enum LoadError {
     #[error("{path}: cannot load plugin library: {reason}", path = .path.display())]
     Open { path: PathBuf, reason: String },
+    /// Refused before loading: not a complete ELF shared library (truncated, damaged or some
+    /// other file), which mapping could turn into a crash of the runner.
+    #[error("{path}: not a loadable plugin library: {reason}", path = .path.display())]
+    Damaged { path: PathBuf, reason: String },
     #[error("{path}: not a krm-runner plugin (it exports no krm_runner_plugin_info)", path = .path.display())]
     NotAPlugin { path: PathBuf },
     /// The short form of abi_stable's layout report, naming both sides' versions.
@@ -65,6 +69,54 @@ pub enum LoadError {
     Init { path: PathBuf, reason: String },
 }
 
+/// Checks that `path` is a whole ELF shared library before the dynamic loader maps it: the
+/// loader maps segments by their headers, and touching a mapped page past the end of a
+/// truncated file raises SIGBUS, which would kill the runner instead of failing the load. Every
+/// loadable segment and every section with contents must lie within the file. (A file changed
+/// between this check and the load is not covered: plugin files are the operator's.)
+fn check_library_file(path: &Path) -> Result<(), String> {
+    use object::{Object, ObjectSection, ObjectSegment};
+
+    let file = std::fs::File::open(path).map_err(|error| format!("cannot open: {error}"))?;
+    let metadata = file
+        .metadata()
+        .map_err(|error| format!("cannot read: {error}"))?;
+    if !metadata.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    let length = metadata.len();
+    let cache = object::ReadCache::new(file);
+    let elf = object::File::parse(&cache)
+        .map_err(|error| format!("not a complete ELF file ({error})"))?;
+    if elf.kind() != object::ObjectKind::Dynamic {
+        return Err(format!(
+            "an ELF {:?} file, not a shared library",
+            elf.kind()
+        ));
+    }
+    let truncated = |what: String, (offset, size): (u64, u64)| {
+        let end = offset.saturating_add(size);
+        (end > length).then(|| {
+            format!("truncated: {what} ends at byte {end}, but the file has {length} bytes")
+        })
+    };
+    for (index, segment) in elf.segments().enumerate() {
+        if let Some(problem) = truncated(format!("loadable segment {index}"), segment.file_range())
+        {
+            return Err(problem);
+        }
+    }
+    for section in elf.sections() {
+        if let Some(range) = section.file_range() {
+            let name = section.name().unwrap_or("?").to_owned();
+            if let Some(problem) = truncated(format!("section {name}"), range) {
+                return Err(problem);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A loaded plugin library. Libraries are never unloaded: evaluators and their threads may
 /// outlive any handle to them.
 pub struct PluginLibrary {
@@ -77,6 +129,10 @@ impl PluginLibrary {
     /// Loads the library at `path`, checks that it speaks this runner's ABI and initialises it.
     /// Each file is loaded through its own library header, so any number of plugins coexist.
     pub fn load(path: &Path) -> Result<Self, LoadError> {
+        check_library_file(path).map_err(|reason| LoadError::Damaged {
+            path: path.to_owned(),
+            reason,
+        })?;
         let raw = RawLibrary::load_at(path).map_err(|error| LoadError::Open {
             path: path.to_owned(),
             reason: short_library_error(&error),

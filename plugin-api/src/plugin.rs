@@ -167,12 +167,19 @@ impl BuildContext {
         &self.instance
     }
 
-    /// A runner-wide setting: `default_image_prefix`, `max_message_bytes`.
+    /// A runner-wide setting: `default_image_prefix`, `max_message_bytes`, `validate_only`.
     pub fn setting(&self, key: &str) -> Option<String> {
         self.host
             .setting(RStr::from_str(key))
             .into_option()
             .map(String::from)
+    }
+
+    /// Whether the runner only checks the configuration (`krm-runner config check`, or a
+    /// start-up that already failed): build and report problems as for serving, but start
+    /// nothing outside the process (no pods, no background work).
+    pub fn validate_only(&self) -> bool {
+        self.setting("validate_only").as_deref() == Some("true")
     }
 
     /// Another configured evaluator instance, for evaluators that delegate. `None` when no

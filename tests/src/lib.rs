@@ -328,6 +328,34 @@ pub fn run_cli(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
     output
 }
 
+/// Runs `krm-runner ARGS` (plugins from this build, no stdin) expecting it to exit by itself:
+/// one still running after `limit` (a hang, or a server that started when it should have
+/// refused) is killed and fails the test.
+pub fn run_cli_within(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(runner_binary())
+        .arg("--plugin-dir")
+        .arg(build_dir())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run krm-runner");
+    let started = Instant::now();
+    while child.try_wait().expect("wait for krm-runner").is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("krm-runner output");
+            panic!(
+                "krm-runner {args:?} still running after {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("krm-runner output")
+}
+
 /// A small ResourceList with one ConfigMap per name.
 pub fn resource_list(names: &[&str]) -> Vec<u8> {
     let mut text =

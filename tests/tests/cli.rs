@@ -1,6 +1,9 @@
 //! The `krm-runner` command line: start-up errors, configuration layers, `eval`, `plugins`.
 
-use krm_runner_tests::{previous_abi_plugin, run_cli, scratch};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use krm_runner_tests::{build_dir, previous_abi_plugin, run_cli, run_cli_within, scratch};
 
 fn stderr(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
@@ -318,4 +321,280 @@ fn eval_of_an_unknown_image_fails() {
         "{}",
         stderr(&output)
     );
+}
+
+/// Long enough for any start-up on a loaded machine; a hang (a FIFO read, an endless device)
+/// or a server that started when it should have refused runs into it.
+const START_UP_LIMIT: Duration = Duration::from_secs(60);
+
+/// The `krm-runner: ` lines of stderr: the problems, without log lines.
+fn problems(output: &std::process::Output) -> Vec<String> {
+    stderr(output)
+        .lines()
+        .filter_map(|line| line.strip_prefix("krm-runner: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A copy of the test plugin cut to half its size, as a failed copy or a full disk leaves it.
+fn truncated_plugin(dir: &Path) -> PathBuf {
+    let whole = std::fs::read(build_dir().join("libkrm_plugin_testkit.so")).unwrap();
+    let path = dir.join("libkrm_plugin_truncated.so");
+    std::fs::write(&path, &whole[..whole.len() / 2]).unwrap();
+    path
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+}
+
+#[test]
+fn truncated_plugin_file_exits_2_naming_it() {
+    let dir = scratch();
+    let library = truncated_plugin(dir.path());
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "evaluators:\n  kit:\n    plugin: {}\n  default:\n    plugin: multi\n    config: {{chain: [kit, exec]}}\n",
+            library.display()
+        ),
+    );
+    let output = run_cli_within(&["--config-file", &config, "plugins"], START_UP_LIMIT);
+    assert_eq!(output.status.code(), Some(2), "no crash: {output:?}");
+    assert_eq!(
+        problems(&output),
+        [format!(
+            "evaluators.kit.plugin: {}: not a loadable plugin library: not a complete ELF file \
+             (Invalid ELF section header offset/size/alignment)",
+            library.display()
+        )]
+    );
+    // Any other file is refused the same way, never mapped.
+    std::fs::write(&library, b"#!/bin/sh\n").unwrap();
+    let output = run_cli_within(&["--config-file", &config, "plugins"], START_UP_LIMIT);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(
+        problems(&output)[0].contains("not a loadable plugin library: not a complete ELF file"),
+        "{output:?}"
+    );
+}
+
+#[test]
+fn special_files_as_configuration_are_refused_at_once() {
+    let dir = scratch();
+    let fifo = dir.path().join("config.fifo");
+    mkfifo(&fifo);
+    let fifo = fifo.display().to_string();
+    for (file, kind) in [("/dev/zero", "character device"), (fifo.as_str(), "FIFO")] {
+        let output = run_cli_within(&["--config-file", file, "plugins"], START_UP_LIMIT);
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        assert_eq!(
+            problems(&output),
+            [format!("{file}: not a regular file (a {kind})")]
+        );
+    }
+}
+
+#[test]
+fn oversized_and_deeply_nested_configuration_is_refused() {
+    let dir = scratch();
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, "#".repeat(5 << 20)).unwrap();
+    let output = run_cli_within(
+        &["--config-file", &big.display().to_string(), "plugins"],
+        START_UP_LIMIT,
+    );
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert_eq!(
+        problems(&output),
+        [format!(
+            "{}: larger than 4194304 bytes, the limit for configuration files",
+            big.display()
+        )]
+    );
+
+    let config = write_config(dir.path(), &format!("listen: {}", "[".repeat(40_000)));
+    let output = run_cli_within(&["--config-file", &config, "plugins"], START_UP_LIMIT);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert_eq!(
+        problems(&output),
+        [format!(
+            "{config}: not valid YAML: nested deeper than 64 levels at line 1, column 264"
+        )]
+    );
+}
+
+#[test]
+fn porch_exec_map_is_validated_as_such() {
+    let dir = scratch();
+    // A krm-runner configuration file is not an exec map.
+    let runner_config = write_config(dir.path(), "listen: 127.0.0.1:9445\nfunctions: []\n");
+    for (file, expected) in [
+        ("/etc/hostname", "invalid type: string"),
+        (runner_config.as_str(), "unknown field `listen`"),
+    ] {
+        let output = run_cli_within(&["--config", file, "config", "check"], START_UP_LIMIT);
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let problems = problems(&output);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with(&format!(
+                "evaluators.exec.config: porch_config_file: {file}: not Porch's exec map \
+                 (`functions: [{{function, images}}]`): "
+            )) && problems[0].contains(expected),
+            "{problems:?}"
+        );
+    }
+    let exec_map = dir.path().join("exec-map.yaml");
+    std::fs::write(
+        &exec_map,
+        "functions:\n  - function: cat\n    images: [example.com/cat:v1]\n",
+    )
+    .unwrap();
+    let output = run_cli_within(
+        &[
+            "--config",
+            &exec_map.display().to_string(),
+            "--functions",
+            "/bin",
+            "config",
+            "check",
+        ],
+        START_UP_LIMIT,
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+}
+
+/// Configurations `serve` refuses: `config check` refuses each of them too, with the same
+/// problems, all of them, host-level and plugin-level.
+#[test]
+fn config_check_and_serve_agree_on_broken_configurations() {
+    let dir = scratch();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let library = truncated_plugin(dir.path());
+    std::fs::create_dir(dir.path().join("fc")).unwrap();
+    std::fs::write(
+        dir.path().join("fc/deep.yaml"),
+        format!("apiVersion: {}", "[".repeat(40_000)),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("fc/typo.yaml"),
+        "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {name: t}\nspec:\n  image: t\n  podExectuor: {}\n",
+    )
+    .unwrap();
+    mkfifo(&dir.path().join("fifo"));
+    std::fs::write(path("runner.yaml"), "listen: 127.0.0.1:9445\n").unwrap();
+
+    let broken: Vec<(&str, String, Vec<String>)> = vec![
+        (
+            "a multi chain naming a missing instance",
+            "evaluators:\n  default: {plugin: multi, config: {chain: [exec, nowhere]}}\n".into(),
+            vec![
+                "evaluators.default.config: chain[1]: no evaluator instance named \"nowhere\""
+                    .into(),
+            ],
+        ),
+        (
+            "a truncated plugin file",
+            format!(
+                "evaluators:\n  kit: {{plugin: {}}}\n  default: {{plugin: multi, config: {{chain: [kit]}}}}\n",
+                library.display()
+            ),
+            vec![format!(
+                "evaluators.kit.plugin: {}: not a loadable plugin library",
+                library.display()
+            )],
+        ),
+        (
+            "host-level and plugin-level problems together",
+            format!(
+                "listen: nowhere\nlog_format: xml\nmax_message_bytes: lots\n\
+                 evaluators:\n  kit: {{plugin: {}}}\n  extra: {{plugin: no-such-plugin}}\n  \
+                 default: {{plugin: multi, config: {{chain: [exec, missing]}}}}\n\
+                 function_configs: {{paths: [{}]}}\n",
+                library.display(),
+                path("fc"),
+            ),
+            vec![
+                "listen: \"nowhere\" is not an address".into(),
+                "log_format: unknown variant: found `xml`".into(),
+                "max_message_bytes: invalid type: found string \"lots\"".into(),
+                format!(
+                    "evaluators.kit.plugin: {}: not a loadable plugin library",
+                    library.display()
+                ),
+                "evaluators.extra.plugin: no-such-plugin not found in plugin_dirs".into(),
+                "evaluators.default.config: chain[1]: no evaluator instance named \"missing\""
+                    .into(),
+                format!(
+                    "function_configs.paths: {}, document 1: not valid YAML (rest of the file skipped): nested deeper than 64 levels",
+                    path("fc/deep.yaml")
+                ),
+                format!(
+                    "function_configs.paths: {}, document 1: spec.podExectuor: unknown field",
+                    path("fc/typo.yaml")
+                ),
+            ],
+        ),
+        (
+            "a FIFO as a FunctionConfig file",
+            format!("function_configs: {{paths: [{}]}}\n", path("fifo")),
+            vec![format!(
+                "function_configs.paths: {}: not a regular file (a FIFO)",
+                path("fifo")
+            )],
+        ),
+        (
+            "a krm-runner configuration file as Porch's exec map",
+            format!(
+                "evaluators:\n  exec: {{plugin: exec, config: {{porch_config_file: {}}}}}\n",
+                path("runner.yaml")
+            ),
+            vec![format!(
+                "evaluators.exec.config: porch_config_file: {}: not Porch's exec map",
+                path("runner.yaml")
+            )],
+        ),
+    ];
+    for (case, text, expected) in broken {
+        let config = write_config(dir.path(), &text);
+        let check = run_cli_within(
+            &["--config-file", &config, "config", "check"],
+            START_UP_LIMIT,
+        );
+        let serve = run_cli_within(
+            &["--config-file", &config, "serve", "--listen", "127.0.0.1:0"],
+            START_UP_LIMIT,
+        );
+        assert_eq!(
+            check.status.code(),
+            Some(2),
+            "{case}: config check: {check:?}"
+        );
+        assert_eq!(serve.status.code(), Some(2), "{case}: serve: {serve:?}");
+        let problems_found = problems(&check);
+        assert_eq!(
+            problems_found,
+            problems(&serve),
+            "{case}: the same problems"
+        );
+        for problem in &expected {
+            assert!(
+                problems_found
+                    .iter()
+                    .any(|found| found.starts_with(problem.as_str())),
+                "{case}: {problem:?} missing from {problems_found:#?}"
+            );
+        }
+        assert_eq!(
+            problems_found.len(),
+            expected.len(),
+            "{case}: one line per problem: {problems_found:#?}"
+        );
+    }
 }

@@ -16,7 +16,7 @@ use krm_runner_function_config::version::Constraint;
 use krm_runner_function_config::{self as fc, RoutingTable};
 
 pub use ahead::{Report, State};
-pub use store::{Store, check_files};
+pub use store::Store;
 
 /// Starts what keeps the routing current while serving: the file reload, the cluster watch,
 /// and (once both sources are read) the warm-up.

@@ -118,6 +118,20 @@ impl Store {
         }
     }
 
+    /// How many objects the files hold.
+    pub fn file_objects(&self) -> usize {
+        self.lock().files.len()
+    }
+
+    /// Objects claiming the same image, one line each.
+    pub fn conflicts(&self) -> Vec<String> {
+        self.lock()
+            .conflicts
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
     /// Why `object` is not in force, if it lost a conflict.
     pub fn conflict_of(&self, object: &ObjectId) -> Option<String> {
         self.lock()
@@ -158,25 +172,5 @@ fn read_files(config: &FunctionConfigs) -> Result<Vec<Sourced>, Vec<String>> {
         Ok(objects)
     } else {
         Err(errors.iter().map(ToString::to_string).collect())
-    }
-}
-
-/// `krm-runner config check`: the files' problems and the conflicts between their objects.
-pub fn check_files(
-    config: &FunctionConfigs,
-    default_prefix: &str,
-) -> (usize, Vec<String>, Vec<String>) {
-    match read_files(config) {
-        Ok(objects) => {
-            let count = objects.len();
-            let (_, conflicts) =
-                RoutingTable::build(objects, default_prefix, &config.functions_dir);
-            (
-                count,
-                Vec::new(),
-                conflicts.iter().map(ToString::to_string).collect(),
-            )
-        }
-        Err(problems) => (0, problems, Vec::new()),
     }
 }

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use krm_plugin_api::ConfigError;
+use krm_runner_function_config::config_file;
 use serde::Deserialize;
 
 use crate::Function;
@@ -59,11 +60,29 @@ struct FunctionEntry {
     working_dir: Option<PathBuf>,
 }
 
-/// Porch's legacy exec map file: `functions: [{function: <file>, images: [...]}]`.
+/// Porch's legacy exec map file (`--config`): `functions: [{function: <file>, images: [...]}]`,
+/// nothing else.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PorchConfigFile {
-    #[serde(default)]
-    functions: Vec<FunctionEntry>,
+    functions: Vec<PorchFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PorchFunction {
+    function: String,
+    images: Vec<String>,
+}
+
+impl From<PorchFunction> for FunctionEntry {
+    fn from(porch: PorchFunction) -> Self {
+        Self {
+            function: Some(porch.function),
+            images: Some(porch.images),
+            ..Self::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -112,7 +131,12 @@ impl ExecConfig {
         if let Some(file) = &self.porch_config_file {
             match read_porch_config(file) {
                 Ok(legacy) => entries.extend(legacy.functions.into_iter().enumerate().map(
-                    |(index, entry)| (format!("{}: functions[{index}]", file.display()), entry),
+                    |(index, entry)| {
+                        (
+                            format!("{}: functions[{index}]", file.display()),
+                            entry.into(),
+                        )
+                    },
                 )),
                 Err(problem) => problems.push(format!("porch_config_file: {problem}")),
             }
@@ -156,8 +180,13 @@ impl ExecConfig {
 }
 
 fn read_porch_config(path: &Path) -> Result<PorchConfigFile, String> {
-    let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    yaml_serde::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))
+    let text = config_file::read_text(path).map_err(|error| error.to_string())?;
+    config_file::from_yaml(&text).map_err(|error| {
+        format!(
+            "{}: not Porch's exec map (`functions: [{{function, images}}]`): {error}",
+            path.display()
+        )
+    })
 }
 
 impl FunctionEntry {

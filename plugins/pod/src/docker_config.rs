@@ -9,17 +9,15 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+use krm_runner_function_config::config_file::{self, ReadError};
 use oci_client::secrets::RegistryAuth;
 
 /// What is wrong with the docker config file; every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum DockerConfigError {
-    /// The file cannot be read (missing, unreadable).
-    #[error("{}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// The file cannot be read (missing, unreadable, not a regular file, too large).
+    #[error(transparent)]
+    Read(#[from] ReadError),
     /// The file is not JSON.
     #[error("{}: not a docker config JSON file: {source}", path.display())]
     NotJson {
@@ -62,10 +60,7 @@ pub struct DockerConfig {
 
 impl DockerConfig {
     fn read(path: &Path) -> Result<Self, DockerConfigError> {
-        let content = std::fs::read(path).map_err(|source| DockerConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let content = config_file::read_bytes(path)?;
         let credentials = parse(path, &content)?;
         Ok(Self {
             content,

@@ -224,6 +224,7 @@ impl Plugin for PodPlugin {
             .enable_all()
             .build()
             .map_err(|e| ConfigError::new(format!("cannot start the pod plugin's runtime: {e}")))?;
+        let validate_only = context.validate_only();
         let pool = runtime.block_on(async {
             let client = kube_client(config.kubeconfig.as_deref()).await?;
             let mut cluster = Cluster::new(client, &settings);
@@ -239,11 +240,16 @@ impl Plugin for PodPlugin {
             }
             let cluster = Arc::new(cluster);
             let pool = Pool::new(settings, cluster, registry, pod_cache);
-            pool.adopt()
-                .await
-                .map_err(|e| ConfigError::new(format!("adopting existing function pods: {e}")))?;
+            if !validate_only {
+                pool.adopt().await.map_err(|e| {
+                    ConfigError::new(format!("adopting existing function pods: {e}"))
+                })?;
+            }
             Ok::<_, ConfigError>(pool)
         })?;
+        if validate_only {
+            return Ok(PodEvaluator { pool, runtime });
+        }
         if config.warm_up_pod_cache {
             let _guard = runtime.enter();
             let listed = pool.settings.pod_cache.iter().map(|(image, _)| image);

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
+use krm_runner_function_config::config_file::{self, YamlError};
 use krm_runner_function_config::{ContainerOverrides, PodExecutor, TemplateOverrides};
 use serde::Deserialize;
 
@@ -66,16 +67,16 @@ struct Entry {
 
 /// Reads the file; a problem names the file and, for a bad entry, the entry.
 pub fn read(path: &Path) -> Result<ImageSettings, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| format!("{}: cannot read: {error}", path.display()))?;
+    let text = config_file::read_text(path).map_err(|error| error.to_string())?;
     parse(&text).map_err(|error| format!("{}: {error}", path.display()))
 }
 
 fn parse(text: &str) -> Result<ImageSettings, String> {
-    let file: File = yaml_serde::from_str(text).map_err(|_| {
-        "neither a map of image to TTL nor a list of {name, timeToLive, maxWaitlistLength, \
-         maxParallelPodsPerFunction, resources}"
-            .to_owned()
+    let file: File = config_file::from_yaml(text).map_err(|error| match error {
+        YamlError::TooDeep { .. } => error.to_string(),
+        YamlError::Parse(_) => "neither a map of image to TTL nor a list of {name, timeToLive, \
+                                maxWaitlistLength, maxParallelPodsPerFunction, resources}"
+            .to_owned(),
     })?;
     let settings: ImageSettings = match file {
         File::Ttls(ttls) => ttls
