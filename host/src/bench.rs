@@ -403,8 +403,8 @@ async fn versions(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> 
     const REPOSITORY: &str = "ghcr.io/kptdev/krm-functions-catalog/set-namespace";
     const CONSTRAINT: &str = "~0.4.0";
     let exact = format!("{REPOSITORY}:v0.4.1");
-    let runtime =
-        Runtime::start(base).map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
+    let runtime = Runtime::start(base, crate::runtime::Purpose::Serve)
+        .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
     let instance = runtime
         .instance("builtin")
         .context("the builtin instance")?

@@ -351,7 +351,10 @@ fn isolate(
                         }
                         isolate(figment, path, children, usable, problems);
                     }
-                    _ => error.into_iter().filter(own).for_each(|error| report(&error)),
+                    _ => error
+                        .into_iter()
+                        .filter(own)
+                        .for_each(|error| report(&error)),
                 }
             }
         }

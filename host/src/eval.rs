@@ -150,7 +150,7 @@ fn write_outcome(
 fn prepare(args: &EvalArgs, max_bytes: usize) -> anyhow::Result<String> {
     let build = || {
         let input = read_text(args.input.as_deref(), max_bytes)?;
-        let function_config = function_config(args, max_bytes)?;
+        let function_config = function_config(args)?;
         resource_list(&input, function_config.as_deref())
     };
     build().map_err(|error| BadInvocation::error(format!("{error:#}")))
@@ -182,7 +182,7 @@ fn read_text(path: Option<&Path>, max_bytes: usize) -> anyhow::Result<String> {
     String::from_utf8(bytes).context("the input is not UTF-8 text")
 }
 
-fn function_config(args: &EvalArgs, max_bytes: usize) -> anyhow::Result<Option<String>> {
+fn function_config(args: &EvalArgs) -> anyhow::Result<Option<String>> {
     match (&args.fn_config, args.data.is_empty()) {
         (Some(_), false) => bail!("give either --fn-config or key=value pairs, not both"),
         (Some(path), true) => {

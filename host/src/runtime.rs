@@ -319,7 +319,7 @@ impl Runtime {
     /// What a call for `image` would do, decided as [`Runtime::evaluate`] decides but without
     /// running anything: each evaluator on the way says whether it would serve or why not.
     pub fn probe(&self, image: &str) -> ProbeOutcome {
-        let plan = self.store.router().plan(image);
+        let plan = self.store.router().plan(image, None);
         let mut declined = Vec::new();
         for step in plan.steps {
             let mut resolution = step.instance.probe(image, Some(&step.route));

@@ -51,6 +51,7 @@ async fn shutdown_is_not_held_up_by_idle_connections() {
     let call = tokio::spawn(async move {
         client
             .evaluate_function(EvaluateFunctionRequest {
+                tag: String::new(),
                 resource_list: b"x".to_vec(),
                 image: "testkit/sleep:60000".into(),
             })

@@ -108,6 +108,7 @@ async fn builtin_call_past_its_deadline_is_answered_and_the_server_keeps_serving
     let status = call_with_remote_deadline(
         &server.endpoint(),
         EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: input.into_bytes(),
             image: "apply-replacements".into(),
         },

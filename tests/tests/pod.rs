@@ -1210,6 +1210,7 @@ async fn faults_a_pod_killed_mid_call_the_registry_down_the_api_server_restartin
                     .unwrap();
             let mut request =
                 tonic::Request::new(krm_runner_proto::evaluator::EvaluateFunctionRequest {
+                    tag: String::new(),
                     resource_list: input.clone(),
                     image,
                 });

@@ -150,6 +150,7 @@ async fn a_running_calls_escapees_outlive_other_calls() {
     let long_call = tokio::spawn(async move {
         client
             .evaluate_function(EvaluateFunctionRequest {
+                tag: String::new(),
                 resource_list: resource_list(&["a"]),
                 image: "example.com/long:v1".into(),
             })
@@ -202,6 +203,7 @@ async fn a_second_sigterm_kills_every_function_process_before_exiting() {
     let call = tokio::spawn(async move {
         client
             .evaluate_function(EvaluateFunctionRequest {
+                tag: String::new(),
                 resource_list: resource_list(&["a"]),
                 image: "example.com/hangs:v1".into(),
             })

@@ -281,6 +281,7 @@ async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
     let status = call_with_remote_deadline(
         &server.endpoint(),
         EvaluateFunctionRequest {
+            tag: String::new(),
             resource_list: endless.into_bytes(),
             image: "starlark".into(),
         },

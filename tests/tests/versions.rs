@@ -150,7 +150,9 @@ async fn unsatisfiable_and_malformed_constraints_are_refused_clearly() {
     let status = call(&server, REPO, "^2", &input).await.unwrap_err();
     assert_eq!(status.code(), Code::NotFound, "{status:?}");
     assert!(
-        status.message().starts_with(&format!("function \"{REPO}\" not found: ")),
+        status
+            .message()
+            .starts_with(&format!("function \"{REPO}\" not found: ")),
         "{status:?}"
     );
     assert!(
@@ -287,7 +289,9 @@ async fn function_config_tags_are_constraints_and_requested_tags_resolve_against
     assert!(
         status.message().contains(
             r#"binaryExecutor: no tag among ["~1.2", "v1.2.3", "v1.2.7"] satisfies constraint "^2""#
-        ) && status.message().contains("not found: FunctionConfig routed ("),
+        ) && status
+            .message()
+            .contains("not found: FunctionConfig routed ("),
         "{status:?}"
     );
 

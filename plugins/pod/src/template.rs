@@ -380,7 +380,8 @@ mod tests {
             overrides: None,
             overrides_hash: "",
         };
-        let same = pod(&base, &request(Some(&runner("fns")))).unwrap().metadata;
+        let (in_fns, in_porch_system) = (runner("fns"), runner("porch-system"));
+        let same = pod(&base, &request(Some(&in_fns))).unwrap().metadata;
         let owners = same.owner_references.unwrap();
         assert_eq!(
             (
@@ -390,7 +391,7 @@ mod tests {
             ),
             ("Pod", "runner-7f9c", "1111-2222")
         );
-        let other = pod(&base, &request(Some(&runner("porch-system"))))
+        let other = pod(&base, &request(Some(&in_porch_system)))
             .unwrap()
             .metadata;
         assert_eq!(

@@ -347,7 +347,14 @@ fn diff_seq(
     let paired = old.len().min(new.len());
     for (k, (&node, &value)) in old.iter().zip(new).enumerate() {
         let at = head + k;
-        diff(doc, node, value, &format!("{path}[{at}]"), depth + 1, editor)?;
+        diff(
+            doc,
+            node,
+            value,
+            &format!("{path}[{at}]"),
+            depth + 1,
+            editor,
+        )?;
     }
     for &node in &old[paired..] {
         let (start, end) = item_lines(doc, node);

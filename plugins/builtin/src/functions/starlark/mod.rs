@@ -248,11 +248,7 @@ fn globals() -> &'static Globals {
     })
 }
 
-fn evaluate(
-    rl: &ResourceList,
-    stop: &Stop,
-    program: &Program,
-) -> Result<Evaluated, String> {
+fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluated, String> {
     let ast = match AstModule::parse(&program.name, program.source.clone(), &dialect()) {
         Ok(ast) => ast,
         Err(e) => {
