@@ -15,8 +15,9 @@ const MAX_REASON_BYTES: usize = 300;
 /// The longest NOT_FOUND message listing every evaluator's reason.
 const MAX_DECLINED_MESSAGE_BYTES: usize = 1024;
 
+/// Porch's wording, the image quoted and bounded as [`EvalError::not_found`] says it.
 fn not_found_prefix(image: &str) -> String {
-    format!("function \"{image}\" not found")
+    EvalError::not_found(image).message
 }
 
 /// `text` cut to at most `max` bytes, at a character boundary, marked with `…` when cut.

@@ -568,7 +568,7 @@ fn config_check_and_serve_agree_on_broken_configurations() {
             START_UP_LIMIT,
         );
         let serve = run_cli_within(
-            &["--config-file", &config, "serve", "--listen", "127.0.0.1:0"],
+            &["--config-file", &config, "serve"],
             START_UP_LIMIT,
         );
         assert_eq!(

@@ -167,7 +167,7 @@ fn deep_nesting_is_refused_quickly_naming_the_limit() {
         nested.as_bytes(),
     );
     let log = stderr(&output);
-    assert!(log.contains("nesting deeper than 128 levels"), "{log}");
+    assert!(log.contains("nested deeper than 64 levels"), "{log}");
 }
 
 #[test]

@@ -196,7 +196,7 @@ mod tests {
         };
         let error = missing.read().unwrap_err().to_string();
         assert!(
-            error.contains("absent.json") && error.contains("No such file"),
+            error.contains("absent.json") && error.contains("no such file or directory"),
             "{error}"
         );
 
