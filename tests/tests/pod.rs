@@ -559,7 +559,7 @@ fn private_registry_files_are_checked_at_start() {
     .unwrap();
     let missing = dir.path().join("missing.json");
     for (file, expected) in [
-        (&missing, "No such file"),
+        (&missing, "no such file or directory"),
         (&broken, "not a docker config JSON file"),
     ] {
         let output = krm_runner_tests::run_cli(
