@@ -567,10 +567,7 @@ fn config_check_and_serve_agree_on_broken_configurations() {
             &["--config-file", &config, "config", "check"],
             START_UP_LIMIT,
         );
-        let serve = run_cli_within(
-            &["--config-file", &config, "serve"],
-            START_UP_LIMIT,
-        );
+        let serve = run_cli_within(&["--config-file", &config, "serve"], START_UP_LIMIT);
         assert_eq!(
             check.status.code(),
             Some(2),
