@@ -460,14 +460,19 @@ pub fn read_pids(path: &Path, expected: usize, limit: Duration) -> Vec<i32> {
     }
 }
 
+/// The workspace's root folder (the checkout), for tests that read its files.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_owned()
+}
+
 /// Builds the `testkit` plugin against the *previous* plugin ABI (krm-plugin-api compiled with
 /// `--cfg krm_plugin_api_previous`) in a separate target folder, and returns the library.
 /// The first build takes a minute; later ones are cached.
 pub fn previous_abi_plugin() -> PathBuf {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_owned();
+    let workspace = repo_root();
     let target = build_dir().parent().expect("target").join("previous-abi");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(&workspace)
@@ -547,9 +552,7 @@ pub fn assert_deadline_answer(status: &tonic::Status) {
 /// The image build context holding the static `wrapper-server` and `grpc-health-probe`, built by
 /// the crate's own script (release, in its own target folder; cached after the first build).
 pub fn static_wrapper_server_context() -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo");
+    let repo = repo_root();
     let output = Command::new("sh")
         .arg(repo.join("plugins/pod/wrapper-server/build-static.sh"))
         .env_remove("CARGO_ENCODED_RUSTFLAGS")

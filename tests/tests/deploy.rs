@@ -1,18 +1,13 @@
 //! `kubectl apply -k deploy/kubernetes` (after its `crds`), with the real kubectl, against the Kubernetes API
 //! stand-in; and the example overlay, whose runner configuration the runner itself reads.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use krm_kube_standin::StandIn;
 use krm_runner_tests::{have_tool, run_cli, scratch};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo")
-        .to_owned()
-}
+use krm_runner_tests::repo_root as repo;
 
 fn kubectl(kubeconfig: Option<&Path>, args: &[&str]) -> Output {
     let mut command = Command::new("kubectl");

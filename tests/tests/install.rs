@@ -2,18 +2,13 @@
 //! quick start and kpt example, copied from the README, run from a folder outside the checkout
 //! with nothing but the prefix's `bin` on PATH to find the runner.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use krm_runner_tests::{build_dir, free_port, have_tool, runner_binary, scratch};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo")
-        .to_owned()
-}
+use krm_runner_tests::repo_root as repo;
 
 fn readme() -> String {
     std::fs::read_to_string(repo().join("README.md")).expect("README.md")

@@ -3,16 +3,10 @@
 //! for the `multi` example plugin against the file.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
 use krm_runner_tests::run_cli;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("repo")
-        .to_owned()
-}
+use krm_runner_tests::repo_root as repo;
 
 fn readme() -> String {
     std::fs::read_to_string(repo().join("README.md")).expect("README.md")
