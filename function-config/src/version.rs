@@ -301,9 +301,9 @@ fn parse_version(text: &str) -> Result<Parsed, String> {
             any[position] = true;
             continue;
         };
-        if position > 0 && any[position - 1] {
-            any[position] = true;
-        } else if matches!(*part, "x" | "X" | "*") {
+        // After a wildcard every later part is one too: `1.x.3` reads as `1.x`.
+        let after_wildcard = position > 0 && any[position - 1];
+        if after_wildcard || matches!(*part, "x" | "X" | "*") {
             any[position] = true;
         } else if part.bytes().all(|b| b.is_ascii_digit()) {
             values[position] = part

@@ -356,6 +356,28 @@ pub fn run_cli_within(args: &[&str], limit: Duration) -> Output {
     child.wait_with_output().expect("krm-runner output")
 }
 
+/// A runner configuration: `exec` serving each (image, executable) pair, two testkit instances
+/// (`kit` and `kit2`, which decline images they do not know), `default` asking the multi
+/// `chain` (e.g. `"kit, exec"`), then `extra`, top-level YAML.
+pub fn exec_chain_config(functions: &[(&str, &Path)], chain: &str, extra: &str) -> String {
+    let mut text = String::from("evaluators:\n  exec:\n    plugin: exec\n    config:\n");
+    if functions.is_empty() {
+        text.push_str("      functions: []\n");
+    } else {
+        text.push_str("      functions:\n");
+    }
+    for (image, path) in functions {
+        text.push_str(&format!(
+            "        - {{image: \"{image}\", path: \"{}\"}}\n",
+            path.display()
+        ));
+    }
+    text.push_str(&format!(
+        "  kit:\n    plugin: testkit\n  kit2:\n    plugin: testkit\n  default:\n    plugin: multi\n    config: {{chain: [{chain}]}}\n{extra}"
+    ));
+    text
+}
+
 /// A small ResourceList with one ConfigMap per name.
 pub fn resource_list(names: &[&str]) -> Vec<u8> {
     let mut text =

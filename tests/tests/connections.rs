@@ -9,27 +9,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body::Frame;
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
-use krm_runner_tests::{Launch, Server, process_stat, resident_kib, scratch, script};
+use krm_runner_tests::{
+    Launch, Server, exec_chain_config, process_stat, resident_kib, scratch, script,
+};
 use tonic::Code;
 
-/// The testkit plugin behind multi, and exec serving `functions`.
+/// `exec` serving each (image, script) pair, behind a multi over `kit, exec`.
 fn config(functions: &[(&str, &std::path::Path)], extra: &str) -> String {
-    let mut text =
-        String::from("evaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n");
-    for (image, path) in functions {
-        text.push_str(&format!(
-            "        - {{image: \"{image}\", path: \"{}\"}}\n",
-            path.display()
-        ));
-    }
-    if functions.is_empty() {
-        text = text.replace("      functions:\n", "      functions: []\n");
-    }
-    text.push_str(
-        "  kit:\n    plugin: testkit\n  default:\n    plugin: multi\n    config: {chain: [kit, exec]}\n",
-    );
-    text.push_str(extra);
-    text
+    exec_chain_config(functions, "kit, exec", extra)
 }
 
 #[tokio::test(flavor = "multi_thread")]

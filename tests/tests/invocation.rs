@@ -24,7 +24,7 @@ fn flags(help: &str) -> Vec<(String, String)> {
             continue;
         };
         let name = rest
-            .split(|c: char| c == ' ' || c == '=' || c == '[' || c == '<')
+            .split([' ', '=', '[', '<'])
             .next()
             .unwrap()
             .to_owned();

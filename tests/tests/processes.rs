@@ -7,22 +7,13 @@ use std::time::{Duration, Instant};
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{
-    Launch, Server, children_of, have_tool, read_pids, resource_list, scratch, script, wait_gone,
+    Launch, Server, children_of, exec_chain_config, have_tool, read_pids, resource_list, scratch,
+    script, wait_gone,
 };
 
-/// exec serves each (image, script) pair.
-fn config(functions: &[(&str, &Path)], extra: &str) -> String {
-    let mut text =
-        String::from("evaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n");
-    for (image, path) in functions {
-        text.push_str(&format!(
-            "        - {{image: \"{image}\", path: \"{}\"}}\n",
-            path.display()
-        ));
-    }
-    text.push_str("  default:\n    plugin: multi\n    config: {chain: [exec]}\n");
-    text.push_str(extra);
-    text
+/// `exec` serving each (image, script) pair, behind a multi over `exec`.
+fn config(functions: &[(&str, &std::path::Path)], extra: &str) -> String {
+    exec_chain_config(functions, "exec", extra)
 }
 
 /// Shell lines that start processes escaping the function's process group and append their

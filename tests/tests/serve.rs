@@ -5,29 +5,10 @@ use std::time::{Duration, Instant};
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{
-    Server, assert_deadline_answer, call_with_remote_deadline, read_pids, resource_list, scratch,
-    script, wait_gone,
+    Server, assert_deadline_answer, call_with_remote_deadline, exec_chain_config, read_pids,
+    resource_list, scratch, script, wait_gone,
 };
 use tonic::Code;
-
-/// exec serves mapped scripts; multi chains testkit (declines unknown images) then exec.
-fn config(functions: &[(&str, &std::path::Path)], chain: &str, extra: &str) -> String {
-    let mut text =
-        String::from("evaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n");
-    for (image, path) in functions {
-        text.push_str(&format!(
-            "        - {{image: \"{image}\", path: \"{}\"}}\n",
-            path.display()
-        ));
-    }
-    if functions.is_empty() {
-        text = text.replace("      functions:\n", "      functions: []\n");
-    }
-    text.push_str(&format!(
-        "  kit:\n    plugin: testkit\n  kit2:\n    plugin: testkit\n  default:\n    plugin: multi\n    config: {{chain: [{chain}]}}\n{extra}"
-    ));
-    text
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exec_function_transforms_and_logs() {
@@ -38,7 +19,7 @@ async fn exec_function_transforms_and_logs() {
         "echo 'renaming' >&2\nsed 's/name: first/name: renamed/'",
     );
     let server = Server::start(
-        &config(&[("example.com/rename:v1", &function)], "kit, exec", ""),
+        &exec_chain_config(&[("example.com/rename:v1", &function)], "kit, exec", ""),
         &[],
     );
     let (response, evaluator) = server
@@ -67,7 +48,7 @@ async fn exec_function_transforms_and_logs() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_image_is_not_found_with_porchs_message() {
-    let server = Server::start(&config(&[], "kit, exec", ""), &[]);
+    let server = Server::start(&exec_chain_config(&[], "kit, exec", ""), &[]);
     let status = server
         .call("example.com/nothing:v1", &resource_list(&["a"]))
         .await
@@ -102,7 +83,7 @@ echo 'validation failed' >&2
 exit 3"#,
     );
     let server = Server::start(
-        &config(&[("example.com/fails:v1", &function)], "exec", ""),
+        &exec_chain_config(&[("example.com/fails:v1", &function)], "exec", ""),
         &[],
     );
     let status = server
@@ -128,7 +109,7 @@ exit 3"#,
 #[tokio::test(flavor = "multi_thread")]
 async fn missing_executable_fails_naming_the_path() {
     let server = Server::start(
-        &config(
+        &exec_chain_config(
             &[(
                 "example.com/gone:v1",
                 std::path::Path::new("/nonexistent/fn"),
@@ -170,7 +151,7 @@ async fn deadline_kills_the_whole_process_group() {
     let dir = scratch();
     let (function, pids_file) = hanging_function(dir.path());
     let server = Server::start(
-        &config(&[("example.com/hangs:v1", &function)], "exec", ""),
+        &exec_chain_config(&[("example.com/hangs:v1", &function)], "exec", ""),
         &[],
     );
     let status = call_with_remote_deadline(
@@ -200,7 +181,7 @@ async fn caller_cancel_kills_the_whole_process_group() {
     let dir = scratch();
     let (function, pids_file) = hanging_function(dir.path());
     let server = Server::start(
-        &config(&[("example.com/hangs:v1", &function)], "exec", ""),
+        &exec_chain_config(&[("example.com/hangs:v1", &function)], "exec", ""),
         &[],
     );
     let mut client = server.client().await;
@@ -236,7 +217,7 @@ async fn caller_cancel_kills_the_whole_process_group() {
 #[tokio::test(flavor = "multi_thread")]
 async fn oversized_request_is_resource_exhausted_and_server_keeps_serving() {
     let server = Server::start(
-        &config(
+        &exec_chain_config(
             &[("krm-runner/identity", std::path::Path::new("/bin/cat"))],
             "exec",
             "max_message_bytes: 65536\n",
@@ -263,7 +244,7 @@ async fn function_output_over_the_limit_is_resource_exhausted() {
         "cat >/dev/null\nhead -c 200000 /dev/zero",
     );
     let server = Server::start(
-        &config(
+        &exec_chain_config(
             &[("example.com/spews:v1", &function)],
             "exec",
             "max_message_bytes: 65536\n",
@@ -287,7 +268,7 @@ async fn plugins_loaded_from_one_folder_stay_distinct() {
     let dir = scratch();
     let function = script(dir.path(), "id", "cat");
     let server = Server::start(
-        &config(&[("example.com/id:v1", &function)], "kit, exec", ""),
+        &exec_chain_config(&[("example.com/id:v1", &function)], "kit, exec", ""),
         &[],
     );
     let (response, evaluator) = server.call("testkit/echo", b"hello").await.unwrap();
@@ -302,7 +283,7 @@ async fn plugins_loaded_from_one_folder_stay_distinct() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn panicking_plugin_answers_internal_and_server_keeps_serving() {
-    let server = Server::start(&config(&[], "kit", ""), &[]);
+    let server = Server::start(&exec_chain_config(&[], "kit", ""), &[]);
     for _ in 0..3 {
         let status = server.call("testkit/panic", b"x").await.unwrap_err();
         assert_eq!(status.code(), Code::Internal);
@@ -321,7 +302,7 @@ async fn chain_order_is_the_configured_order() {
     for (chain, expected) in [("kit, kit2", "kit"), ("kit2, kit", "kit2")] {
         // Several starts each: Porch's order changed from start to start.
         for _ in 0..3 {
-            let server = Server::start(&config(&[], chain, ""), &[]);
+            let server = Server::start(&exec_chain_config(&[], chain, ""), &[]);
             let (response, evaluator) = server.call("testkit/echo", b"x").await.unwrap();
             assert_eq!(evaluator, expected, "chain [{chain}]");
             assert_eq!(response.log, expected.as_bytes());
@@ -332,7 +313,7 @@ async fn chain_order_is_the_configured_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn disabled_runtime_is_skipped() {
     let server = Server::start(
-        &config(
+        &exec_chain_config(
             &[("krm-runner/identity", std::path::Path::new("/bin/cat"))],
             "kit, exec",
             "",
@@ -356,7 +337,7 @@ async fn health_stays_fast_while_slow_calls_are_in_flight() {
         "cat >/dev/null\nsleep 2\necho 'items: []'",
     );
     let server = Server::start(
-        &config(&[("example.com/slow:v1", &function)], "exec", ""),
+        &exec_chain_config(&[("example.com/slow:v1", &function)], "exec", ""),
         &[],
     );
     let endpoint = server.endpoint();
@@ -397,7 +378,7 @@ async fn health_stays_fast_while_slow_calls_are_in_flight() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn plugin_logs_reach_the_runner_log() {
-    let server = Server::start(&config(&[], "kit", ""), &[]);
+    let server = Server::start(&exec_chain_config(&[], "kit", ""), &[]);
     server.call("testkit/log", b"x").await.unwrap();
     let started = Instant::now();
     while !server.stderr().contains("testkit log event")
@@ -414,7 +395,7 @@ async fn plugin_logs_reach_the_runner_log() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_lets_in_flight_calls_finish() {
-    let server = Server::start(&config(&[], "kit", ""), &[]);
+    let server = Server::start(&exec_chain_config(&[], "kit", ""), &[]);
     let mut client = server.client().await;
     let call = tokio::spawn(async move {
         client
@@ -436,7 +417,10 @@ async fn sigterm_lets_in_flight_calls_finish() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grace_period_cancels_calls_that_outlive_it() {
-    let server = Server::start(&config(&[], "kit", "shutdown_grace_seconds: 1\n"), &[]);
+    let server = Server::start(
+        &exec_chain_config(&[], "kit", "shutdown_grace_seconds: 1\n"),
+        &[],
+    );
     let mut client = server.client().await;
     let call = tokio::spawn(async move {
         client
@@ -475,7 +459,7 @@ async fn porch_legacy_exec_config_and_functions_dir_load() {
     )
     .unwrap();
     let server = Server::start(
-        &config(&[], "exec", ""),
+        &exec_chain_config(&[], "exec", ""),
         &[
             "--functions",
             functions.to_str().unwrap(),
@@ -544,7 +528,7 @@ async fn functions_get_a_minimal_environment() {
 async fn health_is_serving_for_any_service_name() {
     use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_client::HealthClient;
-    let server = Server::start(&config(&[], "kit", ""), &[]);
+    let server = Server::start(&exec_chain_config(&[], "kit", ""), &[]);
     let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
         .unwrap()
         .connect()
@@ -584,7 +568,7 @@ async fn a_chatty_function_log_is_capped_not_fatal() {
         "head -c 5242880 /dev/zero | tr '\\0' 'x' >&2\ncat",
     );
     let server = Server::start(
-        &config(&[("example.com/chatty:v1", &function)], "exec", ""),
+        &exec_chain_config(&[("example.com/chatty:v1", &function)], "exec", ""),
         &[],
     );
     let (response, _) = server
@@ -610,7 +594,7 @@ async fn crashing_function_is_internal_and_server_keeps_serving() {
     let dir = scratch();
     let function = script(dir.path(), "crash", "kill -SEGV $$");
     let server = Server::start(
-        &config(
+        &exec_chain_config(
             &[
                 ("example.com/crash:v1", &function),
                 ("krm-runner/identity", std::path::Path::new("/bin/cat")),
@@ -639,7 +623,10 @@ async fn crashing_function_is_internal_and_server_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn json_log_has_one_structured_line_per_call() {
-    let server = Server::start(&config(&[], "kit", ""), &["--log-format", "json"]);
+    let server = Server::start(
+        &exec_chain_config(&[], "kit", ""),
+        &["--log-format", "json"],
+    );
     server.call("testkit/echo", b"x").await.unwrap();
     let started = Instant::now();
     let line = loop {

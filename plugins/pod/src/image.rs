@@ -73,10 +73,16 @@ pub struct Registry {
     plain_http: Vec<String>,
     extra_ca: Option<Vec<u8>>,
     cache: Mutex<HashMap<String, Metadata>>,
-    /// Tag lists by repository (`registry/path`), with when they were listed.
-    tags: Mutex<HashMap<String, (Arc<[String]>, Instant)>>,
+    /// Tag lists by repository (`registry/path`).
+    tags: Mutex<HashMap<String, ListedTags>>,
     /// Repositories whose tags are being listed again in the background.
     refreshing: Mutex<HashSet<String>>,
+}
+
+/// A repository's tags, and when the registry listed them.
+struct ListedTags {
+    tags: Arc<[String]>,
+    at: Instant,
 }
 
 /// Most pages of a tag list read: a repository with more tags than this many pages hold is
@@ -108,8 +114,8 @@ impl Registry {
         max_age: Duration,
     ) -> Option<(Arc<[String]>, bool)> {
         let tags = self.tags.lock().unwrap_or_else(PoisonError::into_inner);
-        let (listed, at) = tags.get(repository)?;
-        Some((listed.clone(), at.elapsed() >= max_age))
+        let listed = tags.get(repository)?;
+        Some((listed.tags.clone(), listed.at.elapsed() >= max_age))
     }
 
     /// Marks `repository` as being refreshed; false when a refresh already runs.
@@ -144,7 +150,13 @@ impl Registry {
         self.tags
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(repository.to_owned(), (tags.clone(), Instant::now()));
+            .insert(
+                repository.to_owned(),
+                ListedTags {
+                    tags: tags.clone(),
+                    at: Instant::now(),
+                },
+            );
         Ok(tags)
     }
 
