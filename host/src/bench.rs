@@ -176,13 +176,29 @@ impl BenchServer {
             .spawn()
             .context("starting krm-runner serve")?;
         let endpoint = format!("http://127.0.0.1:{port}");
+        match Self::connect(endpoint, &mut child).await {
+            Ok(client) => Ok(Self { child, client, dir }),
+            Err(error) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(error)
+            }
+        }
+    }
+
+    /// A client of the `child` server once it answers, within 20 s.
+    async fn connect(
+        endpoint: String,
+        child: &mut std::process::Child,
+    ) -> anyhow::Result<FunctionEvaluatorClient<tonic::transport::Channel>> {
         let started = Instant::now();
-        let client = loop {
+        loop {
             match FunctionEvaluatorClient::connect(endpoint.clone()).await {
                 Ok(client) => {
-                    break client
+                    return Ok(client
                         .max_decoding_message_size(64 << 20)
-                        .max_encoding_message_size(64 << 20);
+                        .max_encoding_message_size(64 << 20));
                 }
                 Err(_) if started.elapsed() < Duration::from_secs(20) => {
                     if let Some(status) = child.try_wait()? {
@@ -192,8 +208,7 @@ impl BenchServer {
                 }
                 Err(error) => bail!("cannot reach krm-runner serve: {error}"),
             }
-        };
-        Ok(Self { child, client, dir })
+        }
     }
 
     fn stop(mut self) {
