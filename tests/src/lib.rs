@@ -76,7 +76,7 @@ pub struct Launch<'a> {
     /// Extra environment variables.
     pub env: &'a [(&'a str, &'a str)],
     /// A command that runs the runner (its path and arguments appended), such as
-    /// `unshare --pid --fork --mount-proc` to make it PID 1.
+    /// `unshare --pid --kill-child --mount-proc` to make it PID 1.
     pub under: &'a [&'a str],
     /// RLIMIT_NOFILE for the runner.
     pub max_open_files: Option<u64>,
