@@ -182,7 +182,8 @@ impl<'a> Doc<'a> {
         }
     }
 
-    /// The general parser (saphyr events), for whatever the fast path leaves.
+    /// The general parser (saphyr events) alone, to check the fast path against it.
+    #[cfg(any(test, debug_assertions))]
     pub fn parse_general(src: &'a str) -> Result<Self, String> {
         Self::parse_general_until(src, &Stop::default())
     }
