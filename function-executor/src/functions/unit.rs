@@ -64,6 +64,60 @@ fn set_attributes(call: &Call) -> Result<Outcome, String> {
     let list = call.arguments.str("attribute-list").unwrap_or_default();
     let attributes: Vec<AttributeValue> = serde_json::from_str(list)
         .map_err(|e| format!("attribute-list is not an AttributeValueList: {e}"))?;
+    write_attributes(call, &attributes)
+}
+
+/// ConfigHub's normalized name: lower case, every run of other characters than letters and
+/// digits one `-`, none at either end.
+fn normalized(name: &str) -> String {
+    let lower = name.to_lowercase();
+    lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// Fills the placeholders of the identifying names and app labels with
+/// `<unit>-<space>` (see [`crate::registry::DEFAULT_NAME_TEMPLATE`]); values that do not hold
+/// a placeholder are kept.
+fn set_default_names(call: &Call) -> Result<Outcome, String> {
+    let context = call.context;
+    let unit = if context.unit_slug.is_empty() {
+        &context.unit_display_name
+    } else {
+        &context.unit_slug
+    };
+    let (unit, space) = (normalized(unit), normalized(&context.space_slug));
+    if unit.is_empty() || space.is_empty() {
+        return Err(format!(
+            "the default name is <unit>-<space>, but the context has no usable {} (UnitSlug or \
+             UnitDisplayName, SpaceSlug)",
+            if unit.is_empty() {
+                "unit name"
+            } else {
+                "space name"
+            }
+        ));
+    }
+    let name = format!("{unit}-{space}");
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(attribute::DEFAULT_NAME, &info.resource_type)
+    };
+    let mut found = get(call, &entries_for, &[], None)?;
+    found.retain_mut(|attribute| match &attribute.value {
+        serde_json::Value::String(value) if value.contains(PLACEHOLDER_STRING) => {
+            attribute.value = value.replace(PLACEHOLDER_STRING, &name).into();
+            true
+        }
+        _ => false,
+    });
+    write_attributes(call, &found)
+}
+
+/// Writes each attribute's value at its resource and path, creating missing keys.
+fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcome, String> {
     let mut editor = Editor::default();
     let mut edits = 0;
     let mut problems = Vec::new();
@@ -375,6 +429,16 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 true,
             ),
             run: set_attributes,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "set-default-names",
+                "Fill the resource names and app labels still holding the placeholder confighubplaceholder with <unit>-<space> (the unit's and the space's normalized names)",
+                Vec::new(),
+                None,
+                true,
+            ),
+            run: set_default_names,
         }),
         Arc::new(Custom {
             signature: custom(
