@@ -25,6 +25,15 @@ fn get_attributes(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
+fn get_details(call: &Call) -> Result<Outcome, String> {
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(attribute::DETAIL, &info.resource_type)
+    };
+    let found = get(call, &entries_for, &[], None)?;
+    Ok(Outcome::output(Output::Attributes(found)))
+}
+
 /// Whether a value is still a placeholder (a string containing one, or the integer one).
 fn is_placeholder(value: &serde_json::Value) -> bool {
     match value {
@@ -373,6 +382,16 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 false,
             ),
             run: get_attributes,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-details",
+                "Get the descriptive facts of the unit (replicas, image repositories and references, Service types and ports), each with its description",
+                Vec::new(),
+                Some(("detail", "Details", OutputType::AttributeValueList)),
+                false,
+            ),
+            run: get_details,
         }),
         Arc::new(Custom {
             signature: custom(
