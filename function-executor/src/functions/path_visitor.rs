@@ -78,7 +78,7 @@ fn targets<'r>(
 }
 
 /// The JSON value of a scalar node, or why it is not a scalar of a supported type.
-fn scalar(doc: &Doc, node: NodeId) -> Result<(Value, DataType), String> {
+pub(crate) fn scalar(doc: &Doc, node: NodeId) -> Result<(Value, DataType), String> {
     let value = doc.to_json(node);
     let data_type = match &value {
         Value::String(_) => DataType::String,

@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo};
+use std::collections::BTreeMap;
+
+use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo, ResourceMutation};
 use crate::args::ArgValue;
-use crate::functions::path_visitor::{EntriesFor, get, write};
+use crate::functions::path_visitor::{EntriesFor, get, scalar, write};
 use crate::functions::resources::{Custom, custom, identified};
 use crate::functions::validation::{PLACEHOLDER_INT, PLACEHOLDER_STRING};
 use crate::functions::{Call, Outcome, Output, TypedFunction};
@@ -123,6 +125,79 @@ fn set_default_names(call: &Call) -> Result<Outcome, String> {
         _ => false,
     });
     write_attributes(call, &found)
+}
+
+/// Puts the placeholder back into every string or integer at a path whose recorded mutation
+/// has its predicate set: the values last set by the mutations chosen are unset again. Other
+/// values (booleans, maps, lists, missing paths) are left alone.
+fn reset(call: &Call) -> Result<Outcome, String> {
+    let list = call
+        .arguments
+        .str("mutation-predicates")
+        .unwrap_or_default();
+    let predicates: Vec<ResourceMutation> = serde_json::from_str(list)
+        .map_err(|e| format!("mutation-predicates is not a ResourceMutationList: {e}"))?;
+    // Resources are matched by type and name without scope, as ConfigHub does.
+    let mut chosen: BTreeMap<(&str, &str), Vec<UnresolvedPath>> = BTreeMap::new();
+    for (i, mutation) in predicates.iter().enumerate() {
+        let resource = &mutation.resource;
+        let name = if resource.resource_name_without_scope.is_empty() {
+            resource
+                .resource_name
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+        } else {
+            &resource.resource_name_without_scope
+        };
+        for (path, info) in &mutation.path_mutation_map {
+            if !info.predicate {
+                continue;
+            }
+            let path = UnresolvedPath::parse(path)
+                .map_err(|e| format!("mutation-predicates {i} ({name}): {e}"))?;
+            chosen
+                .entry((&resource.resource_type, name))
+                .or_default()
+                .push(path);
+        }
+    }
+    let doc = &call.unit.doc;
+    let mut attributes = Vec::new();
+    for element in &call.unit.elements {
+        let Ok(info) = element.checked_info() else {
+            continue;
+        };
+        let key = (
+            info.resource_type.as_str(),
+            info.resource_name_without_scope.as_str(),
+        );
+        for path in chosen.get(&key).into_iter().flatten() {
+            for found in path::resolve(doc, element.root, path, false) {
+                let Some(node) = found.node else { continue };
+                let (value, data_type) = match scalar(doc, node) {
+                    Ok((serde_json::Value::String(_), _)) => {
+                        (PLACEHOLDER_STRING.into(), DataType::String)
+                    }
+                    Ok((serde_json::Value::Number(n), _)) if n.is_i64() => {
+                        (PLACEHOLDER_INT.into(), DataType::Int)
+                    }
+                    _ => continue,
+                };
+                attributes.push(AttributeValue {
+                    resource: info.clone(),
+                    path: found.path,
+                    in_live_state: false,
+                    attribute_name: attribute::GENERAL.to_owned(),
+                    data_type,
+                    info: None,
+                    value,
+                    comment: String::new(),
+                });
+            }
+        }
+    }
+    write_attributes(call, &attributes)
 }
 
 /// Writes each attribute's value at its resource and path, creating missing keys.
@@ -458,6 +533,20 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 true,
             ),
             run: set_default_names,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "reset",
+                "Set the strings and integers last set by the mutations whose predicate is true back to their placeholders (confighubplaceholder, 999999999)",
+                vec![ParameterBuilder::new(
+                    "mutation-predicates",
+                    DataType::ResourceMutationList,
+                    "Mutations, with Predicate true on the paths to reset",
+                )],
+                None,
+                true,
+            ),
+            run: reset,
         }),
         Arc::new(Custom {
             signature: custom(
