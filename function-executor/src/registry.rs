@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::api::{AttributeDetails, DataType, FunctionInvocation};
+use crate::api::{AttributeDetails, DataType, FunctionArgument, FunctionInvocation};
 
 /// Matches every resource type.
 pub const ANY_RESOURCE_TYPE: &str = "*";
@@ -240,6 +240,10 @@ pub mod attribute {
     pub const GENERAL: &str = "attribute-value";
     pub const PROVIDED: &str = "provided-value";
     pub const DEFAULT_NAME: &str = "default-name";
+    /// References to resources of a type, by name: `resource-name/<type>`.
+    pub fn references_to(resource_type: &str) -> String {
+        format!("resource-name/{resource_type}")
+    }
     /// What `get-details` reports: the descriptive facts of a unit.
     pub const DETAIL: &str = "detail";
 }
@@ -489,6 +493,114 @@ impl PathRegistry {
                         ),
                 );
             }
+        }
+        // Where resources refer to others by name (what `set-references-of-type` sets).
+        let mut references: Vec<(&str, Vec<&str>, String)> = Vec::new();
+        for (resource_type, pod_spec) in pod_spec_prefixes() {
+            let pod = |path: &str| format!("{pod_spec}.{path}");
+            for list in ["containers", "initContainers"] {
+                references.push((
+                    "v1/ConfigMap",
+                    vec![resource_type],
+                    pod(&format!("{list}.*.env.*.valueFrom.configMapKeyRef.name")),
+                ));
+                references.push((
+                    "v1/ConfigMap",
+                    vec![resource_type],
+                    pod(&format!("{list}.*.envFrom.*.configMapRef.name")),
+                ));
+                references.push((
+                    "v1/Secret",
+                    vec![resource_type],
+                    pod(&format!("{list}.*.env.*.valueFrom.secretKeyRef.name")),
+                ));
+                references.push((
+                    "v1/Secret",
+                    vec![resource_type],
+                    pod(&format!("{list}.*.envFrom.*.secretRef.name")),
+                ));
+            }
+            references.push((
+                "v1/ConfigMap",
+                vec![resource_type],
+                pod("volumes.*.configMap.name"),
+            ));
+            references.push((
+                "v1/Secret",
+                vec![resource_type],
+                pod("volumes.*.secret.secretName"),
+            ));
+            references.push((
+                "v1/Secret",
+                vec![resource_type],
+                pod("imagePullSecrets.*.name"),
+            ));
+            references.push((
+                "v1/PersistentVolumeClaim",
+                vec![resource_type],
+                pod("volumes.*.persistentVolumeClaim.claimName"),
+            ));
+            references.push((
+                "v1/ServiceAccount",
+                vec![resource_type],
+                pod("serviceAccountName"),
+            ));
+        }
+        let bindings = vec![
+            "rbac.authorization.k8s.io/v1/RoleBinding",
+            "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
+        ];
+        references.extend([
+            (
+                "v1/ServiceAccount",
+                bindings,
+                "subjects.?kind=ServiceAccount.name".to_owned(),
+            ),
+            (
+                "v1/Secret",
+                vec!["v1/ServiceAccount"],
+                "imagePullSecrets.*.name".to_owned(),
+            ),
+            (
+                "v1/Secret",
+                vec!["networking.k8s.io/v1/Ingress"],
+                "spec.tls.*.secretName".to_owned(),
+            ),
+            (
+                "v1/Service",
+                vec!["networking.k8s.io/v1/Ingress"],
+                "spec.rules.*.http.paths.*.backend.service.name".to_owned(),
+            ),
+            (
+                "v1/Service",
+                vec!["networking.k8s.io/v1/Ingress"],
+                "spec.defaultBackend.service.name".to_owned(),
+            ),
+            (
+                "v1/Service",
+                vec!["apps/v1/StatefulSet"],
+                "spec.serviceName".to_owned(),
+            ),
+        ]);
+        for (referenced, referrers, path) in references {
+            let mut entry = PathVisitorInfo::new(
+                &attribute::references_to(referenced),
+                &path,
+                DataType::String,
+            )
+            .with_functions(None, &["set-references-of-type"]);
+            if let Some(setter) = entry
+                .info
+                .as_mut()
+                .and_then(|info| info.setter_invocations.first_mut())
+            {
+                setter
+                    .arguments
+                    .push(FunctionArgument::named("resource-type", referenced));
+            }
+            registry
+                .register(&referrers, entry)
+                .expect("built-in accessors compile");
         }
         // The facts `get-details` reports, filed under `detail` with their own attribute names.
         let mut detail = |types: &[&str], entry: PathVisitorInfo| {

@@ -200,6 +200,51 @@ fn reset(call: &Call) -> Result<Outcome, String> {
     write_attributes(call, &attributes)
 }
 
+/// Sets every field that refers to a resource of the given type by name (container env and
+/// volumes, service account names, role binding subjects, Ingress backends and TLS
+/// secrets, ...; namespaces: every namespace field and reference) to the given name. Fields
+/// are only changed, never added.
+fn set_references_of_type(call: &Call) -> Result<Outcome, String> {
+    let referenced = call.arguments.str("resource-type").unwrap_or_default();
+    let name = call.arguments.str("resource-name").unwrap_or_default();
+    let attribute_name = if referenced == "v1/Namespace" {
+        attribute::NAMESPACE_REFERENCE.to_owned()
+    } else {
+        attribute::references_to(referenced)
+    };
+    if call.registry.attribute(&attribute_name).is_none() {
+        let mut known: Vec<String> = call
+            .registry
+            .attributes()
+            .filter_map(|(attribute, _)| attribute.strip_prefix("resource-name/"))
+            .map(str::to_owned)
+            .collect();
+        known.push("v1/Namespace".to_owned());
+        known.sort();
+        return Err(format!(
+            "no references to resources of type {referenced} are known (known: {})",
+            known.join(", ")
+        ));
+    }
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(&attribute_name, &info.resource_type)
+    };
+    let mut editor = Editor::default();
+    let edits = write(
+        call,
+        &mut editor,
+        &entries_for,
+        &[],
+        &ArgValue::String(name.to_owned()),
+        false,
+    )?;
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(&call.unit.doc)),
+        output: None,
+    })
+}
+
 /// Writes each attribute's value at its resource and path, creating missing keys.
 fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcome, String> {
     let mut editor = Editor::default();
@@ -547,6 +592,25 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 true,
             ),
             run: reset,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "set-references-of-type",
+                "Set every field that refers by name to a resource of the given type (e.g. v1/ConfigMap, v1/Secret, v1/ServiceAccount, v1/Service, v1/PersistentVolumeClaim, v1/Namespace) to the given name",
+                vec![
+                    ParameterBuilder::new(
+                        "resource-type",
+                        string,
+                        "Type (apiVersion/kind) of the resources referred to",
+                    )
+                    .example("v1/ConfigMap"),
+                    ParameterBuilder::new("resource-name", string, "Name to set in the references")
+                        .example("settings"),
+                ],
+                None,
+                true,
+            ),
+            run: set_references_of_type,
         }),
         Arc::new(Custom {
             signature: custom(
