@@ -214,8 +214,10 @@ pub async fn serve(
     })
     .max_decoding_message_size(max_message_bytes)
     .max_encoding_message_size(max_message_bytes);
+    // Installed now, before anything is served: a SIGTERM right after start-up is a shutdown.
+    let terminated = crate::signals::terminated();
     let stop = async move {
-        crate::signals::terminated().await;
+        terminated.await;
         tracing::info!(
             grace_seconds = grace.as_secs(),
             "shutting down: no new calls; draining in-flight calls"

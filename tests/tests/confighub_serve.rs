@@ -18,7 +18,7 @@ const UNIT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: we
 fn start() -> (Server, u16) {
     let http = free_port();
     let server = Server::start(
-        &format!("confighub_listen: \"127.0.0.1:{http}\"\nmax_message_bytes: 65536\n"),
+        &format!("confighub_listen: \"127.0.0.1:{http}\"\nmax_message_bytes: 262144\n"),
         &[],
     );
     (server, http)
@@ -157,9 +157,9 @@ fn http_refuses_bad_requests_clearly_and_keeps_serving() {
         (
             "POST",
             "/function/kubernetes",
-            vec![b' '; 70_000],
+            vec![b' '; 270_000],
             413,
-            "over max_message_bytes 65536",
+            "over max_message_bytes 262144",
         ),
         ("POST", "/function/shutdown", Vec::new(), 403, "SIGTERM"),
         (
@@ -225,8 +225,12 @@ fn http_refuses_bad_requests_clearly_and_keeps_serving() {
         server.stderr()
     );
     drop(stalled);
-    let status = server.terminate();
-    assert!(status.success(), "{status:?}");
+    let mut server = server;
+    server.signal(libc::SIGTERM);
+    let status = server
+        .wait_exit(Duration::from_secs(30))
+        .expect("the runner stops on SIGTERM");
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
     assert!(
         TcpStream::connect(("127.0.0.1", port)).is_err(),
         "HTTP listener closed"
