@@ -357,6 +357,43 @@ pub fn write<'r>(
     Ok(edits)
 }
 
+/// Creates each path `entries_for` gives, with `value`, where it is missing; values already
+/// there are kept. Paths through aliases are left alone.
+pub fn fill_missing<'r>(
+    call: &Call,
+    editor: &mut Editor,
+    entries_for: EntriesFor<'_, 'r>,
+    value: &ArgValue,
+) -> Result<usize, String> {
+    let doc = &call.unit.doc;
+    let mut edits = 0;
+    let mut problems = Vec::new();
+    for element in &call.unit.elements {
+        let Ok(info) = element.checked_info() else {
+            continue;
+        };
+        for target in targets(entries_for(info), &[])? {
+            for found in path::resolve(doc, element.root, &target.path, true) {
+                if found.node.is_some() || found.through_alias {
+                    continue;
+                }
+                match create_missing(editor, doc, found.existing, &found.missing, value) {
+                    Ok(()) => edits += 1,
+                    Err(problem) => problems.push(format!(
+                        "{} {}: path {}: {problem}",
+                        info.resource_type, info.resource_name, found.path
+                    )),
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(edits)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
 fn create_missing(
     editor: &mut Editor,
     doc: &Doc,
