@@ -3,7 +3,7 @@
 //! registry), printed in fctl's layout so that scripts written for fctl keep working. The
 //! executor runs in this process; no server is needed.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 
 use krm_function_executor::api::{
@@ -68,8 +68,24 @@ impl Typed<'_> {
 /// `krm-runner do FILE UNIT FUNCTION [ARG...]`: exit status 0, or 1 when the invocation failed.
 fn run_do(args: &DoArgs) -> anyhow::Result<i32> {
     check_function_name(&args.function)?;
-    let arguments = parse_arguments(&args.arguments)?;
-    let view = match (args.data_only, args.output_only) {
+    // fctl takes its flags anywhere, after the function's arguments too; neither flag has a
+    // value, so neither can be a named argument (`--name=value`).
+    let (mut data_only, mut output_only) = (args.data_only, args.output_only);
+    let mut words = Vec::with_capacity(args.arguments.len());
+    for word in &args.arguments {
+        match word.as_str() {
+            "--data-only" => data_only = true,
+            "--output-only" => output_only = true,
+            _ => words.push(word.clone()),
+        }
+    }
+    if data_only && output_only {
+        return Err(BadInvocation::error(
+            "--data-only cannot be used with --output-only",
+        ));
+    }
+    let arguments = parse_arguments(&words)?;
+    let view = match (data_only, output_only) {
         (true, _) => View::DataOnly,
         (_, true) => View::OutputOnly,
         _ => View::Full,
@@ -112,14 +128,17 @@ fn run_doseq(args: &DoSeqArgs) -> anyhow::Result<i32> {
 /// `krm-runner list`: fctl's table of signatures, by name.
 fn run_list(toolchain: &ToolchainArg) -> anyhow::Result<i32> {
     let executor = executor_for(toolchain)?;
-    print!("{}", signature_table(executor.list().values()));
+    emit(&signature_table(executor.list().values()))?;
     Ok(0)
 }
 
 /// `krm-runner listpaths`: the path registry as indented JSON.
 fn run_listpaths(toolchain: &ToolchainArg) -> anyhow::Result<i32> {
     let executor = executor_for(toolchain)?;
-    println!("{}", serde_json::to_string_pretty(executor.registry())?);
+    emit(&format!(
+        "{}\n",
+        serde_json::to_string_pretty(executor.registry())?
+    ))?;
     Ok(0)
 }
 
@@ -178,8 +197,22 @@ fn run(request: Request<'_>, view: View) -> anyhow::Result<i32> {
         };
         BadInvocation::error(format!("{at_fault}: {error}"))
     })?;
-    print!("{}", render_response(&input, &response, view)?);
+    emit(&render_response(&input, &response, view)?)?;
     Ok(if response.success { 0 } else { 1 })
+}
+
+/// Writes `text` to stdout; a reader that went away (`| head`) ends the output quietly.
+fn emit(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::anyhow!("cannot write to stdout: {error}"))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn check_function_name(name: &str) -> anyhow::Result<()> {
