@@ -166,6 +166,20 @@ fn router(typed: Arc<TypedFunctions>, max_message_bytes: usize) -> Router {
         })
 }
 
+/// A JSON answer of at most `limit` bytes; a larger one is refused, naming the limit.
+fn bounded_json(body: Vec<u8>, limit: usize) -> Response {
+    if body.len() > limit {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "the response is {} bytes, over max_message_bytes {limit}",
+                body.len()
+            ),
+        );
+    }
+    json(StatusCode::OK, body)
+}
+
 fn json(status: StatusCode, body: Vec<u8>) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
@@ -198,14 +212,14 @@ async fn not_found() -> Response {
 
 async fn list(State(state): State<HttpState>) -> Response {
     match serde_json::to_vec(&state.typed.executor.list()) {
-        Ok(body) => json(StatusCode::OK, body),
+        Ok(body) => bounded_json(body, state.max_message_bytes),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 async fn paths(State(state): State<HttpState>) -> Response {
     match serde_json::to_vec(state.typed.executor.registry()) {
-        Ok(body) => json(StatusCode::OK, body),
+        Ok(body) => bounded_json(body, state.max_message_bytes),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
@@ -252,7 +266,7 @@ async fn invoke_http(State(state): State<HttpState>, body: Body) -> Response {
     };
     match state.typed.invoke(permit, request).await {
         Ok(response) => match serde_json::to_vec(&response) {
-            Ok(body) => json(StatusCode::OK, body),
+            Ok(body) => bounded_json(body, limit),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         },
         Err(refusal @ Refusal::Executor(_)) => error(StatusCode::BAD_REQUEST, refusal),
@@ -267,13 +281,28 @@ pub fn grpc_service(
     typed: Arc<TypedFunctions>,
     max_message_bytes: usize,
 ) -> FunctionExecutorServer<GrpcExecutor> {
-    FunctionExecutorServer::new(GrpcExecutor { typed })
-        .max_decoding_message_size(max_message_bytes)
-        .max_encoding_message_size(max_message_bytes)
+    FunctionExecutorServer::new(GrpcExecutor {
+        typed,
+        max_message_bytes,
+    })
+    .max_decoding_message_size(max_message_bytes)
+    .max_encoding_message_size(max_message_bytes)
 }
 
 pub struct GrpcExecutor {
     typed: Arc<TypedFunctions>,
+    max_message_bytes: usize,
+}
+
+/// Refuses an answer of `size` bytes over the message limit, naming it (tonic's own refusal
+/// would be OUT_OF_RANGE without saying which setting).
+fn bounded(size: usize, limit: usize, what: &str) -> Result<(), Status> {
+    if size > limit {
+        return Err(Status::resource_exhausted(format!(
+            "{what} is {size} bytes, over max_message_bytes {limit}"
+        )));
+    }
+    Ok(())
 }
 
 #[tonic::async_trait]
@@ -297,7 +326,17 @@ impl FunctionExecutor for GrpcExecutor {
                     Refusal::Busy => Status::resource_exhausted(refusal.to_string()),
                     Refusal::Internal(_) => Status::internal(refusal.to_string()),
                 })?;
-        to_proto(response).map(tonic::Response::new)
+        let response = to_proto(response)?;
+        let size = response.config_data.len()
+            + response.output_json.len()
+            + response.mutations_json.len()
+            + response
+                .error_messages
+                .iter()
+                .map(String::len)
+                .sum::<usize>();
+        bounded(size, self.max_message_bytes, "the response")?;
+        Ok(tonic::Response::new(response))
     }
 
     async fn list_typed_functions(
@@ -306,6 +345,7 @@ impl FunctionExecutor for GrpcExecutor {
     ) -> Result<tonic::Response<pb::JsonDocument>, Status> {
         let json = serde_json::to_string(&self.typed.executor.list())
             .map_err(|e| Status::internal(e.to_string()))?;
+        bounded(json.len(), self.max_message_bytes, "the function list")?;
         Ok(tonic::Response::new(pb::JsonDocument { json }))
     }
 
@@ -315,6 +355,7 @@ impl FunctionExecutor for GrpcExecutor {
     ) -> Result<tonic::Response<pb::JsonDocument>, Status> {
         let json = serde_json::to_string(self.typed.executor.registry())
             .map_err(|e| Status::internal(e.to_string()))?;
+        bounded(json.len(), self.max_message_bytes, "the path registry")?;
         Ok(tonic::Response::new(pb::JsonDocument { json }))
     }
 }

@@ -319,6 +319,27 @@ async fn function_executor_over_grpc() {
             .contains("invocations[1].arguments[0] has no value"),
         "{status:?}"
     );
+    // An answer over max_message_bytes is refused, naming the limit.
+    let mut large = pb::InvokeRequest {
+        config_data: Vec::new(),
+        invocations: vec![invocation(
+            "get-resources",
+            vec![argument(pb::argument::Value::StringValue("yaml".into()))],
+        )],
+        ..request.clone()
+    };
+    large.num_filters = 0;
+    for i in 0..1500 {
+        large.config_data.extend(
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n---\n").bytes(),
+        );
+    }
+    let status = client.invoke(large).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("over max_message_bytes 262144"),
+        "{status:?}"
+    );
     let mut bad_context = request.clone();
     bad_context.context_json = "[1]".to_owned();
     let status = client.invoke(bad_context).await.unwrap_err();
