@@ -5,6 +5,7 @@ fn main() {
     let protos = [
         "proto/evaluator.proto",
         "proto/krmrunner/v1/functions.proto",
+        "proto/krmrunner/v1/executor.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");

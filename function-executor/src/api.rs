@@ -484,6 +484,38 @@ pub struct YamlPayload {
     pub payload: String,
 }
 
+/// `output` (a response's `Output` of type `output_type`) as fctl prints it: a YAML output is
+/// its payload; any other is JSON indented by two spaces, fields in the order of their type.
+/// `None` when there is no output. An output that does not read as its declared type is an
+/// error.
+pub fn render_output(
+    output_type: Option<OutputType>,
+    output: &[u8],
+) -> Result<Option<String>, serde_json::Error> {
+    fn typed<T: serde::de::DeserializeOwned + Serialize>(
+        output: &[u8],
+    ) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(&serde_json::from_slice::<T>(output)?)
+    }
+    let Some(output_type) = output_type else {
+        return Ok(None);
+    };
+    if output.is_empty() || output == b"null" {
+        return Ok(None);
+    }
+    let rendered = match output_type {
+        OutputType::ValidationResult => typed::<ValidationResult>(output)?,
+        OutputType::ValidationResultList => typed::<Vec<ValidationResult>>(output)?,
+        OutputType::AttributeValueList => typed::<Vec<AttributeValue>>(output)?,
+        OutputType::ResourceInfoList => typed::<Vec<ResourceInfo>>(output)?,
+        OutputType::ResourceList => typed::<Vec<Resource>>(output)?,
+        OutputType::ResourceMutationList => typed::<Vec<ResourceMutation>>(output)?,
+        OutputType::Yaml => serde_json::from_slice::<YamlPayload>(output)?.payload,
+        OutputType::PatchMap | OutputType::Json | OutputType::Opaque => typed::<Value>(output)?,
+    };
+    Ok(Some(rendered))
+}
+
 mod base64_bytes {
     use base64::{Engine, engine::general_purpose::STANDARD};
     use serde::{Deserialize, Deserializer, Serializer};

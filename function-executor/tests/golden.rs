@@ -10,10 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use krm_function_executor::Executor;
-use krm_function_executor::api::{
-    AttributeValue, FunctionInvocation, FunctionInvocationRequest, OutputType, Resource,
-    ResourceInfo, ResourceMutation, ValidationResult, YamlPayload,
-};
+use krm_function_executor::api::{FunctionInvocation, FunctionInvocationRequest, render_output};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -82,7 +79,9 @@ fn render(executor: &Executor, case: &Case) -> String {
     let output = String::from_utf8(response.output).unwrap();
     if let Some(output_type) = response.output_type {
         out.push_str(&format!("\nOUTPUT  {output_type:?}\n------\n"));
-        out.push_str(&pretty(output_type, &output));
+        let rendered = render_output(Some(output_type), output.as_bytes())
+            .unwrap_or_else(|e| panic!("output does not read as its type: {e}: {output}"));
+        out.push_str(rendered.as_deref().unwrap_or("null"));
         out.push('\n');
     } else {
         assert_eq!(output, "null", "no output type but an output");
@@ -97,26 +96,6 @@ fn render(executor: &Executor, case: &Case) -> String {
         out.push_str(std::str::from_utf8(&response.config_data).unwrap());
     }
     out
-}
-
-/// The output read back as its declared type (so a mismatch fails) and printed with the
-/// type's field order.
-fn pretty(output_type: OutputType, output: &str) -> String {
-    fn typed<T: serde::de::DeserializeOwned + serde::Serialize>(output: &str) -> String {
-        let value: T = serde_json::from_str(output)
-            .unwrap_or_else(|e| panic!("output does not read as its type: {e}: {output}"));
-        serde_json::to_string_pretty(&value).unwrap()
-    }
-    match output_type {
-        OutputType::ValidationResult => typed::<ValidationResult>(output),
-        OutputType::ValidationResultList => typed::<Vec<ValidationResult>>(output),
-        OutputType::AttributeValueList => typed::<Vec<AttributeValue>>(output),
-        OutputType::ResourceInfoList => typed::<Vec<ResourceInfo>>(output),
-        OutputType::ResourceList => typed::<Vec<Resource>>(output),
-        OutputType::ResourceMutationList => typed::<Vec<ResourceMutation>>(output),
-        OutputType::Yaml => serde_json::from_str::<YamlPayload>(output).unwrap().payload,
-        _ => typed::<serde_json::Value>(output),
-    }
 }
 
 #[test]

@@ -62,6 +62,76 @@ pub enum Command {
     },
     /// Measure the plugin boundary, gRPC calls against direct process spawns, and idle memory.
     Bench(crate::bench::BenchArgs),
+    /// ConfigHub's `fctl do`: invoke one typed function on a unit's config data. Exit status
+    /// 0, or 1 when the invocation failed.
+    Do(DoArgs),
+    /// ConfigHub's `fctl doseq`: invoke a sequence of typed functions on a unit's config data.
+    /// Exit status 0, or 1 when an invocation failed.
+    Doseq(DoSeqArgs),
+    /// ConfigHub's `fctl list`: the typed functions and their signatures.
+    List(ToolchainArg),
+    /// ConfigHub's `fctl listpaths`: the path registry (attribute, resource type, path).
+    Listpaths(ToolchainArg),
+}
+
+/// The toolchain of the config data, as ConfigHub names it.
+#[derive(Debug, Args)]
+pub struct ToolchainArg {
+    /// Toolchain of the config data (only Kubernetes/YAML so far).
+    #[arg(long, value_name = "TOOLCHAIN", default_value = "Kubernetes/YAML")]
+    pub toolchain: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DoArgs {
+    /// The unit's config data (multi-document YAML); `-` reads stdin.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The unit's name (letters, digits, space and -_.()@#); lower-cased, its slug.
+    #[arg(value_name = "UNIT")]
+    pub unit: String,
+    /// A typed function (see `krm-runner list`).
+    #[arg(value_name = "FUNCTION")]
+    pub function: String,
+    /// Arguments in parameter order, or `--name=value` (after which all must be named; put
+    /// `--` before FUNCTION so that they are not read as flags).
+    #[arg(
+        value_name = "ARG",
+        allow_hyphen_values = true,
+        trailing_var_arg = true
+    )]
+    pub arguments: Vec<String>,
+    /// Print only the resulting config data, changed or not.
+    #[arg(long, conflicts_with = "output_only")]
+    pub data_only: bool,
+    /// Print only the function's output.
+    #[arg(long)]
+    pub output_only: bool,
+    #[command(flatten)]
+    pub toolchain: ToolchainArg,
+}
+
+#[derive(Debug, Args)]
+pub struct DoSeqArgs {
+    /// The unit's config data (multi-document YAML); `-` reads stdin.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The unit's name (letters, digits, space and -_.()@#); lower-cased, its slug.
+    #[arg(value_name = "UNIT")]
+    pub unit: String,
+    /// A FunctionInvocationList as JSON:
+    /// `[{"FunctionName": "set-replicas", "Arguments": [{"Value": 3}]}]`.
+    #[arg(value_name = "INVOCATIONS")]
+    pub invocations: String,
+    /// The first N validating invocations are filters: one that fails ends the sequence
+    /// quietly.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub num_filters: usize,
+    /// Stop at the first invocation that fails.
+    #[arg(long)]
+    pub stop: bool,
+    #[command(flatten)]
+    pub toolchain: ToolchainArg,
 }
 
 #[derive(Debug, Subcommand)]

@@ -25,6 +25,10 @@ const EMBEDDED_NAME: &str = "embedded default";
 pub struct Config {
     /// Address the gRPC server binds.
     pub listen: String,
+    /// Address ConfigHub's function routes (HTTP/JSON, `/function/...`) are served on, beside
+    /// the gRPC listener; absent, they are not served over HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confighub_listen: Option<String>,
     /// Largest request and response message, in bytes (Porch: `--max-request-body-size`).
     pub max_message_bytes: usize,
     /// Folders searched for plugin libraries, in order, before the executable's own folder.
@@ -384,6 +388,17 @@ impl Config {
                 "listen: {:?} is not an address such as 127.0.0.1:9445",
                 self.listen
             ));
+        }
+        if let Some(http) = &self.confighub_listen {
+            if http.parse::<SocketAddr>().is_err() {
+                problems.push(format!(
+                    "confighub_listen: {http:?} is not an address such as 127.0.0.1:9080"
+                ));
+            } else if *http == self.listen {
+                problems.push(format!(
+                    "confighub_listen: {http:?} is the gRPC listen address too; they must differ"
+                ));
+            }
         }
         if self.max_message_bytes < 1024 {
             problems.push(format!(

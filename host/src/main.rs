@@ -4,6 +4,8 @@ mod bench;
 mod catalog;
 mod cli;
 mod config;
+mod confighub;
+mod confighub_serving;
 mod eval;
 mod logging;
 mod routing;
@@ -55,6 +57,20 @@ fn main() -> ExitCode {
         }) => true,
         _ => false,
     };
+    // ConfigHub's typed functions run in this process, without the evaluator plugins.
+    let typed = match &cli.command {
+        Some(Command::Do(args)) => Some(confighub::Typed::Do(args)),
+        Some(Command::Doseq(args)) => Some(confighub::Typed::Doseq(args)),
+        Some(Command::List(toolchain)) => Some(confighub::Typed::List(toolchain)),
+        Some(Command::Listpaths(toolchain)) => Some(confighub::Typed::Listpaths(toolchain)),
+        _ => None,
+    };
+    if let Some(typed) = typed {
+        if !problems.is_empty() {
+            return report(&problems);
+        }
+        return exit_code(typed.run());
+    }
     if let Some(Command::Eval(
         args @ cli::EvalArgs {
             server: Some(address),
@@ -121,7 +137,13 @@ fn main() -> ExitCode {
                 let catalog = catalog::Catalog::new(runtime.functions());
                 eval::run_function(&runtime, &catalog, name, config.max_message_bytes).await
             }
-            Some(Command::Config { .. }) => unreachable!("handled before serving"),
+            Some(
+                Command::Config { .. }
+                | Command::Do(_)
+                | Command::Doseq(_)
+                | Command::List(_)
+                | Command::Listpaths(_),
+            ) => unreachable!("handled before the plugins start"),
         }
     });
     if runs_functions {
@@ -143,6 +165,11 @@ fn run_async(command: impl std::future::Future<Output = anyhow::Result<i32>>) ->
     let outcome = tokio.block_on(command);
     // Blocking threads may still be cleaning up cancelled calls; don't wait for them.
     tokio.shutdown_timeout(Duration::from_millis(100));
+    exit_code(outcome)
+}
+
+/// A command's exit status: its own, 2 for a [`BadInvocation`], 1 for any other error.
+fn exit_code(outcome: anyhow::Result<i32>) -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code as u8),
         Err(error) if error.is::<BadInvocation>() => report(&[format!("{error:#}")]),
@@ -202,14 +229,25 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
         .await
         .map_err(|error| anyhow::anyhow!("listen: cannot bind {}: {error}", config.listen))?;
     let address = listener.local_addr()?;
+    let confighub_http =
+        match &config.confighub_listen {
+            Some(http) => Some(tokio::net::TcpListener::bind(http).await.map_err(|error| {
+                anyhow::anyhow!("confighub_listen: cannot bind {http}: {error}")
+            })?),
+            None => None,
+        };
     let chain = runtime.served_chain();
     routing::start_sources(runtime.store(), &config.function_configs)
         .await
         .map_err(|problem| anyhow::anyhow!(problem))?;
     tracing::info!(%address, serve = %config.serve, chain = ?chain, "serving");
+    if let Some(http) = &confighub_http {
+        tracing::info!(address = %http.local_addr()?, "serving ConfigHub's function routes over HTTP");
+    }
     server::serve(
         runtime,
         listener,
+        confighub_http,
         config.max_message_bytes,
         Duration::from_secs(config.shutdown_grace_seconds),
     )

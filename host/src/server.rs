@@ -1,4 +1,5 @@
-//! The gRPC server: Porch's `evaluator.FunctionEvaluator` and `grpc.health.v1.Health`.
+//! The gRPC server: Porch's `evaluator.FunctionEvaluator` and `grpc.health.v1.Health`, plus
+//! krm-runner's `krmrunner.v1` catalog and ConfigHub executor.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +19,7 @@ use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
 use crate::catalog::Catalog;
+use crate::confighub_serving::{self, TypedFunctions};
 use crate::runtime::{self, CancelOnDrop, Runtime};
 
 /// The response header naming the evaluator instance that served a call.
@@ -182,14 +184,28 @@ pub fn to_status(error: &EvalError) -> Status {
 /// Serves until SIGTERM or SIGINT, then drains: in-flight calls get `grace` to finish before
 /// they are cancelled, and the runner exits within `grace` + [`serving::CLOSE_LIMIT`] even if
 /// clients keep idle connections open. A second signal kills every call's processes and exits at once.
+///
+/// ConfigHub's typed functions are served on the same gRPC server and, given `confighub_http`,
+/// over HTTP there too; that listener stops taking requests when shutdown starts.
 pub async fn serve(
     runtime: Arc<Runtime>,
     listener: TcpListener,
+    confighub_http: Option<TcpListener>,
     max_message_bytes: usize,
     grace: Duration,
 ) -> anyhow::Result<()> {
     let (force_tx, force_rx) = watch::channel(false);
     let (stopping_tx, mut stopping_rx) = watch::channel(false);
+    let typed = TypedFunctions::kubernetes();
+    let http = confighub_http.map(|listener| {
+        tokio::spawn(confighub_serving::serve_http(
+            listener,
+            typed.clone(),
+            max_message_bytes,
+            stopping_rx.clone(),
+        ))
+    });
+    let executor = confighub_serving::grpc_service(typed, max_message_bytes);
     let catalog = FunctionCatalogServer::new(Catalog::new(runtime.functions()));
     let evaluator = FunctionEvaluatorServer::new(EvaluatorService {
         runtime,
@@ -198,8 +214,10 @@ pub async fn serve(
     })
     .max_decoding_message_size(max_message_bytes)
     .max_encoding_message_size(max_message_bytes);
+    // Installed now, before anything is served: a SIGTERM right after start-up is a shutdown.
+    let terminated = crate::signals::terminated();
     let stop = async move {
-        crate::signals::terminated().await;
+        terminated.await;
         tracing::info!(
             grace_seconds = grace.as_secs(),
             "shutting down: no new calls; draining in-flight calls"
@@ -218,6 +236,7 @@ pub async fn serve(
         .add_service(health_service())
         .add_service(evaluator)
         .add_service(catalog)
+        .add_service(executor)
         .serve_with_incoming_shutdown(serving::incoming(listener), stop);
     let stopping = async move {
         let _ = stopping_rx.wait_for(|stopping| *stopping).await;
@@ -234,6 +253,10 @@ pub async fn serve(
         grace_over,
     )
     .await?;
+    if let Some(http) = http {
+        // It stopped accepting when shutdown started; its connections close within CLOSE_LIMIT.
+        let _ = tokio::time::timeout(serving::CLOSE_LIMIT, http).await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

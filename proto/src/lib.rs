@@ -4,7 +4,8 @@
 //! `nephio-project/porch/func/evaluator/evaluator.proto`; both the runner and Porch-style clients
 //! use it. [`krmrunner::v1`] holds krm-runner's own services, kept out of Porch's package.
 
-/// krm-runner's extensions (package `krmrunner.v1`): the function catalog.
+/// krm-runner's extensions (package `krmrunner.v1`): the function catalog and ConfigHub's typed
+/// function executor.
 pub mod krmrunner {
     pub mod v1 {
         tonic::include_proto!("krmrunner.v1");

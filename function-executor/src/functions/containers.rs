@@ -6,7 +6,9 @@ use regex::Regex;
 
 use crate::api::{DataType, ResourceInfo};
 use crate::args::ArgValue;
-use crate::functions::path_visitor::{CONTAINER_NAME_PATTERN, IMAGE_REFERENCE_PATTERN, get, write};
+use crate::functions::path_visitor::{
+    CONTAINER_NAME_PATTERN, IMAGE_REFERENCE_PATTERN, fill_missing, get, write,
+};
 use crate::functions::resources::{Custom, custom, identified};
 use crate::functions::{Call, Outcome, TypedFunction};
 use crate::path::{self, UnresolvedPath};
@@ -306,6 +308,129 @@ fn set_container_resources(call: &Call) -> Result<Outcome, String> {
     })
 }
 
+/// One default: a value for a path relative to the pod spec (or, for `at_root`, to the
+/// resource), of the given types.
+struct PodDefault {
+    path: &'static str,
+    value: ArgValue,
+}
+
+/// The defaults each `set-pod-defaults` switch adds where they are missing.
+fn pod_defaults(switch: &str) -> Vec<PodDefault> {
+    let default = |path, value| PodDefault { path, value };
+    match switch {
+        "automount-service-account-token" => vec![default(
+            "automountServiceAccountToken",
+            ArgValue::Bool(false),
+        )],
+        "security-context" => vec![
+            default("securityContext.runAsNonRoot", ArgValue::Bool(true)),
+            default(
+                "securityContext.seccompProfile.type",
+                ArgValue::String("RuntimeDefault".into()),
+            ),
+            default(
+                "containers.*.securityContext.allowPrivilegeEscalation",
+                ArgValue::Bool(false),
+            ),
+            default(
+                "containers.*.securityContext.readOnlyRootFilesystem",
+                ArgValue::Bool(true),
+            ),
+        ],
+        "resources" => vec![
+            default(
+                "containers.*.resources.requests.cpu",
+                ArgValue::String("100m".into()),
+            ),
+            default(
+                "containers.*.resources.requests.memory",
+                ArgValue::String("128Mi".into()),
+            ),
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// The label that makes a namespace's pods meet the restricted Pod Security Standard.
+const POD_SECURITY_LABEL: &str = "metadata.labels.pod-security~1kubernetes~1io/enforce";
+
+/// Opinionated hardening, added only where a value is missing (what is set is kept): the
+/// restricted Pod Security label on namespaces, no service account token automounted,
+/// non-root pods with the runtime's seccomp profile and containers that cannot escalate
+/// privileges nor write their root filesystem, and minimum CPU and memory requests. Each
+/// switch defaults to true, but probes: they cannot be added yet, as no port is known to probe.
+fn set_pod_defaults(call: &Call) -> Result<Outcome, String> {
+    let switched_on = |name: &str| {
+        call.arguments
+            .get(name)
+            .and_then(ArgValue::as_bool)
+            .unwrap_or(true)
+    };
+    if call.arguments.get("probes").is_some() && switched_on("probes") {
+        return Err(
+            "probes cannot be added yet (no port is known to probe); pass probes=false".into(),
+        );
+    }
+    let mut edits: Vec<(Vec<(&str, String)>, ArgValue)> = Vec::new();
+    if switched_on("pod-security") {
+        edits.push((
+            vec![("v1/Namespace", POD_SECURITY_LABEL.to_owned())],
+            ArgValue::String("restricted".into()),
+        ));
+    }
+    for switch in [
+        "automount-service-account-token",
+        "security-context",
+        "resources",
+    ] {
+        if !switched_on(switch) {
+            continue;
+        }
+        for default in pod_defaults(switch) {
+            let paths = pod_spec_prefixes()
+                .into_iter()
+                .map(|(resource_type, pod_spec)| {
+                    (resource_type, format!("{pod_spec}.{}", default.path))
+                })
+                .collect();
+            edits.push((paths, default.value));
+        }
+    }
+    // One pass per default over the text the previous one left, so that defaults sharing a
+    // new parent (securityContext) create it once.
+    let mut text: Option<String> = None;
+    for (paths, value) in edits {
+        let current = text.as_deref().unwrap_or(call.unit.doc.src);
+        let unit = crate::resource::Unit::parse(current)?;
+        let pass = Call {
+            unit: &unit,
+            ..*call
+        };
+        let entries: Vec<(&str, PathVisitorInfo)> = paths
+            .iter()
+            .map(|(resource_type, path)| {
+                (
+                    *resource_type,
+                    PathVisitorInfo::new(attribute::GENERAL, path, DataType::None),
+                )
+            })
+            .collect();
+        let entries_for = |info: &ResourceInfo| {
+            entries
+                .iter()
+                .filter(|(resource_type, _)| *resource_type == info.resource_type)
+                .map(|(_, entry)| entry)
+                .collect()
+        };
+        let mut editor = Editor::default();
+        if fill_missing(&pass, &mut editor, &entries_for, &value)? > 0 {
+            text = Some(editor.finish(&unit.doc));
+        }
+    }
+    Ok(Outcome { text, output: None })
+}
+
 pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
     let string = DataType::String;
     let mut set_env_signature = custom(
@@ -327,7 +452,28 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
         true,
     );
     set_env_signature.typed.var_args = true;
+    let switch = |name: &str, description: &str| {
+        ParameterBuilder::new(name, DataType::Bool, description)
+            .optional()
+            .example("true")
+    };
     vec![
+        Arc::new(Custom {
+            signature: custom(
+                "set-pod-defaults",
+                "Add hardening defaults where missing: the restricted Pod Security label on namespaces, no automounted service account token, non-root pods with the RuntimeDefault seccomp profile, containers without privilege escalation and with a read-only root filesystem, minimum CPU and memory requests",
+                vec![
+                    switch("pod-security", "Label namespaces pod-security.kubernetes.io/enforce: restricted"),
+                    switch("automount-service-account-token", "Set automountServiceAccountToken: false"),
+                    switch("security-context", "Add pod and container security contexts"),
+                    switch("resources", "Add CPU (100m) and memory (128Mi) requests"),
+                    switch("probes", "Add probes (not supported yet: pass false)"),
+                ],
+                None,
+                true,
+            ),
+            run: set_pod_defaults,
+        }),
         Arc::new(Custom {
             signature: custom(
                 "set-container-resources",

@@ -78,7 +78,7 @@ fn targets<'r>(
 }
 
 /// The JSON value of a scalar node, or why it is not a scalar of a supported type.
-fn scalar(doc: &Doc, node: NodeId) -> Result<(Value, DataType), String> {
+pub(crate) fn scalar(doc: &Doc, node: NodeId) -> Result<(Value, DataType), String> {
     let value = doc.to_json(node);
     let data_type = match &value {
         Value::String(_) => DataType::String,
@@ -355,6 +355,43 @@ pub fn write<'r>(
         return Err(problems.join("; "));
     }
     Ok(edits)
+}
+
+/// Creates each path `entries_for` gives, with `value`, where it is missing; values already
+/// there are kept. Paths through aliases are left alone.
+pub fn fill_missing<'r>(
+    call: &Call,
+    editor: &mut Editor,
+    entries_for: EntriesFor<'_, 'r>,
+    value: &ArgValue,
+) -> Result<usize, String> {
+    let doc = &call.unit.doc;
+    let mut edits = 0;
+    let mut problems = Vec::new();
+    for element in &call.unit.elements {
+        let Ok(info) = element.checked_info() else {
+            continue;
+        };
+        for target in targets(entries_for(info), &[])? {
+            for found in path::resolve(doc, element.root, &target.path, true) {
+                if found.node.is_some() || found.through_alias {
+                    continue;
+                }
+                match create_missing(editor, doc, found.existing, &found.missing, value) {
+                    Ok(()) => edits += 1,
+                    Err(problem) => problems.push(format!(
+                        "{} {}: path {}: {problem}",
+                        info.resource_type, info.resource_name, found.path
+                    )),
+                }
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(edits)
+    } else {
+        Err(problems.join("; "))
+    }
 }
 
 fn create_missing(

@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo};
+use std::collections::BTreeMap;
+
+use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo, ResourceMutation};
 use crate::args::ArgValue;
-use crate::functions::path_visitor::{EntriesFor, get, write};
+use crate::functions::path_visitor::{EntriesFor, get, scalar, write};
 use crate::functions::resources::{Custom, custom, identified};
 use crate::functions::validation::{PLACEHOLDER_INT, PLACEHOLDER_STRING};
 use crate::functions::{Call, Outcome, Output, TypedFunction};
@@ -20,6 +22,15 @@ fn get_attributes(call: &Call) -> Result<Outcome, String> {
     let entries_for = |info: &ResourceInfo| {
         call.registry
             .paths_for(attribute::GENERAL, &info.resource_type)
+    };
+    let found = get(call, &entries_for, &[], None)?;
+    Ok(Outcome::output(Output::Attributes(found)))
+}
+
+fn get_details(call: &Call) -> Result<Outcome, String> {
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(attribute::DETAIL, &info.resource_type)
     };
     let found = get(call, &entries_for, &[], None)?;
     Ok(Outcome::output(Output::Attributes(found)))
@@ -64,6 +75,178 @@ fn set_attributes(call: &Call) -> Result<Outcome, String> {
     let list = call.arguments.str("attribute-list").unwrap_or_default();
     let attributes: Vec<AttributeValue> = serde_json::from_str(list)
         .map_err(|e| format!("attribute-list is not an AttributeValueList: {e}"))?;
+    write_attributes(call, &attributes)
+}
+
+/// ConfigHub's normalized name: lower case, every run of other characters than letters and
+/// digits one `-`, none at either end.
+fn normalized(name: &str) -> String {
+    let lower = name.to_lowercase();
+    lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// Fills the placeholders of the identifying names and app labels with
+/// `<unit>-<space>` (see [`crate::registry::DEFAULT_NAME_TEMPLATE`]); values that do not hold
+/// a placeholder are kept.
+fn set_default_names(call: &Call) -> Result<Outcome, String> {
+    let context = call.context;
+    let unit = if context.unit_slug.is_empty() {
+        &context.unit_display_name
+    } else {
+        &context.unit_slug
+    };
+    let (unit, space) = (normalized(unit), normalized(&context.space_slug));
+    if unit.is_empty() || space.is_empty() {
+        return Err(format!(
+            "the default name is <unit>-<space>, but the context has no usable {} (UnitSlug or \
+             UnitDisplayName, SpaceSlug)",
+            if unit.is_empty() {
+                "unit name"
+            } else {
+                "space name"
+            }
+        ));
+    }
+    let name = format!("{unit}-{space}");
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(attribute::DEFAULT_NAME, &info.resource_type)
+    };
+    let mut found = get(call, &entries_for, &[], None)?;
+    found.retain_mut(|attribute| match &attribute.value {
+        serde_json::Value::String(value) if value.contains(PLACEHOLDER_STRING) => {
+            attribute.value = value.replace(PLACEHOLDER_STRING, &name).into();
+            true
+        }
+        _ => false,
+    });
+    write_attributes(call, &found)
+}
+
+/// Puts the placeholder back into every string or integer at a path whose recorded mutation
+/// has its predicate set: the values last set by the mutations chosen are unset again. Other
+/// values (booleans, maps, lists, missing paths) are left alone.
+fn reset(call: &Call) -> Result<Outcome, String> {
+    let list = call
+        .arguments
+        .str("mutation-predicates")
+        .unwrap_or_default();
+    let predicates: Vec<ResourceMutation> = serde_json::from_str(list)
+        .map_err(|e| format!("mutation-predicates is not a ResourceMutationList: {e}"))?;
+    // Resources are matched by type and name without scope, as ConfigHub does.
+    let mut chosen: BTreeMap<(&str, &str), Vec<UnresolvedPath>> = BTreeMap::new();
+    for (i, mutation) in predicates.iter().enumerate() {
+        let resource = &mutation.resource;
+        let name = if resource.resource_name_without_scope.is_empty() {
+            resource
+                .resource_name
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+        } else {
+            &resource.resource_name_without_scope
+        };
+        for (path, info) in &mutation.path_mutation_map {
+            if !info.predicate {
+                continue;
+            }
+            let path = UnresolvedPath::parse(path)
+                .map_err(|e| format!("mutation-predicates {i} ({name}): {e}"))?;
+            chosen
+                .entry((&resource.resource_type, name))
+                .or_default()
+                .push(path);
+        }
+    }
+    let doc = &call.unit.doc;
+    let mut attributes = Vec::new();
+    for element in &call.unit.elements {
+        let Ok(info) = element.checked_info() else {
+            continue;
+        };
+        let key = (
+            info.resource_type.as_str(),
+            info.resource_name_without_scope.as_str(),
+        );
+        for path in chosen.get(&key).into_iter().flatten() {
+            for found in path::resolve(doc, element.root, path, false) {
+                let Some(node) = found.node else { continue };
+                let (value, data_type) = match scalar(doc, node) {
+                    Ok((serde_json::Value::String(_), _)) => {
+                        (PLACEHOLDER_STRING.into(), DataType::String)
+                    }
+                    Ok((serde_json::Value::Number(n), _)) if n.is_i64() => {
+                        (PLACEHOLDER_INT.into(), DataType::Int)
+                    }
+                    _ => continue,
+                };
+                attributes.push(AttributeValue {
+                    resource: info.clone(),
+                    path: found.path,
+                    in_live_state: false,
+                    attribute_name: attribute::GENERAL.to_owned(),
+                    data_type,
+                    info: None,
+                    value,
+                    comment: String::new(),
+                });
+            }
+        }
+    }
+    write_attributes(call, &attributes)
+}
+
+/// Sets every field that refers to a resource of the given type by name (container env and
+/// volumes, service account names, role binding subjects, Ingress backends and TLS
+/// secrets, ...; namespaces: every namespace field and reference) to the given name. Fields
+/// are only changed, never added.
+fn set_references_of_type(call: &Call) -> Result<Outcome, String> {
+    let referenced = call.arguments.str("resource-type").unwrap_or_default();
+    let name = call.arguments.str("resource-name").unwrap_or_default();
+    let attribute_name = if referenced == "v1/Namespace" {
+        attribute::NAMESPACE_REFERENCE.to_owned()
+    } else {
+        attribute::references_to(referenced)
+    };
+    if call.registry.attribute(&attribute_name).is_none() {
+        let mut known: Vec<String> = call
+            .registry
+            .attributes()
+            .filter_map(|(attribute, _)| attribute.strip_prefix("resource-name/"))
+            .map(str::to_owned)
+            .collect();
+        known.push("v1/Namespace".to_owned());
+        known.sort();
+        return Err(format!(
+            "no references to resources of type {referenced} are known (known: {})",
+            known.join(", ")
+        ));
+    }
+    let entries_for = |info: &ResourceInfo| {
+        call.registry
+            .paths_for(&attribute_name, &info.resource_type)
+    };
+    let mut editor = Editor::default();
+    let edits = write(
+        call,
+        &mut editor,
+        &entries_for,
+        &[],
+        &ArgValue::String(name.to_owned()),
+        false,
+    )?;
+    Ok(Outcome {
+        text: (edits > 0).then(|| editor.finish(&call.unit.doc)),
+        output: None,
+    })
+}
+
+/// Writes each attribute's value at its resource and path, creating missing keys.
+fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcome, String> {
     let mut editor = Editor::default();
     let mut edits = 0;
     let mut problems = Vec::new();
@@ -322,6 +505,16 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
         }),
         Arc::new(Custom {
             signature: custom(
+                "get-details",
+                "Get the descriptive facts of the unit (replicas, image repositories and references, Service types and ports), each with its description",
+                Vec::new(),
+                Some(("detail", "Details", OutputType::AttributeValueList)),
+                false,
+            ),
+            run: get_details,
+        }),
+        Arc::new(Custom {
+            signature: custom(
                 "get-needed",
                 "Get the general attributes (replicas, images, namespaces, host names) that still hold a placeholder, with their setters",
                 Vec::new(),
@@ -375,6 +568,49 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 true,
             ),
             run: set_attributes,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "set-default-names",
+                "Fill the resource names and app labels still holding the placeholder confighubplaceholder with <unit>-<space> (the unit's and the space's normalized names)",
+                Vec::new(),
+                None,
+                true,
+            ),
+            run: set_default_names,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "reset",
+                "Set the strings and integers last set by the mutations whose predicate is true back to their placeholders (confighubplaceholder, 999999999)",
+                vec![ParameterBuilder::new(
+                    "mutation-predicates",
+                    DataType::ResourceMutationList,
+                    "Mutations, with Predicate true on the paths to reset",
+                )],
+                None,
+                true,
+            ),
+            run: reset,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "set-references-of-type",
+                "Set every field that refers by name to a resource of the given type (e.g. v1/ConfigMap, v1/Secret, v1/ServiceAccount, v1/Service, v1/PersistentVolumeClaim, v1/Namespace) to the given name",
+                vec![
+                    ParameterBuilder::new(
+                        "resource-type",
+                        string,
+                        "Type (apiVersion/kind) of the resources referred to",
+                    )
+                    .example("v1/ConfigMap"),
+                    ParameterBuilder::new("resource-name", string, "Name to set in the references")
+                        .example("settings"),
+                ],
+                None,
+                true,
+            ),
+            run: set_references_of_type,
         }),
         Arc::new(Custom {
             signature: custom(

@@ -1,0 +1,458 @@
+//! ConfigHub's typed functions from the command line, as its `fctl` offers them: `do` (one
+//! invocation), `doseq` (a sequence), `list` (the signatures) and `listpaths` (the path
+//! registry), printed in fctl's layout so that scripts written for fctl keep working. The
+//! executor runs in this process; no server is needed.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use krm_function_executor::api::{
+    FunctionArgument, FunctionInvocation, FunctionInvocationRequest, FunctionInvocationResponse,
+    FunctionSignature, render_output,
+};
+use krm_function_executor::executor::MAX_CONFIG_BYTES;
+use krm_function_executor::{Executor, ExecutorError};
+
+use crate::BadInvocation;
+use crate::cli::{DoArgs, DoSeqArgs, ToolchainArg};
+
+/// fctl's fixed context (its test IDs), so that outputs naming them match fctl's.
+const UNIT_ID: &str = "5837950a-619e-44da-9b75-f957c2aee14c";
+const SPACE_ID: &str = "c73bbc39-7ad1-4f32-aba0-1ef0789c9571";
+const SPACE_SLUG: &str = "DeepSpace";
+const ORGANIZATION_ID: &str = "362c7a01-ba2d-40f6-9454-805c9a4fbbbe";
+
+/// fctl's function names: `[a-z0-9_-]*`.
+fn is_function_name(name: &str) -> bool {
+    name.chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+/// fctl's unit names: `[a-zA-Z0-9_ .()@#-]*`.
+fn is_unit_name(name: &str) -> bool {
+    name.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_ .()@#".contains(c))
+}
+
+/// What of a response to print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum View {
+    /// The SUCCESS header, the data when it changed, the output.
+    Full,
+    /// Only the resulting data, changed or not.
+    DataOnly,
+    /// Only the output.
+    OutputOnly,
+}
+
+/// A command of this module.
+pub enum Typed<'a> {
+    Do(&'a DoArgs),
+    Doseq(&'a DoSeqArgs),
+    List(&'a ToolchainArg),
+    Listpaths(&'a ToolchainArg),
+}
+
+impl Typed<'_> {
+    /// Runs the command; its result is the exit status.
+    pub fn run(self) -> anyhow::Result<i32> {
+        match self {
+            Typed::Do(args) => run_do(args),
+            Typed::Doseq(args) => run_doseq(args),
+            Typed::List(toolchain) => run_list(toolchain),
+            Typed::Listpaths(toolchain) => run_listpaths(toolchain),
+        }
+    }
+}
+
+/// `krm-runner do FILE UNIT FUNCTION [ARG...]`: exit status 0, or 1 when the invocation failed.
+fn run_do(args: &DoArgs) -> anyhow::Result<i32> {
+    check_function_name(&args.function)?;
+    // fctl takes its flags anywhere, after the function's arguments too; neither flag has a
+    // value, so neither can be a named argument (`--name=value`).
+    let (mut data_only, mut output_only) = (args.data_only, args.output_only);
+    let mut words = Vec::with_capacity(args.arguments.len());
+    for word in &args.arguments {
+        match word.as_str() {
+            "--data-only" => data_only = true,
+            "--output-only" => output_only = true,
+            _ => words.push(word.clone()),
+        }
+    }
+    if data_only && output_only {
+        return Err(BadInvocation::error(
+            "--data-only cannot be used with --output-only",
+        ));
+    }
+    let arguments = parse_arguments(&words)?;
+    let view = match (data_only, output_only) {
+        (true, _) => View::DataOnly,
+        (_, true) => View::OutputOnly,
+        _ => View::Full,
+    };
+    let invocations = vec![FunctionInvocation::new(args.function.clone(), arguments)];
+    let request = Request {
+        file: &args.file,
+        unit: &args.unit,
+        toolchain: &args.toolchain,
+        invocations,
+        num_filters: 0,
+        stop_on_error: false,
+    };
+    run(request, view)
+}
+
+/// `krm-runner doseq FILE UNIT INVOCATIONS_JSON`: exit status 0, or 1 when an invocation failed.
+fn run_doseq(args: &DoSeqArgs) -> anyhow::Result<i32> {
+    let invocations: Vec<FunctionInvocation> = serde_json::from_str(&args.invocations)
+        .map_err(|error| {
+            BadInvocation::error(format!(
+                "INVOCATIONS is not a FunctionInvocationList \
+                 ([{{\"FunctionName\": ..., \"Arguments\": [{{\"ParameterName\": ..., \"Value\": ...}}]}}]): {error}"
+            ))
+        })?;
+    for invocation in &invocations {
+        check_function_name(&invocation.function_name)?;
+    }
+    let request = Request {
+        file: &args.file,
+        unit: &args.unit,
+        toolchain: &args.toolchain,
+        invocations,
+        num_filters: args.num_filters,
+        stop_on_error: args.stop,
+    };
+    run(request, View::Full)
+}
+
+/// `krm-runner list`: fctl's table of signatures, by name.
+fn run_list(toolchain: &ToolchainArg) -> anyhow::Result<i32> {
+    let executor = executor_for(toolchain)?;
+    emit(&signature_table(executor.list().values()))?;
+    Ok(0)
+}
+
+/// `krm-runner listpaths`: the path registry as indented JSON.
+fn run_listpaths(toolchain: &ToolchainArg) -> anyhow::Result<i32> {
+    let executor = executor_for(toolchain)?;
+    emit(&format!(
+        "{}\n",
+        serde_json::to_string_pretty(executor.registry())?
+    ))?;
+    Ok(0)
+}
+
+/// The executor of a toolchain; only Kubernetes/YAML has one.
+fn executor_for(toolchain: &ToolchainArg) -> anyhow::Result<Executor> {
+    if toolchain.toolchain != krm_function_executor::api::KUBERNETES_YAML {
+        return Err(BadInvocation::error(format!(
+            "--toolchain: {}",
+            ExecutorError::Toolchain(toolchain.toolchain.clone())
+        )));
+    }
+    Ok(Executor::kubernetes())
+}
+
+struct Request<'a> {
+    file: &'a Path,
+    unit: &'a str,
+    toolchain: &'a ToolchainArg,
+    invocations: Vec<FunctionInvocation>,
+    num_filters: usize,
+    stop_on_error: bool,
+}
+
+fn run(request: Request<'_>, view: View) -> anyhow::Result<i32> {
+    if !is_unit_name(request.unit) {
+        return Err(BadInvocation::error(format!(
+            "unit name {:?} contains characters other than letters, digits, space and -_.()@#",
+            request.unit
+        )));
+    }
+    let executor = executor_for(request.toolchain)?;
+    let input = read_input(request.file)?;
+    let mut invocation = FunctionInvocationRequest {
+        config_data: input.clone(),
+        cast_string_args_to_scalars: true,
+        num_filters: request.num_filters,
+        stop_on_error: request.stop_on_error,
+        combine_validation_results: true,
+        function_invocations: request.invocations,
+        ..FunctionInvocationRequest::default()
+    };
+    let context = &mut invocation.context;
+    context.toolchain_type = request.toolchain.toolchain.clone();
+    context.unit_slug = request.unit.to_lowercase();
+    context.unit_id = UNIT_ID.to_owned();
+    context.space_id = SPACE_ID.to_owned();
+    context.space_slug = SPACE_SLUG.to_owned();
+    context.organization_id = ORGANIZATION_ID.to_owned();
+    context.revision_num = 1;
+    context.new = true;
+    let response = executor.invoke(&invocation).map_err(|error| {
+        let at_fault = match &error {
+            ExecutorError::Toolchain(_) => "--toolchain".to_owned(),
+            ExecutorError::TooManyInvocations { .. } => "INVOCATIONS".to_owned(),
+            _ => input_name(request.file),
+        };
+        BadInvocation::error(format!("{at_fault}: {error}"))
+    })?;
+    emit(&render_response(&input, &response, view)?)?;
+    Ok(if response.success { 0 } else { 1 })
+}
+
+/// Writes `text` to stdout; a reader that went away (`| head`) ends the output quietly.
+fn emit(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::anyhow!("cannot write to stdout: {error}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_function_name(name: &str) -> anyhow::Result<()> {
+    if is_function_name(name) {
+        Ok(())
+    } else {
+        Err(BadInvocation::error(format!(
+            "function name {name:?} contains characters other than a-z, 0-9, - and _"
+        )))
+    }
+}
+
+/// fctl's arguments: positional values, or `--name=value` pairs, after which every argument
+/// must be named.
+fn parse_arguments(words: &[String]) -> anyhow::Result<Vec<FunctionArgument>> {
+    let mut arguments = Vec::with_capacity(words.len());
+    let mut named = false;
+    for word in words {
+        match word
+            .strip_prefix("--")
+            .and_then(|rest| rest.split_once('='))
+        {
+            Some((name, value)) => {
+                named = true;
+                arguments.push(FunctionArgument::named(name, value));
+            }
+            None if named => {
+                return Err(BadInvocation::error(format!(
+                    "positional argument {word:?} cannot follow named arguments (--name=value)"
+                )));
+            }
+            None => arguments.push(FunctionArgument::positional(word.as_str())),
+        }
+    }
+    Ok(arguments)
+}
+
+fn input_name(file: &Path) -> String {
+    if file == Path::new("-") {
+        "stdin".to_owned()
+    } else {
+        file.display().to_string()
+    }
+}
+
+/// The unit's config data from FILE, or stdin for `-`, up to the executor's limit.
+fn read_input(file: &Path) -> anyhow::Result<Vec<u8>> {
+    let name = input_name(file);
+    let mut data = Vec::new();
+    let limit = MAX_CONFIG_BYTES as u64 + 1;
+    let read = if file == Path::new("-") {
+        std::io::stdin().lock().take(limit).read_to_end(&mut data)
+    } else {
+        std::fs::File::open(file).and_then(|opened| opened.take(limit).read_to_end(&mut data))
+    };
+    read.map_err(|error| BadInvocation::error(format!("{name}: cannot read: {error}")))?;
+    if data.len() > MAX_CONFIG_BYTES {
+        return Err(BadInvocation::error(format!(
+            "{name}: config data is more than the limit of {MAX_CONFIG_BYTES} bytes"
+        )));
+    }
+    Ok(data)
+}
+
+/// A response in fctl's layout: a borderless SUCCESS (and ERRORMESSAGES) table; CONFIGDATA
+/// with the data when it changed; OUTPUT with the output, when there is one.
+fn render_response(
+    input: &[u8],
+    response: &FunctionInvocationResponse,
+    view: View,
+) -> anyhow::Result<String> {
+    let mut out = String::new();
+    if view == View::Full {
+        let mut rows = vec![vec!["SUCCESS".to_owned(), response.success.to_string()]];
+        if !response.success {
+            let messages: String = response
+                .error_messages
+                .iter()
+                .map(|message| format!("{message}; "))
+                .collect();
+            rows.push(vec!["ERRORMESSAGES".to_owned(), messages]);
+        }
+        out.push_str(&table(&rows));
+    }
+    let data_changed = response.config_data != input;
+    if (data_changed || view == View::DataOnly) && view != View::OutputOnly {
+        if view == View::Full {
+            out.push_str("CONFIGDATA\n---------\n");
+        }
+        out.push_str(&String::from_utf8_lossy(&response.config_data));
+    }
+    if view != View::DataOnly
+        && let Some(output) = render_output(response.output_type, &response.output)?
+    {
+        if view == View::Full {
+            out.push_str("OUTPUT\n------\n");
+        }
+        out.push_str(&output);
+    }
+    Ok(out)
+}
+
+/// fctl's `list` table, by function name.
+fn signature_table<'a>(signatures: impl Iterator<Item = &'a FunctionSignature>) -> String {
+    let header = [
+        "FUNCTIONNAME",
+        "REQ'DPARAMETERS",
+        "VARARGS",
+        "MUTATING",
+        "VALIDATING",
+        "HERMETIC",
+        "IDEMPOTENT",
+        "DESCRIPTION",
+        "PARAMETERS",
+    ];
+    let mut rows = vec![header.map(str::to_owned).to_vec()];
+    let mut signatures: Vec<&FunctionSignature> = signatures.collect();
+    signatures.sort_by(|a, b| a.function_name.cmp(&b.function_name));
+    for signature in signatures {
+        let parameters: String = signature
+            .parameters
+            .iter()
+            .map(|parameter| {
+                let required = if parameter.required { "req" } else { "opt" };
+                format!(
+                    "{}:{}({required}), ",
+                    parameter.parameter_name,
+                    go_quoted(&parameter.description)
+                )
+            })
+            .collect();
+        rows.push(vec![
+            signature.function_name.clone(),
+            signature.required_parameters.to_string(),
+            signature.var_args.to_string(),
+            signature.mutating.to_string(),
+            signature.validating.to_string(),
+            signature.hermetic.to_string(),
+            signature.idempotent.to_string(),
+            signature.description.clone(),
+            parameters,
+        ]);
+    }
+    table(&rows)
+}
+
+/// A borderless table as fctl's table writer prints it: every cell left-aligned, padded to
+/// its column's width and followed by four spaces; a cell with several lines spreads its row
+/// over as many lines.
+fn table(rows: &[Vec<String>]) -> String {
+    const PADDING: &str = "    ";
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|column| {
+            rows.iter()
+                .filter_map(|row| row.get(column))
+                .flat_map(|cell| cell.split('\n'))
+                .map(|line| line.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<Vec<&str>> = (0..columns)
+            .map(|column| {
+                row.get(column)
+                    .map_or_else(|| vec![""], |cell| cell.split('\n').collect())
+            })
+            .collect();
+        let height = cells.iter().map(Vec::len).max().unwrap_or(1);
+        for line in 0..height {
+            for (column, cell) in cells.iter().enumerate() {
+                let text = cell.get(line).copied().unwrap_or("");
+                out.push_str(text);
+                let fill = widths[column].saturating_sub(text.chars().count());
+                out.extend(std::iter::repeat_n(' ', fill));
+                out.push_str(PADDING);
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `text` quoted as Go's `%q` prints it: escapes for quotes, backslashes and control
+/// characters; other characters as they are.
+fn go_quoted(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for character in text.chars() {
+        match character {
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            '\u{7}' => quoted.push_str("\\a"),
+            '\u{8}' => quoted.push_str("\\b"),
+            '\u{c}' => quoted.push_str("\\f"),
+            '\n' => quoted.push_str("\\n"),
+            '\r' => quoted.push_str("\\r"),
+            '\t' => quoted.push_str("\\t"),
+            '\u{b}' => quoted.push_str("\\v"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                quoted.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => quoted.push_str(&format!("\\u{:04x}", c as u32)),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_pad_every_cell_and_follow_it_with_four_spaces() {
+        let rows = vec![
+            vec!["SUCCESS".to_owned(), "false".to_owned()],
+            vec!["ERRORMESSAGES".to_owned(), "a; ".to_owned()],
+        ];
+        assert_eq!(
+            table(&rows),
+            "SUCCESS          false    \nERRORMESSAGES    a;       \n"
+        );
+    }
+
+    #[test]
+    fn go_quoting_escapes_what_go_escapes() {
+        assert_eq!(go_quoted("a \"b\"\n\\ é\u{1}"), r#""a \"b\"\n\\ é\x01""#);
+    }
+
+    #[test]
+    fn positional_arguments_cannot_follow_named_ones() {
+        let words = ["x", "--name=v=w", "y"].map(str::to_owned);
+        let error = parse_arguments(&words).unwrap_err().to_string();
+        assert!(error.contains("positional argument \"y\""), "{error}");
+        let arguments = parse_arguments(&words[..2]).unwrap();
+        assert_eq!(arguments[1], FunctionArgument::named("name", "v=w"));
+        assert_eq!(arguments[0], FunctionArgument::positional("x"));
+    }
+}

@@ -1,0 +1,430 @@
+//! ConfigHub's typed functions served: over HTTP/JSON on functionsrv's routes and bodies (so
+//! ConfigHub's own client can call the runner) and over gRPC as `krmrunner.v1.FunctionExecutor`.
+//! Both go through [`TypedFunctions::invoke`], over one executor.
+//!
+//! HTTP routes (ConfigHub's, under `/function`): `GET ok` and `GET info` answer `"OK"`;
+//! `POST kubernetes` invokes (body FunctionInvocationRequest, reply FunctionInvocationResponse;
+//! 400 when the request cannot run at all); `GET kubernetes` lists the signatures;
+//! `GET kubernetes/paths` the path registry. `POST shutdown` is refused: the runner stops on
+//! SIGTERM, not at any HTTP client's request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use krm_function_executor::api::{
+    FunctionArgument, FunctionContext, FunctionInvocation, FunctionInvocationRequest,
+    FunctionInvocationResponse,
+};
+use krm_function_executor::{Executor, ExecutorError};
+use krm_runner_proto::krmrunner::v1 as pb;
+use krm_runner_proto::krmrunner::v1::function_executor_server::{
+    FunctionExecutor, FunctionExecutorServer,
+};
+use krm_runner_proto::serving::{self, CLOSE_LIMIT, IN_FLIGHT_MESSAGES, RECEIVE_LIMIT};
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tonic::Status;
+
+/// How long a client may take to send a request's headers.
+const HEADER_READ_LIMIT: Duration = Duration::from_secs(5);
+
+/// The executor and the bound on the requests it works on at once.
+pub struct TypedFunctions {
+    executor: Executor,
+    /// Requests being received or run; each may hold up to `max_message_bytes` of body.
+    working: Arc<Semaphore>,
+}
+
+/// Why a request did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "{IN_FLIGHT_MESSAGES} requests were already being worked on for {} s; try again",
+        RECEIVE_LIMIT.as_secs()
+    )]
+    Busy,
+    #[error(transparent)]
+    Executor(#[from] ExecutorError),
+    #[error("the executor's task failed: {0}")]
+    Internal(#[source] tokio::task::JoinError),
+}
+
+impl TypedFunctions {
+    /// The built-in Kubernetes/YAML functions.
+    pub fn kubernetes() -> Arc<Self> {
+        Arc::new(Self {
+            executor: Executor::kubernetes(),
+            working: Arc::new(Semaphore::new(IN_FLIGHT_MESSAGES)),
+        })
+    }
+
+    /// A place among the requests worked on, waiting for one up to [`RECEIVE_LIMIT`].
+    async fn permit(&self) -> Result<OwnedSemaphorePermit, Refusal> {
+        tokio::time::timeout(RECEIVE_LIMIT, self.working.clone().acquire_owned())
+            .await
+            .map_err(|_| Refusal::Busy)?
+            .map_err(|_| Refusal::Busy)
+    }
+
+    /// Runs `request` on a blocking thread (the executor is CPU-bound), holding `permit`.
+    async fn invoke(
+        self: &Arc<Self>,
+        permit: OwnedSemaphorePermit,
+        request: FunctionInvocationRequest,
+    ) -> Result<FunctionInvocationResponse, Refusal> {
+        let typed = self.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            typed.executor.invoke(&request)
+        })
+        .await
+        .map_err(Refusal::Internal)?;
+        Ok(outcome?)
+    }
+}
+
+// ---- HTTP ----
+
+/// Serves ConfigHub's routes on `listener` until `stopping` turns true; connections then
+/// finish the request they are on, for at most [`CLOSE_LIMIT`].
+pub async fn serve_http(
+    listener: TcpListener,
+    typed: Arc<TypedFunctions>,
+    max_message_bytes: usize,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let router = router(typed, max_message_bytes);
+    let mut incoming = serving::incoming(listener);
+    let (closing_tx, closing_rx) = watch::channel(false);
+    loop {
+        tokio::select! {
+            accepted = incoming.next() => match accepted {
+                Some(Ok(stream)) => {
+                    tokio::spawn(serve_connection(stream, router.clone(), closing_rx.clone()));
+                }
+                Some(Err(error)) => tracing::debug!(%error, "HTTP: accepting a connection failed"),
+                None => break,
+            },
+            () = turned_true(&mut stopping) => break,
+        }
+    }
+    let _ = closing_tx.send(true);
+}
+
+async fn serve_connection(stream: TcpStream, router: Router, mut closing: watch::Receiver<bool>) {
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_LIMIT)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
+    tokio::pin!(connection);
+    tokio::select! {
+        served = connection.as_mut() => {
+            if let Err(error) = served {
+                tracing::debug!(%error, "HTTP connection ended");
+            }
+        }
+        () = turned_true(&mut closing) => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(CLOSE_LIMIT, connection).await;
+        }
+    }
+}
+
+/// Until `flag` is true (or its sender is gone).
+async fn turned_true(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|flag| *flag).await.map(|_| ());
+}
+
+#[derive(Clone)]
+struct HttpState {
+    typed: Arc<TypedFunctions>,
+    max_message_bytes: usize,
+}
+
+fn router(typed: Arc<TypedFunctions>, max_message_bytes: usize) -> Router {
+    Router::new()
+        .route("/function/ok", get(ok))
+        .route("/function/info", get(ok))
+        .route("/function/shutdown", post(shutdown))
+        .route("/function/kubernetes", get(list).post(invoke_http))
+        .route("/function/kubernetes/paths", get(paths))
+        .fallback(not_found)
+        .with_state(HttpState {
+            typed,
+            max_message_bytes,
+        })
+}
+
+/// A JSON answer of at most `limit` bytes; a larger one is refused, naming the limit.
+fn bounded_json(body: Vec<u8>, limit: usize) -> Response {
+    if body.len() > limit {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "the response is {} bytes, over max_message_bytes {limit}",
+                body.len()
+            ),
+        );
+    }
+    json(StatusCode::OK, body)
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// An error as Echo (ConfigHub's server framework) writes one: `{"message": "..."}`.
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    let body = serde_json::json!({ "message": message.to_string() });
+    json(status, body.to_string().into_bytes())
+}
+
+async fn ok() -> Response {
+    json(StatusCode::OK, b"\"OK\"".to_vec())
+}
+
+async fn shutdown() -> Response {
+    error(
+        StatusCode::FORBIDDEN,
+        "krm-runner does not stop at an HTTP request; send it SIGTERM",
+    )
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no such route; served: GET /function/ok, GET /function/info, GET and POST \
+         /function/kubernetes, GET /function/kubernetes/paths (Kubernetes/YAML is the only \
+         toolchain)",
+    )
+}
+
+async fn list(State(state): State<HttpState>) -> Response {
+    match serde_json::to_vec(&state.typed.executor.list()) {
+        Ok(body) => bounded_json(body, state.max_message_bytes),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn paths(State(state): State<HttpState>) -> Response {
+    match serde_json::to_vec(state.typed.executor.registry()) {
+        Ok(body) => bounded_json(body, state.max_message_bytes),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn invoke_http(State(state): State<HttpState>, body: Body) -> Response {
+    let permit = match state.typed.permit().await {
+        Ok(permit) => permit,
+        Err(refusal) => return error(StatusCode::SERVICE_UNAVAILABLE, refusal),
+    };
+    let limit = state.max_message_bytes;
+    let received = tokio::time::timeout(RECEIVE_LIMIT, Limited::new(body, limit).collect()).await;
+    let bytes = match received {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body over max_message_bytes {limit}"),
+            );
+        }
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the request body: {e}"),
+            );
+        }
+        Err(_) => {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request did not arrive whole within {} s",
+                    RECEIVE_LIMIT.as_secs()
+                ),
+            );
+        }
+    };
+    let request: FunctionInvocationRequest = match serde_json::from_slice(&bytes) {
+        Ok(request) => request,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("request body is not a FunctionInvocationRequest: {e}"),
+            );
+        }
+    };
+    match state.typed.invoke(permit, request).await {
+        Ok(response) => match serde_json::to_vec(&response) {
+            Ok(body) => bounded_json(body, limit),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        },
+        Err(refusal @ Refusal::Executor(_)) => error(StatusCode::BAD_REQUEST, refusal),
+        Err(refusal) => error(StatusCode::INTERNAL_SERVER_ERROR, refusal),
+    }
+}
+
+// ---- gRPC ----
+
+/// `krmrunner.v1.FunctionExecutor`, for the runner's gRPC server.
+pub fn grpc_service(
+    typed: Arc<TypedFunctions>,
+    max_message_bytes: usize,
+) -> FunctionExecutorServer<GrpcExecutor> {
+    FunctionExecutorServer::new(GrpcExecutor {
+        typed,
+        max_message_bytes,
+    })
+    .max_decoding_message_size(max_message_bytes)
+    .max_encoding_message_size(max_message_bytes)
+}
+
+pub struct GrpcExecutor {
+    typed: Arc<TypedFunctions>,
+    max_message_bytes: usize,
+}
+
+/// Refuses an answer of `size` bytes over the message limit, naming it (tonic's own refusal
+/// would be OUT_OF_RANGE without saying which setting).
+fn bounded(size: usize, limit: usize, what: &str) -> Result<(), Status> {
+    if size > limit {
+        return Err(Status::resource_exhausted(format!(
+            "{what} is {size} bytes, over max_message_bytes {limit}"
+        )));
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl FunctionExecutor for GrpcExecutor {
+    async fn invoke(
+        &self,
+        request: tonic::Request<pb::InvokeRequest>,
+    ) -> Result<tonic::Response<pb::InvokeResponse>, Status> {
+        let request = from_proto(request.into_inner())?;
+        let permit = self
+            .typed
+            .permit()
+            .await
+            .map_err(|refusal| Status::resource_exhausted(refusal.to_string()))?;
+        let response =
+            self.typed
+                .invoke(permit, request)
+                .await
+                .map_err(|refusal| match refusal {
+                    Refusal::Executor(e) => Status::invalid_argument(e.to_string()),
+                    Refusal::Busy => Status::resource_exhausted(refusal.to_string()),
+                    Refusal::Internal(_) => Status::internal(refusal.to_string()),
+                })?;
+        let response = to_proto(response)?;
+        let size = response.config_data.len()
+            + response.output_json.len()
+            + response.mutations_json.len()
+            + response
+                .error_messages
+                .iter()
+                .map(String::len)
+                .sum::<usize>();
+        bounded(size, self.max_message_bytes, "the response")?;
+        Ok(tonic::Response::new(response))
+    }
+
+    async fn list_typed_functions(
+        &self,
+        _: tonic::Request<pb::ListTypedFunctionsRequest>,
+    ) -> Result<tonic::Response<pb::JsonDocument>, Status> {
+        let json = serde_json::to_string(&self.typed.executor.list())
+            .map_err(|e| Status::internal(e.to_string()))?;
+        bounded(json.len(), self.max_message_bytes, "the function list")?;
+        Ok(tonic::Response::new(pb::JsonDocument { json }))
+    }
+
+    async fn list_paths(
+        &self,
+        _: tonic::Request<pb::ListPathsRequest>,
+    ) -> Result<tonic::Response<pb::JsonDocument>, Status> {
+        let json = serde_json::to_string(self.typed.executor.registry())
+            .map_err(|e| Status::internal(e.to_string()))?;
+        bounded(json.len(), self.max_message_bytes, "the path registry")?;
+        Ok(tonic::Response::new(pb::JsonDocument { json }))
+    }
+}
+
+fn from_proto(request: pb::InvokeRequest) -> Result<FunctionInvocationRequest, Status> {
+    let mut context: FunctionContext = if request.context_json.is_empty() {
+        FunctionContext::default()
+    } else {
+        serde_json::from_str(&request.context_json).map_err(|e| {
+            Status::invalid_argument(format!(
+                "context_json is not a ConfigHub FunctionContext: {e}"
+            ))
+        })?
+    };
+    context.toolchain_type = request.toolchain;
+    let mut invocations = Vec::with_capacity(request.invocations.len());
+    for (index, invocation) in request.invocations.into_iter().enumerate() {
+        let mut arguments = Vec::with_capacity(invocation.arguments.len());
+        for (position, argument) in invocation.arguments.into_iter().enumerate() {
+            let value = match argument.value {
+                Some(pb::argument::Value::StringValue(text)) => Value::from(text),
+                Some(pb::argument::Value::IntValue(number)) => Value::from(number),
+                Some(pb::argument::Value::BoolValue(flag)) => Value::from(flag),
+                None => {
+                    return Err(Status::invalid_argument(format!(
+                        "invocations[{index}].arguments[{position}] has no value"
+                    )));
+                }
+            };
+            arguments.push(FunctionArgument {
+                parameter_name: argument.parameter_name,
+                value,
+            });
+        }
+        invocations.push(FunctionInvocation::new(invocation.function_name, arguments));
+    }
+    Ok(FunctionInvocationRequest {
+        context,
+        config_data: request.config_data,
+        live_state: request.live_state,
+        cast_string_args_to_scalars: request.cast_string_args_to_scalars,
+        num_filters: request.num_filters as usize,
+        stop_on_error: request.stop_on_error,
+        combine_validation_results: request.combine_validation_results,
+        function_invocations: invocations,
+    })
+}
+
+fn to_proto(response: FunctionInvocationResponse) -> Result<pb::InvokeResponse, Status> {
+    let output_json = String::from_utf8(response.output)
+        .map_err(|e| Status::internal(format!("output is not UTF-8: {e}")))?;
+    let output_type = response
+        .output_type
+        .map(|output_type| serde_json::to_value(output_type).ok())
+        .and_then(|value| value.and_then(|v| v.as_str().map(str::to_owned)))
+        .unwrap_or_default();
+    let mutations_json =
+        serde_json::to_string(&response.mutations).map_err(|e| Status::internal(e.to_string()))?;
+    Ok(pb::InvokeResponse {
+        config_data: response.config_data,
+        output_type,
+        output_json,
+        success: response.success,
+        error_messages: response.error_messages,
+        mutations_json,
+        mutators: response
+            .mutators
+            .into_iter()
+            .map(|index| index as u32)
+            .collect(),
+    })
+}

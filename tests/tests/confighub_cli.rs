@@ -1,0 +1,495 @@
+//! ConfigHub's typed functions through the real binary: `krm-runner do`, `doseq`, `list` and
+//! `listpaths`, in fctl's layout, checked against the executor's reviewed golden cases and
+//! against fctl-layout golden files of their own (`tests/tests/confighub/`, rewritten with
+//! `KRM_UPDATE_GOLDEN=1`).
+
+use std::path::{Path, PathBuf};
+
+use krm_runner_tests::{repo_root, run_cli, scratch};
+use serde_json::Value;
+
+fn executor_golden_dir() -> PathBuf {
+    repo_root().join("function-executor/tests/golden")
+}
+
+fn cli_golden_dir() -> PathBuf {
+    repo_root().join("tests/tests/confighub")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The executor's golden cases run with fctl's context IDs instead of theirs.
+fn with_fctl_ids(text: &str) -> String {
+    text.replace(
+        "5837950a-0000-4000-8000-000000000001",
+        "5837950a-619e-44da-9b75-f957c2aee14c",
+    )
+    .replace(
+        "c73bbc39-0000-4000-8000-000000000002",
+        "c73bbc39-7ad1-4f32-aba0-1ef0789c9571",
+    )
+}
+
+/// What an executor golden file says about a response.
+#[derive(Debug, PartialEq)]
+struct Expected {
+    success: bool,
+    /// Joined by `; `, as the golden file has them.
+    errors: Option<String>,
+    output: Option<String>,
+    data: String,
+}
+
+fn read_executor_golden(golden: &str, input: &str) -> Expected {
+    let first = golden.lines().next().unwrap_or_default();
+    let success = first == "SUCCESS  true";
+    // fctl shows the messages only when an invocation failed (a failed validation has one too).
+    let errors = golden
+        .lines()
+        .find_map(|line| line.strip_prefix("ERRORMESSAGES  "))
+        .filter(|_| !success)
+        .map(str::to_owned);
+    let output = golden.split_once("\n------\n").map(|(before, rest)| {
+        assert!(before.contains("\nOUTPUT  "), "{golden}");
+        let end = ["\n\nMUTATIONS\n---------\n", "\n\nCONFIGDATA\n----------\n"]
+            .iter()
+            .filter_map(|marker| rest.find(marker))
+            .min()
+            .unwrap_or(rest.len() - 1);
+        rest[..end].to_owned()
+    });
+    let data = golden
+        .split_once("\nCONFIGDATA\n----------\n")
+        .map_or_else(|| input.to_owned(), |(_, data)| data.to_owned());
+    Expected {
+        success,
+        errors,
+        output,
+        data,
+    }
+}
+
+/// What `krm-runner do`/`doseq` printed, read back from fctl's layout.
+fn read_cli_output(stdout: &str, input: &str) -> Expected {
+    let mut rest = stdout;
+    let mut success = None;
+    let mut errors = None;
+    while let Some((line, after)) = rest.split_once('\n') {
+        if let Some(value) = line.strip_prefix("SUCCESS") {
+            success = Some(value.trim() == "true");
+        } else if let Some(value) = line.strip_prefix("ERRORMESSAGES") {
+            let joined = value.trim();
+            errors = Some(joined.strip_suffix(';').unwrap_or(joined).to_owned());
+        } else {
+            break;
+        }
+        rest = after;
+    }
+    let (data, output) = match rest.split_once("OUTPUT\n------\n") {
+        Some((before, output)) => (before, Some(output.to_owned())),
+        None => (rest, None),
+    };
+    let data = match data.strip_prefix("CONFIGDATA\n---------\n") {
+        Some(data) => data.to_owned(),
+        None => {
+            assert!(data.is_empty(), "unexpected text before OUTPUT: {data:?}");
+            input.to_owned()
+        }
+    };
+    Expected {
+        success: success.expect("a SUCCESS row"),
+        errors,
+        output,
+        data,
+    }
+}
+
+/// The command line that runs an executor golden case, or `None` when the CLI cannot express
+/// it (a validation list, approvers).
+fn command_line(case: &Value, input: &Path) -> Option<Vec<String>> {
+    if case.get("combine_validation_results") == Some(&Value::Bool(false))
+        || case.get("approved_by").is_some_and(|v| !v.is_null())
+    {
+        return None;
+    }
+    let invocations = case["invocations"].as_array()?;
+    let num_filters = case.get("num_filters").and_then(Value::as_u64).unwrap_or(0);
+    let stop = case.get("stop_on_error").and_then(Value::as_bool) == Some(true);
+    let input = input.display().to_string();
+    let all_strings = invocations.iter().all(|invocation| {
+        invocation["Arguments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|argument| argument["Value"].is_string())
+    });
+    // Command-line arguments are strings; other values go through doseq's JSON.
+    if invocations.len() == 1 && num_filters == 0 && !stop && all_strings {
+        let invocation = &invocations[0];
+        let mut line = vec!["do".to_owned(), input, "golden".to_owned(), "--".to_owned()];
+        line.push(invocation["FunctionName"].as_str()?.to_owned());
+        for argument in invocation["Arguments"].as_array().into_iter().flatten() {
+            let value = argument["Value"].as_str()?.to_owned();
+            match argument.get("ParameterName").and_then(Value::as_str) {
+                Some(name) if !name.is_empty() => line.push(format!("--{name}={value}")),
+                _ => line.push(value),
+            }
+        }
+        return Some(line);
+    }
+    let mut line = vec!["doseq".to_owned(), input, "golden".to_owned()];
+    line.push(serde_json::to_string(invocations).ok()?);
+    line.extend(["--num-filters".to_owned(), num_filters.to_string()]);
+    if stop {
+        line.push("--stop".to_owned());
+    }
+    Some(line)
+}
+
+#[test]
+fn do_and_doseq_agree_with_the_executor_golden_cases() {
+    let cases_dir = executor_golden_dir().join("cases");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&cases_dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "json"))
+        .collect();
+    cases.sort();
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for path in &cases {
+        let case: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let input_path = executor_golden_dir()
+            .join("inputs")
+            .join(case["input"].as_str().unwrap());
+        let input = text(&std::fs::read(&input_path).unwrap());
+        let golden =
+            with_fctl_ids(&std::fs::read_to_string(path.with_extension("golden")).unwrap());
+        let Some(line) = command_line(&case, &input_path) else {
+            continue;
+        };
+        let args: Vec<&str> = line.iter().map(String::as_str).collect();
+        let output = run_cli(&args, &[], b"");
+        let stdout = text(&output.stdout);
+        if let Some(reason) = golden.strip_prefix("REQUEST ERROR  ") {
+            // A request the executor refuses is a bad invocation, named on stderr.
+            let stderr = text(&output.stderr);
+            if output.status.code() != Some(2) || !stderr.contains(reason.trim()) {
+                failures.push(format!(
+                    "{}: expected exit 2 with {reason:?}, got {:?}: {stderr}",
+                    path.display(),
+                    output.status.code()
+                ));
+            }
+            checked += 1;
+            continue;
+        }
+        let expected = read_executor_golden(&golden, &input);
+        let actual = read_cli_output(&stdout, &input);
+        let code = if expected.success { 0 } else { 1 };
+        if output.status.code() != Some(code) || actual != expected {
+            failures.push(format!(
+                "{}: krm-runner {line:?} exited {:?} (expected {code})\nexpected {expected:#?}\nactual {actual:#?}\nstderr {}",
+                path.display(),
+                output.status.code(),
+                text(&output.stderr)
+            ));
+        }
+        checked += 1;
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    assert!(checked >= 80, "only {checked} cases could be run");
+}
+
+/// A CLI golden file: `NAME.args` holds one argument per line (`$INPUTS` is the executor's
+/// golden inputs folder); `NAME.txt` the exact stdout and `NAME.code` the exit status.
+#[test]
+fn fctl_layout_golden_files() {
+    let update = std::env::var_os("KRM_UPDATE_GOLDEN").is_some_and(|v| v == "1");
+    let inputs = executor_golden_dir().join("inputs");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(cli_golden_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "args"))
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 6, "CLI golden cases missing");
+    let mut failures = Vec::new();
+    for case in &cases {
+        let args: Vec<String> = std::fs::read_to_string(case)
+            .unwrap()
+            .lines()
+            .map(|line| line.replace("$INPUTS", &inputs.display().to_string()))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = run_cli(&args, &[], b"");
+        let actual = format!(
+            "{}EXIT {}\n",
+            text(&output.stdout),
+            output.status.code().unwrap_or(-1)
+        );
+        let golden = case.with_extension("txt");
+        if update {
+            std::fs::write(&golden, &actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&golden).unwrap_or_default();
+        if expected != actual {
+            failures.push(format!(
+                "{}: differs\n--- expected\n{expected}\n--- actual\n{actual}\n--- stderr\n{}",
+                golden.display(),
+                text(&output.stderr)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn list_shows_every_function_with_its_parameters() {
+    let output = run_cli(&["list"], &[], b"");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("FUNCTIONNAME    "), "{}", lines[0]);
+    let names: Vec<&str> = lines[1..]
+        .iter()
+        .map(|line| line.split(' ').next().unwrap())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "rows by name");
+    assert!(names.len() >= 52, "{names:?}");
+    let replicas = lines
+        .iter()
+        .find(|line| line.starts_with("set-replicas "))
+        .unwrap();
+    let cells: Vec<&str> = replicas
+        .split("    ")
+        .filter(|c| !c.trim().is_empty())
+        .collect();
+    assert_eq!(
+        cells[..7].iter().map(|c| c.trim()).collect::<Vec<_>>(),
+        [
+            "set-replicas",
+            "1",
+            "false",
+            "true",
+            "false",
+            "true",
+            "true"
+        ],
+        "{replicas}"
+    );
+    assert!(replicas.contains("replicas:\""), "{replicas}");
+    assert!(replicas.contains("\"(req), "), "{replicas}");
+    // Every line is as wide as the header: padded cells, fctl's table.
+    let width = lines[0].len();
+    assert!(lines.iter().all(|line| line.chars().count() == width));
+}
+
+#[test]
+fn listpaths_prints_the_registry_as_json() {
+    let output = run_cli(&["listpaths"], &[], b"");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let registry: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let replicas = &registry["replicas"]["apps/v1/Deployment"]["spec.replicas"];
+    assert_eq!(replicas["AttributeName"], "replicas", "{replicas}");
+    assert_eq!(replicas["DataType"], "int", "{replicas}");
+    assert!(text(&output.stdout).starts_with("{\n  \""));
+}
+
+#[test]
+fn stdin_input_and_named_arguments_after_the_separator() {
+    let unit = b"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web # keep\nspec:\n  replicas: 1\n";
+    let output = run_cli(
+        &[
+            "do",
+            "--data-only",
+            "-",
+            "Web",
+            "--",
+            "set-replicas",
+            "--replicas=4",
+        ],
+        &[],
+        unit,
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web # keep\nspec:\n  replicas: 4\n"
+    );
+    // Unchanged data is still printed with --data-only; nothing else is.
+    let output = run_cli(
+        &["do", "-", "Web", "get-replicas", "--data-only"],
+        &[],
+        unit,
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(output.stdout, unit);
+    let output = run_cli(
+        &["do", "--output-only", "-", "Web", "get-replicas"],
+        &[],
+        unit,
+    );
+    let attributes: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(attributes[0]["Value"], 1, "{attributes}");
+}
+
+#[test]
+fn a_failed_invocation_exits_1_and_changes_nothing() {
+    let unit =
+        b"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n";
+    let output = run_cli(&["do", "-", "web", "set-replicas", "-3"], &[], unit);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("SUCCESS          false    "),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("ERRORMESSAGES    set-replicas: parameter replicas: -3 "),
+        "the parameter is named: {stdout}"
+    );
+    assert_eq!(lines[0].len(), lines[1].len(), "padded cells: {stdout}");
+    assert!(!stdout.contains("CONFIGDATA"), "{stdout}");
+    let output = run_cli(&["do", "-", "web", "no-such-function"], &[], unit);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stdout).contains("invoke no-such-function: function does not exist; "),
+        "{}",
+        text(&output.stdout)
+    );
+}
+
+#[test]
+fn doseq_filters_and_stop_on_error() {
+    let unit =
+        b"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n";
+    let sequence = r#"[
+        {"FunctionName": "where-filter", "Arguments": [{"Value": "apps/v1/Deployment"}, {"Value": "spec.replicas > 3"}]},
+        {"FunctionName": "set-replicas", "Arguments": [{"Value": 9}]}
+    ]"#;
+    // The filter fails: the sequence ends quietly, the data unchanged.
+    let output = run_cli(
+        &["doseq", "--num-filters", "1", "-", "web", sequence],
+        &[],
+        unit,
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout), "SUCCESS    true    \n");
+    // Without the filter, where-filter is a validation and set-replicas runs.
+    let output = run_cli(&["doseq", "-", "web", sequence], &[], unit);
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("  replicas: 9\n"), "{stdout}");
+    // Stop on error: the invocation after the failing one does not run.
+    let failing = r#"[
+        {"FunctionName": "set-replicas", "Arguments": [{"Value": "many"}]},
+        {"FunctionName": "set-replicas", "Arguments": [{"Value": 2}]}
+    ]"#;
+    let output = run_cli(&["doseq", "--stop", "-", "web", failing], &[], unit);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        !text(&output.stdout).contains("CONFIGDATA"),
+        "{}",
+        text(&output.stdout)
+    );
+    let output = run_cli(&["doseq", "-", "web", failing], &[], unit);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stdout).contains("  replicas: 2\n"),
+        "{}",
+        text(&output.stdout)
+    );
+}
+
+#[test]
+fn bad_invocations_exit_2_naming_the_thing_at_fault() {
+    let dir = scratch();
+    let unparsable = dir.path().join("broken.yaml");
+    std::fs::write(&unparsable, "kind: [unclosed\n").unwrap();
+    let unparsable = unparsable.display().to_string();
+    let huge = dir.path().join("huge.yaml");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(64 * 1024 * 1024 + 1)
+        .unwrap();
+    let huge = huge.display().to_string();
+    let missing = dir.path().join("missing.yaml").display().to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["do", &missing, "u", "get-replicas"],
+            "missing.yaml: cannot read",
+        ),
+        (
+            vec!["do", &unparsable, "u", "get-replicas"],
+            "broken.yaml: configuration data parsing error",
+        ),
+        (
+            vec!["do", &huge, "u", "get-replicas"],
+            "huge.yaml: config data is more than the limit",
+        ),
+        (
+            vec!["do", "-", "u", "Get_Replicas"],
+            "function name \"Get_Replicas\"",
+        ),
+        (vec!["do", "-", "u/x", "get-replicas"], "unit name \"u/x\""),
+        (
+            vec!["do", "-", "u", "--", "set-label", "--label-key=a", "b"],
+            "positional argument \"b\" cannot follow named",
+        ),
+        (
+            vec![
+                "do",
+                "--toolchain",
+                "OpenTofu/HCL",
+                "-",
+                "u",
+                "get-replicas",
+            ],
+            "--toolchain: toolchain \"OpenTofu/HCL\" is not supported",
+        ),
+        (
+            vec![
+                "do",
+                "--data-only",
+                "--output-only",
+                "-",
+                "u",
+                "get-replicas",
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec!["doseq", "-", "u", "{\"FunctionName\": 1}"],
+            "INVOCATIONS is not a FunctionInvocationList",
+        ),
+        (
+            vec!["doseq", "-", "u", "[{\"FunctionName\": \"Bad Name\"}]"],
+            "function name \"Bad Name\"",
+        ),
+        (
+            vec!["listpaths", "--toolchain", "AppConfig/Properties"],
+            "--toolchain: toolchain \"AppConfig/Properties\"",
+        ),
+        (vec!["do", "-", "u"], "FUNCTION"),
+    ];
+    for (args, expected) in cases {
+        let output = run_cli(&args, &[], b"kind: ConfigMap\n");
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: expected {expected:?} in {stderr}"
+        );
+        assert!(
+            output.stdout.is_empty(),
+            "{args:?}: {}",
+            text(&output.stdout)
+        );
+    }
+}

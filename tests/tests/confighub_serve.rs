@@ -1,0 +1,366 @@
+//! ConfigHub's typed functions served by the real `krm-runner serve`: functionsrv's HTTP routes
+//! on `confighub_listen` (a raw HTTP/1.1 client, so that hostile requests can be sent as they
+//! are) and `krmrunner.v1.FunctionExecutor` on the gRPC listener.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use base64::{Engine, engine::general_purpose::STANDARD};
+use krm_runner_proto::krmrunner::v1 as pb;
+use krm_runner_proto::krmrunner::v1::function_executor_client::FunctionExecutorClient;
+use krm_runner_tests::{Server, free_port};
+use serde_json::{Value, json};
+use tonic::Code;
+
+const UNIT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web # keep\n  namespace: shop\nspec:\n  replicas: 1\n";
+
+fn start() -> (Server, u16) {
+    let http = free_port();
+    let server = Server::start(
+        &format!("confighub_listen: \"127.0.0.1:{http}\"\nmax_message_bytes: 262144\n"),
+        &[],
+    );
+    (server, http)
+}
+
+/// One HTTP/1.1 exchange; returns the status code and the body.
+fn http(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to confighub_listen");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    // The server may answer (and close) before taking a body it refuses.
+    let _ = stream.write_all(body);
+    read_response(&mut stream)
+}
+
+fn read_response(stream: &mut TcpStream) -> (u16, String) {
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn invoke_body(data: &str, invocations: Value) -> Vec<u8> {
+    json!({
+        "ToolchainType": "Kubernetes/YAML",
+        "UnitSlug": "web",
+        "UnitID": "5837950a-619e-44da-9b75-f957c2aee14c",
+        "RevisionNum": 1,
+        "ConfigData": STANDARD.encode(data),
+        "CastStringArgsToScalars": true,
+        "CombineValidationResults": true,
+        "FunctionInvocations": invocations,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn config_data(response: &Value) -> String {
+    let encoded = response["ConfigData"].as_str().expect("ConfigData");
+    String::from_utf8(STANDARD.decode(encoded).unwrap()).unwrap()
+}
+
+#[test]
+fn functionsrv_routes_over_http() {
+    let (server, port) = start();
+    assert_eq!(
+        http(port, "GET", "/function/ok", b""),
+        (200, "\"OK\"".to_owned())
+    );
+    assert_eq!(
+        http(port, "GET", "/function/info", b""),
+        (200, "\"OK\"".to_owned())
+    );
+
+    let (status, body) = http(port, "GET", "/function/kubernetes", b"");
+    assert_eq!(status, 200, "{body}");
+    let functions: Value = serde_json::from_str(&body).unwrap();
+    let replicas = &functions["set-replicas"];
+    assert_eq!(replicas["FunctionName"], "set-replicas", "{replicas}");
+    assert_eq!(replicas["Mutating"], true, "{replicas}");
+    assert_eq!(replicas["Parameters"][0]["DataType"], "int", "{replicas}");
+
+    let (status, body) = http(port, "GET", "/function/kubernetes/paths", b"");
+    assert_eq!(status, 200, "{body}");
+    let paths: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        paths["replicas"]["apps/v1/Deployment"]["spec.replicas"]["DataType"],
+        "int"
+    );
+
+    let request = invoke_body(
+        UNIT,
+        json!([
+            {"FunctionName": "set-replicas", "Arguments": [{"Value": "3"}]},
+            {"FunctionName": "get-replicas", "Arguments": []}
+        ]),
+    );
+    let (status, body) = http(port, "POST", "/function/kubernetes", &request);
+    assert_eq!(status, 200, "{body}");
+    let response: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(response["Success"], true, "{response}");
+    assert_eq!(response["Mutators"], json!([0]), "{response}");
+    assert_eq!(response["OutputType"], "AttributeValueList", "{response}");
+    assert_eq!(response["UnitID"], "5837950a-619e-44da-9b75-f957c2aee14c");
+    assert_eq!(
+        config_data(&response),
+        UNIT.replace("replicas: 1", "replicas: 3")
+    );
+    let output: Value = serde_json::from_slice(
+        &STANDARD
+            .decode(response["Output"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(output[0]["Value"], 3, "{output}");
+    assert_eq!(
+        response["Mutations"][0]["PathMutationMap"]["spec.replicas"]["MutationType"],
+        "Update"
+    );
+    server.terminate();
+}
+
+#[test]
+fn http_refuses_bad_requests_clearly_and_keeps_serving() {
+    let (server, port) = start();
+    let cases: Vec<(&str, &str, Vec<u8>, u16, &str)> = vec![
+        (
+            "POST",
+            "/function/kubernetes",
+            b"{not json".to_vec(),
+            400,
+            "not a FunctionInvocationRequest",
+        ),
+        (
+            "POST",
+            "/function/kubernetes",
+            invoke_body("kind: [unclosed\n", json!([])),
+            400,
+            "configuration data parsing error",
+        ),
+        (
+            "POST",
+            "/function/kubernetes",
+            vec![b' '; 270_000],
+            413,
+            "over max_message_bytes 262144",
+        ),
+        ("POST", "/function/shutdown", Vec::new(), 403, "SIGTERM"),
+        (
+            "POST",
+            "/function/properties",
+            Vec::new(),
+            404,
+            "Kubernetes/YAML is the only toolchain",
+        ),
+    ];
+    for (method, path, body, expected, message) in cases {
+        let (status, answer) = http(port, method, path, &body);
+        assert_eq!(status, expected, "{method} {path}: {answer}");
+        let answer: Value = serde_json::from_str(&answer).unwrap_or(Value::String(answer));
+        assert!(
+            answer["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(message)),
+            "{method} {path}: {answer}"
+        );
+    }
+    // A toolchain the route does not serve is the request's fault.
+    let mut request: Value = serde_json::from_slice(&invoke_body(UNIT, json!([]))).unwrap();
+    request["ToolchainType"] = json!("OpenTofu/HCL");
+    let (status, answer) = http(
+        port,
+        "POST",
+        "/function/kubernetes",
+        request.to_string().as_bytes(),
+    );
+    assert_eq!(status, 400, "{answer}");
+    // A failing invocation is an answer, not an error: nothing changes.
+    let request = invoke_body(
+        UNIT,
+        json!([{"FunctionName": "set-replicas", "Arguments": [{"Value": "-1"}]}]),
+    );
+    let (status, body) = http(port, "POST", "/function/kubernetes", &request);
+    assert_eq!(status, 200, "{body}");
+    let response: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(response["Success"], false, "{response}");
+    assert!(
+        response["ErrorMessages"][0]
+            .as_str()
+            .unwrap()
+            .contains("replicas")
+    );
+    assert_eq!(config_data(&response), UNIT);
+    // A client that stalls mid-body does not hold the server up.
+    let mut stalled = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stalled
+        .write_all(
+            b"POST /function/kubernetes HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{",
+        )
+        .unwrap();
+    assert_eq!(http(port, "GET", "/function/ok", b"").0, 200);
+    // The server is still up after all of that, and the gRPC side too.
+    assert!(
+        server
+            .stderr()
+            .lines()
+            .all(|line| !line.contains("panicked")),
+        "{}",
+        server.stderr()
+    );
+    drop(stalled);
+    let mut server = server;
+    server.signal(libc::SIGTERM);
+    let status = server
+        .wait_exit(Duration::from_secs(30))
+        .expect("the runner stops on SIGTERM");
+    assert!(status.success(), "{status:?}\n{}", server.stderr());
+    assert!(
+        TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "HTTP listener closed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn function_executor_over_grpc() {
+    let (server, _) = start();
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let argument = |value: pb::argument::Value| pb::Argument {
+        parameter_name: String::new(),
+        value: Some(value),
+    };
+    let invocation = |name: &str, arguments: Vec<pb::Argument>| pb::Invocation {
+        function_name: name.to_owned(),
+        arguments,
+    };
+    let request = pb::InvokeRequest {
+        toolchain: "Kubernetes/YAML".to_owned(),
+        config_data: UNIT.as_bytes().to_vec(),
+        invocations: vec![
+            invocation(
+                "where-filter",
+                vec![
+                    argument(pb::argument::Value::StringValue(
+                        "apps/v1/Deployment".into(),
+                    )),
+                    argument(pb::argument::Value::StringValue("spec.replicas < 2".into())),
+                ],
+            ),
+            invocation(
+                "set-replicas",
+                vec![argument(pb::argument::Value::IntValue(7))],
+            ),
+            invocation("get-replicas", Vec::new()),
+        ],
+        num_filters: 1,
+        stop_on_error: true,
+        combine_validation_results: true,
+        context_json: json!({"UnitSlug": "web", "RevisionNum": 2}).to_string(),
+        ..Default::default()
+    };
+    let response = client.invoke(request.clone()).await.unwrap().into_inner();
+    assert!(response.success, "{:?}", response.error_messages);
+    assert_eq!(response.mutators, [1]);
+    assert_eq!(response.output_type, "AttributeValueList");
+    let output: Value = serde_json::from_str(&response.output_json).unwrap();
+    assert_eq!(output[0]["Value"], 7, "{output}");
+    assert_eq!(
+        String::from_utf8(response.config_data).unwrap(),
+        UNIT.replace("replicas: 1", "replicas: 7")
+    );
+    let mutations: Value = serde_json::from_str(&response.mutations_json).unwrap();
+    assert_eq!(mutations[0]["PathMutationMap"]["spec.replicas"]["Index"], 1);
+
+    // The filter fails on the changed data: the sequence ends quietly, nothing changes.
+    let mut filtered = request.clone();
+    filtered.config_data = UNIT.replace("replicas: 1", "replicas: 5").into_bytes();
+    let response = client.invoke(filtered.clone()).await.unwrap().into_inner();
+    assert!(response.success);
+    assert!(response.mutators.is_empty());
+    assert_eq!(response.output_json, "null");
+    assert_eq!(response.config_data, filtered.config_data);
+
+    // Requests that cannot run are INVALID_ARGUMENT, naming the problem.
+    let mut broken = request.clone();
+    broken.config_data = b"kind: [unclosed\n".to_vec();
+    let status = client.invoke(broken).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status
+            .message()
+            .contains("configuration data parsing error"),
+        "{status:?}"
+    );
+    let mut no_value = request.clone();
+    no_value.invocations[1].arguments[0].value = None;
+    let status = client.invoke(no_value).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status
+            .message()
+            .contains("invocations[1].arguments[0] has no value"),
+        "{status:?}"
+    );
+    // An answer over max_message_bytes is refused, naming the limit.
+    let mut large = pb::InvokeRequest {
+        config_data: Vec::new(),
+        invocations: vec![invocation(
+            "get-resources",
+            vec![argument(pb::argument::Value::StringValue("yaml".into()))],
+        )],
+        ..request.clone()
+    };
+    large.num_filters = 0;
+    for i in 0..1500 {
+        large.config_data.extend(
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n---\n").bytes(),
+        );
+    }
+    let status = client.invoke(large).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("over max_message_bytes 262144"),
+        "{status:?}"
+    );
+    let mut bad_context = request.clone();
+    bad_context.context_json = "[1]".to_owned();
+    let status = client.invoke(bad_context).await.unwrap_err();
+    assert!(status.message().contains("context_json"), "{status:?}");
+
+    let functions = client
+        .list_typed_functions(pb::ListTypedFunctionsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let functions: Value = serde_json::from_str(&functions.json).unwrap();
+    assert_eq!(
+        functions["get-image"]["OutputInfo"]["OutputType"],
+        "AttributeValueList"
+    );
+    let paths = client
+        .list_paths(pb::ListPathsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let paths: Value = serde_json::from_str(&paths.json).unwrap();
+    assert!(paths["container-image"].is_object(), "{paths}");
+    server.terminate();
+}
