@@ -371,16 +371,20 @@ fn run(function: &Function, input: &[u8], limits: &Limits) -> Result<EvalRespons
         }
     };
     let Ctx {
-        mut ed, results, ..
+        mut ed,
+        results,
+        mut log,
+        ..
     } = ctx;
     let legacy = function.legacy_results.then_some(function.name);
     rl::write_results(&list, &mut ed, results, legacy);
     let output = ed.finish(&list.doc).into_bytes();
     match failure {
-        None => Ok(EvalResponse::new(output, Vec::new())),
+        None => Ok(EvalResponse::new(output, log.into_bytes())),
         Some(message) => {
-            let log = format!("failed to evaluate function: {message}\n").into_bytes();
-            Err(EvalError::failed(format!("{}: {message}", function.name)).with_output(output, log))
+            log.push_str(&format!("failed to evaluate function: {message}\n"));
+            Err(EvalError::failed(format!("{}: {message}", function.name))
+                .with_output(output, log.into_bytes()))
         }
     }
 }
