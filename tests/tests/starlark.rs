@@ -250,6 +250,11 @@ async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
         ("for i in range(1000000000):\n  pass\n", "tick"),
         ("def f(n):\n  return f(n + 1)\nf(0)\n", "stack overflow"),
         ("s = \"x\"\nfor i in range(64):\n  s = s + s\n", "heap"),
+        // One expression asking for a petabyte: refused before it is allocated.
+        (
+            "s = (\"x\" * 1048576) * 1073741824\n",
+            "prog:1:6: repeating a string would make 1125899906842624 bytes",
+        ),
     ] {
         let input = resource_list(&starlark_run(source));
         let started = Instant::now();

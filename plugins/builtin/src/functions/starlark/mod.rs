@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use krm_plugin_api::{Parameter, ParameterType};
-use starlark::codemap::{FileSpan, FileSpanRef};
+use starlark::codemap::{FileSpan, FileSpanRef, ResolvedFileSpan};
 use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension, Module};
 use starlark::eval::{BeforeStmtFunc, BeforeStmtFuncDyn, Evaluator};
 use starlark::syntax::{AstModule, Dialect};
@@ -30,6 +30,7 @@ use crate::yaml::{Editor, NodeId, Stop};
 mod apply;
 mod convert;
 mod library;
+mod repeat;
 
 pub static FUNCTION: Function = Function {
     name: "starlark",
@@ -244,12 +245,13 @@ fn globals() -> &'static Globals {
             LibraryExtension::Print,
             LibraryExtension::SetType,
         ])
+        .with(repeat::add_multiply)
         .build()
     })
 }
 
 fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluated, String> {
-    let ast = match AstModule::parse(&program.name, program.source.clone(), &dialect()) {
+    let mut ast = match AstModule::parse(&program.name, program.source.clone(), &dialect()) {
         Ok(ast) => ast,
         Err(e) => {
             return Ok(Evaluated {
@@ -258,6 +260,16 @@ fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluat
             });
         }
     };
+    if let Some(span) = repeat::multiply_assignment(&ast) {
+        return Ok(Evaluated {
+            log: String::new(),
+            outcome: Err(located(
+                &ast.file_span(span).resolve(),
+                "`*=` is not supported (its repetitions cannot be bounded); write `x = x * n`",
+            )),
+        });
+    }
+    repeat::guard_multiplications(&mut ast);
     let started = Instant::now();
     let out_of_time = move || stop.requested() || started.elapsed() > MAX_RUN_TIME;
     let print = PrintLog::default();
@@ -371,14 +383,19 @@ fn describe_error(error: &starlark::Error, last: Option<&FileSpan>) -> String {
         .or(last)
         .map(FileSpan::resolve);
     match location {
-        Some(span) => format!(
-            "{}:{}:{}: {message}",
-            span.file,
-            span.span.begin.line + 1,
-            span.span.begin.column + 1
-        ),
+        Some(span) => located(&span, message),
         None => message.to_owned(),
     }
+}
+
+/// `name:line:col: message`.
+fn located(span: &ResolvedFileSpan, message: &str) -> String {
+    format!(
+        "{}:{}:{}: {message}",
+        span.file,
+        span.span.begin.line + 1,
+        span.span.begin.column + 1
+    )
 }
 
 #[cfg(test)]

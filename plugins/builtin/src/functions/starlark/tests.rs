@@ -261,6 +261,48 @@ fn runaway_programs_end_with_a_clear_error() {
     }
 }
 
+/// One expression repeating a sequence past the heap budget is refused before anything is
+/// allocated (without the check, the first case asks the allocator for an exabyte and aborts).
+#[test]
+fn repetitions_past_the_heap_budget_are_refused_before_allocating() {
+    for (source, expected) in [
+        (
+            "s = (\"x\" * 1048576) * 1073741824\n",
+            "prog:1:6: repeating a string would make 1125899906842624 bytes",
+        ),
+        (
+            "s = (\"x\" * 1073741824) * 1073741824\n",
+            "prog:1:6: repeating a string would make 1073741824 bytes",
+        ),
+        (
+            "s = 1073741824 * \"xy\"\n",
+            "prog:1:5: repeating a string would make 2147483648 bytes",
+        ),
+        (
+            "l = [1, 2] * 536870912\n",
+            "prog:1:5: repeating a list would make 8589934592 bytes",
+        ),
+        ("t = (1,) * 2147483647\n", "prog:1:6: repeating a tuple"),
+        (
+            "def f(x):\n  return x * 1073741824\nf(\"abc\")\n",
+            "prog:2:10: repeating a string",
+        ),
+        ("s = \"x\"\ns *= 3\n", "prog:2:1: `*=` is not supported"),
+    ] {
+        let (output, _) = failed(&starlark_run(source));
+        assert!(output.contains(expected), "{source}: {output}");
+        assert!(
+            output.contains("heap budget of 256 MiB") || source.contains("*="),
+            "{output}"
+        );
+    }
+    // Repetitions within the budget, and numbers, multiply as before.
+    let (_, log) = ok(&starlark_run(
+        "print(len(\"ab\" * 1000), len([0] * 1000), (1, 2) * 2, 3 * \"x\", 6 * 7, 1.5 * 2, \"x\" * -1)\n",
+    ));
+    assert_eq!(log, "2000 1000 (1, 2, 1, 2) xxx 42 3.0 \n");
+}
+
 #[test]
 fn the_sandbox_offers_no_environment_files_or_openapi() {
     let (output, _) = failed(&starlark_run("x = ctx.environment[\"PATH\"]\n"));
