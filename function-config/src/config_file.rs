@@ -205,6 +205,21 @@ pub fn from_yaml<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
     Ok(yaml_serde::from_str(text)?)
 }
 
+/// Decodes `T` from JSON data (a cluster object, a function's config) as a typed reader
+/// expects: a number a field cannot hold is named with its value and what was expected.
+///
+/// serde_json's own value cannot do this once its `arbitrary_precision` feature is on (the
+/// starlark interpreter turns it on for the whole build): a number handed to a typed field that
+/// cannot hold it is then refused as "invalid number", without the value. The data goes through
+/// a YAML value instead, which serde_json fills with plain numbers.
+pub fn from_json_value<T: DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<T, yaml_serde::Error> {
+    let plain: yaml_serde::Value = serde::Deserialize::deserialize(value)
+        .map_err(<yaml_serde::Error as serde::de::Error>::custom)?;
+    T::deserialize(plain)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,11 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+// The documents are read into YAML values, not JSON ones: with serde_json's
+// `arbitrary_precision` (which the starlark interpreter turns on for the whole build), a JSON
+// number handed to a typed field that cannot hold it reports only "invalid number", where a YAML
+// number lets the field's type name the value and what it expected.
+use yaml_serde::Value;
 
 use crate::config_file::{self, ReadError, YamlError};
 use crate::source::{Source, Sourced, join};
@@ -179,11 +183,11 @@ fn decode(value: Value, path: &Path, document: usize) -> Result<Sourced, Box<Loa
     let (api_version, kind) = (text_field("apiVersion"), text_field("kind"));
     if api_version != API_VERSION || kind != KIND {
         let found = match &value {
-            Value::Object(_) if api_version.is_empty() && kind.is_empty() => {
+            Value::Mapping(_) if api_version.is_empty() && kind.is_empty() => {
                 "an object without apiVersion and kind".to_owned()
             }
-            Value::Object(_) => format!("{api_version} {kind}").trim().to_owned(),
-            Value::Array(_) => "a list".to_owned(),
+            Value::Mapping(_) => format!("{api_version} {kind}").trim().to_owned(),
+            Value::Sequence(_) => "a list".to_owned(),
             _ => "a scalar".to_owned(),
         };
         return Err(Box::new(LoadError::NotFunctionConfig {
@@ -465,6 +469,51 @@ spec:
                 "spec.binaryExecutor.path: must not be empty",
             ]
         );
+    }
+
+    /// serde_json's `arbitrary_precision` is on in this crate's tests (see Cargo.toml): numbers
+    /// that fit load, and those that do not are named with their value, not as "invalid number".
+    #[test]
+    fn numbers_load_and_misfits_are_named_with_their_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let with_numbers = SET_NAMESPACE.replace(
+            "        runAsNonRoot: true\n",
+            "        runAsNonRoot: true\n        runAsUser: 65532\n        fsGroup: -2\n",
+        );
+        let file = write(dir.path(), "numbers.yaml", &with_numbers);
+        let (loaded, errors) = load_paths(&[file]);
+        assert!(errors.is_empty(), "{:?}", messages(&errors));
+        let pod = loaded[0].object().spec.pod_executor.clone().unwrap();
+        assert_eq!(pod.max_parallel_executions, Some(3));
+        let security = pod.template_overrides.unwrap().security_context.unwrap();
+        assert_eq!(
+            (security.run_as_user, security.fs_group),
+            (Some(65532), Some(-2))
+        );
+
+        for (written, expected) in [
+            ("-1", "invalid value: integer `-1`, expected u32"),
+            (
+                "4294967296",
+                "invalid value: integer `4294967296`, expected u32",
+            ),
+            ("2.5", "invalid type: floating point `2.5`, expected u32"),
+        ] {
+            let text = SET_NAMESPACE.replace(
+                "maxParallelExecutions: 3",
+                &format!("maxParallelExecutions: {written}"),
+            );
+            let file = write(dir.path(), "misfit.yaml", &text);
+            let (loaded, errors) = load_paths(std::slice::from_ref(&file));
+            assert!(loaded.is_empty());
+            assert_eq!(
+                messages(&errors),
+                [format!(
+                    "{}, document 1: spec.podExecutor.maxParallelExecutions: {expected}",
+                    file.display()
+                )]
+            );
+        }
     }
 
     #[test]

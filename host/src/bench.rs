@@ -6,10 +6,10 @@
 //!   through `exec`, against spawning `/bin/cat` directly, same input, same run; target < 1 ms
 //!   added at p50 for a 1 KiB ResourceList;
 //! - `rss`: resident memory of that idle server with its plugins loaded, target < 30 MiB;
-//! - `builtin`: set-namespace and set-labels over 10 to 10,000 Deployments, inside the plugin,
-//!   over gRPC and as a whole `krm-runner fn` process, against `kubectl kustomize` doing the
-//!   same transformation in the same run (only up to `--kustomize-max` objects: it grows
-//!   quadratically);
+//! - `builtin`: set-namespace, a starlark program setting the namespace, and set-labels over 10
+//!   to 10,000 Deployments, inside the plugin, over gRPC and as a whole `krm-runner fn` process,
+//!   against `kubectl kustomize` doing the same transformation in the same run (only up to
+//!   `--kustomize-max` objects: it grows quadratically);
 //! - `versions`: the same warm builtin call with an exact tag and with a tag constraint
 //!   (Porch's request field 3), alternating, in the plugin and over gRPC; target: a constraint
 //!   adds at most 50 µs.
@@ -302,12 +302,18 @@ impl BenchServer {
     }
 }
 
-/// The two builtin transformations and their kustomize equivalents. Block style throughout, as
-/// kpt writes ResourceLists (the builtins parse block YAML on a fast path).
-const BUILTIN_CASES: [(&str, &str, &str); 2] = [
+/// The builtin transformations and their kustomize equivalents. Block style throughout, as
+/// kpt writes ResourceLists (the builtins parse block YAML on a fast path). The starlark case
+/// is a program doing set-namespace's job, to compare with the native function.
+const BUILTIN_CASES: [(&str, &str, &str); 3] = [
     (
         "set-namespace",
         "data:\n    namespace: prod",
+        "namespace: prod\n",
+    ),
+    (
+        "starlark",
+        "data:\n    source: |\n      for r in ctx.resource_list[\"items\"]:\n        r[\"metadata\"][\"namespace\"] = \"prod\"",
         "namespace: prod\n",
     ),
     (

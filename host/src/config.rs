@@ -622,6 +622,39 @@ function_configs:
         assert!(config.evaluators.contains_key("exec"));
     }
 
+    /// Plugins get their settings as JSON text; serde_json's `arbitrary_precision` (on in the
+    /// workspace build, for the starlark interpreter) must not change the numbers in it.
+    #[test]
+    fn plugin_settings_keep_their_numbers() {
+        let (config, _) = load(Some(
+            "evaluators:\n  numbers:\n    plugin: exec\n    config: {count: 3, negative: -2, \
+             ratio: 0.5, big: 18446744073709551615, nested: [{max: 7}]}\n",
+        ));
+        let config = config.unwrap();
+        let text = config.evaluators["numbers"].config.to_string();
+        assert_eq!(
+            text,
+            r#"{"big":18446744073709551615,"count":3,"negative":-2,"nested":[{"max":7}],"ratio":0.5}"#
+        );
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct Settings {
+            count: u32,
+            negative: i64,
+            ratio: f64,
+            big: u64,
+        }
+        let settings: Settings = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            settings,
+            Settings {
+                count: 3,
+                negative: -2,
+                ratio: 0.5,
+                big: u64::MAX
+            }
+        );
+    }
+
     #[test]
     fn unusable_files_are_named() {
         let (config, problems) = load(Some(&format!("listen: {}", "[".repeat(1000))));

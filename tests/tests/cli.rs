@@ -469,6 +469,40 @@ fn porch_exec_map_is_validated_as_such() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
 }
 
+/// Plugin settings reach the plugin as JSON text, read with serde_json's `arbitrary_precision`
+/// on (the builtin's starlark interpreter turns it on for the workspace build): a number that
+/// does not fit its setting is still named with its value and what was expected.
+#[test]
+fn plugin_setting_numbers_that_do_not_fit_are_named() {
+    let dir = scratch();
+    for (settings, expected) in [
+        (
+            "{tags_page_size: -1, max_waitlist_length: 3}",
+            "evaluators.pod.config: tags_page_size: invalid value: integer `-1`, expected usize",
+        ),
+        (
+            "{max_queued_calls: 2.5}",
+            "evaluators.pod.config: max_queued_calls: invalid type: floating point `2.5`, \
+             expected usize",
+        ),
+    ] {
+        let config = write_config(
+            dir.path(),
+            &format!("evaluators:\n  pod:\n    plugin: pod\n    config: {settings}\n"),
+        );
+        let output = run_cli_within(
+            &["--config-file", &config, "config", "check"],
+            START_UP_LIMIT,
+        );
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let problems = problems(&output);
+        assert!(
+            problems.iter().any(|p| p.starts_with(expected)),
+            "{problems:?}"
+        );
+    }
+}
+
 /// Configurations `serve` refuses: `config check` refuses each of them too, with the same
 /// problems, all of them, host-level and plugin-level.
 #[test]

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use krm_runner_function_config::{FunctionConfig, FunctionConfigStatus, Sourced};
+use krm_runner_function_config::{FunctionConfig, FunctionConfigStatus, Sourced, config_file};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -103,10 +103,13 @@ async fn apply(store: &Store, api: &Api<DynamicObject>, object: DynamicObject) {
     let previous: FunctionConfigStatus = object
         .data
         .get("status")
-        .and_then(|status| serde_json::from_value(status.clone()).ok())
+        .and_then(|status| config_file::from_json_value(status.clone()).ok())
         .unwrap_or_default();
     let decoded = serde_json::to_value(&object)
-        .and_then(serde_json::from_value::<FunctionConfig>)
+        .map_err(|error| error.to_string())
+        .and_then(|value| {
+            config_file::from_json_value::<FunctionConfig>(value).map_err(|e| e.to_string())
+        })
         .map_err(|error| format!("FunctionConfig {key} (cluster) is unreadable: {error}"))
         .and_then(|typed| Sourced::from_cluster(typed).map_err(|invalid| invalid.to_string()));
     let error = match decoded {

@@ -371,16 +371,34 @@ fn run(function: &Function, input: &[u8], limits: &Limits) -> Result<EvalRespons
         }
     };
     let Ctx {
-        mut ed, results, ..
+        mut ed,
+        results,
+        mut log,
+        ..
     } = ctx;
+    // A function failing with a generic message (starlark's "error: function failure", as the
+    // catalog's) keeps its reasons in its error results: the caller's message names them too.
+    let reasons: Vec<String> = match &failure {
+        Some(message) => results
+            .iter()
+            .filter(|r| r.severity == Some("error") && r.message != *message)
+            .map(|r| r.message.clone())
+            .collect(),
+        None => Vec::new(),
+    };
     let legacy = function.legacy_results.then_some(function.name);
     rl::write_results(&list, &mut ed, results, legacy);
     let output = ed.finish(&list.doc).into_bytes();
     match failure {
-        None => Ok(EvalResponse::new(output, Vec::new())),
+        None => Ok(EvalResponse::new(output, log.into_bytes())),
         Some(message) => {
-            let log = format!("failed to evaluate function: {message}\n").into_bytes();
-            Err(EvalError::failed(format!("{}: {message}", function.name)).with_output(output, log))
+            log.push_str(&format!("failed to evaluate function: {message}\n"));
+            let mut text = format!("{}: {message}", function.name);
+            for reason in reasons {
+                text.push_str("\n  [error] ");
+                text.push_str(&reason);
+            }
+            Err(EvalError::failed(text).with_output(output, log.into_bytes()))
         }
     }
 }

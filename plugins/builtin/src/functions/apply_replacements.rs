@@ -6,6 +6,7 @@
 //! which keeps that order exact while every untouched byte stays as it was.
 
 use krm_plugin_api::{Parameter, ParameterType};
+use krm_runner_function_config::config_file;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -220,7 +221,7 @@ fn config(ctx: &mut Ctx) -> Result<Config, String> {
     if let Err(rule) = super::validate(&parameters(), &json!({ "replacements": replacements })) {
         return Err(format!("invalid functionConfig: {rule}"));
     }
-    serde_json::from_value::<Config>(json!({ "replacements": replacements }))
+    config_file::from_json_value::<Config>(json!({ "replacements": replacements }))
         .map_err(|e| format!("unable to convert functionConfig to replacements:\n{e}"))
 }
 
@@ -831,5 +832,28 @@ mod tests {
         assert_eq!(delimited("a/b/c", "x", &o(1)), "a/x/c");
         assert_eq!(delimited("a/b", "x", &o(-1)), "x/a/b");
         assert_eq!(delimited("a/b", "x", &o(9)), "a/b/x");
+    }
+
+    /// serde_json's `arbitrary_precision` is on in this crate (starlark needs it): an index that
+    /// is not an integer is still named with its value.
+    #[test]
+    fn option_numbers_are_read_and_misfits_named() {
+        let options: Options = config_file::from_json_value(json!({"index": -2})).unwrap();
+        assert_eq!(options.index, -2);
+        for (index, expected) in [
+            (
+                json!(1.5),
+                "invalid type: floating point `1.5`, expected i64",
+            ),
+            (
+                json!(u64::MAX),
+                "invalid value: integer `18446744073709551615`, expected i64",
+            ),
+        ] {
+            let error = config_file::from_json_value::<Options>(json!({ "index": index }))
+                .unwrap_err()
+                .to_string();
+            assert!(error.starts_with(expected), "{error}");
+        }
     }
 }

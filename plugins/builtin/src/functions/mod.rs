@@ -16,6 +16,7 @@ mod set_annotations;
 mod set_image;
 mod set_labels;
 mod set_namespace;
+mod starlark;
 
 /// One call of a function.
 pub struct Ctx<'r, 'a> {
@@ -23,6 +24,8 @@ pub struct Ctx<'r, 'a> {
     pub ed: Editor,
     pub results: Vec<FnResult>,
     pub limits: &'r Limits,
+    /// What the function writes to its log (stderr), such as a program's `print` lines.
+    pub log: String,
 }
 
 /// What bounds one call's work.
@@ -65,6 +68,7 @@ impl<'r, 'a> Ctx<'r, 'a> {
             ed: Editor::default(),
             results: Vec::new(),
             limits,
+            log: String::new(),
         }
     }
 
@@ -151,6 +155,7 @@ pub const FUNCTIONS: &[&Function] = &[
     &search_replace::FUNCTION,
     &ensure_name_substring::FUNCTION,
     &apply_replacements::FUNCTION,
+    &starlark::FUNCTION,
 ];
 
 pub fn param(

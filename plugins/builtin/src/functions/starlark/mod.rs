@@ -1,0 +1,402 @@
+//! starlark (catalog `functions/go/starlark`): runs the Starlark program of a `StarlarkRun`
+//! (or of a ConfigMap's `data.source`) over the items, with facebook's starlark-rust
+//! interpreter. The program sees `ctx.resource_list` as plain dicts and lists and changes them
+//! in place; afterwards its items are compared with the input and only what changed is edited
+//! in the input text (see [`apply`]), so everything else keeps its bytes, comments included.
+//!
+//! The program runs sandboxed: no builtin reaches files, the network, processes, the clock or
+//! the environment. It is bounded by a step budget, a heap budget, a call-depth limit and a wall
+//! clock budget, and stops as soon as the call is cancelled or its deadline passes.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use krm_plugin_api::{Parameter, ParameterType};
+use starlark::codemap::{FileSpan, FileSpanRef, ResolvedFileSpan};
+use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension, Module};
+use starlark::eval::{BeforeStmtFunc, BeforeStmtFuncDyn, Evaluator};
+use starlark::syntax::{AstModule, Dialect};
+use starlark::values::Value;
+use starlark::values::dict::AllocDict;
+use starlark::values::list::AllocList;
+use starlark::values::structs::AllocStruct;
+
+use super::{Ctx, Exit, Function, param};
+use crate::rl::{FnResult, ResourceList, split_api_version};
+use crate::yaml::{Editor, NodeId, Stop};
+
+mod apply;
+mod convert;
+mod library;
+mod repeat;
+
+pub static FUNCTION: Function = Function {
+    name: "starlark",
+    description: "Run a Starlark program (StarlarkRun `source`, or ConfigMap `data.source`) \
+                  that edits, adds or removes items and reports results; sandboxed and bounded.",
+    tags: &[
+        (
+            "v0.5.1",
+            "catalog release this reproduces (StarlarkRun and ConfigMap forms, load() names, \
+             krmfn matching, error results with exit 1)",
+        ),
+        ("v0.5", "minor line of v0.5.1"),
+    ],
+    parameters,
+    changes: &["items (whatever the program changes)", "results"],
+    run,
+    legacy_results: false,
+};
+
+/// Steps (function calls and loop iterations) a program may take.
+const MAX_STEPS: u64 = 20_000_000;
+/// Bytes the program's values may occupy on the Starlark heap, inputs included.
+const MAX_HEAP_BYTES: usize = 256 << 20;
+/// Nested function calls (recursion depth).
+const MAX_CALL_DEPTH: usize = 1000;
+/// Wall-clock time a program may run when the caller set no earlier deadline.
+const MAX_RUN_TIME: Duration = Duration::from_secs(30);
+/// The interpreter recurses on the native stack; its own thread gets room for the call depth.
+const EVAL_STACK_BYTES: usize = 256 << 20;
+/// `print` output kept for the log; the rest is counted, not kept.
+const MAX_LOG_BYTES: usize = 1 << 20;
+
+const DEFAULT_PROGRAM_NAME: &str = "starlark-function-run";
+
+fn parameters() -> Vec<Parameter> {
+    let mut source = param(
+        "source",
+        ParameterType::String,
+        true,
+        "The Starlark program (StarlarkRun `source`, or ConfigMap `data.source`).",
+    );
+    source.example = Some(
+        "for r in ctx.resource_list[\"items\"]:\n  r[\"metadata\"][\"namespace\"] = \"prod\""
+            .into(),
+    );
+    let params = param(
+        "params",
+        ParameterType::Object,
+        false,
+        "Values for the program, read as ctx.resource_list[\"functionConfig\"][\"params\"] \
+         (ConfigMap: the other `data` keys, under [\"data\"]).",
+    );
+    vec![source, params]
+}
+
+/// What the functionConfig asks for.
+struct Program {
+    name: String,
+    source: String,
+}
+
+/// Reads a `StarlarkRun` (any version of `fn.kpt.dev`) or a core `ConfigMap`, as the catalog's
+/// `StarlarkRun.Config` does, with its messages.
+fn program(ctx: &Ctx) -> Result<Program, String> {
+    let Some((api_version, kind)) = ctx.config_gvk() else {
+        return Err("FunctionConfig is missing. Expect `ConfigMap` or `StarlarkRun`".into());
+    };
+    let doc = ctx.doc();
+    let fc = ctx.rl.function_config.unwrap_or_default();
+    let group = split_api_version(api_version).0;
+    let source = match (group, kind) {
+        ("", "ConfigMap") => doc.get_str(fc, &["data", "source"]).map(str::to_owned),
+        ("fn.kpt.dev", "StarlarkRun") => match doc.get(fc, "source") {
+            None => None,
+            Some(node) if doc.is_null(node) => None,
+            Some(node) => match doc.str(node) {
+                Some(text) => Some(text.to_owned()),
+                None => {
+                    return Err("unable to read StarlarkRun: `source` must be a string".into());
+                }
+            },
+        },
+        _ => {
+            let got = match split_api_version(api_version) {
+                ("", version) => format!("/{version}, Kind={kind}"),
+                (group, version) => format!("{group}/{version}, Kind={kind}"),
+            };
+            return Err(format!(
+                "`functionConfig` must be either /v1, Kind=ConfigMap or \
+                 fn.kpt.dev/v1alpha1, Kind=StarlarkRun, but we got: {got}"
+            ));
+        }
+    };
+    if group == "fn.kpt.dev"
+        && let Some(params) = doc.get(fc, "params")
+        && !doc.is_null(params)
+        && !doc.is_map(params)
+    {
+        return Err("unable to read StarlarkRun: `params` must be a map".into());
+    }
+    let source = source.unwrap_or_default();
+    if source.is_empty() {
+        return Err("`source` must not be empty".into());
+    }
+    let name = doc
+        .get_str(fc, &["metadata", "name"])
+        .filter(|name| !name.is_empty())
+        .unwrap_or(DEFAULT_PROGRAM_NAME)
+        .to_owned();
+    Ok(Program { name, source })
+}
+
+fn run(ctx: &mut Ctx) -> Exit {
+    let program = match program(ctx) {
+        Ok(program) => program,
+        Err(message) => return failure(ctx, message),
+    };
+    let (rl, stop) = (ctx.rl, &ctx.limits.stop);
+    let outcome = std::thread::scope(|scope| {
+        let evaluation = std::thread::Builder::new()
+            .name("starlark".into())
+            .stack_size(EVAL_STACK_BYTES)
+            .spawn_scoped(scope, || evaluate(rl, stop, &program));
+        match evaluation {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or_else(|_| Err("the Starlark interpreter failed unexpectedly".into())),
+            Err(e) => Err(format!("cannot start the Starlark interpreter: {e}")),
+        }
+    });
+    let evaluated = match outcome {
+        Ok(evaluated) => evaluated,
+        Err(message) => return failure(ctx, message),
+    };
+    ctx.log = evaluated.log;
+    let (editor, results) = match evaluated.outcome {
+        Ok(done) => done,
+        Err(message) => return failure(ctx, message),
+    };
+    ctx.ed = editor;
+    let failed = results.iter().any(|r| r.severity == Some("error"));
+    ctx.results.extend(results);
+    if failed {
+        return Exit::Failed(FAILURE.into());
+    }
+    Exit::Ok
+}
+
+/// The SDK's message when a function reports failure: the catalog's stderr.
+const FAILURE: &str = "error: function failure";
+
+/// The catalog's failure: one error result, items as they came in, exit status 1.
+fn failure(ctx: &mut Ctx, message: String) -> Exit {
+    ctx.results.push(FnResult::error(message));
+    Exit::Failed(FAILURE.into())
+}
+
+/// What a program left: its `print` output and either the edits of the input text with its
+/// results, or the error that stopped it.
+struct Evaluated {
+    log: String,
+    outcome: Result<(Editor, Vec<FnResult>), String>,
+}
+
+/// Collects `print` lines for the function's log, up to [`MAX_LOG_BYTES`].
+#[derive(Default)]
+struct PrintLog {
+    text: RefCell<String>,
+    dropped: Cell<usize>,
+}
+
+impl starlark::PrintHandler for PrintLog {
+    fn println(&self, line: &str) -> starlark::Result<()> {
+        let mut text = self.text.borrow_mut();
+        if text.len() + line.len() < MAX_LOG_BYTES {
+            text.push_str(line);
+            text.push('\n');
+        } else {
+            self.dropped.set(self.dropped.get() + line.len() + 1);
+        }
+        Ok(())
+    }
+}
+
+impl PrintLog {
+    fn into_text(self) -> String {
+        let mut text = self.text.into_inner();
+        let dropped = self.dropped.get();
+        if dropped > 0 {
+            text.push_str(&format!(
+                "[{dropped} more bytes of print output not kept]\n"
+            ));
+        }
+        text
+    }
+}
+
+/// The Starlark dialect the catalog enables: standard Starlark plus top-level `for`/`if`, the
+/// `set` type, recursion and reassigning globals (the last two are always allowed here).
+fn dialect() -> Dialect {
+    Dialect {
+        enable_top_level_stmt: true,
+        ..Dialect::Standard
+    }
+}
+
+fn globals() -> &'static Globals {
+    static GLOBALS: OnceLock<Globals> = OnceLock::new();
+    GLOBALS.get_or_init(|| {
+        GlobalsBuilder::extended_by(&[
+            LibraryExtension::StructType,
+            LibraryExtension::Print,
+            LibraryExtension::SetType,
+        ])
+        .with(repeat::add_multiply)
+        .build()
+    })
+}
+
+fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluated, String> {
+    let mut ast = match AstModule::parse(&program.name, program.source.clone(), &dialect()) {
+        Ok(ast) => ast,
+        Err(e) => {
+            return Ok(Evaluated {
+                log: String::new(),
+                outcome: Err(describe_error(&e, None)),
+            });
+        }
+    };
+    if let Some(span) = repeat::multiply_assignment(&ast) {
+        return Ok(Evaluated {
+            log: String::new(),
+            outcome: Err(located(
+                &ast.file_span(span).resolve(),
+                "`*=` is not supported (its repetitions cannot be bounded); write `x = x * n`",
+            )),
+        });
+    }
+    repeat::guard_multiplications(&mut ast);
+    let started = Instant::now();
+    let out_of_time = move || stop.requested() || started.elapsed() > MAX_RUN_TIME;
+    let print = PrintLog::default();
+    let loader = library::Loader;
+    let statement = Rc::new(RefCell::new(None));
+    let doc = &rl.doc;
+    let outcome = Module::with_temp_heap(|module| {
+        let heap = module.heap();
+        let inputs: Vec<(NodeId, Value)> = rl
+            .items
+            .iter()
+            .map(|&item| (item, convert::to_value(doc, item, heap)))
+            .collect();
+        let items = heap.alloc(AllocList(inputs.iter().map(|&(_, value)| value)));
+        let function_config = rl
+            .function_config
+            .map_or_else(Value::new_none, |fc| convert::to_value(doc, fc, heap));
+        let resource_list = heap.alloc(AllocDict([
+            ("apiVersion", heap.alloc("config.kubernetes.io/v1")),
+            ("kind", heap.alloc("ResourceList")),
+            ("items", items),
+            ("functionConfig", function_config),
+            ("results", heap.alloc(AllocList::EMPTY)),
+        ]));
+        let ctx_value = heap.alloc(AllocStruct([
+            ("resource_list", resource_list),
+            // The runner's environment holds its own secrets: programs see none of it.
+            ("environment", heap.alloc(AllocDict::EMPTY)),
+            ("open_api", library::unavailable(heap, "ctx.open_api")),
+        ]));
+        module.set("ctx", ctx_value);
+
+        let mut eval = Evaluator::new(&module);
+        // The input items are also held outside the heap, to match them afterwards: they
+        // must not move.
+        eval.disable_gc();
+        eval.set_loader(&loader);
+        eval.set_print_handler(&print);
+        eval.set_check_cancelled(Box::new(out_of_time));
+        eval.before_stmt_for_dap(BeforeStmtFunc::Dyn(Box::new(HeapGuard(statement.clone()))));
+        eval.set_max_tick_count(MAX_STEPS)
+            .and_then(|()| eval.set_max_heap_size(MAX_HEAP_BYTES))
+            .and_then(|()| eval.set_max_callstack_size(MAX_CALL_DEPTH))
+            .map_err(|e| format!("cannot limit the Starlark interpreter: {e}"))?;
+        let ran = eval.eval_module(ast, globals());
+        drop(eval);
+        let last = statement.borrow().clone();
+        let describe_error = |e: &starlark::Error| describe_error(e, last.as_ref());
+        Ok::<_, String>(match ran {
+            Err(e) if stop.requested() => Err(format!(
+                "the program was stopped because the call ended ({})",
+                describe_error(&e)
+            )),
+            Err(e) if started.elapsed() > MAX_RUN_TIME => Err(format!(
+                "the program ran longer than {} s and was stopped ({})",
+                MAX_RUN_TIME.as_secs(),
+                describe_error(&e)
+            )),
+            Err(e) => Err(describe_error(&e)),
+            Ok(_) => {
+                let mut editor = Editor::default();
+                apply::plan(doc, rl, &inputs, resource_list, &mut editor)
+                    .map(|results| (editor, results))
+            }
+        })
+    })?;
+    Ok(Evaluated {
+        log: print.into_text(),
+        outcome,
+    })
+}
+
+/// Checks the heap before every statement (the interpreter's own check runs every thousand
+/// steps, between which a loop doubling a string would already have asked for exabytes), and
+/// remembers the statement, to name it when a budget stops the program.
+struct HeapGuard(Rc<RefCell<Option<FileSpan>>>);
+
+impl<'e> BeforeStmtFuncDyn<'e> for HeapGuard {
+    fn call<'v>(
+        &mut self,
+        span: FileSpanRef,
+        _continued: bool,
+        eval: &mut Evaluator<'v, '_, 'e>,
+    ) -> starlark::Result<()> {
+        *self.0.borrow_mut() = Some(span.to_file_span());
+        if eval.heap().allocated_bytes() > MAX_HEAP_BYTES {
+            return Err(starlark::Error::new_other(anyhow::anyhow!(
+                "the program's values exceed the heap budget of {} MiB",
+                MAX_HEAP_BYTES >> 20
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `name:line:col: message`, the position being where the error was raised (innermost frame),
+/// else the statement that was running (`last`) when a budget ran out.
+fn describe_error(error: &starlark::Error, last: Option<&FileSpan>) -> String {
+    let message = error.without_diagnostic().to_string();
+    let message = message.trim();
+    let location = error
+        .span()
+        .or_else(|| {
+            error
+                .call_stack()
+                .frames
+                .iter()
+                .rev()
+                .find_map(|frame| frame.location.as_ref())
+        })
+        .or(last)
+        .map(FileSpan::resolve);
+    match location {
+        Some(span) => located(&span, message),
+        None => message.to_owned(),
+    }
+}
+
+/// `name:line:col: message`.
+fn located(span: &ResolvedFileSpan, message: &str) -> String {
+    format!(
+        "{}:{}:{}: {message}",
+        span.file,
+        span.span.begin.line + 1,
+        span.span.begin.column + 1
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,303 @@
+//! The starlark builtin as its users meet it: `krm-runner fn starlark` on a ResourceList, run by
+//! the real kpt (`kpt fn render` with an `exec:` step, `kpt fn eval`), and over gRPC, where a
+//! runaway program must end cleanly and leave the server serving.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use krm_runner_proto::evaluator::EvaluateFunctionRequest;
+use krm_runner_tests::{
+    Server, assert_deadline_answer, call_with_remote_deadline, have_tool, run_cli, runner_binary,
+    scratch,
+};
+use tonic::Code;
+
+const APP: &str = "# the web app
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web # keep me
+  labels:
+    tier: 'front'
+spec:
+  replicas: 1
+  template:
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.25 # pinned
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cfg
+data:
+  key: \"value\"
+";
+
+const SET_NAMESPACE: &str = "apiVersion: fn.kpt.dev/v1alpha1
+kind: StarlarkRun
+metadata:
+  name: set-ns
+  annotations:
+    config.kubernetes.io/local-config: \"true\"
+params:
+  namespace: prod
+source: |
+  ns = ctx.resource_list[\"functionConfig\"][\"params\"][\"namespace\"]
+  for r in ctx.resource_list[\"items\"]:
+    if r[\"kind\"] not in [\"StarlarkRun\", \"Kptfile\"]:
+      r[\"metadata\"][\"namespace\"] = ns
+";
+
+fn resource_list(function_config: &str) -> String {
+    let items: String = APP
+        .split("---\n")
+        .map(|doc| format!("- {}", doc.trim_end().replace('\n', "\n  ")) + "\n")
+        .collect();
+    let config: String = function_config
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect();
+    format!(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{items}functionConfig:\n{config}"
+    )
+}
+
+fn starlark_run(source: &str) -> String {
+    let source: String = source.lines().map(|l| format!("  {l}\n")).collect();
+    format!(
+        "apiVersion: fn.kpt.dev/v1alpha1\nkind: StarlarkRun\nmetadata:\n  name: prog\nsource: |\n{source}"
+    )
+}
+
+#[test]
+fn fn_starlark_edits_only_what_the_program_changed() {
+    let input = resource_list(SET_NAMESPACE);
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let expected = input
+        .replace(
+            "      tier: 'front'\n",
+            "      tier: 'front'\n    namespace: prod\n",
+        )
+        .replace("    name: cfg\n", "    name: cfg\n    namespace: prod\n");
+    assert_eq!(stdout, expected);
+}
+
+#[test]
+fn fn_starlark_reports_a_failing_program_with_its_line_and_exit_1() {
+    let input = resource_list(&starlark_run(
+        "for r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"ConfigMap\":\n    fail(\"no ConfigMaps here\")\n",
+    ));
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        stdout.ends_with(
+            "results:\n- message: 'prog:3:5: fail: no ConfigMaps here'\n  severity: error\n"
+        ),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("error: function failure"), "{stderr}");
+}
+
+#[test]
+fn fn_starlark_print_reaches_stderr() {
+    let input = resource_list(&starlark_run(
+        "print(len(ctx.resource_list[\"items\"]), \"items\")\n",
+    ));
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    assert!(output.status.success());
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), input);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("2 items\n"));
+}
+
+fn exec() -> String {
+    format!("{} fn starlark", runner_binary().display())
+}
+
+fn kpt(args: &[&str]) -> std::process::Output {
+    Command::new("kpt").args(args).output().expect("run kpt")
+}
+
+fn package(dir: &Path) -> std::path::PathBuf {
+    let package = dir.join("pkg");
+    std::fs::create_dir(&package).unwrap();
+    std::fs::write(package.join("app.yaml"), APP).unwrap();
+    package
+}
+
+#[test]
+fn kpt_render_runs_a_starlark_exec_step_like_the_catalog_image() {
+    if !have_tool("kpt") {
+        return;
+    }
+    let dir = scratch();
+    let package = package(dir.path());
+    std::fs::write(package.join("fn-config.yaml"), SET_NAMESPACE).unwrap();
+    std::fs::write(
+        package.join("Kptfile"),
+        format!(
+            "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\n  annotations:\n    config.kubernetes.io/local-config: \"true\"\npipeline:\n  mutators:\n  - exec: \"{}\"\n    configPath: fn-config.yaml\n",
+            exec()
+        ),
+    )
+    .unwrap();
+    let output = kpt(&["fn", "render", package.to_str().unwrap(), "--allow-exec"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    // The catalog image adds the namespace after the existing metadata keys and changes
+    // nothing else (its test `map-key-inline-comment`, example `starlark-set-namespace`).
+    assert_eq!(
+        std::fs::read_to_string(package.join("app.yaml")).unwrap(),
+        APP.replace(
+            "    tier: 'front'\n",
+            "    tier: 'front'\n  namespace: prod\n"
+        )
+        .replace("  name: cfg\n", "  name: cfg\n  namespace: prod\n"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(package.join("fn-config.yaml")).unwrap(),
+        SET_NAMESPACE
+    );
+}
+
+#[test]
+fn kpt_eval_takes_the_configmap_form_from_the_command_line() {
+    if !have_tool("kpt") {
+        return;
+    }
+    let dir = scratch();
+    let package = package(dir.path());
+    let source = "for r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"Deployment\":\n    r[\"spec\"][\"replicas\"] = int(ctx.resource_list[\"functionConfig\"][\"data\"][\"replicas\"])\n    r[\"spec\"][\"template\"][\"spec\"][\"containers\"].append({\"name\": \"log\", \"image\": \"fluentd:1\"})\n";
+    let output = kpt(&[
+        "fn",
+        "eval",
+        package.to_str().unwrap(),
+        "--exec",
+        &exec(),
+        "--",
+        &format!("source={source}"),
+        "replicas=5",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    // A new container comes with its keys sorted, as the catalog's Go encoder writes them.
+    assert_eq!(
+        std::fs::read_to_string(package.join("app.yaml")).unwrap(),
+        APP.replace("  replicas: 1\n", "  replicas: 5\n").replace(
+            "        image: nginx:1.25 # pinned\n",
+            "        image: nginx:1.25 # pinned\n      - image: fluentd:1\n        name: log\n"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn kpt_render_stops_on_a_failing_validator_and_shows_the_message() {
+    if !have_tool("kpt") {
+        return;
+    }
+    let dir = scratch();
+    let package = package(dir.path());
+    std::fs::write(
+        package.join("Kptfile"),
+        format!(
+            "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\n  annotations:\n    config.kubernetes.io/local-config: \"true\"\npipeline:\n  validators:\n  - exec: \"{}\"\n    configMap:\n      source: |\n        for r in ctx.resource_list[\"items\"]:\n          if r[\"kind\"] == \"ConfigMap\" and \"key\" in r.get(\"data\", {{}}):\n            fail(\"ConfigMap \" + r[\"metadata\"][\"name\"] + \" holds a key\")\n",
+            exec()
+        ),
+    )
+    .unwrap();
+    let output = kpt(&["fn", "render", package.to_str().unwrap(), "--allow-exec"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("fail: ConfigMap cfg holds a key"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(package.join("app.yaml")).unwrap(),
+        APP
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
+    let server = Server::start("", &[]);
+    let input = resource_list(SET_NAMESPACE);
+    let (response, evaluator) = server
+        .call("gcr.io/kpt-fn/starlark:v0.5", input.as_bytes())
+        .await
+        .expect("builtin serves the catalog image");
+    assert_eq!(evaluator, "builtin");
+    let output = String::from_utf8(response.resource_list).unwrap();
+    assert!(
+        output.contains("    name: cfg\n    namespace: prod\n"),
+        "{output}"
+    );
+
+    // Each runaway ends with an error naming what ran out; the next call is served.
+    for (source, expected) in [
+        ("for i in range(1000000000):\n  pass\n", "tick"),
+        ("def f(n):\n  return f(n + 1)\nf(0)\n", "stack overflow"),
+        ("s = \"x\"\nfor i in range(64):\n  s = s + s\n", "heap"),
+        // One expression asking for a petabyte: refused before it is allocated.
+        (
+            "s = (\"x\" * 1048576) * 1073741824\n",
+            "prog:1:6: repeating a string would make 1125899906842624 bytes",
+        ),
+    ] {
+        let input = resource_list(&starlark_run(source));
+        let started = Instant::now();
+        let status = server
+            .call(
+                "ghcr.io/kptdev/krm-functions-catalog/starlark:v0.5.1",
+                input.as_bytes(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::Internal, "{status:?}");
+        assert!(
+            status.message().to_lowercase().contains(expected),
+            "{source}: {}",
+            status.message()
+        );
+        assert!(started.elapsed() < Duration::from_secs(30), "{source}");
+        server
+            .call("starlark", resource_list(SET_NAMESPACE).as_bytes())
+            .await
+            .expect("still serving");
+    }
+
+    // The caller's deadline stops a long program at once.
+    let endless = resource_list(&starlark_run(
+        "for i in range(1000000000):\n  x = [i] * 10\n",
+    ));
+    let started = Instant::now();
+    let status = call_with_remote_deadline(
+        &server.endpoint(),
+        EvaluateFunctionRequest {
+            tag: String::new(),
+            resource_list: endless.into_bytes(),
+            image: "starlark".into(),
+        },
+        "300m",
+    )
+    .await
+    .unwrap_err();
+    assert_deadline_answer(&status);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    server
+        .call("starlark", resource_list(SET_NAMESPACE).as_bytes())
+        .await
+        .expect("still serving after the deadline");
+}
