@@ -352,11 +352,18 @@ async fn cluster_function_configs_report_their_resolved_tags_on_their_status() {
     );
     assert_eq!(condition(&absent, "Ready").0, "False");
 
-    // Rounds that find the same write nothing: the objects stay as they are.
+    // Rounds that find the same write nothing: the objects stay as they are, and the runner
+    // sends the API no request at all.
     let unchanged = |object: &serde_json::Value| object["metadata"]["resourceVersion"].clone();
     let before = ["versioned", "unsatisfiable", "absent"]
         .map(|name| unchanged(&function_config(cluster, name)));
+    let requests = cluster.standin.api_requests();
     tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(
+        cluster.standin.api_requests(),
+        requests,
+        "API requests from rounds that found nothing new"
+    );
     let after = ["versioned", "unsatisfiable", "absent"]
         .map(|name| unchanged(&function_config(cluster, name)));
     assert_eq!(
