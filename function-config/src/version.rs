@@ -302,9 +302,8 @@ fn parse_version(text: &str) -> Result<Parsed, String> {
             any[position] = true;
             continue;
         };
-        if position > 0 && any[position - 1] {
-            any[position] = true;
-        } else if matches!(*part, "x" | "X" | "*") {
+        // After a wildcard, every later part is one too (`1.x.3` is `1.x`).
+        if (position > 0 && any[position - 1]) || matches!(*part, "x" | "X" | "*") {
             any[position] = true;
         } else if part.bytes().all(|b| b.is_ascii_digit()) {
             values[position] = part

@@ -23,11 +23,7 @@ fn flags(help: &str) -> Vec<(String, String)> {
         }) else {
             continue;
         };
-        let name = rest
-            .split(|c: char| c == ' ' || c == '=' || c == '[' || c == '<')
-            .next()
-            .unwrap()
-            .to_owned();
+        let name = rest.split([' ', '=', '[', '<']).next().unwrap().to_owned();
         let next_line = lines
             .get(index + 1)
             .map(|next| next.trim())
