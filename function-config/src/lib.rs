@@ -27,7 +27,8 @@ pub use route::{
 };
 pub use source::{InvalidObject, ObjectId, Source, Sourced};
 pub use types::{
-    BinaryExecutor, ContainerOverrides, DEFAULT_TIME_TO_LIVE, FunctionConfig, FunctionConfigSpec,
-    FunctionConfigStatus, GoExecutor, PodExecutor, TemplateOverrides,
+    BinaryExecutor, Condition, ConditionStatus, ContainerOverrides, DEFAULT_TIME_TO_LIVE,
+    ExecutorStatus, FunctionConfig, FunctionConfigSpec, FunctionConfigStatus, GoExecutor,
+    MAX_CONDITION_MESSAGE, PodExecutor, TemplateOverrides, Time,
 };
 pub use validate::{FieldError, InvalidDuration, validate};

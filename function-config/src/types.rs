@@ -3,9 +3,12 @@
 //! descriptions, so they speak to the operator reading `kubectl explain`.
 
 use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, PodSecurityContext, ResourceRequirements};
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::version::truncate;
 
 /// The idle time-to-live the CRD gives a `podExecutor` that does not set one.
 pub const DEFAULT_TIME_TO_LIVE: &str = "30m";
@@ -164,6 +167,113 @@ pub struct FunctionConfigStatus {
     /// Why the last attempt to apply this FunctionConfig failed; empty after a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the function runner found when it last worked out the executors ahead of time:
+    /// `Ready` (every executor can run), `Resolved` (every tag and constraint names a version),
+    /// `Failed` (something cannot run; the reason and message say what).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Option<Vec<Condition>>,
+    /// Each executor tag as the function runner last worked it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executors: Option<Vec<ExecutorStatus>>,
+}
+
+/// One tag of one executor, as the function runner worked it out ahead of time.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorStatus {
+    /// `goExecutor`, `binaryExecutor` or `podExecutor`.
+    pub executor: String,
+    /// The function runner's evaluator instance standing for the executor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluator: Option<String>,
+    /// The tag or constraint as the executor's `tags` list it; absent for a podExecutor that
+    /// lists none (any tag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// The version the tag stands for: the highest one satisfying a constraint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_tag: Option<String>,
+    /// The image digest of the resolved tag, where the executor fetches it (podExecutor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// `Ready`, `Failed`, or `Skipped` (no evaluator instance stands for the executor).
+    pub state: String,
+    /// Why the tag failed or was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+/// A condition's `status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn of(holds: bool) -> Self {
+        if holds { Self::True } else { Self::False }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+/// The longest condition message written; Kubernetes allows 32768 bytes.
+pub const MAX_CONDITION_MESSAGE: usize = 2048;
+
+impl FunctionConfigStatus {
+    /// Sets the condition `type_` as Kubernetes' `meta.SetStatusCondition` does: its
+    /// `lastTransitionTime` moves only when its status changes. The message is cut to
+    /// [`MAX_CONDITION_MESSAGE`] bytes.
+    pub fn set_condition(
+        &mut self,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+        observed_generation: Option<i64>,
+    ) {
+        let message = match truncate(message, MAX_CONDITION_MESSAGE) {
+            kept if kept.len() < message.len() => format!("{kept}..."),
+            _ => message.to_owned(),
+        };
+        let conditions = self.conditions.get_or_insert_with(Vec::new);
+        let fresh = Condition {
+            type_: type_.to_owned(),
+            status: status.as_str().to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation,
+            last_transition_time: Time(jiff::Timestamp::now()),
+        };
+        match conditions.iter_mut().find(|c| c.type_ == type_) {
+            Some(existing) => {
+                let since = if existing.status == fresh.status {
+                    existing.last_transition_time.clone()
+                } else {
+                    fresh.last_transition_time.clone()
+                };
+                *existing = Condition {
+                    last_transition_time: since,
+                    ..fresh
+                };
+            }
+            None => conditions.push(fresh),
+        }
+    }
+
+    /// The condition `type_`, if set.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().flatten().find(|c| c.type_ == type_)
+    }
 }
 
 #[cfg(test)]
@@ -206,5 +316,44 @@ mod tests {
         let go = json!({"tags": ["v1"], "id": "set-namespace"});
         let parsed: GoExecutor = serde_json::from_value(go.clone()).unwrap();
         assert_eq!(serde_json::to_value(&parsed).unwrap(), go);
+    }
+
+    /// As `meta.SetStatusCondition`: the transition time stays while the status stays, whatever
+    /// else changes; it moves when the status changes. Long messages are cut.
+    #[test]
+    fn set_condition_keeps_the_transition_time_while_the_status_holds() {
+        let mut status: FunctionConfigStatus = serde_json::from_value(json!({
+            "error": "",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                            "lastTransitionTime": "2020-01-01T00:00:00Z", "observedGeneration": 1}],
+        }))
+        .unwrap();
+        let since = |status: &FunctionConfigStatus, type_| {
+            serde_json::to_value(&status.condition(type_).unwrap().last_transition_time).unwrap()
+        };
+        status.set_condition("Ready", ConditionStatus::True, "Ready", "still", Some(2));
+        let ready = status.condition("Ready").unwrap();
+        assert_eq!(
+            (ready.message.as_str(), ready.observed_generation),
+            ("still", Some(2))
+        );
+        assert_eq!(since(&status, "Ready"), "2020-01-01T00:00:00Z");
+
+        status.set_condition(
+            "Ready",
+            ConditionStatus::False,
+            "NoVersion",
+            "none",
+            Some(2),
+        );
+        assert_ne!(since(&status, "Ready"), "2020-01-01T00:00:00Z");
+        assert_eq!(status.condition("Ready").unwrap().status, "False");
+
+        let long = "é".repeat(MAX_CONDITION_MESSAGE);
+        status.set_condition("Failed", ConditionStatus::True, "NoVersion", &long, None);
+        let failed = status.condition("Failed").unwrap();
+        assert!(failed.message.len() <= MAX_CONDITION_MESSAGE + 3);
+        assert!(failed.message.ends_with("é..."));
+        assert_eq!(status.conditions.as_ref().unwrap().len(), 2);
     }
 }

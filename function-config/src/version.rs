@@ -198,7 +198,8 @@ fn precedence(a: &Version, b: &Version) -> Ordering {
     (a.major, a.minor, a.patch, &a.pre).cmp(&(b.major, b.minor, b.patch, &b.pre))
 }
 
-fn truncate(text: &str, max: usize) -> &str {
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn truncate(text: &str, max: usize) -> &str {
     let cut = (0..=max.min(text.len()))
         .rev()
         .find(|i| text.is_char_boundary(*i))

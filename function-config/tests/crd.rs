@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaPropsOrArray,
+};
 use krm_runner_function_config::FunctionConfig;
 use kube::CustomResourceExt;
 
@@ -137,9 +139,46 @@ fn check_shape(text: &str) {
         status_fields,
         [
             "apiServerObservedGeneration",
+            "conditions",
             "controllerObservedGeneration",
             "error",
+            "executors",
             "functionRunnerObservedGeneration",
+        ]
+    );
+    // Standard conditions, one per type (server-side apply merges them by type).
+    let conditions = &status["conditions"];
+    assert_eq!(conditions.x_kubernetes_list_type.as_deref(), Some("map"));
+    assert_eq!(
+        conditions.x_kubernetes_list_map_keys.as_deref(),
+        Some(&["type".to_owned()][..])
+    );
+    let condition = match conditions.items.as_ref() {
+        Some(JSONSchemaPropsOrArray::Schema(item)) => item,
+        other => panic!("conditions items: {other:?}"),
+    };
+    let mut required = condition.required.clone().unwrap_or_default();
+    required.sort();
+    assert_eq!(
+        required,
+        ["lastTransitionTime", "message", "reason", "status", "type"]
+    );
+    let executor = match status["executors"].items.as_ref() {
+        Some(JSONSchemaPropsOrArray::Schema(item)) => item,
+        other => panic!("executors items: {other:?}"),
+    };
+    let mut fields: Vec<_> = executor.properties.as_ref().unwrap().keys().collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            "digest",
+            "evaluator",
+            "executor",
+            "lastError",
+            "resolvedTag",
+            "state",
+            "tag"
         ]
     );
 }

@@ -16,7 +16,7 @@ use krm_kube_standin::fixture::{Cluster, require_podman};
 use krm_kube_standin::image::ScratchImage;
 use krm_kube_standin::registry::LocalRegistry;
 use krm_runner_tests::{Server, resource_list};
-use pod_world::{NAMESPACE, function_image, kubectl, pod_world, runner_config};
+use pod_world::{NAMESPACE, docker_config, function_image, kubectl, pod_world, runner_config};
 use tonic::Code;
 
 fn names(cluster: &Cluster, kind: &str) -> Vec<String> {
@@ -359,16 +359,6 @@ fn kubectl_json(cluster: &Cluster, what: &[&str]) -> serde_json::Value {
     args.extend(what);
     args.extend(["-n", NAMESPACE, "-o", "json"]);
     serde_json::from_str(&kubectl(cluster, &args)).unwrap()
-}
-
-fn docker_config(registry: &LocalRegistry, extra: &str) -> String {
-    use base64::Engine as _;
-    let (user, password) = registry.login.clone().expect("a registry with a login");
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    format!(
-        "{{\"auths\": {{\"{}\": {{\"auth\": \"{auth}\"}}{extra}}}}}",
-        registry.host
-    )
 }
 
 /// The `.dockerconfigjson` of Secret `name`, after checking its type.

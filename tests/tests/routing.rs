@@ -494,13 +494,24 @@ mod cluster {
                 && get(".status.functionRunnerObservedGeneration") == "1"
         });
         assert_eq!(get(".status.error"), "");
+        let ready = r#".status.conditions[?(@.type=="Ready")]"#;
+        wait_until("the Ready condition", Duration::from_secs(10), || {
+            get(&format!("{ready}.status")) == "True"
+        });
+        assert_eq!(get(".status.executors[0].resolvedTag"), "v1");
+        assert_eq!(get(".status.executors[0].evaluator"), "exec");
 
-        // An update that breaks the object: status says why, routing forgets it.
+        // An update that breaks the object: status and conditions say why, routing forgets it.
         set_binary_tags(&standin, r#"[]"#);
         wait_until("status error", Duration::from_secs(10), || {
             get(".status.error").contains("spec.binaryExecutor.tags")
                 && get(".status.functionRunnerObservedGeneration") == "2"
         });
+        assert_eq!(get(&format!("{ready}.status")), "False");
+        assert_eq!(get(&format!("{ready}.reason")), "Invalid");
+        assert_eq!(get(&format!("{ready}.message")), get(".status.error"));
+        assert_eq!(get(&format!("{ready}.observedGeneration")), "2");
+        assert_eq!(get(".status.executors"), "");
         let status = server
             .call(image, &krm_runner_tests::resource_list(&["a"]))
             .await
@@ -510,6 +521,9 @@ mod cluster {
         // Fixed again, then deleted: the runner removes its finalizer so the object goes.
         set_binary_tags(&standin, r#"["v1"]"#);
         wait_for_evaluator(&server, image, "exec").await;
+        wait_until("Ready again", Duration::from_secs(10), || {
+            get(&format!("{ready}.status")) == "True" && get(".status.error").is_empty()
+        });
         kubectl(
             &standin,
             &[

@@ -19,6 +19,8 @@ use super::{Router, is_executable, to_json};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Report {
     pub object: ObjectId,
+    /// The object's `metadata.generation` as worked out (cluster objects).
+    pub generation: Option<i64>,
     /// The repository the FunctionConfig's image lives in (first prefix, or the default one).
     pub image: String,
     pub executor: Executor,
@@ -73,8 +75,10 @@ impl Router {
             let spec = &sourced.object().spec;
             let object = sourced.id();
             let image = table.repository_of(&spec.image);
+            let generation = sourced.object().metadata.generation;
             let report = |executor, tag: Option<&str>, resolved, digest, state| Report {
                 object: object.clone(),
+                generation,
                 image: image.clone(),
                 executor,
                 tag: tag.map(str::to_owned),
@@ -212,7 +216,7 @@ impl Router {
     }
 
     fn skipped(&self, executor: Executor) -> State {
-        let name = &self.executors[executor as usize].2;
+        let name = self.instance_name(executor);
         State::Skipped(if name.is_empty() {
             format!(
                 "no instance stands for {} (function_configs.executors)",

@@ -4,6 +4,7 @@
 
 mod ahead;
 mod cluster;
+mod status;
 mod store;
 
 use std::os::unix::fs::PermissionsExt;
@@ -28,18 +29,17 @@ pub async fn start_sources(
         let interval = std::time::Duration::from_secs_f64(config.reload_interval_seconds);
         tokio::spawn(store.clone().watch_files(config.clone(), interval));
     }
-    let synced = if config.cluster.enabled {
+    let (synced, status) = if config.cluster.enabled {
         let client = cluster::client(&config.cluster).await?;
-        let (synced, read) = tokio::sync::oneshot::channel();
-        tokio::spawn(cluster::watch(
-            store.clone(),
+        let status = Arc::new(cluster::StatusWriter::new(
             client,
             config.cluster.namespace.clone(),
-            synced,
         ));
-        Some(read)
+        let (synced, read) = tokio::sync::oneshot::channel();
+        tokio::spawn(cluster::watch(store.clone(), status.clone(), synced));
+        (Some(read), Some(status))
     } else {
-        None
+        (None, None)
     };
     let router = store.router().clone();
     let warm_up = config.warm_up;
@@ -63,6 +63,9 @@ pub async fn start_sources(
                     if let State::Failed { reason, message } = &report.state {
                         tracing::warn!(function_config = %report.object, executor = report.executor.field(), reason, "{message}");
                     }
+                }
+                if let Some(status) = &status {
+                    status.write_round(&router, &reports).await;
                 }
                 router.set_reports(reports);
             }
@@ -144,6 +147,11 @@ impl Router {
             changed: tokio::sync::Notify::new(),
             reports: RwLock::default(),
         }
+    }
+
+    /// The evaluator instance configured for `executor` (empty: none).
+    pub fn instance_name(&self, executor: Executor) -> &str {
+        &self.executors[executor as usize].2
     }
 
     /// Executor names configured but not built: their sections are skipped.

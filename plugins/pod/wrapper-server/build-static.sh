@@ -36,8 +36,11 @@ for binary in wrapper-server grpc-health-probe; do
     echo "build-static.sh: $built/$binary is dynamically linked" >&2
     exit 1
   fi
-  rm -f "$context/$binary"
-  cp "$built/$binary" "$context/$binary"
-  chmod 0555 "$context/$binary"
+  # Copied aside, then renamed into place: tests run this script concurrently, and a reader
+  # must see the old binary or the new one, never a removed or half-copied file.
+  staged="$context/.$binary.$$"
+  cp "$built/$binary" "$staged"
+  chmod 0555 "$staged"
+  mv -f "$staged" "$context/$binary"
 done
 echo "$context"

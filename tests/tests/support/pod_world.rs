@@ -8,6 +8,7 @@ use std::process::Command;
 
 use krm_kube_standin::fixture::Cluster;
 use krm_kube_standin::image::ScratchImage;
+use krm_kube_standin::registry::LocalRegistry;
 
 /// The namespace function pods run in.
 pub const NAMESPACE: &str = "fns";
@@ -55,6 +56,17 @@ pub fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout).unwrap()
+}
+
+/// A docker config JSON file holding `registry`'s login, with `extra` entries after it.
+pub fn docker_config(registry: &LocalRegistry, extra: &str) -> String {
+    use base64::Engine as _;
+    let (user, password) = registry.login.clone().expect("a registry with a login");
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!(
+        "{{\"auths\": {{\"{}\": {{\"auth\": \"{auth}\"}}{extra}}}}}",
+        registry.host
+    )
 }
 
 /// The `pod` evaluator instance's section of a runner config, with `extra` config lines.
