@@ -378,6 +378,25 @@ pub fn exec_chain_config(functions: &[(&str, &Path)], chain: &str, extra: &str) 
     text
 }
 
+/// Runs the real kpt with `args`.
+pub fn kpt(args: &[&str]) -> Output {
+    Command::new("kpt").args(args).output().expect("run kpt")
+}
+
+/// The command that makes kpt run this build's `krm-runner fn FUNCTION` (`kpt fn eval --exec`,
+/// a Kptfile `exec:` step).
+pub fn fn_command(function: &str) -> String {
+    format!("{} fn {function}", runner_binary().display())
+}
+
+/// A kpt package: the folder `pkg` under `dir`, holding `app.yaml`.
+pub fn kpt_package(dir: &Path, app_yaml: &str) -> PathBuf {
+    let package = dir.join("pkg");
+    std::fs::create_dir(&package).unwrap();
+    std::fs::write(package.join("app.yaml"), app_yaml).unwrap();
+    package
+}
+
 /// A small ResourceList with one ConfigMap per name.
 pub fn resource_list(names: &[&str]) -> Vec<u8> {
     let mut text =

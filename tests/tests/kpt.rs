@@ -1,13 +1,12 @@
 //! The builtin functions as kpt users meet them: `krm-runner fn NAME` run by the real `kpt`
 //! (1.0.0-beta.56 on these machines) as an exec function, and the builtins over gRPC.
 
-use std::path::Path;
 use std::process::Command;
 
 use krm_runner_proto::krmrunner::v1::GetFunctionRequest;
 use krm_runner_proto::krmrunner::v1::ListFunctionsRequest;
 use krm_runner_proto::krmrunner::v1::function_catalog_client::FunctionCatalogClient;
-use krm_runner_tests::{Server, have_tool, runner_binary, scratch};
+use krm_runner_tests::{Server, fn_command, have_tool, kpt, kpt_package, runner_binary, scratch};
 use tonic::Code;
 
 const PACKAGE: &str = "# the web app
@@ -41,34 +40,19 @@ data:
   key: \"value\"
 ";
 
-fn package(dir: &Path) -> std::path::PathBuf {
-    let package = dir.join("pkg");
-    std::fs::create_dir(&package).unwrap();
-    std::fs::write(package.join("app.yaml"), PACKAGE).unwrap();
-    package
-}
-
-fn exec(function: &str) -> String {
-    format!("{} fn {function}", runner_binary().display())
-}
-
-fn kpt(args: &[&str]) -> std::process::Output {
-    Command::new("kpt").args(args).output().expect("run kpt")
-}
-
 #[test]
 fn kpt_fn_eval_runs_set_namespace_keeping_comments() {
     if !have_tool("kpt") {
         return;
     }
     let dir = scratch();
-    let package = package(dir.path());
+    let package = kpt_package(dir.path(), PACKAGE);
     let output = kpt(&[
         "fn",
         "eval",
         package.to_str().unwrap(),
         "--exec",
-        &exec("set-namespace"),
+        &fn_command("set-namespace"),
         "--",
         "namespace=prod",
     ]);
@@ -89,13 +73,13 @@ fn kpt_render_runs_a_kptfile_exec_pipeline() {
         return;
     }
     let dir = scratch();
-    let package = package(dir.path());
+    let package = kpt_package(dir.path(), PACKAGE);
     std::fs::write(
         package.join("Kptfile"),
         format!(
             "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\n  annotations:\n    config.kubernetes.io/local-config: \"true\"\npipeline:\n  mutators:\n  - exec: \"{}\"\n    configMap:\n      color: blue\n  - exec: \"{}\"\n    configMap:\n      namespace: staging\n",
-            exec("set-labels"),
-            exec("set-namespace")
+            fn_command("set-labels"),
+            fn_command("set-namespace")
         ),
     )
     .unwrap();
@@ -123,14 +107,14 @@ fn kpt_reports_a_failing_builtin_and_writes_nothing() {
         return;
     }
     let dir = scratch();
-    let package = package(dir.path());
+    let package = kpt_package(dir.path(), PACKAGE);
     // set-labels without a functionConfig fails (exit 1) in the catalog.
     let output = kpt(&[
         "fn",
         "eval",
         package.to_str().unwrap(),
         "--exec",
-        &exec("set-labels"),
+        &fn_command("set-labels"),
     ]);
     assert!(!output.status.success());
     assert_eq!(

@@ -2,14 +2,12 @@
 //! the real kpt (`kpt fn render` with an `exec:` step, `kpt fn eval`), and over gRPC, where a
 //! runaway program must end cleanly and leave the server serving.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{
-    Server, assert_deadline_answer, call_with_remote_deadline, have_tool, run_cli, runner_binary,
-    scratch,
+    Server, assert_deadline_answer, call_with_remote_deadline, fn_command, have_tool, kpt,
+    kpt_package, run_cli, scratch,
 };
 use tonic::Code;
 
@@ -120,34 +118,19 @@ fn fn_starlark_print_reaches_stderr() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("2 items\n"));
 }
 
-fn exec() -> String {
-    format!("{} fn starlark", runner_binary().display())
-}
-
-fn kpt(args: &[&str]) -> std::process::Output {
-    Command::new("kpt").args(args).output().expect("run kpt")
-}
-
-fn package(dir: &Path) -> std::path::PathBuf {
-    let package = dir.join("pkg");
-    std::fs::create_dir(&package).unwrap();
-    std::fs::write(package.join("app.yaml"), APP).unwrap();
-    package
-}
-
 #[test]
 fn kpt_render_runs_a_starlark_exec_step_like_the_catalog_image() {
     if !have_tool("kpt") {
         return;
     }
     let dir = scratch();
-    let package = package(dir.path());
+    let package = kpt_package(dir.path(), APP);
     std::fs::write(package.join("fn-config.yaml"), SET_NAMESPACE).unwrap();
     std::fs::write(
         package.join("Kptfile"),
         format!(
             "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\n  annotations:\n    config.kubernetes.io/local-config: \"true\"\npipeline:\n  mutators:\n  - exec: \"{}\"\n    configPath: fn-config.yaml\n",
-            exec()
+            fn_command("starlark")
         ),
     )
     .unwrap();
@@ -177,14 +160,14 @@ fn kpt_eval_takes_the_configmap_form_from_the_command_line() {
         return;
     }
     let dir = scratch();
-    let package = package(dir.path());
+    let package = kpt_package(dir.path(), APP);
     let source = "for r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"Deployment\":\n    r[\"spec\"][\"replicas\"] = int(ctx.resource_list[\"functionConfig\"][\"data\"][\"replicas\"])\n    r[\"spec\"][\"template\"][\"spec\"][\"containers\"].append({\"name\": \"log\", \"image\": \"fluentd:1\"})\n";
     let output = kpt(&[
         "fn",
         "eval",
         package.to_str().unwrap(),
         "--exec",
-        &exec(),
+        &fn_command("starlark"),
         "--",
         &format!("source={source}"),
         "replicas=5",
@@ -208,12 +191,12 @@ fn kpt_render_stops_on_a_failing_validator_and_shows_the_message() {
         return;
     }
     let dir = scratch();
-    let package = package(dir.path());
+    let package = kpt_package(dir.path(), APP);
     std::fs::write(
         package.join("Kptfile"),
         format!(
             "apiVersion: kpt.dev/v1\nkind: Kptfile\nmetadata:\n  name: pkg\n  annotations:\n    config.kubernetes.io/local-config: \"true\"\npipeline:\n  validators:\n  - exec: \"{}\"\n    configMap:\n      source: |\n        for r in ctx.resource_list[\"items\"]:\n          if r[\"kind\"] == \"ConfigMap\" and \"key\" in r.get(\"data\", {{}}):\n            fail(\"ConfigMap \" + r[\"metadata\"][\"name\"] + \" holds a key\")\n",
-            exec()
+            fn_command("starlark")
         ),
     )
     .unwrap();
