@@ -6,7 +6,7 @@ use std::fmt;
 
 use allocative::Allocative;
 use base64::Engine;
-use starlark::environment::{FrozenModule, Globals, GlobalsBuilder, LibraryExtension};
+use starlark::environment::{FrozenModule, GlobalsBuilder};
 use starlark::eval::{Arguments, Evaluator, FileLoader};
 use starlark::starlark_module;
 use starlark::starlark_simple_value;
@@ -43,7 +43,7 @@ impl FileLoader for Loader {
             "krmfn.star" => GlobalsBuilder::new()
                 .with(|g| g.namespace("krmfn", krmfn))
                 .build(),
-            "encoding/json.star" => Globals::extended_by(&[LibraryExtension::Json]),
+            "encoding/json.star" => GlobalsBuilder::new().with(super::amplify::add_json).build(),
             "encoding/base64.star" => GlobalsBuilder::new()
                 .with(|g| g.namespace("base64", base64_module))
                 .build(),
