@@ -253,6 +253,10 @@ fn runaway_programs_end_with_a_clear_error() {
         ("def f(n):\n  return f(n + 1)\nf(0)\n", "stack overflow"),
         ("s = \"x\"\nfor i in range(100):\n  s = s + s\n", "heap"),
         ("l = [0]\nfor i in range(100):\n  l = l + l\n", "heap"),
+        // `+` makes at most the sum of its operands: one statement adding a large string to
+        // itself goes past the budget by a bounded amount and is stopped there.
+        ("s = \"x\" * 200000000\nt = s + s + s\nu = 1\n", "heap"),
+        ("l = [0] * 30000000\nm = l + l + l\nu = 1\n", "heap"),
     ] {
         let (output, _) = failed(&starlark_run(source));
         let message = output[output.find("results:").unwrap()..].to_lowercase();
@@ -329,7 +333,7 @@ fn bad_output_is_an_error_naming_the_item() {
     );
 }
 
-/// `str`, `repr`, `print`, `json.encode` and `%` of values sharing one large string (or
+/// `str`, `repr`, `print`, `json.encode`, `%` and `re.sub` of values sharing one large string (or
 /// nesting a shared list, whose text doubles with each level) are refused before their text is
 /// built (without the check, each asks the allocator for gigabytes or more and aborts).
 #[test]
@@ -363,6 +367,10 @@ fn text_past_the_heap_budget_is_refused_before_allocating() {
         (
             format!("{MIB}t = (\"%s\" * 1000) % tuple(l)\n"),
             "prog:3:6: formatting a string with `%` would make 1048580000 bytes, more than the",
+        ),
+        (
+            "load('re.star', 're')\ns = \"x\" * 1048576\nt = re.sub(\"\", s, s)\n".to_owned(),
+            "prog:3:5: `re.sub` would make 1099513724928 bytes, more than the",
         ),
         (
             "s = \"%s\"\ns %= 3\n".to_owned(),
