@@ -86,11 +86,26 @@ impl<'v> TextBytes<'v> {
     }
 
     fn bytes(&mut self, value: Value<'v>, text: Text) -> Result<u64, TooLarge> {
+        let string = value.unpack_str();
+        match string {
+            // Small strings and other leaves are cheap to measure again, and remembering them
+            // would cost more memory than they hold.
+            Some(string) if string.len() < REMEMBERED_STRING_BYTES => {
+                return self.within(string_bytes(string, text));
+            }
+            None if !is_container(value) => {
+                // Numbers, None, booleans, functions: their text is small or as large as the
+                // value.
+                let slack = if text == Text::Json { 8 } else { 0 };
+                return self.within(value.to_repr().len() as u64 + slack);
+            }
+            _ => {}
+        }
         let key = (value.identity(), text);
         if let Some(&bytes) = self.measured.get(&key) {
             return Ok(bytes);
         }
-        let bytes = if let Some(string) = value.unpack_str() {
+        let bytes = if let Some(string) = string {
             self.within(string_bytes(string, text))?
         } else if !self.open.insert(key.0) {
             return Ok(5);
@@ -147,13 +162,21 @@ impl<'v> TextBytes<'v> {
                 let bytes = self.bytes(item, inner)?;
                 add(self, bytes + 2)?;
             }
-        } else {
-            // Numbers, None, booleans, functions: their text is small or as large as the value.
-            let slack = if inner == Text::Json { 8 } else { 0 };
-            add(self, value.to_repr().len() as u64 + slack)?;
         }
         Ok(total)
     }
+}
+
+/// Strings at least this long are measured once per walk however often they are shared.
+const REMEMBERED_STRING_BYTES: usize = 64;
+
+/// The values [`TextBytes::children`] walks into.
+fn is_container(value: Value) -> bool {
+    ListRef::from_value(value).is_some()
+        || TupleRef::from_value(value).is_some()
+        || DictRef::from_value(value).is_some()
+        || StructRef::from_value(value).is_some()
+        || value.get_type() == "set"
 }
 
 /// At most how many bytes `string` takes written as `text`: a `repr` escape is at most four

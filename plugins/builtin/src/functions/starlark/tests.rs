@@ -392,4 +392,6 @@ fn text_past_the_heap_budget_is_refused_before_allocating() {
         log,
         "[1, \"a\\n\", None] \"x\\\"y\" a-3-\"b\" {\"k\": 1} {\"a\":[1,\"é\",true]} 1 abc [1, [...]] [1] struct(a=(1,)) set([2])\n"
     );
+    let (_, log) = ok(&starlark_run("print(len(str(list(range(100000)))))\n"));
+    assert_eq!(log, "688890\n");
 }
