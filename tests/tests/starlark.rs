@@ -238,6 +238,16 @@ async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
             "s = (\"x\" * 1048576) * 1073741824\n",
             "prog:1:6: repeating a string would make 1125899906842624 bytes",
         ),
+        // Text doubling with each level of nesting, and formatting a large shared string many
+        // times: refused before the text is built.
+        (
+            "l = [\"x\"]\nfor i in range(64):\n  l = [l, l]\nprint(str(l))\n",
+            "prog:4:7: `str()` of this value would make more than",
+        ),
+        (
+            "s = \"x\" * 1048576\nt = \"%s\" % ([s] * 1000,)\n",
+            "prog:2:5: formatting a string with `%` would make more than",
+        ),
     ] {
         let input = resource_list(&starlark_run(source));
         let started = Instant::now();

@@ -6,7 +6,7 @@ use std::fmt;
 
 use allocative::Allocative;
 use base64::Engine;
-use starlark::environment::{FrozenModule, Globals, GlobalsBuilder, LibraryExtension};
+use starlark::environment::{FrozenModule, GlobalsBuilder};
 use starlark::eval::{Arguments, Evaluator, FileLoader};
 use starlark::starlark_module;
 use starlark::starlark_simple_value;
@@ -43,7 +43,7 @@ impl FileLoader for Loader {
             "krmfn.star" => GlobalsBuilder::new()
                 .with(|g| g.namespace("krmfn", krmfn))
                 .build(),
-            "encoding/json.star" => Globals::extended_by(&[LibraryExtension::Json]),
+            "encoding/json.star" => GlobalsBuilder::new().with(super::amplify::add_json).build(),
             "encoding/base64.star" => GlobalsBuilder::new()
                 .with(|g| g.namespace("base64", base64_module))
                 .build(),
@@ -359,32 +359,55 @@ fn re_module(builder: &mut GlobalsBuilder) {
         Ok(heap.alloc(AllocList(parts)))
     }
 
-    /// `repl` may name groups as `\1`; other backslash escapes are taken literally.
-    fn sub(
+    /// `repl` may name groups as `\1`; other backslash escapes are taken literally. Refused
+    /// before replacing when the result could pass what is left of the heap budget.
+    fn sub<'v>(
         #[starlark(require = pos)] pattern: &str,
         #[starlark(require = pos)] repl: &str,
         #[starlark(require = pos)] text: &str,
         #[starlark(default = 0)] count: i32,
         #[starlark(default = 0)] flags: i32,
-    ) -> anyhow::Result<String> {
+        heap: Heap<'v>,
+    ) -> starlark::Result<String> {
         let _ = flags;
-        let re = regex(pattern)?;
+        let re = regex(pattern).map_err(starlark::Error::new_other)?;
         let mut replacement = String::with_capacity(repl.len());
+        let (mut literal_bytes, mut group_references) = (0u64, 0u64);
         let mut chars = repl.chars().peekable();
         while let Some(c) = chars.next() {
             match c {
-                '$' => replacement.push_str("$$"),
+                '$' => {
+                    replacement.push_str("$$");
+                    literal_bytes += 1;
+                }
                 '\\' if chars.peek().is_some_and(char::is_ascii_digit) => {
                     replacement.push_str("${");
                     while let Some(d) = chars.next_if(char::is_ascii_digit) {
                         replacement.push(d);
                     }
                     replacement.push('}');
+                    group_references += 1;
                 }
-                c => replacement.push(c),
+                c => {
+                    replacement.push(c);
+                    literal_bytes += c.len_utf8() as u64;
+                }
             }
         }
         let limit = usize::try_from(count.max(0)).unwrap_or(0);
+        // Matches do not overlap, so each group reference adds at most the text once.
+        let text_bytes = text.len() as u64;
+        let matches = match limit {
+            0 => re.find_iter(text).count(),
+            n => re.find_iter(text).take(n).count(),
+        } as u64;
+        let bytes = text_bytes
+            .saturating_add(matches.saturating_mul(literal_bytes))
+            .saturating_add(group_references.saturating_mul(text_bytes));
+        let left = super::heap_left(heap);
+        if bytes > left {
+            return Err(super::over_budget("`re.sub`", Some(bytes), left));
+        }
         Ok(re.replacen(text, limit, replacement.as_str()).into_owned())
     }
 }

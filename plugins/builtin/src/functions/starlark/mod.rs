@@ -27,6 +27,7 @@ use super::{Ctx, Exit, Function, param};
 use crate::rl::{FnResult, ResourceList, split_api_version};
 use crate::yaml::{Editor, NodeId, Stop};
 
+mod amplify;
 mod apply;
 mod convert;
 mod library;
@@ -246,6 +247,7 @@ fn globals() -> &'static Globals {
             LibraryExtension::SetType,
         ])
         .with(repeat::add_multiply)
+        .with(amplify::add_guarded_text)
         .build()
     })
 }
@@ -260,16 +262,19 @@ fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluat
             });
         }
     };
-    if let Some(span) = repeat::multiply_assignment(&ast) {
+    if let Some((span, op)) = repeat::unguarded_assignment(&ast) {
         return Ok(Evaluated {
             log: String::new(),
             outcome: Err(located(
                 &ast.file_span(span).resolve(),
-                "`*=` is not supported (its repetitions cannot be bounded); write `x = x * n`",
+                &format!(
+                    "`{op}=` is not supported (its result cannot be bounded); write `x = x {op} y`"
+                ),
             )),
         });
     }
     repeat::guard_multiplications(&mut ast);
+    amplify::guard_formatting(&mut ast);
     let started = Instant::now();
     let out_of_time = move || stop.requested() || started.elapsed() > MAX_RUN_TIME;
     let print = PrintLog::default();
@@ -340,6 +345,23 @@ fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluat
         log: print.into_text(),
         outcome,
     })
+}
+
+/// Bytes a program may still allocate before its heap budget runs out.
+fn heap_left(heap: starlark::values::Heap) -> u64 {
+    MAX_HEAP_BYTES.saturating_sub(heap.allocated_bytes()) as u64
+}
+
+/// `what` would make `bytes` (or, when the measure stopped early, more than `left`) bytes.
+fn over_budget(what: &str, bytes: Option<u64>, left: u64) -> starlark::Error {
+    let made = match bytes {
+        Some(bytes) => format!("{bytes} bytes, more than"),
+        None => "more than".to_owned(),
+    };
+    starlark::Error::new_other(anyhow::anyhow!(
+        "{what} would make {made} the {left} bytes left of the program's heap budget of {} MiB",
+        MAX_HEAP_BYTES >> 20
+    ))
 }
 
 /// Checks the heap before every statement (the interpreter's own check runs every thousand

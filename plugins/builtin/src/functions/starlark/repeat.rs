@@ -3,7 +3,7 @@
 //! is checked again, so `("x" * 2**30) * 2**30` would ask the allocator for an exabyte and abort
 //! the process. Every `*` of a program therefore calls [`MULTIPLY`], which refuses a repetition
 //! larger than what is left of the heap budget before anything is allocated, then multiplies as
-//! the operator does. `*=` is refused when the program is read (see [`multiply_assignment`]).
+//! the operator does. `*=` is refused when the program is read (see [`unguarded_assignment`]).
 
 use std::collections::HashMap;
 
@@ -34,12 +34,14 @@ pub fn add_multiply(builder: &mut GlobalsBuilder) {
     builder.set(MULTIPLY, GUARDED_MULTIPLY.function());
 }
 
-/// Where the program uses `*=`, which cannot be routed through [`MULTIPLY`] (the interpreter
-/// offers no rewrite of augmented assignments).
-pub fn multiply_assignment(ast: &AstModule) -> Option<Span> {
-    fn find(stmt: &AstStmt) -> Option<Span> {
-        if let StmtP::AssignModify(_, AssignOp::Multiply, _) = &stmt.node {
-            return Some(stmt.span);
+/// Where the program first uses `*=` or `%=`, which cannot be routed through their guards (the
+/// interpreter offers no rewrite of augmented assignments), and which of the two.
+pub fn unguarded_assignment(ast: &AstModule) -> Option<(Span, &'static str)> {
+    fn find(stmt: &AstStmt) -> Option<(Span, &'static str)> {
+        match &stmt.node {
+            StmtP::AssignModify(_, AssignOp::Multiply, _) => return Some((stmt.span, "*")),
+            StmtP::AssignModify(_, AssignOp::Percent, _) => return Some((stmt.span, "%")),
+            _ => {}
         }
         let mut found = None;
         stmt.visit_stmt(|child| {
@@ -68,7 +70,7 @@ fn repetition_bytes(sequence: Value, count: i32) -> Option<(&'static str, u64)> 
     Some((kind, unit_bytes.saturating_mul(count)))
 }
 
-fn check_repetition(lhs: Value, rhs: Value, heap: Heap) -> anyhow::Result<()> {
+fn check_repetition(lhs: Value, rhs: Value, heap: Heap) -> starlark::Result<()> {
     let repetition = match (lhs.unpack_i32(), rhs.unpack_i32()) {
         (_, Some(count)) => repetition_bytes(lhs, count),
         (Some(count), None) => repetition_bytes(rhs, count),
@@ -77,13 +79,13 @@ fn check_repetition(lhs: Value, rhs: Value, heap: Heap) -> anyhow::Result<()> {
     let Some((kind, bytes)) = repetition else {
         return Ok(());
     };
-    let left = super::MAX_HEAP_BYTES.saturating_sub(heap.allocated_bytes()) as u64;
+    let left = super::heap_left(heap);
     if bytes > left {
-        anyhow::bail!(
-            "repeating a {kind} would make {bytes} bytes, more than the {left} bytes left of \
-             the program's heap budget of {} MiB",
-            super::MAX_HEAP_BYTES >> 20
-        );
+        return Err(super::over_budget(
+            &format!("repeating a {kind}"),
+            Some(bytes),
+            left,
+        ));
     }
     Ok(())
 }
@@ -97,7 +99,7 @@ fn guarded_multiply(builder: &mut GlobalsBuilder) {
         eval: &mut Evaluator<'v, '_, '_>,
     ) -> starlark::Result<Value<'v>> {
         let heap = eval.heap();
-        check_repetition(lhs, rhs, heap).map_err(starlark::Error::new_other)?;
+        check_repetition(lhs, rhs, heap)?;
         lhs.mul(rhs, heap)
     }
 }

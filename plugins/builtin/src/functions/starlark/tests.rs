@@ -253,6 +253,10 @@ fn runaway_programs_end_with_a_clear_error() {
         ("def f(n):\n  return f(n + 1)\nf(0)\n", "stack overflow"),
         ("s = \"x\"\nfor i in range(100):\n  s = s + s\n", "heap"),
         ("l = [0]\nfor i in range(100):\n  l = l + l\n", "heap"),
+        // `+` makes at most the sum of its operands: one statement adding a large string to
+        // itself goes past the budget by a bounded amount and is stopped there.
+        ("s = \"x\" * 200000000\nt = s + s + s\nu = 1\n", "heap"),
+        ("l = [0] * 30000000\nm = l + l + l\nu = 1\n", "heap"),
     ] {
         let (output, _) = failed(&starlark_run(source));
         let message = output[output.find("results:").unwrap()..].to_lowercase();
@@ -327,4 +331,67 @@ fn bad_output_is_an_error_naming_the_item() {
         output.contains("items[0].spec.f: a function cannot be written as YAML"),
         "{output}"
     );
+}
+
+/// `str`, `repr`, `print`, `json.encode`, `%` and `re.sub` of values sharing one large string (or
+/// nesting a shared list, whose text doubles with each level) are refused before their text is
+/// built (without the check, each asks the allocator for gigabytes or more and aborts).
+#[test]
+fn text_past_the_heap_budget_is_refused_before_allocating() {
+    const MIB: &str = "s = \"x\" * 1048576\nl = [s] * 1000\n";
+    for (source, expected) in [
+        (
+            format!("{MIB}t = str(l)\n"),
+            "prog:3:5: `str()` of this value would make more than the",
+        ),
+        (
+            format!("{MIB}t = repr(l)\n"),
+            "prog:3:5: `repr()` of this value would make more than the",
+        ),
+        (
+            "l = [\"x\"]\nfor i in range(100):\n  l = [l, l]\nt = repr(l)\n".to_owned(),
+            "prog:4:5: `repr()` of this value would make more than the",
+        ),
+        (
+            format!("{MIB}print(l)\n"),
+            "prog:3:1: `print()` of these values would make more than the",
+        ),
+        (
+            format!("load('encoding/json.star', 'json')\n{MIB}t = json.encode(l)\n"),
+            "prog:4:5: `json.encode()` of this value would make more than the",
+        ),
+        (
+            format!("{MIB}t = \"%s%s\" % (l, 1)\n"),
+            "prog:3:5: formatting a string with `%` would make more than the",
+        ),
+        (
+            format!("{MIB}t = (\"%s\" * 1000) % tuple(l)\n"),
+            "prog:3:6: formatting a string with `%` would make 1048580000 bytes, more than the",
+        ),
+        (
+            "load('re.star', 're')\ns = \"x\" * 1048576\nt = re.sub(\"\", s, s)\n".to_owned(),
+            "prog:3:5: `re.sub` would make 1099513724928 bytes, more than the",
+        ),
+        (
+            "s = \"%s\"\ns %= 3\n".to_owned(),
+            "prog:2:1: `%=` is not supported",
+        ),
+    ] {
+        let (output, _) = failed(&starlark_run(&source));
+        assert!(output.contains(expected), "{source}: {output}");
+        assert!(
+            output.contains("heap budget of 256 MiB") || source.contains("%="),
+            "{output}"
+        );
+    }
+    // Text within the budget is written as before.
+    let (_, log) = ok(&starlark_run(
+        "load('encoding/json.star', 'json')\nc = [1]\nc.append(c)\nprint(str([1, \"a\\n\", None]), repr(\"x\\\"y\"), \"%s-%d-%r\" % (\"a\", 3, \"b\"), \"%s\" % {\"k\": 1}, json.encode({\"a\": [1, \"é\", True]}), 7 % 3, str(\"abc\"), str(c), json.decode(\"[1]\"), str(struct(a = (1,))), str(set([2])))\n",
+    ));
+    assert_eq!(
+        log,
+        "[1, \"a\\n\", None] \"x\\\"y\" a-3-\"b\" {\"k\": 1} {\"a\":[1,\"é\",true]} 1 abc [1, [...]] [1] struct(a=(1,)) set([2])\n"
+    );
+    let (_, log) = ok(&starlark_run("print(len(str(list(range(100000)))))\n"));
+    assert_eq!(log, "688890\n");
 }
