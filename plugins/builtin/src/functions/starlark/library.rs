@@ -221,7 +221,7 @@ fn yaml_module(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] text: &str,
         heap: Heap<'v>,
     ) -> anyhow::Result<Value<'v>> {
-        let doc = Doc::parse_general(text).map_err(|e| anyhow::anyhow!("yaml.loads: {e}"))?;
+        let doc = Doc::parse(text).map_err(|e| anyhow::anyhow!("yaml.loads: {e}"))?;
         Ok(match doc.roots.first() {
             Some(&root) => convert::to_value(&doc, root, heap),
             None => Value::new_none(),
