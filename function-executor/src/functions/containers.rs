@@ -64,6 +64,35 @@ fn set_image_reference_by_uri(call: &Call) -> Result<Outcome, String> {
     })
 }
 
+/// Each container named `container` (`*`: every one) of the pod-owning resources of the unit:
+/// its resource, where it was found, and its node.
+fn containers<'u>(
+    call: &'u Call,
+    container: &str,
+) -> Result<Vec<(&'u ResourceInfo, path::Resolved, crate::yaml::NodeId)>, String> {
+    let name = if container == "*" {
+        "*".to_owned()
+    } else {
+        path::escape(container)
+    };
+    let mut containers = Vec::new();
+    for (element, info) in identified(call)? {
+        for (resource_type, pod_spec) in pod_spec_prefixes() {
+            if info.resource_type != resource_type {
+                continue;
+            }
+            let lookup = UnresolvedPath::parse(&format!("{pod_spec}.containers.?name={name}"))
+                .map_err(|e| e.to_string())?;
+            for found in path::resolve(&call.unit.doc, element.root, &lookup, false) {
+                if let Some(node) = found.node {
+                    containers.push((info, found, node));
+                }
+            }
+        }
+    }
+    Ok(containers)
+}
+
 fn set_env(call: &Call) -> Result<Outcome, String> {
     let container = call.arguments.str("container-name").unwrap_or_default();
     // Later pairs for one variable win.
@@ -79,86 +108,67 @@ fn set_env(call: &Call) -> Result<Outcome, String> {
     let doc = &call.unit.doc;
     let mut editor = Editor::default();
     let mut edits = 0;
-    for (element, info) in identified(call)? {
-        for (resource_type, pod_spec) in pod_spec_prefixes() {
-            if info.resource_type != resource_type {
-                continue;
-            }
-            let lookup = format!(
-                "{pod_spec}.containers.?name={}",
-                if container == "*" {
-                    "*".to_owned()
-                } else {
-                    path::escape(container)
-                }
-            );
-            let lookup = UnresolvedPath::parse(&lookup).map_err(|e| e.to_string())?;
-            for found in path::resolve(doc, element.root, &lookup, false) {
-                let Some(node) = found.node else { continue };
-                if !doc.is_map(node) {
-                    continue;
-                }
-                if found.through_alias {
-                    return Err(format!(
-                        "{} {}: {} goes through an alias; not edited",
-                        info.resource_type, info.resource_name, found.path
-                    ));
-                }
-                let env = doc.get(node, "env");
-                let mut missing = Vec::new();
-                for (key, value) in &pairs {
-                    let item = env.and_then(|env| {
-                        doc.items(env)
-                            .iter()
-                            .copied()
-                            .find(|&item| doc.get_str(item, &["name"]) == Some(key.as_str()))
-                    });
-                    match item {
-                        Some(item) => match doc.get(item, "value") {
-                            Some(current) if doc.str(current) == Some(value.as_str()) => {}
-                            Some(current) if doc.str(current).is_some() => {
-                                editor.set_scalar(doc, current, value, true);
-                                edits += 1;
-                            }
-                            Some(_) => {
-                                return Err(format!(
-                                    "{} {}: env {key} of container {}: its value is not a scalar (valueFrom?)",
-                                    info.resource_type, info.resource_name, found.path
-                                ));
-                            }
-                            None => {
-                                editor.insert(doc, item, "value", New::str(value.clone()));
-                                edits += 1;
-                            }
-                        },
-                        None => missing.push(New::Map(vec![
-                            ("name".to_owned(), New::str(key.clone())),
-                            ("value".to_owned(), New::str(value.clone())),
-                        ])),
-                    }
-                }
-                if missing.is_empty() {
-                    continue;
-                }
-                edits += missing.len();
-                match env {
-                    Some(env) if doc.is_seq(env) => {
-                        for item in missing {
-                            editor.append_item(doc, env, item);
-                        }
-                    }
-                    Some(env) if doc.is_null(env) => {
-                        editor.replace_node(doc, env, &New::Seq(missing))
+    for (info, found, node) in containers(call, container)? {
+        if !doc.is_map(node) {
+            continue;
+        }
+        if found.through_alias {
+            return Err(format!(
+                "{} {}: {} goes through an alias; not edited",
+                info.resource_type, info.resource_name, found.path
+            ));
+        }
+        let env = doc.get(node, "env");
+        let mut missing = Vec::new();
+        for (key, value) in &pairs {
+            let item = env.and_then(|env| {
+                doc.items(env)
+                    .iter()
+                    .copied()
+                    .find(|&item| doc.get_str(item, &["name"]) == Some(key.as_str()))
+            });
+            match item {
+                Some(item) => match doc.get(item, "value") {
+                    Some(current) if doc.str(current) == Some(value.as_str()) => {}
+                    Some(current) if doc.str(current).is_some() => {
+                        editor.set_scalar(doc, current, value, true);
+                        edits += 1;
                     }
                     Some(_) => {
                         return Err(format!(
-                            "{} {}: {}.env is not a list",
+                            "{} {}: env {key} of container {}: its value is not a scalar (valueFrom?)",
                             info.resource_type, info.resource_name, found.path
                         ));
                     }
-                    None => editor.insert(doc, node, "env", New::Seq(missing)),
+                    None => {
+                        editor.insert(doc, item, "value", New::str(value.clone()));
+                        edits += 1;
+                    }
+                },
+                None => missing.push(New::Map(vec![
+                    ("name".to_owned(), New::str(key.clone())),
+                    ("value".to_owned(), New::str(value.clone())),
+                ])),
+            }
+        }
+        if missing.is_empty() {
+            continue;
+        }
+        edits += missing.len();
+        match env {
+            Some(env) if doc.is_seq(env) => {
+                for item in missing {
+                    editor.append_item(doc, env, item);
                 }
             }
+            Some(env) if doc.is_null(env) => editor.replace_node(doc, env, &New::Seq(missing)),
+            Some(_) => {
+                return Err(format!(
+                    "{} {}: {}.env is not a list",
+                    info.resource_type, info.resource_name, found.path
+                ));
+            }
+            None => editor.insert(doc, node, "env", New::Seq(missing)),
         }
     }
     Ok(Outcome {
@@ -242,63 +252,41 @@ fn set_container_resources(call: &Call) -> Result<Outcome, String> {
     let doc = &call.unit.doc;
     let mut editor = Editor::default();
     let mut edits = 0;
-    for (element, info) in identified(call)? {
-        for (resource_type, pod_spec) in pod_spec_prefixes() {
-            if info.resource_type != resource_type {
-                continue;
+    for (info, found, node) in containers(call, container)? {
+        for (resource, quantity) in &wanted {
+            let current = doc
+                .get_path(node, &["resources", "requests", resource])
+                .and_then(|n| doc.str(n))
+                .and_then(Quantity::parse);
+            let request = match (operation, &current) {
+                ("cap", Some(current)) if current.value() <= quantity.value() => current.clone(),
+                ("floor", Some(current)) if current.value() >= quantity.value() => current.clone(),
+                _ => quantity.clone(),
+            };
+            let mut values = vec![("requests", request.render())];
+            let limit = doc
+                .get_path(node, &["resources", "limits", resource])
+                .and_then(|n| doc.str(n))
+                .and_then(Quantity::parse);
+            if factor > 0 {
+                values.push(("limits", request.times(factor).render()));
+            } else if limit.is_some_and(|limit| limit.value() < request.value()) {
+                // A limit below the request would be refused by Kubernetes.
+                values.push(("limits", request.render()));
             }
-            let lookup = format!(
-                "{pod_spec}.containers.?name={}",
-                if container == "*" {
-                    "*".to_owned()
-                } else {
-                    path::escape(container)
-                }
-            );
-            let lookup = UnresolvedPath::parse(&lookup).map_err(|e| e.to_string())?;
-            for found in path::resolve(doc, element.root, &lookup, false) {
-                let Some(node) = found.node else { continue };
-                for (resource, quantity) in &wanted {
-                    let current = doc
-                        .get_path(node, &["resources", "requests", resource])
-                        .and_then(|n| doc.str(n))
-                        .and_then(Quantity::parse);
-                    let request = match (operation, &current) {
-                        ("cap", Some(current)) if current.value() <= quantity.value() => {
-                            current.clone()
-                        }
-                        ("floor", Some(current)) if current.value() >= quantity.value() => {
-                            current.clone()
-                        }
-                        _ => quantity.clone(),
-                    };
-                    let mut values = vec![("requests", request.render())];
-                    let limit = doc
-                        .get_path(node, &["resources", "limits", resource])
-                        .and_then(|n| doc.str(n))
-                        .and_then(Quantity::parse);
-                    if factor > 0 {
-                        values.push(("limits", request.times(factor).render()));
-                    } else if limit.is_some_and(|limit| limit.value() < request.value()) {
-                        // A limit below the request would be refused by Kubernetes.
-                        values.push(("limits", request.render()));
-                    }
-                    for (kind, value) in values {
-                        let path = format!("{}.resources.{kind}.{resource}", found.path);
-                        let entry =
-                            PathVisitorInfo::new(attribute::GENERAL, &path, DataType::String);
-                        let only_this =
-                            |i: &ResourceInfo| if i == info { vec![&entry] } else { Vec::new() };
-                        edits += write(
-                            call,
-                            &mut editor,
-                            &only_this,
-                            &[],
-                            &ArgValue::String(value),
-                            true,
-                        )?;
-                    }
-                }
+            for (kind, value) in values {
+                let path = format!("{}.resources.{kind}.{resource}", found.path);
+                let entry = PathVisitorInfo::new(attribute::GENERAL, &path, DataType::String);
+                let only_this =
+                    |i: &ResourceInfo| if i == info { vec![&entry] } else { Vec::new() };
+                edits += write(
+                    call,
+                    &mut editor,
+                    &only_this,
+                    &[],
+                    &ArgValue::String(value),
+                    true,
+                )?;
             }
         }
     }

@@ -258,6 +258,15 @@ fn resource_type() -> ParameterBuilder {
     .example("apps/v1/Deployment")
 }
 
+fn resource_name() -> ParameterBuilder {
+    ParameterBuilder::new(
+        "resource-name",
+        DataType::String,
+        "Name (namespace/name, or name)",
+    )
+    .example("prod/web")
+}
+
 pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
     let string = DataType::String;
     vec![
@@ -300,12 +309,7 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                         "ResourceList holding the resource, as get-resources returns",
                     ),
                     resource_type(),
-                    ParameterBuilder::new(
-                        "resource-name",
-                        string,
-                        "Name (namespace/name, or name)",
-                    )
-                    .example("prod/web"),
+                    resource_name(),
                 ],
                 None,
                 true,
@@ -348,15 +352,7 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 let mut signature = custom(
                     "delete-resource",
                     "Delete the resource of the given type and name",
-                    vec![
-                        resource_type(),
-                        ParameterBuilder::new(
-                            "resource-name",
-                            string,
-                            "Name (namespace/name, or name)",
-                        )
-                        .example("prod/web"),
-                    ],
+                    vec![resource_type(), resource_name()],
                     None,
                     true,
                 );
