@@ -248,6 +248,15 @@ async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
             "s = \"x\" * 1048576\nt = \"%s\" % ([s] * 1000,)\n",
             "prog:2:5: formatting a string with `%` would make more than",
         ),
+        // String methods squaring a string, and items sharing one list 2^40 times.
+        (
+            "s = \"x\" * 1048576\nt = s.replace(\"\", s)\n",
+            "prog:2:5: `replace` would make 1099513724928 bytes",
+        ),
+        (
+            "l = [1]\nfor i in range(40):\n  l = [l, l]\nctx.resource_list[\"items\"][0][\"x\"] = l\n",
+            "ctx.resource_list would be written as more than",
+        ),
     ] {
         let input = resource_list(&starlark_run(source));
         let started = Instant::now();

@@ -22,7 +22,7 @@ use starlark::values::structs::StructRef;
 use starlark::values::tuple::{TupleRef, UnpackTuple};
 use starlark::values::{FrozenValue, Heap, StringValue, Value, ValueIdentity};
 
-use super::{heap_left, over_budget};
+use super::{MAX_HEAP_BYTES, heap_left, over_budget};
 
 /// The global every `%` calls. Not an identifier, so no program can name, shadow or redefine it.
 pub const PERCENT: &str = "%";
@@ -237,6 +237,55 @@ fn check_percent<'v>(format: &str, args: Value<'v>, heap: Heap<'v>) -> starlark:
             Ok(())
         }
     }
+}
+
+/// Refuses `format.format(...)` when its result could be larger than what is left of the heap
+/// budget: the format plus, for each replacement field it may hold, the largest argument's text.
+pub fn check_format<'v>(
+    format: &str,
+    arguments: impl Iterator<Item = Value<'v>>,
+    heap: Heap<'v>,
+) -> starlark::Result<()> {
+    let fields = format.matches('{').count() as u64;
+    if fields == 0 {
+        return Ok(());
+    }
+    let left = heap_left(heap);
+    let what = "formatting a string with `format`";
+    let mut measure = TextBytes::new(left, heap);
+    let mut largest = 0;
+    for value in arguments {
+        match measure.bytes(value, Text::Repr) {
+            Ok(bytes) => largest = largest.max(bytes),
+            Err(TooLarge) => return Err(over_budget(what, None, left)),
+        }
+    }
+    let total = (format.len() as u64).saturating_add(fields.saturating_mul(largest));
+    if total > left {
+        return Err(over_budget(what, Some(total), left));
+    }
+    Ok(())
+}
+
+/// Refuses what a program leaves in `ctx.resource_list` when it could be written as more text
+/// than the heap budget: a value it shares is written again at each use, so a few lists nesting
+/// one list would stand for more YAML than the machine holds.
+pub fn check_output<'v>(resource_list: Value<'v>, heap: Heap<'v>) -> Result<(), String> {
+    let limit = MAX_HEAP_BYTES as u64;
+    match TextBytes::new(limit, heap).bytes(resource_list, Text::Json) {
+        Ok(bytes) if bytes <= limit => Ok(()),
+        _ => Err(format!(
+            "ctx.resource_list would be written as more than {limit} bytes (the heap budget of \
+             {} MiB): a value is written again wherever it is shared",
+            MAX_HEAP_BYTES >> 20
+        )),
+    }
+}
+
+/// Refuses `yaml.dumps(value)` when its text could be larger than what is left of the heap
+/// budget.
+pub fn check_yaml_dump<'v>(value: Value<'v>, heap: Heap<'v>) -> starlark::Result<()> {
+    check_text("`yaml.dumps()` of this value", &[value], Text::Json, heap)
 }
 
 /// The interpreter's own `print`, called once the line is known to fit.

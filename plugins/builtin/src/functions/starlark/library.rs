@@ -228,8 +228,13 @@ fn yaml_module(builder: &mut GlobalsBuilder) {
         })
     }
 
-    fn dumps(#[starlark(require = pos)] value: Value) -> anyhow::Result<String> {
-        let new = convert::to_new(value, "yaml.dumps", 0, true).map_err(anyhow::Error::msg)?;
+    fn dumps<'v>(
+        #[starlark(require = pos)] value: Value<'v>,
+        heap: Heap<'v>,
+    ) -> starlark::Result<String> {
+        super::amplify::check_yaml_dump(value, heap)?;
+        let new = convert::to_new(value, "yaml.dumps", 0, true)
+            .map_err(|e| starlark::Error::new_other(anyhow::Error::msg(e)))?;
         let mut out = String::new();
         match &new {
             New::Map(entries) if !entries.is_empty() => block_entries(entries, 0, &mut out),

@@ -31,6 +31,7 @@ mod amplify;
 mod apply;
 mod convert;
 mod library;
+mod methods;
 mod repeat;
 
 pub static FUNCTION: Function = Function {
@@ -248,31 +249,45 @@ fn globals() -> &'static Globals {
         ])
         .with(repeat::add_multiply)
         .with(amplify::add_guarded_text)
+        .with(methods::add_guarded_getattr)
         .build()
     })
 }
 
 fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluated, String> {
-    let mut ast = match AstModule::parse(&program.name, program.source.clone(), &dialect()) {
+    let written = match AstModule::parse(&program.name, program.source.clone(), &dialect()) {
         Ok(ast) => ast,
         Err(e) => {
             return Ok(Evaluated {
                 log: String::new(),
-                outcome: Err(describe_error(&e, None)),
+                outcome: Err(describe_error(&e, None, None)),
             });
         }
     };
-    if let Some((span, op)) = repeat::unguarded_assignment(&ast) {
+    if let Some((span, op)) = repeat::unguarded_assignment(&written) {
         return Ok(Evaluated {
             log: String::new(),
             outcome: Err(located(
-                &ast.file_span(span).resolve(),
+                &written.file_span(span).resolve(),
                 &format!(
                     "`{op}=` is not supported (its result cannot be bounded); write `x = x {op} y`"
                 ),
             )),
         });
     }
+    let routed = methods::route(&written, &program.name, &program.source);
+    let mut ast = match &routed {
+        None => written,
+        Some(routed) => match AstModule::parse(&program.name, routed.source.clone(), &dialect()) {
+            Ok(ast) => ast,
+            Err(e) => {
+                return Ok(Evaluated {
+                    log: String::new(),
+                    outcome: Err(describe_error(&e, None, Some(routed))),
+                });
+            }
+        },
+    };
     repeat::guard_multiplications(&mut ast);
     amplify::guard_formatting(&mut ast);
     let started = Instant::now();
@@ -306,6 +321,9 @@ fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluat
             ("open_api", library::unavailable(heap, "ctx.open_api")),
         ]));
         module.set("ctx", ctx_value);
+        if let Some(routed) = &routed {
+            module.set(&routed.hidden, methods::routing_global().to_value());
+        }
 
         let mut eval = Evaluator::new(&module);
         // The input items are also held outside the heap, to match them afterwards: they
@@ -322,7 +340,8 @@ fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluat
         let ran = eval.eval_module(ast, globals());
         drop(eval);
         let last = statement.borrow().clone();
-        let describe_error = |e: &starlark::Error| describe_error(e, last.as_ref());
+        let describe_error =
+            |e: &starlark::Error| describe_error(e, last.as_ref(), routed.as_ref());
         Ok::<_, String>(match ran {
             Err(e) if stop.requested() => Err(format!(
                 "the program was stopped because the call ended ({})",
@@ -334,11 +353,11 @@ fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluat
                 describe_error(&e)
             )),
             Err(e) => Err(describe_error(&e)),
-            Ok(_) => {
+            Ok(_) => amplify::check_output(resource_list, heap).and_then(|()| {
                 let mut editor = Editor::default();
                 apply::plan(doc, rl, &inputs, resource_list, &mut editor)
                     .map(|results| (editor, results))
-            }
+            }),
         })
     })?;
     Ok(Evaluated {
@@ -388,8 +407,13 @@ impl<'e> BeforeStmtFuncDyn<'e> for HeapGuard {
 }
 
 /// `name:line:col: message`, the position being where the error was raised (innermost frame),
-/// else the statement that was running (`last`) when a budget ran out.
-fn describe_error(error: &starlark::Error, last: Option<&FileSpan>) -> String {
+/// else the statement that was running (`last`) when a budget ran out; in the program as
+/// written when it ran `routed`.
+fn describe_error(
+    error: &starlark::Error,
+    last: Option<&FileSpan>,
+    routed: Option<&methods::Routed>,
+) -> String {
     let message = error.without_diagnostic().to_string();
     let message = message.trim();
     let location = error
@@ -403,7 +427,11 @@ fn describe_error(error: &starlark::Error, last: Option<&FileSpan>) -> String {
                 .find_map(|frame| frame.location.as_ref())
         })
         .or(last)
-        .map(FileSpan::resolve);
+        .map(|span| {
+            routed
+                .and_then(|routed| routed.resolve(span))
+                .unwrap_or_else(|| span.resolve())
+        });
     match location {
         Some(span) => located(&span, message),
         None => message.to_owned(),

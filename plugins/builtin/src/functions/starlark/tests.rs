@@ -395,3 +395,77 @@ fn text_past_the_heap_budget_is_refused_before_allocating() {
     let (_, log) = ok(&starlark_run("print(len(str(list(range(100000)))))\n"));
     assert_eq!(log, "688890\n");
 }
+
+/// `replace`, `join` and `format` of strings are measured before they build their result, however
+/// the method is reached (called, taken as a value, through `getattr`), and errors still name the
+/// place in the program as written.
+#[test]
+fn string_methods_past_the_heap_budget_are_refused_before_allocating() {
+    const MIB: &str = "s = \"x\" * 1048576\n";
+    for (source, expected) in [
+        (
+            format!("{MIB}t = s.replace(\"\", s)\n"),
+            "prog:2:5: `replace` would make 1099513724928 bytes, more than the",
+        ),
+        (
+            format!("{MIB}t = [\n  0,\n  s  # the receiver\n  .replace(\"x\", s + \"y\", 300)][1]\n"),
+            "prog:4:3: `replace` would make 315621376 bytes, more than the",
+        ),
+        (
+            format!("{MIB}f = s.replace\nt = f(\"\", s)\n"),
+            "prog:3:5: `replace` would make 1099513724928 bytes, more than the",
+        ),
+        (
+            format!("{MIB}t = getattr(s, \"replace\")(\"\", s)\n"),
+            "prog:2:5: `replace` would make 1099513724928 bytes, more than the",
+        ),
+        (
+            format!("{MIB}t = \"\".join([s] * 300)\n"),
+            "prog:2:5: `join` would make more than the",
+        ),
+        (
+            format!("{MIB}t = (\"-\".join([\"{{0}}\"] * 300)).format(s)\n"),
+            "prog:2:6: formatting a string with `format` would make 314574599 bytes, more than the",
+        ),
+    ] {
+        let (output, _) = failed(&starlark_run(&source));
+        assert!(output.contains(expected), "{source}: {output}");
+        assert!(output.contains("heap budget of 256 MiB"), "{output}");
+    }
+    // Forty lists nesting one list stand for 2^40 copies once written out.
+    const SHARED: &str = "l = [1]\nfor i in range(40):\n  l = [l, l]\n";
+    let (output, _) = failed(&starlark_run(&format!(
+        "{SHARED}ctx.resource_list[\"items\"][0][\"x\"] = l\n"
+    )));
+    assert!(
+        output.contains("ctx.resource_list would be written as more than 268435456 bytes"),
+        "{output}"
+    );
+    let (output, _) = failed(&starlark_run(&format!(
+        "load('encoding/yaml.star', 'yaml')\n{SHARED}t = yaml.dumps(l)\n"
+    )));
+    assert!(
+        output.contains("prog:5:5: `yaml.dumps()` of this value would make more than the"),
+        "{output}"
+    );
+    // Within the budget, and on values that are not strings, the methods are the interpreter's.
+    let (_, log) = ok(&starlark_run(
+        "s = struct(replace = lambda a: a + 1, join = 2)\nf = \"a-b\".replace\nprint(\"a-b\".replace(\"-\", \"+\"), f(\"a\", \"c\", 1), \",\".join([\"x\", \"y\"]), \"{}={x}\".format(1, x = 2), s.replace(1), s.join, getattr(\"ab\", \"join\")([\"1\", \"2\"]), getattr(s, \"nope\", 3), hasattr(\"\", \"format\"))\n",
+    ));
+    assert_eq!(log, "a+b c-b x,y 1=2 2 2 1ab2 3 True\n");
+    let (_, log) = ok(&starlark_run(
+        "t = (\"{}-{}\".format(\"a\", \"b\")).replace(\"-\", \"+\")\nu = (\"-\"  # sep\n  .join([\"c\", \"d\"])\n  .replace(\"c\", \"e\"))\nv = \"x\" \\\n  .replace(\"x\", \"y\")\nprint(t, u, v)\n",
+    ));
+    assert_eq!(log, "a+b e-d y\n");
+    let (output, _) = failed(&starlark_run(
+        "t = (\"a\"\n  .replace(\"a\", \"b\"))\nfail(\"x\" + t)\n",
+    ));
+    assert!(output.contains("prog:3:1: fail: xb"), "{output}");
+    let (output, _) = failed(&starlark_run(
+        "x = [1].join\n",
+    ));
+    assert!(output.contains("prog:1:5: "), "{output}");
+    assert!(output.contains("join"), "{output}");
+    let (output, _) = failed(&starlark_run("t = \"a\".join([1])\n"));
+    assert!(output.contains("prog:1:5: "), "{output}");
+}
