@@ -1,8 +1,8 @@
 //! A fast path for [`Doc::parse`](crate::yaml::Doc::parse): a line-oriented parser for the
 //! plain block YAML that tools write (block mappings and sequences, single-line plain and
-//! quoted scalars, comments, blank lines). It builds exactly the tree the saphyr-based parser
+//! quoted scalars, literal block scalars, comments, blank lines). It builds exactly the tree the saphyr-based parser
 //! builds (same node order, spans, columns and values) and gives up (`None`) on anything else,
-//! leaving that input to the general parser: flow collections, block scalars, multi-line
+//! leaving that input to the general parser: flow collections, folded scalars, multi-line
 //! scalars, anchors, aliases, tags, documents markers, unusual keys or indentation, and tabs
 //! anywhere but between a mapping key's `:` and its value. Debug builds check every accepted
 //! input against the general parser.
@@ -359,6 +359,9 @@ impl<'a> P<'a, '_> {
                 id
             }
             b'-' if is_space_or_end(b, q + 1) => return Err(()),
+            // saphyr starts a sequence whose item is `|-` at the `-` of the header.
+            b'|' if is_item && matches!(b.get(q + 1), Some(b'-' | b'+')) => return Err(()),
+            b'|' => return self.literal(q, eol, parent_col),
             c if c != b'-' && is_indicator(c) => return Err(()),
             _ => {
                 // A plain scalar: up to a comment or the end of the line.
@@ -401,6 +404,95 @@ impl<'a> P<'a, '_> {
             return Err(());
         }
         Ok(id)
+    }
+
+    /// A literal block scalar (`|`, `|-`, `|+`) whose header is at `at`, ending its line at
+    /// `eol`; `parent_col` is the column of its key or dash. Leaves the cursor on the line that
+    /// ends it. Folded scalars, indentation indicators, tabs and blank lines holding more
+    /// spaces than the content's indentation are the general parser's.
+    fn literal(&mut self, at: usize, eol: usize, parent_col: usize) -> R<NodeId> {
+        let b = self.b;
+        let mut i = at + 1;
+        let chomping = b.get(i).copied().filter(|c| matches!(c, b'-' | b'+'));
+        i += usize::from(chomping.is_some());
+        let blanks = i;
+        while i < eol && b[i] == b' ' {
+            i += 1;
+        }
+        if i < eol && !(b[i] == b'#' && i > blanks) {
+            return Err(());
+        }
+        if eol >= b.len() {
+            return Err(());
+        }
+        // saphyr's span runs from the first content character to the first non-blank of the
+        // line that ends the scalar (or the end of the text), blank lines included.
+        let mut indent = None;
+        let mut start = 0;
+        let mut value = String::new();
+        let mut empty_lines = 0;
+        let mut line = eol + 1;
+        let end = loop {
+            if line >= b.len() {
+                break b.len();
+            }
+            let line_end = self.eol(line);
+            let text = &b[line..line_end];
+            let spaces = text.iter().take_while(|&&c| c == b' ').count();
+            if spaces == text.len() {
+                match indent {
+                    None if spaces > 0 => return Err(()),
+                    Some(n) if spaces > n => return Err(()),
+                    _ => empty_lines += 1,
+                }
+                line = line_end + 1;
+                continue;
+            }
+            if text[spaces] == b'\t' {
+                return Err(());
+            }
+            let n = match indent {
+                Some(n) => n,
+                None if spaces > parent_col => {
+                    indent = Some(spaces);
+                    start = line + spaces;
+                    spaces
+                }
+                None => return Err(()),
+            };
+            if spaces < n {
+                break line + spaces;
+            }
+            if self.stop.requested() {
+                return Err(());
+            }
+            value.extend(std::iter::repeat_n('\n', empty_lines));
+            empty_lines = 0;
+            value.push_str(&self.src[line + n..line_end]);
+            value.push('\n');
+            line = line_end + 1;
+        };
+        let Some(n) = indent else {
+            return Err(());
+        };
+        match chomping {
+            Some(b'-') => {
+                value.pop();
+            }
+            Some(_) => value.extend(std::iter::repeat_n('\n', empty_lines)),
+            None => {}
+        }
+        self.pos = line.min(b.len());
+        Ok(self.push(
+            Kind::Scalar {
+                value: Cow::Owned(value),
+                style: Style::Block,
+                tagged: false,
+            },
+            start,
+            end,
+            n,
+        ))
     }
 
     fn expect_comment_or_eol(&self, from: usize, eol: usize) -> R<()> {
@@ -523,6 +615,20 @@ mod tests {
 
     /// Inputs the fast path must take, each checked against the general parser.
     const ACCEPTED: &[&str] = &[
+        "a: |\n  x\n  y\nb: 1\n",
+        "a: |-\n  x\n\n  y\n\n\nb: 1\n",
+        "a: |\n  x",
+        "- |\n  x\n   y\n- b\n",
+        "a: |  # c\n  x\n",
+        "a:\n  b: |+\n    x\n\n  c: 1\n",
+        "a: |\n  x\n\n# c\nb: 1\n",
+        "a:\n  b: |\n    x\n   # c\n  d: 1\n",
+        "a: |+\n  x\n\n",
+        "a: |\n  x \n \n  é\n",
+        "a: |\n\n  x\n  # not a comment\nb: 1\n",
+        "- |\n  x\n-\n",
+        "- a: |\n    x\n      y\n  b: 1\n",
+        "a: |-\n  x\n",
         "a: 1\n",
         "a: 1",
         "a:\n",
@@ -565,7 +671,13 @@ mod tests {
         for src in [
             "a: [1, 2]\n",
             "{a: b}\n",
-            "a: |\n  x\n",
+            "a: >\n  x\n",
+            "a: |2\n   x\n",
+            "a: |\n  x\n   \n",
+            "- |-\n  x\n",
+            "a: |\n\tx\n",
+            "a: |\n",
+            "a: |x\n  y\n",
             "a: &x 1\nb: *x\n",
             "a: !t 1\n",
             "---\na: 1\n",

@@ -49,6 +49,8 @@ fn any_scalar() -> BoxedStrategy<String> {
         1 => prop::sample::select(vec![
             "true", "null", "~", "", "\"\\\"q\\\\\"", "'it''s'", "a b", "nginx:1.25",
             "http://x:80/y", "-x", "é ü", "[x, y]", "{k: v}", "|\n  text", "&a x", "a #b",
+            "|-\n  line one\n\n  line two", "|+\n  kept\n", "|  # note\n  a: b\n    - c",
+            "|\n  #!/bin/sh\n   echo \"$1\"", ">\n  folded",
         ])
         .prop_map(str::to_owned),
     ]

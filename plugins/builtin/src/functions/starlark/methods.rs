@@ -53,7 +53,8 @@ struct Edit {
 /// Routes the guarded method uses of `ast` (parsed from `source`), or `None` when it has none.
 pub fn route(ast: &AstModule, name: &str, source: &str) -> Option<Routed> {
     let mut uses = Vec::new();
-    ast.statement().visit_expr(|expr| find_expr(expr, &mut uses));
+    ast.statement()
+        .visit_expr(|expr| find_expr(expr, &mut uses));
     if uses.is_empty() {
         return None;
     }
@@ -79,7 +80,12 @@ pub fn route(ast: &AstModule, name: &str, source: &str) -> Option<Routed> {
         let breaks = "\\\n".repeat(source[dot..name_end].matches('\n').count());
         let length = receiver.1 - receiver.0;
         changes.push((receiver.0, receiver.0, format!("{hidden}("), length));
-        changes.push((receiver.1, receiver.1, format!(", \"{}\")", found.method), length));
+        changes.push((
+            receiver.1,
+            receiver.1,
+            format!(", \"{}\")", found.method),
+            length,
+        ));
         changes.push((dot, name_end, breaks, length));
     }
     changes.sort_by(|a, b| {
@@ -151,7 +157,9 @@ impl Routed {
             return None;
         }
         let begin = self.written_position(span.span.begin().get() as usize);
-        let end = self.written_position(span.span.end().get() as usize).max(begin);
+        let end = self
+            .written_position(span.span.end().get() as usize)
+            .max(begin);
         let span = Span::new(Pos::new(begin as u32), Pos::new(end as u32));
         Some(self.written.file_span(span).resolve())
     }
@@ -242,7 +250,7 @@ fn guarded_getattr(builder: &mut GlobalsBuilder) {
     NoSerialize,
     ProvidesStaticType,
     Allocative,
-    StarlarkPagable
+    StarlarkPagable,
 )]
 #[repr(C)]
 pub struct GuardedMethodGen<V: ValueLifetimeless> {

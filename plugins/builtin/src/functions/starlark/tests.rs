@@ -408,7 +408,9 @@ fn string_methods_past_the_heap_budget_are_refused_before_allocating() {
             "prog:2:5: `replace` would make 1099513724928 bytes, more than the",
         ),
         (
-            format!("{MIB}t = [\n  0,\n  s  # the receiver\n  .replace(\"x\", s + \"y\", 300)][1]\n"),
+            format!(
+                "{MIB}t = [\n  0,\n  s  # the receiver\n  .replace(\"x\", s + \"y\", 300)][1]\n"
+            ),
             "prog:4:3: `replace` would make 315621376 bytes, more than the",
         ),
         (
@@ -461,9 +463,7 @@ fn string_methods_past_the_heap_budget_are_refused_before_allocating() {
         "t = (\"a\"\n  .replace(\"a\", \"b\"))\nfail(\"x\" + t)\n",
     ));
     assert!(output.contains("prog:3:1: fail: xb"), "{output}");
-    let (output, _) = failed(&starlark_run(
-        "x = [1].join\n",
-    ));
+    let (output, _) = failed(&starlark_run("x = [1].join\n"));
     assert!(output.contains("prog:1:5: "), "{output}");
     assert!(output.contains("join"), "{output}");
     let (output, _) = failed(&starlark_run("t = \"a\".join([1])\n"));
