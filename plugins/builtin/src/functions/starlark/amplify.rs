@@ -21,6 +21,7 @@ use starlark::values::string::StarlarkStr;
 use starlark::values::structs::StructRef;
 use starlark::values::tuple::{TupleRef, UnpackTuple};
 use starlark::values::{FrozenValue, Heap, StringValue, Value, ValueIdentity};
+use starlark_map::StarlarkHasherBuilder;
 
 use super::{MAX_HEAP_BYTES, heap_left, over_budget};
 
@@ -63,9 +64,10 @@ struct TooLarge;
 struct TextBytes<'v> {
     limit: u64,
     heap: Heap<'v>,
-    measured: HashMap<(ValueIdentity<'v>, Text), u64>,
+    /// Keyed by address: the interpreter's own hasher, far cheaper than SipHash here.
+    measured: HashMap<(ValueIdentity<'v>, Text), u64, StarlarkHasherBuilder>,
     /// Containers being measured: meeting one again is a cycle, written `[...]`.
-    open: HashSet<ValueIdentity<'v>>,
+    open: HashSet<ValueIdentity<'v>, StarlarkHasherBuilder>,
 }
 
 impl<'v> TextBytes<'v> {
@@ -73,8 +75,8 @@ impl<'v> TextBytes<'v> {
         TextBytes {
             limit,
             heap,
-            measured: HashMap::new(),
-            open: HashSet::new(),
+            measured: HashMap::default(),
+            open: HashSet::default(),
         }
     }
 
