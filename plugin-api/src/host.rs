@@ -138,6 +138,9 @@ impl PluginLibrary {
             reason: short_library_error(&error),
         })?;
         let info = read_info(&raw, path)?;
+        // SAFETY: `raw` exports this crate's root-module header (checked by `read_info`); the
+        // header's layout and version checks are abi_stable's, and the library stays mapped
+        // (forgotten below) for as long as the header is used.
         let header = unsafe { lib_header_from_raw_library(&raw) }
             .map_err(|error| incompatible(path, &info, short_library_error(&error)))?;
         // Keep the library mapped for the life of the process.
@@ -207,11 +210,14 @@ impl PluginLibrary {
 }
 
 fn read_info(raw: &RawLibrary, path: &Path) -> Result<PluginInfo, LoadError> {
+    // SAFETY: the symbol is looked up by name and typed as the SDK's export macro defines it
+    // (`extern "C" fn() -> *const c_char`); a library without it is refused as not a plugin.
     let describe =
         unsafe { raw.get::<extern "C" fn() -> *const c_char>(b"krm_runner_plugin_info\0") }
             .map_err(|_| LoadError::NotAPlugin {
                 path: path.to_owned(),
             })?;
+    // SAFETY: the export macro returns a pointer to a static NUL-terminated string.
     let text = unsafe { CStr::from_ptr(describe()) }
         .to_string_lossy()
         .into_owned();

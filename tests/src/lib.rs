@@ -269,6 +269,7 @@ impl Server {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) takes plain integers; the child is not reaped yet, so its pid is ours.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let started = Instant::now();
         loop {
