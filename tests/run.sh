@@ -26,5 +26,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "tests/run.sh: not on this machine: ${missing[*]} (tests that use them skip locally and fail under CI=true)" >&2
 fi
 
+# The dependency rules of deny.toml (licenses, banned crates, sources); cargo-deny is built from
+# crates.io when missing.
+command -v cargo-deny >/dev/null 2>&1 || cargo install --locked cargo-deny
+cargo deny check licenses bans sources
+
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast
