@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use jiff::SignedDuration;
+use krm_runner_proto::go_duration;
 
 use crate::types::{FunctionConfig, PodExecutor};
 use crate::version::TagEntry;
@@ -136,31 +136,10 @@ impl PodExecutor {
     /// The idle time-to-live, parsed; `None` when it is zero or negative, which means "the pod
     /// evaluator's default", as in Porch.
     pub fn ttl(&self) -> Result<Option<Duration>, InvalidDuration> {
-        let parsed = parse_go_duration(&self.time_to_live)
-            .ok_or_else(|| InvalidDuration(self.time_to_live.clone()))?;
-        Ok(Duration::try_from(parsed).ok().filter(|d| !d.is_zero()))
+        let parsed = go_duration::parse(&self.time_to_live)
+            .map_err(|_| InvalidDuration(self.time_to_live.clone()))?;
+        Ok(Some(parsed.magnitude).filter(|d| !parsed.negative && !d.is_zero()))
     }
-}
-
-/// Parses a duration in Go's `time.ParseDuration` syntax.
-///
-/// jiff does the parsing; its "friendly" format is a superset of Go's for the usual forms, so the
-/// input is first held to Go's alphabet (digits, `.`, a leading sign, the units ns, us, µs, μs,
-/// ms, s, m, h) to refuse what Porch's Go code would refuse (`2 hours`, `1d`, `PT1H`). A few
-/// rare forms Go accepts are refused here (`.5s`, `1.s`, a fraction before the last unit as in
-/// `1.5h30m`, units out of order): refusing is the safe side, never accepting what Porch refuses.
-fn parse_go_duration(text: &str) -> Option<SignedDuration> {
-    let unsigned = text.strip_prefix(['+', '-']).unwrap_or(text);
-    if unsigned == "0" {
-        return Some(SignedDuration::ZERO);
-    }
-    let go_alphabet =
-        |c: char| c.is_ascii_digit() || matches!(c, '.' | 'n' | 's' | 'u' | 'µ' | 'μ' | 'm' | 'h');
-    if unsigned.is_empty() || !unsigned.chars().all(go_alphabet) {
-        return None;
-    }
-    // jiff spells micro- as `µ` (U+00B5); Go also takes the Greek letter `μ` (U+03BC).
-    text.replace('μ', "µ").parse().ok()
 }
 
 #[cfg(test)]
@@ -205,6 +184,8 @@ mod tests {
             ("-0", None),
             ("0s", None),
             ("-1m", None),
+            ("1.5h30m", Some(Duration::from_secs(2 * 3600))),
+            (".5s", Some(Duration::from_millis(500))),
         ] {
             assert_eq!(pod(text).ttl(), Ok(expected), "{text}");
         }

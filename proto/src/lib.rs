@@ -17,4 +17,5 @@ pub mod evaluator {
     tonic::include_proto!("evaluator");
 }
 
+pub mod go_duration;
 pub mod serving;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use krm_plugin_api::ConfigError;
+use krm_runner_proto::go_duration;
 use serde::Deserialize;
 
 use crate::docker_config::PrivateRegistries;
@@ -136,9 +137,9 @@ impl PodConfig {
         default_image_prefix: String,
     ) -> Result<Settings, ConfigError> {
         let mut problems = Vec::new();
-        let mut duration = |field: &str, value: &str| match parse_go_duration(value) {
-            Some(duration) => duration,
-            None => {
+        let mut duration = |field: &str, value: &str| match go_duration::parse_non_negative(value) {
+            Ok(duration) => duration,
+            Err(_) => {
                 problems.push(format!(
                     "{field}: {value:?} is not a duration such as 30m or 1m30s"
                 ));
@@ -248,42 +249,6 @@ impl PodConfig {
     }
 }
 
-/// Go's `time.ParseDuration` for the units operators use: `1h30m`, `30m`, `45s`, `500ms`.
-pub fn parse_go_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if text == "0" {
-        return Some(Duration::ZERO);
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, tail) = rest.split_at(digits);
-        let number: f64 = number.parse().ok()?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let seconds = match unit {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        total += Duration::from_secs_f64(number * seconds);
-        rest = tail;
-    }
-    Some(total)
-}
-
 /// A Kubernetes object name of the DNS-subdomain kind (Secrets, ...).
 fn is_dns_subdomain(name: &str) -> bool {
     !name.is_empty()
@@ -316,16 +281,6 @@ pub fn label_safe(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("30m"), Some(Duration::from_secs(1800)));
-        assert_eq!(parse_go_duration("1m30s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("1h"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_go_duration("ten"), None);
-        assert_eq!(parse_go_duration("10"), None);
-    }
 
     #[test]
     fn label_values() {

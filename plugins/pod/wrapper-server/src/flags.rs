@@ -108,42 +108,6 @@ pub fn parse(args: &[String], accepted: &[Flag]) -> Result<Parsed, String> {
     Ok(parsed)
 }
 
-/// A Go duration (`1s`, `250ms`, `1m30s`, `1.5s`, `0`).
-pub fn parse_go_duration(text: &str) -> Result<std::time::Duration, String> {
-    let invalid = || format!("invalid duration {text:?}");
-    let text = text.trim();
-    if text == "0" {
-        return Ok(std::time::Duration::ZERO);
-    }
-    if text.is_empty() || text.starts_with('-') {
-        return Err(invalid());
-    }
-    let mut rest = text.strip_prefix('+').unwrap_or(text);
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        let number: f64 = rest[..number_len].parse().map_err(|_| invalid())?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(invalid()),
-        };
-        total += number * seconds;
-        rest = &rest[unit_len..];
-    }
-    std::time::Duration::try_from_secs_f64(total).map_err(|_| invalid())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,22 +132,5 @@ mod tests {
         let parsed = parse(&strings(&["install", "/d"]), &accepted).unwrap();
         assert_eq!(parsed.positional, strings(&["install", "/d"]));
         assert!(parsed.after_dash.is_none());
-    }
-
-    #[test]
-    fn durations() {
-        use std::time::Duration;
-        assert_eq!(parse_go_duration("1s").unwrap(), Duration::from_secs(1));
-        assert_eq!(
-            parse_go_duration("250ms").unwrap(),
-            Duration::from_millis(250)
-        );
-        assert_eq!(parse_go_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(
-            parse_go_duration("1.5s").unwrap(),
-            Duration::from_millis(1500)
-        );
-        assert!(parse_go_duration("5").is_err());
-        assert!(parse_go_duration("-1s").is_err());
     }
 }

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use krm_runner_proto::go_duration;
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;
@@ -68,7 +69,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         return Err("-addr not specified".to_owned());
     }
     let duration = |name: &str| -> Result<Duration, String> {
-        let value = flags::parse_go_duration(parsed.get(name).unwrap_or("1s"))
+        let value = go_duration::parse_non_negative(parsed.get(name).unwrap_or("1s"))
             .map_err(|e| format!("-{name}: {e}"))?;
         if value.is_zero() {
             return Err(format!("-{name} must be greater than zero (specified: 0s)"));
