@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use krm_plugin_api::host::HostCallContext;
 use krm_plugin_api::process;
-use krm_plugin_api::{CancelReason, ErrorKind, EvalError, quoted};
+use krm_plugin_api::{CancelReason, EvalError, quoted};
 use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
@@ -169,16 +169,10 @@ impl CallLog<'_> {
 
 /// The gRPC status for an evaluator's error.
 pub fn to_status(error: &EvalError) -> Status {
-    let message = error.message.clone();
-    match error.kind {
-        ErrorKind::NotFound => Status::not_found(message),
-        ErrorKind::InvalidInput => Status::invalid_argument(message),
-        ErrorKind::Failed | ErrorKind::Internal => Status::internal(message),
-        ErrorKind::DeadlineExceeded => Status::deadline_exceeded(message),
-        ErrorKind::Cancelled => Status::cancelled(message),
-        ErrorKind::Unavailable => Status::unavailable(message),
-        ErrorKind::ResourceExhausted => Status::resource_exhausted(message),
-    }
+    Status::new(
+        tonic::Code::from(error.kind.grpc_code()),
+        error.message.clone(),
+    )
 }
 
 /// Serves until SIGTERM or SIGINT, then drains: in-flight calls get `grace` to finish before

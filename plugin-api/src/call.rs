@@ -45,6 +45,38 @@ pub enum ErrorKind {
     Internal,
 }
 
+impl ErrorKind {
+    /// The gRPC status code (its number, as every gRPC library has it) a runner answers this
+    /// error with.
+    pub fn grpc_code(self) -> i32 {
+        match self {
+            ErrorKind::NotFound => 5,
+            ErrorKind::InvalidInput => 3,
+            ErrorKind::Failed | ErrorKind::Internal => 13,
+            ErrorKind::DeadlineExceeded => 4,
+            ErrorKind::Cancelled => 1,
+            ErrorKind::Unavailable => 14,
+            ErrorKind::ResourceExhausted => 8,
+        }
+    }
+
+    /// The kind of error a gRPC status code stands for: the inverse of [`ErrorKind::grpc_code`],
+    /// with INTERNAL read as [`ErrorKind::Failed`] (a function's failure) and codes without a
+    /// kind of their own as `None`.
+    pub fn from_grpc_code(code: i32) -> Option<ErrorKind> {
+        Some(match code {
+            5 => ErrorKind::NotFound,
+            3 => ErrorKind::InvalidInput,
+            13 => ErrorKind::Failed,
+            4 => ErrorKind::DeadlineExceeded,
+            1 => ErrorKind::Cancelled,
+            14 => ErrorKind::Unavailable,
+            8 => ErrorKind::ResourceExhausted,
+            _ => return None,
+        })
+    }
+}
+
 /// An evaluator's error: a kind and a message for the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -419,6 +451,33 @@ impl From<CancelReason> for CancelReasonFfi {
             CancelReason::CallerCancelled => Self::CallerCancelled,
             CancelReason::DeadlineExceeded => Self::DeadlineExceeded,
             CancelReason::ShuttingDown => Self::ShuttingDown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorKind;
+
+    /// Each kind answers with the code its documentation names, and reads back as itself (an
+    /// internal error reads back as a failure: both are INTERNAL).
+    #[test]
+    fn grpc_codes_round_trip() {
+        for (kind, code) in [
+            (ErrorKind::Cancelled, 1),
+            (ErrorKind::InvalidInput, 3),
+            (ErrorKind::DeadlineExceeded, 4),
+            (ErrorKind::NotFound, 5),
+            (ErrorKind::ResourceExhausted, 8),
+            (ErrorKind::Failed, 13),
+            (ErrorKind::Unavailable, 14),
+        ] {
+            assert_eq!(kind.grpc_code(), code, "{kind:?}");
+            assert_eq!(ErrorKind::from_grpc_code(code), Some(kind));
+        }
+        assert_eq!(ErrorKind::Internal.grpc_code(), 13);
+        for code in [0, 2, 6, 7, 9, 10, 11, 12, 15, 16, 99] {
+            assert_eq!(ErrorKind::from_grpc_code(code), None, "{code}");
         }
     }
 }

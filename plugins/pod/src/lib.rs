@@ -165,13 +165,9 @@ fn unreachable(status: &tonic::Status) -> bool {
 /// The wrapper's status code is kept (a decline would make the chain run the function
 /// elsewhere, so NOT_FOUND becomes a failure); the message gets Porch's prefix.
 fn from_wrapper(image: &str, status: &tonic::Status) -> EvalError {
-    let kind = match status.code() {
-        Code::DeadlineExceeded => ErrorKind::DeadlineExceeded,
-        Code::Cancelled => ErrorKind::Cancelled,
-        Code::ResourceExhausted => ErrorKind::ResourceExhausted,
-        Code::Unavailable => ErrorKind::Unavailable,
-        Code::InvalidArgument => ErrorKind::InvalidInput,
-        _ => ErrorKind::Failed,
+    let kind = match ErrorKind::from_grpc_code(status.code() as i32) {
+        Some(ErrorKind::NotFound) | None => ErrorKind::Failed,
+        Some(kind) => kind,
     };
     EvalError::new(
         kind,
