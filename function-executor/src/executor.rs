@@ -98,6 +98,11 @@ impl Executor {
         self.functions.get(name)
     }
 
+    /// Every function, by name.
+    pub fn functions(&self) -> impl Iterator<Item = &Arc<dyn TypedFunction>> {
+        self.functions.values()
+    }
+
     /// The signatures in ConfigHub's form, by name (what `GET /function/kubernetes` returns).
     pub fn list(&self) -> BTreeMap<String, FunctionSignature> {
         self.functions
