@@ -574,7 +574,7 @@ mod tests {
                     .any(|i| i.starts_with("gcr.io/kpt-fn/"))
             );
             let typed = format!("confighub/{clash}");
-            assert_eq!(images(&typed), [typed.clone()]);
+            assert_eq!(images(&typed), [typed.as_str()]);
             assert_eq!(b.typed.find(&typed), Some(clash));
             assert_eq!(b.typed.find(clash), None);
             assert_eq!(b.lookup(clash).map(|f| f.name), Some(clash));
