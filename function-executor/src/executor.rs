@@ -14,7 +14,7 @@ use crate::args;
 use crate::functions::{self, Call, Output, TypedFunction};
 use crate::mutations;
 use crate::registry::PathRegistry;
-use crate::resource::Unit;
+use crate::resource::OwnedUnit;
 
 /// Config data larger than this is refused.
 pub const MAX_CONFIG_BYTES: usize = 64 * 1024 * 1024;
@@ -98,6 +98,11 @@ impl Executor {
         self.functions.get(name)
     }
 
+    /// Every function, by name.
+    pub fn functions(&self) -> impl Iterator<Item = &Arc<dyn TypedFunction>> {
+        self.functions.values()
+    }
+
     /// The signatures in ConfigHub's form, by name (what `GET /function/kubernetes` returns).
     pub fn list(&self) -> BTreeMap<String, FunctionSignature> {
         self.functions
@@ -125,11 +130,11 @@ impl Executor {
                 count: request.function_invocations.len(),
             });
         }
-        let mut text = std::str::from_utf8(&request.config_data)
+        let text = std::str::from_utf8(&request.config_data)
             .map_err(ExecutorError::NotText)?
             .to_owned();
         // Unparsable data is the request's fault, before any invocation runs.
-        Unit::parse(&text).map_err(ExecutorError::Unparsable)?;
+        let mut current = OwnedUnit::parse(text).map_err(ExecutorError::Unparsable)?;
 
         let mut run = Run {
             combine: request.combine_validation_results,
@@ -169,52 +174,47 @@ impl Executor {
                     continue;
                 }
             };
-            let (outcome, changed) = {
-                let unit = Unit::parse(&text).map_err(ExecutorError::Unparsable)?;
-                let call = Call {
-                    unit: &unit,
-                    arguments: &arguments,
-                    context: &request.context,
-                    registry: &self.registry,
-                };
-                let mut outcome = match function.run(&call) {
-                    Ok(outcome) => outcome,
-                    Err(message) => {
-                        run.messages
-                            .push(format!("{}: {message}", invocation.function_name));
-                        success = false;
-                        if request.stop_on_error {
-                            break;
-                        }
-                        continue;
-                    }
-                };
-                if is_filter
-                    && let Some(Output::Validation(result)) = &outcome.output
-                    && !result.passed
-                {
-                    break;
-                }
-                // Only mutating functions may change the data.
-                let changed = match outcome.text.take() {
-                    Some(new_text) if signature.mutating() && new_text != text => {
-                        let after = Unit::parse(&new_text).map_err(|e| {
-                            ExecutorError::Unparsable(format!(
-                                "{} produced data that does not parse: {e}",
-                                invocation.function_name
-                            ))
-                        })?;
-                        let changes = mutations::diff(&unit, &after, index);
-                        Some((new_text, changes))
-                    }
-                    _ => None,
-                };
-                (outcome, changed)
+            let call = Call {
+                unit: current.unit(),
+                arguments: &arguments,
+                context: &request.context,
+                registry: &self.registry,
             };
-            if let Some((new_text, changes)) = changed {
-                mutations::merge(&mut mutations, changes);
+            let mut outcome = match function.run(&call) {
+                Ok(outcome) => outcome,
+                Err(message) => {
+                    run.messages
+                        .push(format!("{}: {message}", invocation.function_name));
+                    success = false;
+                    if request.stop_on_error {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            if is_filter
+                && let Some(Output::Validation(result)) = &outcome.output
+                && !result.passed
+            {
+                break;
+            }
+            // Only mutating functions may change the data.
+            if let Some(new_text) = outcome.text.take()
+                && signature.mutating()
+                && new_text != current.text()
+            {
+                let after = OwnedUnit::parse(new_text).map_err(|e| {
+                    ExecutorError::Unparsable(format!(
+                        "{} produced data that does not parse: {e}",
+                        invocation.function_name
+                    ))
+                })?;
+                mutations::merge(
+                    &mut mutations,
+                    mutations::diff(current.unit(), after.unit(), index),
+                );
                 mutators.push(index);
-                text = new_text;
+                current = after;
             }
             // A filter that passed is a guard, not a result: its verdict stays out of the
             // output so that the guarded invocations' outputs are not discarded as
@@ -226,15 +226,14 @@ impl Executor {
                 run.combine(&invocation.function_name, index, output);
             }
         }
-        let final_unit = Unit::parse(&text).map_err(ExecutorError::Unparsable)?;
-        mutations::order_by(&mut mutations, &final_unit);
+        mutations::order_by(&mut mutations, current.unit());
         let (output_type, output) = run.encoded();
         Ok(FunctionInvocationResponse {
             organization_id: request.context.organization_id.clone(),
             space_id: request.context.space_id.clone(),
             unit_id: request.context.unit_id.clone(),
             revision_id: request.context.revision_id.clone(),
-            config_data: text.into_bytes(),
+            config_data: current.into_text().into_bytes(),
             output,
             output_type,
             success,

@@ -1,13 +1,14 @@
 //! Per-resource, per-path mutation records: what one invocation changed (a diff of the unit
 //! before and after), merged over a sequence.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde_json::Value;
 
 use crate::api::{MutationInfo, MutationType, ResourceInfo, ResourceMutation};
 use crate::path::escape;
 use crate::resource::Unit;
+use crate::yaml::{Doc, Kind, MAX_DEPTH, NodeId, Style};
 
 /// Resources are matched by type and name without namespace, as ConfigHub does, so a
 /// namespace change is an update of the same resource.
@@ -33,64 +34,148 @@ fn info(mutation_type: MutationType, index: i64, value: String) -> MutationInfo 
     }
 }
 
-fn diff_values(
-    before: &Value,
-    after: &Value,
-    path: &mut Vec<String>,
+/// The value a key names in a mapping's entries: linear for the small mappings resources
+/// are made of, hashed for large ones.
+struct Keys<'d> {
+    doc: &'d Doc<'d>,
+    entries: &'d [(NodeId, NodeId)],
+    hashed: Option<HashMap<&'d str, NodeId>>,
+}
+
+impl<'d> Keys<'d> {
+    const LINEAR: usize = 16;
+
+    fn new(doc: &'d Doc<'d>, entries: &'d [(NodeId, NodeId)]) -> Self {
+        let hashed = (entries.len() > Self::LINEAR).then(|| {
+            entries
+                .iter()
+                .map(|&(key, value)| (doc.str(key).unwrap_or_default(), value))
+                .collect()
+        });
+        Self {
+            doc,
+            entries,
+            hashed,
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<NodeId> {
+        match &self.hashed {
+            Some(hashed) => hashed.get(key).copied(),
+            None => self
+                .entries
+                .iter()
+                .find(|&&(k, _)| self.doc.str(k).unwrap_or_default() == key)
+                .map(|&(_, value)| value),
+        }
+    }
+}
+
+/// What one invocation changed in one resource: the paths where `new` differs from `old`.
+struct TreeDiff<'d> {
+    old: &'d Doc<'d>,
+    new: &'d Doc<'d>,
+    /// Collections written identically (same text at the same column) are equal: true unless
+    /// a document holds aliases (whose targets may differ) or block scalars (whose content
+    /// depends on the parent's indentation).
+    verbatim: bool,
     index: i64,
-    out: &mut BTreeMap<String, MutationInfo>,
-) {
-    match (before, after) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (key, old) in a {
-                path.push(escape(key));
-                match b.get(key) {
-                    Some(new) => diff_values(old, new, path, index, out),
-                    None => {
-                        out.insert(
-                            path.join("."),
-                            info(MutationType::Delete, index, render(old)),
-                        );
-                    }
+    path: Vec<String>,
+    out: BTreeMap<String, MutationInfo>,
+}
+
+/// Whether a document's subtrees are determined by their text and column alone.
+fn verbatim(doc: &Doc) -> bool {
+    !doc.nodes.iter().any(|node| {
+        matches!(
+            node.kind,
+            Kind::Alias(_)
+                | Kind::Scalar {
+                    style: Style::Block,
+                    ..
                 }
-                path.pop();
-            }
-            for (key, new) in b {
-                if !a.contains_key(key) {
-                    path.push(escape(key));
-                    out.insert(path.join("."), info(MutationType::Add, index, render(new)));
-                    path.pop();
-                }
-            }
+        )
+    })
+}
+
+impl TreeDiff<'_> {
+    fn written_alike(&self, before: NodeId, after: NodeId) -> bool {
+        let (a, b) = (self.old.node(before), self.new.node(after));
+        self.verbatim
+            && a.col == b.col
+            && self.old.src[a.start..a.end] == self.new.src[b.start..b.end]
+    }
+
+    fn record(&mut self, mutation_type: MutationType, value: &Value) {
+        self.out.insert(
+            self.path.join("."),
+            info(mutation_type, self.index, render(value)),
+        );
+    }
+
+    /// Records how `after` differs from `before` exactly as their JSON values differ
+    /// (mappings by key, sequences by index, scalars by resolved value), without building
+    /// those values: most of a changed resource is unchanged.
+    fn nodes(&mut self, before: NodeId, after: NodeId, depth: usize) {
+        // JSON conversion stops at this depth (deeper values are null on both sides).
+        if depth > MAX_DEPTH || self.written_alike(before, after) {
+            return;
         }
-        (Value::Array(a), Value::Array(b)) => {
-            for i in 0..a.len().max(b.len()) {
-                path.push(i.to_string());
-                match (a.get(i), b.get(i)) {
-                    (Some(old), Some(new)) => diff_values(old, new, path, index, out),
-                    (Some(old), None) => {
-                        out.insert(
-                            path.join("."),
-                            info(MutationType::Delete, index, render(old)),
-                        );
+        let (old, new) = (self.old, self.new);
+        let (before, after) = (old.deref(before), new.deref(after));
+        match (&old.node(before).kind, &new.node(after).kind) {
+            (Kind::Map(a), Kind::Map(b)) => {
+                let (in_a, in_b) = (Keys::new(old, a), Keys::new(new, b));
+                for &(key, value) in a {
+                    let key = old.str(key).unwrap_or_default();
+                    match in_b.get(key) {
+                        Some(now) if self.written_alike(value, now) => {}
+                        Some(now) => {
+                            self.path.push(escape(key));
+                            self.nodes(value, now, depth + 1);
+                            self.path.pop();
+                        }
+                        None => {
+                            self.path.push(escape(key));
+                            self.record(MutationType::Delete, &old.to_json(value));
+                            self.path.pop();
+                        }
                     }
-                    (None, Some(new)) => {
-                        out.insert(path.join("."), info(MutationType::Add, index, render(new)));
-                    }
-                    (None, None) => {}
                 }
-                path.pop();
+                for &(key, value) in b {
+                    let key = new.str(key).unwrap_or_default();
+                    if in_a.get(key).is_none() {
+                        self.path.push(escape(key));
+                        self.record(MutationType::Add, &new.to_json(value));
+                        self.path.pop();
+                    }
+                }
             }
-        }
-        (a, b) if a == b => {}
-        (a, b) => {
-            let same_kind = !a.is_object() && !a.is_array() && !b.is_object() && !b.is_array();
-            let mutation_type = if same_kind {
-                MutationType::Update
-            } else {
-                MutationType::Replace
-            };
-            out.insert(path.join("."), info(mutation_type, index, render(b)));
+            (Kind::Seq(a), Kind::Seq(b)) => {
+                for i in 0..a.len().max(b.len()) {
+                    self.path.push(i.to_string());
+                    match (a.get(i), b.get(i)) {
+                        (Some(&was), Some(&now)) => self.nodes(was, now, depth + 1),
+                        (Some(&was), None) => self.record(MutationType::Delete, &old.to_json(was)),
+                        (None, Some(&now)) => self.record(MutationType::Add, &new.to_json(now)),
+                        (None, None) => {}
+                    }
+                    self.path.pop();
+                }
+            }
+            _ => {
+                let (a, b) = (old.to_json(before), new.to_json(after));
+                if a != b {
+                    let same_kind =
+                        !a.is_object() && !a.is_array() && !b.is_object() && !b.is_array();
+                    let mutation_type = if same_kind {
+                        MutationType::Update
+                    } else {
+                        MutationType::Replace
+                    };
+                    self.record(mutation_type, &b);
+                }
+            }
         }
     }
 }
@@ -99,25 +184,40 @@ fn diff_values(
 /// (removed resources last).
 pub fn diff(before: &Unit, after: &Unit, index: usize) -> Vec<ResourceMutation> {
     let index = i64::try_from(index).unwrap_or(i64::MAX);
-    let mut old: Vec<Option<(&ResourceInfo, Value)>> = before
-        .elements
-        .iter()
-        .map(|e| Some((&e.info, before.doc.to_json(e.root))))
-        .collect();
+    // Each resource of `after` is matched with the first resource of `before` of the same
+    // identity not matched yet.
+    let mut unmatched: HashMap<(&str, &str), VecDeque<usize>> = HashMap::new();
+    for (i, element) in before.elements.iter().enumerate() {
+        unmatched
+            .entry(identity(&element.info))
+            .or_default()
+            .push_back(i);
+    }
+    let mut matched_before = vec![false; before.elements.len()];
+    let verbatim = verbatim(&before.doc) && verbatim(&after.doc);
     let mut mutations = Vec::new();
     for element in &after.elements {
-        let new = after.doc.to_json(element.root);
-        let matched = old
-            .iter_mut()
-            .find(|slot| {
-                slot.as_ref()
-                    .is_some_and(|(i, _)| identity(i) == identity(&element.info))
-            })
-            .and_then(Option::take);
+        let matched = unmatched
+            .get_mut(&identity(&element.info))
+            .and_then(VecDeque::pop_front);
         match matched {
-            Some((_, previous)) => {
-                let mut paths = BTreeMap::new();
-                diff_values(&previous, &new, &mut Vec::new(), index, &mut paths);
+            Some(i) => {
+                matched_before[i] = true;
+                let earlier = &before.elements[i];
+                // Most resources of a sequence are untouched by each invocation.
+                if before.element_text(earlier) == after.element_text(element) {
+                    continue;
+                }
+                let mut tree = TreeDiff {
+                    old: &before.doc,
+                    new: &after.doc,
+                    verbatim,
+                    index,
+                    path: Vec::new(),
+                    out: BTreeMap::new(),
+                };
+                tree.nodes(earlier.root, element.root, 0);
+                let paths = tree.out;
                 if !paths.is_empty() {
                     mutations.push(ResourceMutation {
                         resource: element.info.clone(),
@@ -137,8 +237,8 @@ pub fn diff(before: &Unit, after: &Unit, index: usize) -> Vec<ResourceMutation> 
             }),
         }
     }
-    for (element, slot) in before.elements.iter().zip(old) {
-        if slot.is_some() {
+    for (element, matched) in before.elements.iter().zip(matched_before) {
+        if !matched {
             mutations.push(ResourceMutation {
                 resource: element.info.clone(),
                 resource_mutation_info: info(
@@ -162,14 +262,22 @@ fn is_within(path: &str, ancestor: &str) -> bool {
 /// Adds `newer` to `merged`: a later change to a path replaces the earlier one (and what was
 /// recorded below it); a resource added in the sequence stays added.
 pub fn merge(merged: &mut Vec<ResourceMutation>, newer: Vec<ResourceMutation>) {
+    let mut positions: HashMap<(String, String), usize> = HashMap::with_capacity(merged.len());
+    for (i, mutation) in merged.iter().enumerate() {
+        let (resource_type, name) = identity(&mutation.resource);
+        positions
+            .entry((resource_type.to_owned(), name.to_owned()))
+            .or_insert(i);
+    }
     for mutation in newer {
-        let Some(existing) = merged
-            .iter_mut()
-            .find(|m| identity(&m.resource) == identity(&mutation.resource))
-        else {
+        let (resource_type, name) = identity(&mutation.resource);
+        let key = (resource_type.to_owned(), name.to_owned());
+        let Some(&position) = positions.get(&key) else {
+            positions.insert(key, merged.len());
             merged.push(mutation);
             continue;
         };
+        let existing = &mut merged[position];
         existing.resource = mutation.resource;
         let kept_add = existing.resource_mutation_info.mutation_type == MutationType::Add
             && mutation.resource_mutation_info.mutation_type == MutationType::Update;
@@ -189,13 +297,16 @@ pub fn merge(merged: &mut Vec<ResourceMutation>, newer: Vec<ResourceMutation>) {
 
 /// Orders `mutations` as the resources of `unit`, the ones no longer there last.
 pub fn order_by(mutations: &mut [ResourceMutation], unit: &Unit) {
-    let position = |m: &ResourceMutation| {
-        unit.elements
-            .iter()
-            .position(|e| identity(&e.info) == identity(&m.resource))
+    let mut positions: HashMap<(&str, &str), usize> = HashMap::with_capacity(unit.elements.len());
+    for (i, element) in unit.elements.iter().enumerate() {
+        positions.entry(identity(&element.info)).or_insert(i);
+    }
+    mutations.sort_by_cached_key(|m| {
+        positions
+            .get(&identity(&m.resource))
+            .copied()
             .unwrap_or(usize::MAX)
-    };
-    mutations.sort_by_key(position);
+    });
 }
 
 #[cfg(test)]
@@ -246,6 +357,20 @@ metadata:
                 "spec.template.spec.containers.0.image Delete nginx @2",
             ]
         );
+    }
+
+    #[test]
+    fn aliases_are_followed_even_where_the_text_is_unchanged() {
+        let before = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\nx: &v 1\ny: *v\nz:\n  w: 1\n";
+        let after = before.replace("&v 1", "&v 2").replace("w: 1", "w: 3");
+        let (before, after) = (Unit::parse(before).unwrap(), Unit::parse(&after).unwrap());
+        let mutations = diff(&before, &after, 0);
+        let paths: Vec<_> = mutations[0]
+            .path_mutation_map
+            .iter()
+            .map(|(p, m)| format!("{p} {:?} {}", m.mutation_type, m.value))
+            .collect();
+        assert_eq!(paths, ["x Update 2", "y Update 2", "z.w Update 3"]);
     }
 
     #[test]

@@ -165,13 +165,20 @@ impl PathRegistry {
         resource_types: &[&str],
         entry: PathVisitorInfo,
     ) -> Result<(), RegistryError> {
-        if !entry.embedded_accessor_config.is_empty() {
-            Regex::new(&entry.embedded_accessor_config).map_err(|source| {
-                RegistryError::Accessor {
-                    attribute: entry.attribute_name.clone(),
-                    path: entry.path.clone(),
-                    source,
-                }
+        // Compiling a pattern costs far more than looking for it among the registered
+        // entries, and the Kubernetes registry repeats one pattern for every pod spec path.
+        let accessor = &entry.embedded_accessor_config;
+        let checked = self
+            .attributes
+            .values()
+            .flat_map(BTreeMap::values)
+            .flat_map(BTreeMap::values)
+            .any(|registered| registered.embedded_accessor_config == *accessor);
+        if !accessor.is_empty() && !checked {
+            Regex::new(accessor).map_err(|source| RegistryError::Accessor {
+                attribute: entry.attribute_name.clone(),
+                path: entry.path.clone(),
+                source,
             })?;
         }
         let types = self.attributes.entry(attribute.to_owned()).or_default();

@@ -83,6 +83,34 @@ impl<'a> Unit<'a> {
     }
 }
 
+self_cell::self_cell!(
+    /// A unit with the text it was parsed from, so that a sequence parses each text once:
+    /// the unit a mutating invocation leaves is the next invocation's.
+    pub struct OwnedUnit {
+        owner: String,
+        #[covariant]
+        dependent: Unit,
+    }
+);
+
+impl OwnedUnit {
+    pub fn parse(text: String) -> Result<Self, String> {
+        Self::try_new(text, |text| Unit::parse(text))
+    }
+
+    pub fn unit(&self) -> &Unit<'_> {
+        self.borrow_dependent()
+    }
+
+    pub fn text(&self) -> &str {
+        self.borrow_owner()
+    }
+
+    pub fn into_text(self) -> String {
+        self.into_owner()
+    }
+}
+
 /// The `---` lines between two byte offsets that start lines, as (start, end) spans.
 fn separator_lines(src: &str, from: usize, to: usize) -> Vec<(usize, usize)> {
     let mut lines = Vec::new();

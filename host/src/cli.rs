@@ -59,6 +59,10 @@ pub enum Command {
     Function {
         /// A function some evaluator implements (see `krm-runner functions`).
         name: String,
+        /// `key=value` pairs: a ConfigMap functionConfig replacing the input's, as kpt
+        /// builds one; the input may then also be plain resource documents.
+        #[arg(last = true)]
+        data: Vec<String>,
     },
     /// Measure the plugin boundary, gRPC calls against direct process spawns, and idle memory.
     Bench(crate::bench::BenchArgs),

@@ -96,12 +96,14 @@ pub async fn run_remote(
     }
 }
 
-/// `krm-runner fn NAME`: a KRM function in the spec's sense, served by the instance that
-/// implements NAME. The input is passed through untouched.
+/// `krm-runner fn NAME [-- key=value ...]`: a KRM function in the spec's sense, served by the
+/// instance that implements NAME. Without `key=value` pairs the input is passed through
+/// untouched.
 pub async fn run_function(
     runtime: &Runtime,
     catalog: &Catalog,
     name: &str,
+    data: &[String],
     max_bytes: usize,
 ) -> anyhow::Result<i32> {
     let Some((instance, _)) = catalog.find(name) else {
@@ -115,6 +117,18 @@ pub async fn run_function(
         .with_context(|| format!("instance {instance:?} is not built"))?
         .clone();
     let input = read_bounded(std::io::stdin(), "stdin", max_bytes)?;
+    let input = if data.is_empty() {
+        input
+    } else {
+        let with_config = || {
+            let text = String::from_utf8(input).context("the input is not UTF-8 text")?;
+            let config = config_map(data)?;
+            resource_list(&text, Some(&config))
+        };
+        with_config()
+            .map_err(|error| BadInvocation::error(format!("{error:#}")))?
+            .into_bytes()
+    };
     let context = HostCallContext::new(None);
     let outcome = evaluate_on(Plan::default(), instance, context, name.to_owned(), input).await;
     write_outcome(outcome, "krm-runner fn")
@@ -193,35 +207,38 @@ fn function_config(args: &EvalArgs) -> anyhow::Result<Option<String>> {
                 Err(error) => bail!("--fn-config {}: not valid YAML: {error}", path.display()),
             }
         }
-        (None, false) => {
-            let mut data = yaml_serde::Mapping::new();
-            for pair in &args.data {
-                let Some((key, value)) = pair.split_once('=') else {
-                    bail!("{pair:?} is not key=value");
-                };
-                data.insert(key.into(), value.into());
-            }
-            let config = yaml_serde::to_string(&yaml_serde::Value::Mapping(
-                [
-                    ("apiVersion".into(), "v1".into()),
-                    ("kind".into(), "ConfigMap".into()),
-                    (
-                        "metadata".into(),
-                        yaml_serde::Value::Mapping(
-                            [("name".into(), "function-input".into())]
-                                .into_iter()
-                                .collect(),
-                        ),
-                    ),
-                    ("data".into(), yaml_serde::Value::Mapping(data)),
-                ]
-                .into_iter()
-                .collect(),
-            ))?;
-            Ok(Some(config))
-        }
+        (None, false) => config_map(&args.data).map(Some),
         (None, true) => Ok(None),
     }
+}
+
+/// The ConfigMap functionConfig kpt builds from `key=value` pairs.
+fn config_map(pairs: &[String]) -> anyhow::Result<String> {
+    let mut data = yaml_serde::Mapping::new();
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=') else {
+            bail!("{pair:?} is not key=value");
+        };
+        data.insert(key.into(), value.into());
+    }
+    let config = yaml_serde::to_string(&yaml_serde::Value::Mapping(
+        [
+            ("apiVersion".into(), "v1".into()),
+            ("kind".into(), "ConfigMap".into()),
+            (
+                "metadata".into(),
+                yaml_serde::Value::Mapping(
+                    [("name".into(), "function-input".into())]
+                        .into_iter()
+                        .collect(),
+                ),
+            ),
+            ("data".into(), yaml_serde::Value::Mapping(data)),
+        ]
+        .into_iter()
+        .collect(),
+    ))?;
+    Ok(config)
 }
 
 /// Builds the ResourceList text. The input's own text is kept (indented into place) rather

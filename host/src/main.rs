@@ -133,9 +133,9 @@ fn main() -> ExitCode {
             }) => print_resolution(&runtime, &config, image, tag.as_deref()),
             Some(Command::Functions { status: true, .. }) => print_status(&runtime).await,
             Some(Command::Functions { name, .. }) => print_functions(&runtime, name.as_deref()),
-            Some(Command::Function { name }) => {
+            Some(Command::Function { name, data }) => {
                 let catalog = catalog::Catalog::new(runtime.functions());
-                eval::run_function(&runtime, &catalog, name, config.max_message_bytes).await
+                eval::run_function(&runtime, &catalog, name, data, config.max_message_bytes).await
             }
             Some(
                 Command::Config { .. }

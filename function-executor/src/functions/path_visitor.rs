@@ -4,6 +4,7 @@
 //! missing keys when the attribute upserts). The arbitrary-path functions (`get-string-path`,
 //! `set-int-path`, ...) use the same visitor over one ad-hoc path.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use regex::Regex;
@@ -42,6 +43,32 @@ struct Target<'r> {
     entry: &'r PathVisitorInfo,
     path: UnresolvedPath,
     part: Option<(String, Regex)>,
+}
+
+/// The targets of each resource type, worked out once per call: a unit holds many resources
+/// of few types.
+struct TargetsByType<'f, 'r, 'a> {
+    entries_for: EntriesFor<'f, 'r>,
+    arguments: &'a [String],
+    by_type: HashMap<String, Vec<Target<'r>>>,
+}
+
+impl<'f, 'r, 'a> TargetsByType<'f, 'r, 'a> {
+    fn new(entries_for: EntriesFor<'f, 'r>, arguments: &'a [String]) -> Self {
+        Self {
+            entries_for,
+            arguments,
+            by_type: HashMap::new(),
+        }
+    }
+
+    fn of(&mut self, info: &ResourceInfo) -> Result<&[Target<'r>], String> {
+        if !self.by_type.contains_key(&info.resource_type) {
+            let targets = targets((self.entries_for)(info), self.arguments)?;
+            self.by_type.insert(info.resource_type.clone(), targets);
+        }
+        Ok(&self.by_type[&info.resource_type])
+    }
 }
 
 fn targets<'r>(
@@ -110,6 +137,7 @@ fn replace_part(regexp: &Regex, part: &str, text: &str, value: &str) -> Option<S
 }
 
 /// The registered paths to visit in one resource.
+/// The registry entries for a resource, which depend on its type alone.
 pub type EntriesFor<'f, 'r> = &'f dyn Fn(&ResourceInfo) -> Vec<&'r PathVisitorInfo>;
 
 /// Reads every path `entries_for` gives for each resource (sorted by type, name and path).
@@ -122,6 +150,7 @@ pub fn get<'r>(
     let doc = &call.unit.doc;
     let mut values = Vec::new();
     let mut problems = Vec::new();
+    let mut targets = TargetsByType::new(entries_for, arguments);
     for element in &call.unit.elements {
         let info = match element.checked_info() {
             Ok(info) => info,
@@ -130,7 +159,7 @@ pub fn get<'r>(
                 continue;
             }
         };
-        for target in targets(entries_for(info), arguments)? {
+        for target in targets.of(info)? {
             for found in path::resolve(doc, element.root, &target.path, false) {
                 let Some(node) = found.node else { continue };
                 let (mut value, mut data_type) = match scalar(doc, node) {
@@ -261,6 +290,7 @@ pub fn write<'r>(
     let mut edits = 0;
     let mut problems = Vec::new();
     let new_json = value.to_json();
+    let mut targets = TargetsByType::new(entries_for, arguments);
     for element in &call.unit.elements {
         let info = match element.checked_info() {
             Ok(info) => info,
@@ -270,7 +300,7 @@ pub fn write<'r>(
             }
         };
         let at = |path: &str| format!("{} {}: path {path}", info.resource_type, info.resource_name);
-        for target in targets(entries_for(info), arguments)? {
+        for target in targets.of(info)? {
             // Parts of scalars are only ever replaced, never created.
             let create = upsert && target.part.is_none();
             for found in path::resolve(doc, element.root, &target.path, create) {
@@ -368,11 +398,12 @@ pub fn fill_missing<'r>(
     let doc = &call.unit.doc;
     let mut edits = 0;
     let mut problems = Vec::new();
+    let mut targets = TargetsByType::new(entries_for, &[]);
     for element in &call.unit.elements {
         let Ok(info) = element.checked_info() else {
             continue;
         };
-        for target in targets(entries_for(info), &[])? {
+        for target in targets.of(info)? {
             for found in path::resolve(doc, element.root, &target.path, true) {
                 if found.node.is_some() || found.through_alias {
                     continue;

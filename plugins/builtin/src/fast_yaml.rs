@@ -1,9 +1,10 @@
 //! A fast path for [`Doc::parse`](crate::yaml::Doc::parse): a line-oriented parser for the
-//! plain block YAML that tools write (block mappings and sequences, single-line plain and
-//! quoted scalars, literal block scalars, comments, blank lines). It builds exactly the tree the saphyr-based parser
-//! builds (same node order, spans, columns and values) and gives up (`None`) on anything else,
-//! leaving that input to the general parser: flow collections, folded scalars, multi-line
-//! scalars, anchors, aliases, tags, documents markers, unusual keys or indentation, and tabs
+//! plain block YAML that tools write (streams of documents separated by `---` and `...`
+//! lines, block mappings and sequences, single-line plain and quoted scalars, literal block
+//! scalars, comments, blank lines). It builds exactly the tree the saphyr-based parser builds
+//! (same node order, spans, columns and values) and gives up (`None`) on anything else, leaving
+//! that input to the general parser: flow collections, folded scalars, multi-line scalars,
+//! anchors, aliases, tags, directives, unusual keys or indentation, and tabs
 //! anywhere but between a mapping key's `:` and its value. Debug builds check every accepted
 //! input against the general parser.
 
@@ -49,11 +50,11 @@ pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
         peeked: None,
         ascii: src.is_ascii(),
     };
-    let root = p.document().ok()?;
+    let roots = p.stream().ok()?;
     Some(Doc {
         src,
         nodes: p.nodes,
-        roots: vec![root],
+        roots,
     })
 }
 
@@ -67,19 +68,83 @@ fn is_blank(c: u8) -> bool {
 }
 
 impl<'a> P<'a, '_> {
-    fn document(&mut self) -> R<NodeId> {
-        let Some((ls, indent)) = self.peek()? else {
-            return Err(());
-        };
-        if indent != 0 {
+    /// Every document of the text. A document starts at the text's start, after a `---`
+    /// line or after a `...` line; an explicit one (`---`) without content is an empty plain
+    /// scalar, placed as saphyr places it.
+    fn stream(&mut self) -> R<Vec<NodeId>> {
+        let mut roots = Vec::new();
+        // Whether a `---` opened a document that has no content yet.
+        let mut open_explicit = false;
+        // Whether the last thing read was a document's content (where `...` may follow).
+        let mut after_content = false;
+        loop {
+            if let Some((ls, indent)) = self.peek()? {
+                if indent != 0 {
+                    return Err(());
+                }
+                let root = self.block_node(ls, 0, 0)?;
+                self.nodes[root].parent = None;
+                roots.push(root);
+                open_explicit = false;
+                after_content = true;
+                if self.peek()?.is_some() {
+                    return Err(());
+                }
+                continue;
+            }
+            let at = self.pos;
+            if at >= self.b.len() {
+                if open_explicit {
+                    // saphyr's column at the end of a text without a final newline is not
+                    // the line's; such texts are its to read.
+                    if !self.src.ends_with('\n') {
+                        return Err(());
+                    }
+                    roots.push(self.empty_document(at, at));
+                }
+                return Ok(roots);
+            }
+            // `peek` stopped at a document marker at the start of this line.
+            let is_start = self.b[at] == b'-';
+            self.marker_line(at)?;
+            match (is_start, open_explicit) {
+                (true, true) => roots.push(self.empty_document(at, at + 3)),
+                (true, false) => open_explicit = true,
+                (false, false) if after_content => {}
+                // `...` opening the text, repeated, or ending an empty document: left to the
+                // general parser.
+                (false, _) => return Err(()),
+            }
+            after_content = false;
+        }
+    }
+
+    /// Consumes the marker line (`---` or `...`) at `at`: the marker may be followed by blanks
+    /// and a comment, nothing else.
+    fn marker_line(&mut self, at: usize) -> R<()> {
+        let eol = self.eol(at);
+        let mut i = at + 3;
+        while i < eol && self.b[i] == b' ' {
+            i += 1;
+        }
+        if i < eol && !(self.b[i] == b'#' && i > at + 3) {
             return Err(());
         }
-        let root = self.block_node(ls, 0, 0)?;
-        self.nodes[root].parent = None;
-        if self.peek()?.is_some() {
-            return Err(());
-        }
-        Ok(root)
+        self.pos = (eol + 1).min(self.b.len());
+        Ok(())
+    }
+
+    fn empty_document(&mut self, start: usize, end: usize) -> NodeId {
+        self.push(
+            Kind::Scalar {
+                value: Cow::Borrowed(""),
+                style: Style::Plain,
+                tagged: false,
+            },
+            start,
+            end,
+            0,
+        )
     }
 
     /// End of the line holding `i` (the newline's index, or the text's length).
@@ -94,7 +159,8 @@ impl<'a> P<'a, '_> {
     }
 
     /// The next line with content, skipping blank and comment lines: (line start, indent).
-    /// Document markers and directives give up.
+    /// A document marker (`---`, `...`) ends the document: `None`, with the cursor on its
+    /// line. Directives give up.
     fn peek(&mut self) -> R<Option<(usize, usize)>> {
         if let Some((pos, answer)) = self.peeked
             && pos == self.pos
@@ -130,12 +196,15 @@ impl<'a> P<'a, '_> {
                 // Tabs in indentation (or tab-indented blank lines) are the general parser's.
                 b'\t' => return Err(()),
                 _ => {
-                    if i == ls
-                        && (b[i] == b'%'
-                            || ((b[ls..].starts_with(b"---") || b[ls..].starts_with(b"..."))
-                                && is_space_or_end(b, ls + 3)))
-                    {
+                    if i == ls && b[i] == b'%' {
                         return Err(());
+                    }
+                    if i == ls
+                        && (b[ls..].starts_with(b"---") || b[ls..].starts_with(b"..."))
+                        && is_space_or_end(b, ls + 3)
+                    {
+                        self.pos = ls;
+                        return Ok(None);
                     }
                     return Ok(Some((ls, i - ls)));
                 }
@@ -616,6 +685,8 @@ mod tests {
     /// Inputs the fast path must take, each checked against the general parser.
     const ACCEPTED: &[&str] = &[
         "a: |\n  x\n  y\nb: 1\n",
+        "a: |\n  x\n---\nb: |-\n  y\n\n...\n",
+        "a: |+\n  x\n\n---\n",
         "a: |-\n  x\n\n  y\n\n\nb: 1\n",
         "a: |\n  x",
         "- |\n  x\n   y\n- b\n",
@@ -655,6 +726,28 @@ mod tests {
         "a:\tb\n",
         "a:\t\tb # c\nd: \t'e'\t# f\n",
         "- k:\tv\n  l: x\ty\t\n",
+        // Streams of documents, as units and `kubectl get -o yaml` write them.
+        "a: 1\n---\n",
+        "a: 1\n---\nb: 2\n",
+        "---\na: 1\n",
+        "--- # c\na: 1\n",
+        "# x\n---\na: 1\n---\n# c\n\nb: 2\n...\n",
+        "a: 1\n...\n---\nb: 2\n",
+        "a: 1\n...\nb: 2\n",
+        "a: 1\n---\n---\nb: 2\n",
+        "---\n",
+        "---\n---\n",
+        "---\n# c\n---\n",
+        "a: 1\n---   \n",
+        "a: 1\n--- # c\n",
+        "a: 1\n...\n",
+        "a: 1\n...",
+        "a: 1\n---\n# end\n",
+        "a: 1\n---\n\n",
+        "- a\n---\n- b\n",
+        "a:\n  b: c\n---\nd:\n- e\n---\nf: g # h\n---\n",
+        "",
+        "# only a comment\n",
     ];
 
     #[test]
@@ -680,8 +773,15 @@ mod tests {
             "a: |x\n  y\n",
             "a: &x 1\nb: *x\n",
             "a: !t 1\n",
-            "---\na: 1\n",
-            "a: 1\n---\n",
+            "--- a: 1\n",
+            "a: 1\n---x\n",
+            "a: 1\n--- b\n",
+            "---\n...\n",
+            "...\na: 1\n",
+            "a: 1\n...\n...\n",
+            "a: 1\n---",
+            "%YAML 1.2\n---\na: 1\n",
+            "a: b\n---\n  c: d\n",
             "-  \n- a\n-   # y\n",
             "b:\n- c:   \n  d:  # x\n",
             "a: b\n  c\n",
@@ -695,8 +795,6 @@ mod tests {
             "? a\n: b\n",
             "- - a\n",
             "a\n",
-            "",
-            "# only a comment\n",
             "a: \"\\u00e9\"\n",
             "a: 1\n  # c\n    b: 2\n",
             "a:\n  - b\n  c: d\n",

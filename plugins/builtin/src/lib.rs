@@ -21,6 +21,7 @@ mod functions;
 #[cfg(test)]
 mod proptests;
 mod rl;
+mod typed;
 mod yaml;
 
 use functions::{Ctx, Exit, FUNCTIONS, Function, Limits};
@@ -83,6 +84,7 @@ pub struct Builtin {
     served: Vec<Served>,
     prefixes: Vec<String>,
     max_output_bytes: usize,
+    typed: typed::Typed,
 }
 
 impl Builtin {
@@ -134,6 +136,7 @@ impl Builtin {
             served,
             prefixes,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            typed: typed::Typed::new(),
         })
     }
 
@@ -298,18 +301,26 @@ impl Evaluator for Builtin {
         let go_routed = route
             .as_ref()
             .is_some_and(|route| route.executor == Executor::GoExecutor);
-        let function = match context.requested_tag() {
+        enum Chosen<'i> {
+            Catalog(&'static Function),
+            Typed(&'i str),
+        }
+        let chosen = match context.requested_tag() {
             Some(tag) if !go_routed => match self.resolve_tag(image, &tag) {
                 Some(resolved) => {
                     let (resolution, function) = resolved?;
                     context.report_resolved(&resolution.reference());
-                    function
+                    Chosen::Catalog(function)
                 }
                 None => return Err(EvalError::declined_because(image, NOT_OURS)),
             },
-            _ => self
-                .choose(image, route.as_ref())?
-                .map_err(|reason| EvalError::declined_because(image, reason))?,
+            _ => match self.choose(image, route.as_ref())? {
+                Ok(function) => Chosen::Catalog(function),
+                Err(reason) => match self.typed.find(image) {
+                    Some(name) if !go_routed => Chosen::Typed(name),
+                    _ => return Err(EvalError::declined_because(image, reason)),
+                },
+            },
         };
         let stop = Stop::default();
         let on_cancel = stop.clone();
@@ -318,7 +329,10 @@ impl Evaluator for Builtin {
             stop,
             max_output_bytes: self.max_output_bytes,
         };
-        let outcome = run(function, resource_list, &limits);
+        let outcome = match chosen {
+            Chosen::Catalog(function) => run(function, resource_list, &limits),
+            Chosen::Typed(name) => self.typed.run(name, resource_list, &limits),
+        };
         // Whatever the work did once the call ended, the answer is why it ended.
         match context.cancel_reason() {
             Some(reason) => Err(reason.to_error(image)),
@@ -327,7 +341,9 @@ impl Evaluator for Builtin {
     }
 
     fn functions(&self) -> Vec<FunctionSignature> {
-        self.served.iter().map(|s| self.signature(s)).collect()
+        let mut signatures: Vec<_> = self.served.iter().map(|s| self.signature(s)).collect();
+        signatures.extend(self.typed.signatures());
+        signatures
     }
 
     fn resolve(
@@ -343,7 +359,9 @@ impl Evaluator for Builtin {
     }
 
     fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+        let go_routed = route.is_some_and(|route| route.executor == Executor::GoExecutor);
         match self.choose(image, route) {
+            Ok(Err(_)) if !go_routed && self.typed.find(image).is_some() => Probe::Serves,
             Ok(Err(reason)) => Probe::Declines(reason),
             // A call that fails does not fall through either.
             Ok(Ok(_)) | Err(_) => Probe::Serves,
@@ -512,7 +530,10 @@ mod tests {
     fn every_function_has_a_signature_and_reasoned_tags() {
         let b = builtin(serde_json::json!({}), None);
         let signatures = b.functions();
-        assert_eq!(signatures.len(), FUNCTIONS.len());
+        let catalog = signatures
+            .iter()
+            .filter(|s| !s.images.iter().any(|i| i.starts_with(typed::PREFIX)));
+        assert_eq!(catalog.count(), FUNCTIONS.len());
         for f in FUNCTIONS {
             assert!(f.tags.iter().all(|(_, reason)| !reason.is_empty()));
         }
@@ -529,6 +550,43 @@ mod tests {
                 .iter()
                 .any(|p| p.name == "namespace" && p.required)
         );
+    }
+
+    #[test]
+    fn typed_functions_answer_to_their_names_and_catalog_functions_keep_theirs() {
+        let b = builtin(serde_json::json!({}), None);
+        let signatures = b.functions();
+        let images = |name: &str| {
+            signatures
+                .iter()
+                .find(|s| s.name == name)
+                .map(|s| s.images.clone())
+                .unwrap_or_else(|| panic!("no signature named {name}"))
+        };
+        assert_eq!(
+            images("set-replicas"),
+            ["set-replicas", "confighub/set-replicas"]
+        );
+        for clash in ["set-namespace", "set-image", "search-replace"] {
+            assert!(
+                images(clash)
+                    .iter()
+                    .any(|i| i.starts_with("gcr.io/kpt-fn/"))
+            );
+            let typed = format!("confighub/{clash}");
+            assert_eq!(images(&typed), [typed.as_str()]);
+            assert_eq!(b.typed.find(&typed), Some(clash));
+            assert_eq!(b.typed.find(clash), None);
+            assert_eq!(b.lookup(clash).map(|f| f.name), Some(clash));
+        }
+        assert_eq!(b.typed.find("set-replicas"), Some("set-replicas"));
+        assert_eq!(b.typed.find("gcr.io/kpt-fn/set-replicas"), None);
+        assert_eq!(b.typed.find("confighub/no-such-function"), None);
+        assert!(matches!(
+            b.probe("confighub/get-image", None),
+            Probe::Serves
+        ));
+        assert!(matches!(b.probe("get-imagex", None), Probe::Declines(_)));
     }
 
     #[test]

@@ -169,6 +169,57 @@ fn document() -> impl Strategy<Value = String> {
     })
 }
 
+/// A stream of documents, with the separators units, kustomize and `kubectl get -o yaml`
+/// write (and `...` ends), as the parts it is made of.
+#[derive(Debug, Clone)]
+struct Stream {
+    documents: Vec<String>,
+    head: &'static str,
+    separators: Vec<&'static str>,
+    tail: &'static str,
+}
+
+impl Stream {
+    fn text(&self) -> String {
+        let mut out = self.head.to_owned();
+        for (i, document) in self.documents.iter().enumerate() {
+            if i > 0 {
+                out.push_str(self.separators[i % self.separators.len()]);
+            }
+            out.push_str(document);
+        }
+        out.push_str(self.tail);
+        out
+    }
+}
+
+fn stream() -> impl Strategy<Value = Stream> {
+    (
+        prop::collection::vec(document(), 1..5),
+        prop::sample::select(vec!["", "---\n", "# head\n\n---\n", "--- # first\n"]),
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "---\n",
+                "\n---\n",
+                "--- # next\n",
+                "---   \n",
+                "# between\n---\n",
+                "...\n---\n",
+                "...\n",
+                "---\n---\n",
+            ]),
+            1..4,
+        ),
+        prop::sample::select(vec!["", "---\n", "...\n", "---\n# end\n", "---\n---\n"]),
+    )
+        .prop_map(|(documents, head, separators, tail)| Stream {
+            documents,
+            head,
+            separators,
+            tail,
+        })
+}
+
 /// Small edits where YAML is most fragile.
 fn mutated(text: String) -> impl Strategy<Value = String> {
     let len = text.len();
@@ -247,6 +298,28 @@ proptest! {
     fn fast_path_matches_the_general_parser_on_mutations(src in document().prop_flat_map(mutated)) {
         same_tree_or_declined(&src)?;
         // Whichever parser takes it, the verdict is the general parser's.
+        let general = Doc::parse_general(&src).and_then(|doc| doc.check_unique_keys());
+        prop_assert_eq!(Doc::parse(&src).is_ok(), general.is_ok(), "{:?}", src);
+    }
+
+    #[test]
+    fn fast_path_matches_the_general_parser_on_streams(stream in stream()) {
+        same_tree_or_declined(&stream.text())?;
+    }
+
+    #[test]
+    fn fast_path_takes_streams_of_documents_it_takes_alone(stream in stream()) {
+        let alone = |src: &str| crate::fast_yaml::parse(src, &Stop::default()).is_some();
+        if stream.documents.iter().all(|document| alone(document)) {
+            prop_assert!(alone(&stream.text()), "declined {:?}", stream.text());
+        }
+    }
+
+    #[test]
+    fn fast_path_matches_the_general_parser_on_mutated_streams(
+        src in stream().prop_flat_map(|stream| mutated(stream.text()))
+    ) {
+        same_tree_or_declined(&src)?;
         let general = Doc::parse_general(&src).and_then(|doc| doc.check_unique_keys());
         prop_assert_eq!(Doc::parse(&src).is_ok(), general.is_ok(), "{:?}", src);
     }
