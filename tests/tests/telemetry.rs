@@ -79,6 +79,74 @@ impl Receiver {
     }
 }
 
+/// An OTLP/HTTP trace receiver (`POST /v1/traces`, protobuf) on loopback, on threads of its own.
+fn http_receiver() -> (String, Receiver) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let receiver = Receiver::default();
+    let kept = receiver.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let kept = kept.clone();
+            std::thread::spawn(move || serve_otlp_http(stream, &kept));
+        }
+    });
+    (format!("http://{address}"), receiver)
+}
+
+/// Answers HTTP/1.1 requests on one connection until the client closes it.
+fn serve_otlp_http(stream: TcpStream, receiver: &Receiver) {
+    use prost::Message;
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        assert!(
+            request_line.starts_with("POST /v1/traces "),
+            "{request_line:?}"
+        );
+        let request = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
+        receiver
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(
+                request
+                    .resource_spans
+                    .into_iter()
+                    .flat_map(|resource| resource.scope_spans)
+                    .flat_map(|scope| scope.spans),
+            );
+        writer
+            .write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n",
+            )
+            .unwrap();
+    }
+}
+
 fn attribute(span: &Span, key: &str) -> Option<Value> {
     span.attributes
         .iter()
@@ -210,6 +278,48 @@ async fn a_callers_trace_continues_through_the_runner_into_the_function() {
                 && line.contains("call")),
         "no log line naming the trace:\n{stderr}"
     );
+}
+
+/// `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`: spans go to `<endpoint>/v1/traces` over HTTP.
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_are_exported_over_http_protobuf_too() {
+    let (endpoint, receiver) = http_receiver();
+    let dir = scratch();
+    let function = script(dir.path(), "identity", "cat");
+    let config = exec_chain_config(&[("example/identity", &function)], "exec", "");
+    let server = Server::start_with_env(
+        &config,
+        &[],
+        &[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: resource_list(&["a"]),
+        image: "example/identity".to_owned(),
+        tag: String::new(),
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
+            .parse()
+            .unwrap(),
+    );
+    server
+        .client()
+        .await
+        .evaluate_function(request)
+        .await
+        .expect("the call succeeds");
+    let spans = receiver.spans_of(&hex(CALLER_TRACE), 3).await;
+    let call = spans
+        .iter()
+        .find(|span| span.name == "evaluator.FunctionEvaluator/EvaluateFunction")
+        .unwrap_or_else(|| panic!("no call span among {} spans", spans.len()));
+    assert_eq!(call.parent_span_id, hex(CALLER_SPAN));
 }
 
 /// Without tracing configured, a function gets no TRACEPARENT, even when the caller sent one.

@@ -10,7 +10,9 @@ use krm_plugin_api::host::HostCallContext;
 use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
-use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
+use opentelemetry_http::hyper::HyperClient;
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
@@ -56,6 +58,7 @@ pub fn start(config: &TelemetryConfig) -> Result<(), TelemetryError> {
                 .unwrap_or("http://localhost:4318");
             SpanExporter::builder()
                 .with_http()
+                .with_http_client(OnRuntime::new())
                 .with_protocol(Protocol::HttpBinary)
                 .with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')))
                 .build()
@@ -90,6 +93,37 @@ pub fn start(config: &TelemetryConfig) -> Result<(), TelemetryError> {
         w3c,
     });
     Ok(())
+}
+
+/// How long one export over HTTP may take (OpenTelemetry's default export timeout).
+const HTTP_EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The OTLP/HTTP client: hyper's, run on the serving async runtime. The batch span processor
+/// exports from a thread of its own, where hyper's client (which needs a tokio runtime) cannot
+/// run by itself.
+#[derive(Debug)]
+struct OnRuntime {
+    client: HyperClient,
+    runtime: tokio::runtime::Handle,
+}
+
+impl OnRuntime {
+    fn new() -> Self {
+        Self {
+            client: HyperClient::with_default_connector(HTTP_EXPORT_TIMEOUT, None),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl HttpClient for OnRuntime {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let client = self.client.clone();
+        self.runtime
+            .spawn(async move { client.send_bytes(request).await })
+            .await?
+    }
 }
 
 /// Sends the spans not yet exported; blocks, so call it from a blocking thread.
