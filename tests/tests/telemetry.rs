@@ -357,6 +357,43 @@ async fn without_tracing_functions_get_no_trace_context() {
     );
 }
 
+/// The OTEL_* variables are a configuration layer of their own: `krm-runner config` names them
+/// as the source, and `KRM_RUNNER_*` variables still win over them.
+#[test]
+fn otel_variables_are_a_named_layer_below_krm_runner_variables() {
+    let output = krm_runner_tests::run_cli(
+        &["config"],
+        &[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("KRM_RUNNER_TELEMETRY__METRICS__EXPORTER", "none"),
+        ],
+        b"",
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let source = |key: &str| {
+        stdout
+            .lines()
+            .find(|line| line.starts_with(&format!("# {key} = ")))
+            .unwrap_or_else(|| panic!("no provenance line for {key}:\n{stdout}"))
+            .to_owned()
+    };
+    assert!(
+        source("telemetry.traces.exporter")
+            .ends_with("\"otlp\"  <- OpenTelemetry environment (OTEL_*)"),
+        "{stdout}"
+    );
+    assert!(
+        source("telemetry.metrics.exporter").contains("\"none\"  <- "),
+        "{stdout}"
+    );
+}
+
 /// Telemetry settings are checked with the rest of the configuration, every problem named.
 #[test]
 fn bad_telemetry_settings_are_reported_at_once_naming_the_key() {
