@@ -365,25 +365,49 @@ async fn telemetry(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1".to_owned()),
         ("OTEL_EXPORTER_PROMETHEUS_PORT", metrics_port.to_string()),
     ];
-    let off = on.clone().map(|(name, _)| (name, String::new()));
-    let mut plain = BenchServer::start(base, &off).await?;
-    let traced = BenchServer::start(base, &on).await;
-    let mut traced = match traced {
-        Ok(traced) => traced,
-        Err(error) => {
-            plain.stop();
-            return Err(error);
-        }
+    // Unset variables are removed from the server's environment.
+    let unset = |keep: &[&str]| {
+        on.clone().map(|(name, value)| {
+            (
+                name,
+                if keep.contains(&name) {
+                    value
+                } else {
+                    String::new()
+                },
+            )
+        })
     };
+    let mut metrics_only = unset(&["OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_PROMETHEUS_HOST"]);
+    let own_port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    metrics_only[7] = ("OTEL_EXPORTER_PROMETHEUS_PORT", own_port.to_string());
+    let runners = [
+        ("telemetry off", unset(&[])),
+        ("Prometheus metrics on", metrics_only),
+        ("traces (all sampled, OTLP/gRPC) + metrics on", on),
+    ];
+    let mut servers = Vec::new();
+    for (label, env) in &runners {
+        match BenchServer::start(base, env).await {
+            Ok(server) => servers.push((*label, server, Vec::new())),
+            Err(error) => {
+                for (_, server, _) in servers {
+                    server.stop();
+                }
+                serving.abort();
+                return Err(error);
+            }
+        }
+    }
     let outcome = async {
         let payload = resource_list_of(args.payload_bytes);
         for _ in 0..50 {
-            plain.call("bench/cat", &payload).await?;
-            traced.call("bench/cat", &payload).await?;
+            for (_, server, _) in &mut servers {
+                server.call("bench/cat", &payload).await?;
+            }
         }
-        let (mut without, mut with) = (Vec::new(), Vec::new());
         for _ in 0..args.calls {
-            for (server, times) in [(&mut plain, &mut without), (&mut traced, &mut with)] {
+            for (_, server, times) in &mut servers {
                 let started = Instant::now();
                 server.call("bench/cat", &payload).await?;
                 times.push(started.elapsed());
@@ -397,33 +421,33 @@ async fn telemetry(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let (off_p50, off_p99) = percentiles(&mut without);
-        let (on_p50, on_p99) = percentiles(&mut with);
         println!(
             "\n## Telemetry cost ({} calls each, alternating, {} B ResourceList, exec /bin/cat)",
             args.calls,
             payload.len()
         );
-        println!("| runner | p50 | p99 |\n|---|---|---|");
-        println!("| telemetry off | {} | {} |", ms(off_p50), ms(off_p99));
+        println!("| runner | p50 | p99 | p50 vs off |\n|---|---|---|---|");
+        let mut off_p50 = None;
+        for (label, _, times) in &mut servers {
+            let (p50, p99) = percentiles(times);
+            let base_p50 = *off_p50.get_or_insert(p50);
+            println!(
+                "| {label} | {} | {} | {:+.1}% |",
+                ms(p50),
+                ms(p99),
+                (p50.as_secs_f64() / base_p50.as_secs_f64() - 1.0) * 100.0
+            );
+        }
         println!(
-            "| traces (all sampled, OTLP/gRPC) + Prometheus metrics on | {} | {} |",
-            ms(on_p50),
-            ms(on_p99)
-        );
-        println!(
-            "| slower at p50 | {:+.1}% | |",
-            (on_p50.as_secs_f64() / off_p50.as_secs_f64() - 1.0) * 100.0
-        );
-        println!(
-            "| spans received | {} (3 per call) | |",
+            "| spans received | {} (3 per traced call) | | |",
             spans.0.load(std::sync::atomic::Ordering::Relaxed)
         );
         anyhow::Ok(())
     }
     .await;
-    plain.stop();
-    traced.stop();
+    for (_, server, _) in servers {
+        server.stop();
+    }
     serving.abort();
     outcome
 }

@@ -13,7 +13,7 @@ pub use config::TelemetryConfig;
 pub enum TelemetryError {
     #[error("{field}: cannot set up the span exporter: {reason}")]
     Exporter { field: &'static str, reason: String },
-    #[error("{field}: cannot serve metrics on {address}: {source}")]
+    #[error("{field}: cannot serve metrics on {address}")]
     Bind {
         field: &'static str,
         address: String,
