@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the container tests use (podman + runc run pods for real, docker-registry is the
-# local OCI registry, busybox-static gives test images a static shell). Installed when missing.
+# local OCI registry, busybox-static gives test images a static shell), and the Prometheus server
+# the metrics test scrapes the runner with. Installed when missing.
 packages=()
-for pair in podman:podman runc:runc docker-registry:docker-registry busybox:busybox-static; do
+for pair in podman:podman runc:runc docker-registry:docker-registry busybox:busybox-static prometheus:prometheus; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/bin/${pair%%:*}" ] || packages+=("${pair#*:}")
 done
 if [ ${#packages[@]} -gt 0 ]; then

@@ -13,6 +13,9 @@
 //! - `versions`: the same warm builtin call with an exact tag and with a tag constraint
 //!   (Porch's request field 3), alternating, in the plugin and over gRPC; target: a constraint
 //!   adds at most 50 µs.
+//! - `telemetry` (only when asked for): the `grpc` call with tracing (every call sampled,
+//!   exported over OTLP to a receiver in this process) and Prometheus metrics on, against a
+//!   runner with both off, calls alternating; target: at most 5% slower at p50.
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -25,6 +28,12 @@ use clap::Args;
 use krm_plugin_api::host::HostCallContext;
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 
 use crate::config::{Config, EvaluatorConfig};
 use crate::runtime::{Purpose, Runtime};
@@ -37,7 +46,7 @@ pub struct BenchArgs {
     /// Size of the ResourceList sent in the gRPC measurement.
     #[arg(long, default_value_t = 1024)]
     pub payload_bytes: usize,
-    /// Which measurements: abi, grpc, rss, builtin, versions (comma-separated).
+    /// Which measurements: abi, grpc, rss, builtin, versions, telemetry (comma-separated).
     #[arg(
         long,
         default_value = "abi,grpc,rss,builtin,versions",
@@ -62,8 +71,11 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     if wants("abi") {
         abi(base, args.calls.max(100) * 100)?;
     }
+    if wants("telemetry") {
+        telemetry(base, args).await?;
+    }
     if wants("grpc") || wants("rss") || wants("builtin") || wants("versions") {
-        let mut server = BenchServer::start(base).await?;
+        let mut server = BenchServer::start(base, &[]).await?;
         let outcome = async {
             if wants("rss") {
                 server.idle_rss().await?;
@@ -152,7 +164,8 @@ struct BenchServer {
 }
 
 impl BenchServer {
-    async fn start(base: &Config) -> anyhow::Result<Self> {
+    /// `env`: variables set for the server; they are removed from its environment when empty.
+    async fn start(base: &Config, env: &[(&str, String)]) -> anyhow::Result<Self> {
         if !Path::new("/bin/cat").exists() {
             bail!("the gRPC benchmark needs /bin/cat");
         }
@@ -168,7 +181,14 @@ impl BenchServer {
                 "listen: 127.0.0.1:{port}\nlog_level: warn\nplugin_dirs: {plugin_dirs}\nevaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n        - {{image: bench/cat, path: /bin/cat}}\n"
             ),
         )?;
-        let mut child = Command::new(std::env::current_exe()?)
+        let mut command = Command::new(std::env::current_exe()?);
+        for (name, value) in env {
+            match value.as_str() {
+                "" => command.env_remove(name),
+                value => command.env(name, value),
+            };
+        }
+        let mut child = command
             .arg("--config-file")
             .arg(&config_file)
             .arg("serve")
@@ -300,6 +320,136 @@ impl BenchServer {
         );
         Ok(())
     }
+}
+
+/// Counts the spans exported to it over OTLP/gRPC.
+#[derive(Clone, Default)]
+struct SpanCounter(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+#[tonic::async_trait]
+impl TraceService for SpanCounter {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let spans: usize = request
+            .get_ref()
+            .resource_spans
+            .iter()
+            .flat_map(|resource| &resource.scope_spans)
+            .map(|scope| scope.spans.len())
+            .sum();
+        self.0
+            .fetch_add(spans, std::sync::atomic::Ordering::Relaxed);
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+async fn telemetry(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let receiver = listener.local_addr()?;
+    let spans = SpanCounter::default();
+    let serving = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(spans.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let metrics_port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let on = [
+        ("OTEL_TRACES_EXPORTER", "otlp".to_owned()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{receiver}")),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".to_owned()),
+        ("OTEL_TRACES_SAMPLER", "always_on".to_owned()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "200".to_owned()),
+        ("OTEL_METRICS_EXPORTER", "prometheus".to_owned()),
+        ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1".to_owned()),
+        ("OTEL_EXPORTER_PROMETHEUS_PORT", metrics_port.to_string()),
+    ];
+    // Unset variables are removed from the server's environment.
+    let unset = |keep: &[&str]| {
+        on.clone().map(|(name, value)| {
+            (
+                name,
+                if keep.contains(&name) {
+                    value
+                } else {
+                    String::new()
+                },
+            )
+        })
+    };
+    let mut metrics_only = unset(&["OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_PROMETHEUS_HOST"]);
+    let own_port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    metrics_only[7] = ("OTEL_EXPORTER_PROMETHEUS_PORT", own_port.to_string());
+    let runners = [
+        ("telemetry off", unset(&[])),
+        ("Prometheus metrics on", metrics_only),
+        ("traces (all sampled, OTLP/gRPC) + metrics on", on),
+    ];
+    let mut servers = Vec::new();
+    for (label, env) in &runners {
+        match BenchServer::start(base, env).await {
+            Ok(server) => servers.push((*label, server, Vec::new())),
+            Err(error) => {
+                for (_, server, _) in servers {
+                    server.stop();
+                }
+                serving.abort();
+                return Err(error);
+            }
+        }
+    }
+    let outcome = async {
+        let payload = resource_list_of(args.payload_bytes);
+        for _ in 0..50 {
+            for (_, server, _) in &mut servers {
+                server.call("bench/cat", &payload).await?;
+            }
+        }
+        for _ in 0..args.calls {
+            for (_, server, times) in &mut servers {
+                let started = Instant::now();
+                server.call("bench/cat", &payload).await?;
+                times.push(started.elapsed());
+            }
+        }
+        // The exporter sends every 200 ms; give it a few rounds.
+        let expected = (args.calls + 50) * 3;
+        let waited = Instant::now();
+        while spans.0.load(std::sync::atomic::Ordering::Relaxed) < expected
+            && waited.elapsed() < Duration::from_secs(5)
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!(
+            "\n## Telemetry cost ({} calls each, alternating, {} B ResourceList, exec /bin/cat)",
+            args.calls,
+            payload.len()
+        );
+        println!("| runner | p50 | p99 | p50 vs off |\n|---|---|---|---|");
+        let mut off_p50 = None;
+        for (label, _, times) in &mut servers {
+            let (p50, p99) = percentiles(times);
+            let base_p50 = *off_p50.get_or_insert(p50);
+            println!(
+                "| {label} | {} | {} | {:+.1}% |",
+                ms(p50),
+                ms(p99),
+                (p50.as_secs_f64() / base_p50.as_secs_f64() - 1.0) * 100.0
+            );
+        }
+        println!(
+            "| spans received | {} (3 per traced call) | | |",
+            spans.0.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    for (_, server, _) in servers {
+        server.stop();
+    }
+    serving.abort();
+    outcome
 }
 
 /// The builtin transformations and their kustomize equivalents. Block style throughout, as

@@ -1,8 +1,9 @@
 //! The runner's configuration: layered with figment, validated all at once.
 //!
 //! Layers, later winning: the embedded default (`config/krm-runner.yaml`), then
-//! `/etc/krm-runner/config.yaml`, then `--config-file` (or `KRM_RUNNER_CONFIG`), then environment
-//! variables `KRM_RUNNER_<KEY>` (nested keys joined with `__`), then command-line flags.
+//! `/etc/krm-runner/config.yaml`, then `--config-file` (or `KRM_RUNNER_CONFIG`), then
+//! OpenTelemetry's `OTEL_*` variables (the `telemetry:` keys), then environment variables
+//! `KRM_RUNNER_<KEY>` (nested keys joined with `__`), then command-line flags.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -13,6 +14,9 @@ use figment::value::{Dict, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use krm_runner_function_config::config_file::{self, YamlError};
 use serde::{Deserialize, Serialize};
+
+use crate::telemetry::TelemetryConfig;
+use crate::telemetry::config::OtelEnv;
 
 /// The embedded default configuration, usable as is.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/krm-runner.yaml");
@@ -52,6 +56,9 @@ pub struct Config {
     /// FunctionConfig routing: which evaluator runs which function image.
     #[serde(default)]
     pub function_configs: FunctionConfigs,
+    /// Traces and metrics; off unless configured (also by the `OTEL_*` variables).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
 }
 
 /// Where FunctionConfigs come from and which instances run their executors.
@@ -190,6 +197,7 @@ pub fn layered(sources: &Sources, flags: Dict) -> (Figment, Vec<String>) {
             problems.push(format!("--config-file: {} does not exist", file.display()));
         }
     }
+    figment = figment.merge(OtelEnv::from_process());
     figment = figment.merge(
         Env::prefixed(ENV_PREFIX)
             .split("__")
@@ -435,6 +443,7 @@ impl Config {
         {
             problems.push("function_configs.cluster.namespace: empty".to_owned());
         }
+        problems.extend(self.telemetry.problems());
         problems
     }
 

@@ -15,7 +15,8 @@ use crate::BadInvocation;
 use crate::catalog::Catalog;
 use crate::cli::EvalArgs;
 use crate::routing::Plan;
-use crate::runtime::{Runtime, evaluate_on};
+use crate::runtime::{Call, Runtime, evaluate_on};
+use crate::telemetry::traces::CallTrace;
 
 /// Runs the call; returns the process exit code (0 success, 1 function failure). Inputs over
 /// `max_bytes` (the runner's `max_message_bytes`) are refused, as the server refuses them.
@@ -28,7 +29,12 @@ pub async fn run(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyhow
         cancel.cancel(CancelReason::CallerCancelled);
     });
     let outcome = runtime
-        .evaluate(context, args.image.clone(), resource_list.into_bytes())
+        .evaluate(
+            context,
+            &CallTrace::default(),
+            args.image.clone(),
+            resource_list.into_bytes(),
+        )
         .await;
     interrupted.abort();
     write_outcome(outcome, "krm-runner eval")
@@ -130,7 +136,13 @@ pub async fn run_function(
             .into_bytes()
     };
     let context = HostCallContext::new(None);
-    let outcome = evaluate_on(Plan::default(), instance, context, name.to_owned(), input).await;
+    let call = Call {
+        plan: Plan::default(),
+        served: instance,
+        context,
+        trace: CallTrace::default(),
+    };
+    let outcome = evaluate_on(call, name.to_owned(), input).await;
     write_outcome(outcome, "krm-runner fn")
 }
 

@@ -12,6 +12,7 @@ mod routing;
 mod runtime;
 mod server;
 mod signals;
+mod telemetry;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -236,6 +237,10 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
             })?),
             None => None,
         };
+    telemetry::start(&config.telemetry)
+        .await
+        .map_err(anyhow::Error::new)?;
+    runtime.store().report_routes();
     let chain = runtime.served_chain();
     routing::start_sources(runtime.store(), &config.function_configs)
         .await
@@ -251,7 +256,10 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
         config.max_message_bytes,
         Duration::from_secs(config.shutdown_grace_seconds),
     )
-    .await
+    .await?;
+    // The exporter blocks while it sends what is left.
+    let _ = tokio::task::spawn_blocking(telemetry::traces::shutdown).await;
+    Ok(())
 }
 
 fn print_plugins(runtime: &Runtime) {

@@ -17,6 +17,7 @@ use krm_runner_function_config::version::Constraint;
 
 use crate::config::Config;
 use crate::routing::{Plan, Router, Store};
+use crate::telemetry::traces::CallTrace;
 
 /// A running chain of evaluator instances, and the FunctionConfigs routing calls into it.
 pub struct Runtime {
@@ -345,12 +346,30 @@ impl Runtime {
     pub async fn evaluate(
         &self,
         context: Arc<HostCallContext>,
+        trace: &CallTrace,
         image: String,
         resource_list: Vec<u8>,
     ) -> Result<EvalResponse, EvalError> {
         let constraint = requested_constraint(&image, context.tag())?;
+        let routing = trace.child("route");
         let plan = self.store.router().plan(&image, constraint.as_ref());
-        evaluate_on(plan, self.served.clone(), context, image, resource_list).await
+        if routing.is_recording() {
+            let routed: Vec<String> = plan
+                .steps
+                .iter()
+                .map(|step| step.instance.name().to_owned())
+                .collect();
+            routing.set_list("krm.route.evaluators", &routed);
+            routing.set("krm.route.served_chain", self.served.name().to_owned());
+        }
+        routing.end(None);
+        let call = Call {
+            plan,
+            served: self.served.clone(),
+            context,
+            trace: trace.clone(),
+        };
+        evaluate_on(call, image, resource_list).await
     }
 }
 
@@ -377,18 +396,19 @@ pub fn requested_constraint(image: &str, tag: &str) -> Result<Option<Constraint>
 /// cancellation callback, before this returns) and the answer is DEADLINE_EXCEEDED at once:
 /// waiting for the evaluator's own return could let the caller's deadline pass first.
 pub async fn evaluate_on(
-    plan: Plan,
-    served: Arc<EvaluatorInstance>,
-    context: Arc<HostCallContext>,
+    call: Call,
     image: String,
     resource_list: Vec<u8>,
 ) -> Result<EvalResponse, EvalError> {
-    let call_context = context.clone();
+    let context = call.context.clone();
     let label = image.clone();
     let running = RunningCall::register(&context);
+    // The call's log span (naming its trace, when traced) goes with it to the blocking thread.
+    let span = tracing::Span::current();
     let call = tokio::task::spawn_blocking(move || {
         let _running = running;
-        let outcome = run_plan(plan, &served, &call_context, &image, &resource_list);
+        let _entered = span.enter();
+        let outcome = run_plan(&call, &image, &resource_list);
         if resource_list.len() >= LARGE_CALL_BYTES {
             release_free_memory();
         }
@@ -397,23 +417,63 @@ pub async fn evaluate_on(
     await_call(call, &context, &label).await
 }
 
-/// Tries the routed evaluators in order (one that declines passes the call on), then the
-/// served instance; the answer lists every instance that declined, and a NOT_FOUND answer why
-/// each did.
-fn run_plan(
-    plan: Plan,
-    served: &EvaluatorInstance,
-    context: &HostCallContext,
+/// One call's evaluators: the routed ones, then the served instance.
+pub struct Call {
+    pub plan: Plan,
+    pub served: Arc<EvaluatorInstance>,
+    pub context: Arc<HostCallContext>,
+    pub trace: CallTrace,
+}
+
+/// Runs `instance` under a span of its own, which the evaluator receives as the call's trace
+/// context.
+fn evaluate_traced(
+    instance: &EvaluatorInstance,
+    call: &Call,
+    route: Option<&krm_plugin_api::Route>,
     image: &str,
     resource_list: &[u8],
 ) -> Result<EvalResponse, EvalError> {
+    let span = call.trace.child("evaluate");
+    span.lend_to(&call.context);
+    let outcome = instance.evaluate(&call.context, route, image, resource_list);
+    if span.is_recording() {
+        span.set("krm.evaluator", instance.name().to_owned());
+        span.set(
+            "krm.function.image",
+            krm_plugin_api::quoted(image).bounded().into_owned(),
+        );
+        let (answer, error) = match &outcome {
+            Ok(_) => ("served", None),
+            Err(error) if error.kind == ErrorKind::NotFound => ("declined", None),
+            Err(_) => ("failed", Some("failed")),
+        };
+        span.set("krm.outcome", answer);
+        span.end(error);
+    }
+    outcome
+}
+
+/// Tries the routed evaluators in order (one that declines passes the call on), then the
+/// served instance; the answer lists every instance that declined, and a NOT_FOUND answer why
+/// each did.
+fn run_plan(call: &Call, image: &str, resource_list: &[u8]) -> Result<EvalResponse, EvalError> {
+    let Call {
+        plan,
+        served,
+        context,
+        ..
+    } = call;
     let mut declined = Vec::new();
-    let mut reasons = plan.unsatisfied;
-    for step in plan.steps {
-        match step
-            .instance
-            .evaluate(context, Some(&step.route), &step.image, resource_list)
-        {
+    let mut reasons = plan.unsatisfied.clone();
+    for step in &plan.steps {
+        match evaluate_traced(
+            &step.instance,
+            call,
+            Some(&step.route),
+            &step.image,
+            resource_list,
+        ) {
             Err(error) if error.kind == ErrorKind::NotFound => {
                 reasons.push(error.decline_reason(&step.image, step.instance.name()));
                 declined.extend(error.declined);
@@ -427,7 +487,7 @@ fn run_plan(
             }
         }
     }
-    match served.evaluate(context, None, image, resource_list) {
+    match evaluate_traced(served, call, None, image, resource_list) {
         Err(error) if error.kind == ErrorKind::NotFound => {
             reasons.push(error.decline_reason(image, served.name()));
             declined.extend(error.declined);

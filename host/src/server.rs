@@ -17,10 +17,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::catalog::Catalog;
 use crate::confighub_serving::{self, TypedFunctions};
 use crate::runtime::{self, CancelOnDrop, Runtime};
+use crate::telemetry::metrics::{self, CallMetrics};
+use crate::telemetry::traces::CallTrace;
 
 /// The response header naming the evaluator instance that served a call.
 pub const EVALUATOR_HEADER: &str = "x-krm-evaluator";
@@ -42,6 +45,11 @@ impl FunctionEvaluator for EvaluatorService {
         request: Request<EvaluateFunctionRequest>,
     ) -> Result<Response<EvaluateFunctionResponse>, Status> {
         let deadline = answer_by(&request);
+        let trace = CallTrace::server(
+            request.metadata(),
+            "evaluator.FunctionEvaluator",
+            "EvaluateFunction",
+        );
         let EvaluateFunctionRequest {
             resource_list,
             image,
@@ -51,14 +59,19 @@ impl FunctionEvaluator for EvaluatorService {
         // The call runs on its own task, so that it is logged and cleaned up even when the
         // caller goes away; dropping this handler (the caller cancelled) cancels the call.
         let _cancel_if_dropped = CancelOnDrop::new(context.clone());
-        let call = tokio::spawn(run_call(
-            self.runtime.clone(),
-            self.shutdown.clone(),
-            self.max_message_bytes,
-            context,
-            image,
-            resource_list,
-        ));
+        let log_span = trace.log_span();
+        let call = tokio::spawn(
+            run_call(
+                self.runtime.clone(),
+                self.shutdown.clone(),
+                self.max_message_bytes,
+                context,
+                trace,
+                image,
+                resource_list,
+            )
+            .instrument(log_span),
+        );
         call.await
             .unwrap_or_else(|error| Err(Status::internal(format!("call task failed: {error}"))))
     }
@@ -69,29 +82,42 @@ async fn run_call(
     mut shutdown: watch::Receiver<bool>,
     max_message_bytes: usize,
     context: Arc<HostCallContext>,
+    trace: CallTrace,
     image: String,
     resource_list: Vec<u8>,
 ) -> Result<Response<EvaluateFunctionResponse>, Status> {
     let started = Instant::now();
+    let metrics = CallMetrics::start(&image);
+    let request_bytes = resource_list.len();
+    if trace.is_recording() {
+        trace.set("krm.function.image", quoted(&image).bounded().into_owned());
+        trace.set(
+            "krm.function.tag",
+            quoted(context.tag()).bounded().into_owned(),
+        );
+        trace.set("krm.request.bytes", request_bytes as i64);
+    }
     let outcome = tokio::select! {
-        outcome = runtime.evaluate(context.clone(), image.clone(), resource_list) => outcome,
+        outcome = runtime.evaluate(context.clone(), &trace, image.clone(), resource_list) => outcome,
         _ = shutdown.wait_for(|forced| *forced) => {
             context.cancel(CancelReason::ShuttingDown);
             Err(CancelReason::ShuttingDown.to_error(&image))
         }
     };
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let call = CallLog {
+    let call = CallEnd {
         image: &image,
         tag: context.tag(),
         resolved: context.resolved(),
-        duration_ms: elapsed_ms,
+        duration: started.elapsed(),
+        request_bytes,
+        trace,
+        metrics,
     };
     let response = match outcome {
         Ok(response) => response,
         Err(error) => {
             let status = to_status(&error);
-            call.log("", &error.declined, status.code());
+            call.record("", &error.declined, status.code(), 0);
             return Err(status);
         }
     };
@@ -102,10 +128,11 @@ async fn run_call(
             "output of function {} is {size} bytes, over max_message_bytes {max_message_bytes}",
             quoted(&image)
         ));
-        call.log(&served_by, &response.declined, status.code());
+        call.record(&served_by, &response.declined, status.code(), 0);
         return Err(status);
     }
-    call.log(&served_by, &response.declined, tonic::Code::Ok);
+    let resolved = call.resolved.clone();
+    call.record(&served_by, &response.declined, tonic::Code::Ok, size);
     let mut reply = Response::new(EvaluateFunctionResponse {
         resource_list: response.resource_list,
         log: response.log,
@@ -113,33 +140,64 @@ async fn run_call(
     if let Ok(value) = MetadataValue::try_from(served_by.as_str()) {
         reply.metadata_mut().insert(EVALUATOR_HEADER, value);
     }
-    if let Some(Ok(value)) = call.resolved.as_deref().map(MetadataValue::try_from) {
+    if let Some(Ok(value)) = resolved.as_deref().map(MetadataValue::try_from) {
         reply.metadata_mut().insert(RESOLVED_IMAGE_HEADER, value);
     }
     Ok(reply)
 }
 
-/// What the per-call log line says about a call.
-struct CallLog<'a> {
+/// What is recorded about a call when it ends: its log line, its span's attributes and its
+/// metrics.
+struct CallEnd<'a> {
     image: &'a str,
     /// The requested tag constraint; empty when none.
     tag: &'a str,
     resolved: Option<String>,
-    duration_ms: f64,
+    duration: Duration,
+    request_bytes: usize,
+    trace: CallTrace,
+    metrics: Option<CallMetrics>,
 }
 
-impl CallLog<'_> {
-    fn log(&self, evaluator: &str, declined: &[String], code: tonic::Code) {
+impl CallEnd<'_> {
+    fn record(
+        self,
+        evaluator: &str,
+        declined: &[String],
+        code: tonic::Code,
+        response_bytes: usize,
+    ) {
         let Self {
             image,
             tag,
-            duration_ms,
+            duration,
             ..
-        } = *self;
+        } = self;
+        let outcome = metrics::outcome_label(code);
+        if let Some(metrics) = self.metrics {
+            metrics.finish(
+                evaluator,
+                code,
+                duration,
+                self.request_bytes,
+                response_bytes,
+            );
+        }
+        let resolved = self.resolved.as_deref().unwrap_or_default();
+        if self.trace.is_recording() {
+            let trace = &self.trace;
+            trace.set("rpc.grpc.status_code", code as i64);
+            trace.set("krm.outcome", outcome);
+            trace.set("krm.evaluator", evaluator.to_owned());
+            trace.set_list("krm.evaluators.declined", declined);
+            trace.set("krm.function.resolved_image", resolved.to_owned());
+            trace.set("krm.response.bytes", response_bytes as i64);
+        }
+        self.trace.end((code != tonic::Code::Ok).then_some(outcome));
         let (image, tag) = (quoted(image).bounded(), quoted(tag).bounded());
         let (image, tag) = (image.as_ref(), tag.as_ref());
         let declined = declined.join(",");
-        let resolved = self.resolved.as_deref().unwrap_or_default();
+        let duration_ms = duration.as_secs_f64() * 1000.0;
         let outcome = format!("{code:?}");
         if code == tonic::Code::Ok {
             tracing::info!(

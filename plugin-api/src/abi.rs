@@ -100,6 +100,13 @@ pub trait CallContextFfi: Send + Sync {
     fn report_resolved(&self, reference: RStr<'_>) {
         let _ = reference;
     }
+
+    /// The W3C trace context of the span the call runs under: the `traceparent` value, then,
+    /// after a newline, the `tracestate` value (possibly empty). Empty when the runner does not
+    /// trace the call, or is from before it.
+    fn trace_context(&self) -> RString {
+        RString::new()
+    }
 }
 
 pub type CallContextRef<'a> = CallContextFfi_TO<'a, RRef<'a, ()>>;

@@ -513,6 +513,8 @@ pub struct HostCallContext {
     deadline: Option<Instant>,
     tag: String,
     resolved: Mutex<Option<String>>,
+    /// `traceparent`, newline, `tracestate` of the span the evaluator now running works under.
+    trace: Mutex<String>,
     state: Mutex<CancelState>,
     changed: Condvar,
 }
@@ -534,6 +536,7 @@ impl HostCallContext {
             deadline,
             tag,
             resolved: Mutex::default(),
+            trace: Mutex::default(),
             state: Mutex::new(CancelState::default()),
             changed: Condvar::new(),
         })
@@ -561,6 +564,16 @@ impl HostCallContext {
     /// declines after resolving is followed by the one that serves).
     pub fn set_resolved(&self, reference: &str) {
         *self.resolved.lock().unwrap_or_else(PoisonError::into_inner) = Some(reference.to_owned());
+    }
+
+    /// The W3C trace context evaluators see from now on (see [`crate::TraceContext`]): the
+    /// runner sets it to the span of the evaluator it is about to call.
+    pub fn set_trace_context(&self, traceparent: &str, tracestate: &str) {
+        let mut trace = self.trace.lock().unwrap_or_else(PoisonError::into_inner);
+        trace.clear();
+        trace.push_str(traceparent);
+        trace.push('\n');
+        trace.push_str(tracestate);
     }
 
     pub fn cancel_reason(&self) -> Option<CancelReason> {
@@ -642,6 +655,15 @@ impl CallContextFfi for HostCallContext {
     fn report_resolved(&self, reference: RStr<'_>) {
         self.set_resolved(reference.as_str());
     }
+
+    fn trace_context(&self) -> RString {
+        RString::from(
+            self.trace
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_str(),
+        )
+    }
 }
 
 /// The context a call sees from the runner: the call's own, plus the route that chose it.
@@ -682,6 +704,10 @@ impl CallContextFfi for RoutedContext<'_> {
     fn report_resolved(&self, reference: RStr<'_>) {
         self.parent.set_resolved(reference.as_str());
     }
+
+    fn trace_context(&self) -> RString {
+        CallContextFfi::trace_context(self.parent)
+    }
 }
 
 /// The context a delegated call sees: the caller's, one level deeper.
@@ -721,5 +747,9 @@ impl CallContextFfi for NestedContext<'_> {
 
     fn report_resolved(&self, reference: RStr<'_>) {
         self.parent.report_resolved(reference)
+    }
+
+    fn trace_context(&self) -> RString {
+        self.parent.trace_context()
     }
 }

@@ -45,6 +45,7 @@ mod signature;
 
 pub use call::{
     CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,
+    TraceContext,
 };
 pub use decline::{Answer, Probe, ProbeOutcome, declined_message};
 pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};

@@ -123,10 +123,12 @@ fn one_kubectl_apply_k_creates_everything_on_a_fresh_api_server() {
     let etc = dir.path().join("etc");
     let config_file = mount_config_volume(&documents, &etc);
     let kubeconfig = standin.kubeconfig.to_str().unwrap();
-    let env = [
+    let telemetry = telemetry_env(&documents);
+    let mut env = vec![
         ("KUBECONFIG", kubeconfig),
         ("WRAPPER_SERVER_IMAGE", wrapper.as_str()),
     ];
+    env.extend(telemetry.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let config_file = config_file.to_str().unwrap();
     let check = run_cli(
         &["--config-file", config_file, "config", "check"],
@@ -160,6 +162,49 @@ fn one_kubectl_apply_k_creates_everything_on_a_fresh_api_server() {
         explained.contains("functions/builtins.yaml") && explained.contains("builtin"),
         "{explained}"
     );
+}
+
+/// The Deployment's `OTEL_*` variables (checked by `config check` with the rest), after checking
+/// that the metrics port they name is the container's, the Service's and the scrape
+/// annotation's.
+fn telemetry_env(documents: &[yaml_serde::Value]) -> Vec<(String, String)> {
+    let pod = &find(documents, "Deployment", "function-runner")["spec"]["template"];
+    let container = &pod["spec"]["containers"][0];
+    let env: Vec<(String, String)> = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|entry| {
+            let name = entry["name"].as_str()?;
+            let value = entry["value"].as_str()?;
+            name.starts_with("OTEL_")
+                .then(|| (name.to_owned(), value.to_owned()))
+        })
+        .collect();
+    let port = env
+        .iter()
+        .find(|(name, _)| name == "OTEL_EXPORTER_PROMETHEUS_PORT")
+        .map(|(_, port)| port.clone())
+        .expect("OTEL_EXPORTER_PROMETHEUS_PORT in the Deployment");
+    let named = |ports: &yaml_serde::Value, key: &str| {
+        ports
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|port| port["name"] == "metrics")
+            .map(|port| port[key].as_u64().unwrap().to_string())
+    };
+    assert_eq!(
+        named(&container["ports"], "containerPort"),
+        Some(port.clone())
+    );
+    let service = find(documents, "Service", "function-runner");
+    assert_eq!(named(&service["spec"]["ports"], "port"), Some(port.clone()));
+    assert_eq!(
+        pod["metadata"]["annotations"]["prometheus.io/port"].as_str(),
+        Some(port.as_str())
+    );
+    env
 }
 
 /// Lays out the runner Deployment's `config` volume as the kubelet would (each projected

@@ -13,6 +13,7 @@ use krm_runner_function_config::{
 
 use super::Router;
 use crate::config::FunctionConfigs;
+use crate::telemetry::metrics;
 
 pub struct Store {
     router: Arc<Router>,
@@ -75,10 +76,12 @@ impl Store {
                         );
                         state.files = files;
                         store.rebuild(&mut state);
+                        metrics::function_configs_reloaded(0);
                     }
                 }
                 Err(problems) => {
                     if last_refusal.as_ref() != Some(&problems) {
+                        metrics::function_configs_reloaded(problems.len());
                         for problem in &problems {
                             tracing::error!(
                                 "function_configs: {problem}; keeping the last good routing"
@@ -155,6 +158,27 @@ impl Store {
         }
         state.conflicts = conflicts;
         self.router.replace_table(table);
+        self.report_routes();
+    }
+
+    /// Publishes how many FunctionConfigs in force have each executor section (a metric).
+    pub fn report_routes(&self) {
+        let table = self.router.table();
+        let with = |section: fn(&Sourced) -> bool| table.objects().filter(|o| section(o)).count();
+        metrics::function_config_routes([
+            (
+                "goExecutor",
+                with(|o| o.object().spec.go_executor.is_some()),
+            ),
+            (
+                "binaryExecutor",
+                with(|o| o.object().spec.binary_executor.is_some()),
+            ),
+            (
+                "podExecutor",
+                with(|o| o.object().spec.pod_executor.is_some()),
+            ),
+        ]);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -41,6 +41,9 @@ pub(crate) fn run(
         .env_clear()
         .envs(function.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&function.working_dir);
+    if let Some(trace) = context.trace_context() {
+        command.envs(trace.environment());
+    }
     // No PR_SET_PDEATHSIG (it needs a pre_exec hook, which forces fork() and costs 0.7 ms per
     // call). Should the runner die, a function loses its pipes and dies of SIGPIPE on its next
     // write; graceful shutdown cancels, and so kills, every call.

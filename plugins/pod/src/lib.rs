@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator, Plugin,
-    Probe, Resolution, Route, export_plugin,
+    Probe, Resolution, Route, TraceContext, export_plugin,
 };
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use tonic::Code;
@@ -52,6 +52,7 @@ impl Evaluator for PodEvaluator {
         let deadline = context.deadline();
         let cancelled = context.cancelled();
         let requested_tag = context.requested_tag();
+        let trace = context.trace_context();
         let label = image.clone();
         self.runtime.block_on(async {
             let call = async {
@@ -62,7 +63,13 @@ impl Evaluator for PodEvaluator {
                     image = resolution.image;
                 }
                 let limits = self.pool.settle(&image, route.as_ref())?;
-                evaluate(&self.pool, &image, &limits, resource_list, deadline).await
+                let call = Call {
+                    image: &image,
+                    resource_list,
+                    deadline,
+                    trace: trace.as_ref(),
+                };
+                evaluate(&self.pool, &limits, call).await
             };
             tokio::select! {
                 outcome = call => outcome,
@@ -102,13 +109,26 @@ impl Evaluator for PodEvaluator {
 /// unreachable one is out of the pool.
 const UNREACHABLE_RETRIES: usize = 2;
 
+/// One call as the wrapper server is asked it.
+struct Call<'a> {
+    image: &'a str,
+    resource_list: &'a [u8],
+    deadline: Option<Instant>,
+    /// Sent as `traceparent`/`tracestate` metadata, so that the function joins the trace.
+    trace: Option<&'a TraceContext>,
+}
+
 async fn evaluate(
     pool: &Arc<Pool>,
-    image: &str,
     limits: &Arc<Limits>,
-    resource_list: &[u8],
-    deadline: Option<Instant>,
+    call: Call<'_>,
 ) -> Result<EvalResponse, EvalError> {
+    let Call {
+        image,
+        resource_list,
+        deadline,
+        trace,
+    } = call;
     // A pod that went away behind the runner's back (deleted, evicted, killed mid-call) fails
     // the connection: evict it and try again on another pod, within the caller's deadline.
     // Functions are pure transformations, so a retry is safe.
@@ -122,6 +142,17 @@ async fn evaluate(
         });
         if let Some(deadline) = deadline {
             request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+        }
+        if let Some(trace) = trace {
+            let headers = [
+                ("traceparent", &trace.traceparent),
+                ("tracestate", &trace.tracestate),
+            ];
+            for (key, value) in headers.into_iter().filter(|(_, value)| !value.is_empty()) {
+                if let Ok(value) = value.parse() {
+                    request.metadata_mut().insert(key, value);
+                }
+            }
         }
         let status = match lease.pod.client().evaluate_function(request).await {
             Ok(response) => {

@@ -27,6 +27,7 @@ pub enum Outcome {
 /// kills the process group.
 pub async fn run(
     entrypoint: &[String],
+    environment: &[(String, String)],
     input: Vec<u8>,
     deadline: Option<tokio::time::Instant>,
     limits: Limits,
@@ -37,10 +38,12 @@ pub async fn run(
             "no entrypoint configured",
         ));
     };
-    // Environment and working directory are inherited: the wrapper runs inside the function's
-    // own container.
+    // Environment and working directory are inherited (the wrapper runs inside the function's
+    // own container), plus the call's own variables.
     let mut command = Command::new(program);
-    command.args(args);
+    command
+        .args(args)
+        .envs(environment.iter().map(|(k, v)| (k, v)));
     let in_flight = process::call_in_flight();
     let child = match process::spawn(command, limits) {
         Ok(child) => child,

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use krm_plugin_api::quoted;
+use krm_plugin_api::{TraceContext, quoted};
 use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
@@ -40,6 +40,7 @@ impl FunctionEvaluator for Evaluator {
         request: Request<EvaluateFunctionRequest>,
     ) -> Result<Response<EvaluateFunctionResponse>, Status> {
         let deadline = answer_by(&request).map(tokio::time::Instant::from_std);
+        let trace = trace_context(request.metadata());
         let EvaluateFunctionRequest {
             resource_list,
             image,
@@ -50,7 +51,15 @@ impl FunctionEvaluator for Evaluator {
             max_stdout_bytes: self.max_message_bytes,
             max_log_bytes: self.max_message_bytes,
         };
-        let outcome = process::run(&self.entrypoint, resource_list, deadline, limits).await;
+        let environment = trace.map(|trace| trace.environment()).unwrap_or_default();
+        let outcome = process::run(
+            &self.entrypoint,
+            &environment,
+            resource_list,
+            deadline,
+            limits,
+        )
+        .await;
         let result = respond(&image, outcome, self.max_message_bytes);
         let image = quoted(&image).bounded();
         let image = image.as_ref();
@@ -72,6 +81,18 @@ impl FunctionEvaluator for Evaluator {
         }
         result
     }
+}
+
+/// The caller's W3C trace context (`traceparent`, `tracestate` metadata), which the function
+/// receives as `TRACEPARENT`/`TRACESTATE` so that its own spans join the caller's trace.
+fn trace_context(metadata: &tonic::metadata::MetadataMap) -> Option<TraceContext> {
+    let value = |key| {
+        metadata
+            .get(key)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+    };
+    TraceContext::new(value("traceparent"), value("tracestate"))
 }
 
 /// The answer for a finished call, with Porch's wrapper-server messages.

@@ -5,6 +5,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use krm_runner_proto::evaluator::EvaluateFunctionRequest;
+use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -29,6 +31,61 @@ async fn success_returns_raw_stdout_and_stderr_as_log() {
     let response = wrapper.call(IMAGE, INPUT, None).await.unwrap();
     assert_eq!(String::from_utf8(response.resource_list).unwrap(), INPUT);
     assert_eq!(String::from_utf8(response.log).unwrap(), "to stderr\n");
+}
+
+/// The caller's W3C trace context (gRPC metadata) reaches the function as TRACEPARENT and
+/// TRACESTATE; a `traceparent` that is not one is not passed on.
+#[tokio::test]
+async fn the_callers_trace_context_reaches_the_function_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let function = script(
+        dir.path(),
+        "fn.sh",
+        "cat\necho \"[$TRACEPARENT] [$TRACESTATE]\" >&2\n",
+    );
+    let wrapper = Wrapper::start(&["/bin/sh", &function]);
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    for (sent, expected) in [
+        (
+            Some((traceparent, "vendor=value")),
+            format!("[{traceparent}] [vendor=value]\n"),
+        ),
+        (
+            Some(("not-a-traceparent", "vendor=value")),
+            "[] []\n".to_owned(),
+        ),
+        (None, "[] []\n".to_owned()),
+    ] {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", wrapper.port))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+        let mut request = tonic::Request::new(EvaluateFunctionRequest {
+            resource_list: INPUT.as_bytes().to_vec(),
+            image: IMAGE.to_owned(),
+            tag: String::new(),
+        });
+        if let Some((parent, state)) = sent {
+            request
+                .metadata_mut()
+                .insert("traceparent", parent.parse().unwrap());
+            request
+                .metadata_mut()
+                .insert("tracestate", state.parse().unwrap());
+        }
+        let response = FunctionEvaluatorClient::new(channel)
+            .evaluate_function(request)
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            String::from_utf8(response.log).unwrap(),
+            expected,
+            "{sent:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,0 +1,32 @@
+//! Observability: OpenTelemetry traces and Prometheus metrics, configured the OpenTelemetry way
+//! (`OTEL_*` variables, as Porch's runner reads them) or by the `telemetry:` keys. Both are off
+//! unless configured, and then cost one check per call.
+
+pub mod config;
+pub mod metrics;
+pub mod traces;
+
+pub use config::TelemetryConfig;
+
+/// Why telemetry could not start; the runner then does not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("{field}: cannot set up the span exporter: {reason}")]
+    Exporter { field: &'static str, reason: String },
+    #[error("{field}: cannot serve metrics on {address}")]
+    Bind {
+        field: &'static str,
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Starts what `config` turns on; inside the async runtime that serves.
+pub async fn start(config: &TelemetryConfig) -> Result<(), TelemetryError> {
+    traces::start(config)?;
+    if let Some(address) = metrics::start(&config.metrics).await? {
+        tracing::info!(%address, "serving metrics for Prometheus at /metrics");
+    }
+    Ok(())
+}

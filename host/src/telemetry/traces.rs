@@ -1,0 +1,262 @@
+//! Spans, exported over OTLP: the call as the gRPC server sees it (continuing the caller's
+//! trace), the routing decision, each evaluator the runner asks, and the W3C context handed to
+//! the evaluator, so that its function process joins the same trace.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use krm_plugin_api::host::HostCallContext;
+use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
+use opentelemetry::{Context, KeyValue, Value};
+use opentelemetry_http::hyper::HyperClient;
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
+use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use tonic::metadata::{KeyRef, MetadataMap};
+
+use super::TelemetryError;
+use super::config::{OtlpProtocol, TelemetryConfig, TracesExporter};
+
+struct Tracing {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    /// What `OTEL_PROPAGATORS` names, for reading the caller's context.
+    propagator: TextMapCompositePropagator,
+    /// Whether the W3C `traceparent` is propagated at all (not with `none`), and so handed to
+    /// functions.
+    w3c: bool,
+}
+
+static TRACING: OnceLock<Tracing> = OnceLock::new();
+
+/// Starts exporting spans when `telemetry.traces.exporter` says so. Call it inside the async
+/// runtime that serves (the gRPC exporter's connection lives there).
+pub fn start(config: &TelemetryConfig) -> Result<(), TelemetryError> {
+    if config.traces.exporter == TracesExporter::None {
+        return Ok(());
+    }
+    let exporter = match config.traces.protocol {
+        OtlpProtocol::Grpc => SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(
+                config
+                    .traces
+                    .endpoint
+                    .clone()
+                    .unwrap_or_else(|| "http://localhost:4317".to_owned()),
+            )
+            .build(),
+        OtlpProtocol::HttpProtobuf => {
+            let base = config
+                .traces
+                .endpoint
+                .as_deref()
+                .unwrap_or("http://localhost:4318");
+            SpanExporter::builder()
+                .with_http()
+                .with_http_client(OnRuntime::new())
+                .with_protocol(Protocol::HttpBinary)
+                .with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')))
+                .build()
+        }
+    }
+    .map_err(|error| TelemetryError::Exporter {
+        field: "telemetry.traces",
+        reason: error.to_string(),
+    })?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(
+            Resource::builder()
+                .with_service_name(config.service_name.clone())
+                .build(),
+        )
+        .build();
+    let tracer = provider.tracer("krm-runner");
+    let names = &config.propagators;
+    let mut propagators: Vec<Box<dyn TextMapPropagator + Send + Sync>> = Vec::new();
+    if names.iter().any(|name| name == "tracecontext") {
+        propagators.push(Box::new(TraceContextPropagator::new()));
+    }
+    if names.iter().any(|name| name == "baggage") {
+        propagators.push(Box::new(BaggagePropagator::new()));
+    }
+    let w3c = names.iter().any(|name| name == "tracecontext");
+    let _ = TRACING.set(Tracing {
+        provider,
+        tracer,
+        propagator: TextMapCompositePropagator::new(propagators),
+        w3c,
+    });
+    Ok(())
+}
+
+/// How long one export over HTTP may take (OpenTelemetry's default export timeout).
+const HTTP_EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The OTLP/HTTP client: hyper's, run on the serving async runtime. The batch span processor
+/// exports from a thread of its own, where hyper's client (which needs a tokio runtime) cannot
+/// run by itself.
+#[derive(Debug)]
+struct OnRuntime {
+    client: HyperClient,
+    runtime: tokio::runtime::Handle,
+}
+
+impl OnRuntime {
+    fn new() -> Self {
+        Self {
+            client: HyperClient::with_default_connector(HTTP_EXPORT_TIMEOUT, None),
+            runtime: tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl HttpClient for OnRuntime {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let client = self.client.clone();
+        self.runtime
+            .spawn(async move { client.send_bytes(request).await })
+            .await?
+    }
+}
+
+/// Sends the spans not yet exported; blocks, so call it from a blocking thread.
+pub fn shutdown() {
+    if let Some(tracing) = TRACING.get()
+        && let Err(error) = tracing.provider.shutdown()
+    {
+        tracing::warn!(%error, "telemetry: spans not exported at shutdown");
+    }
+}
+
+/// The spans of one call: the context of the span now open, or nothing when the runner does
+/// not trace (then every method does nothing).
+#[derive(Clone, Default)]
+pub struct CallTrace(Option<Context>);
+
+impl CallTrace {
+    /// The server span of a gRPC call, continuing the trace the caller's metadata names.
+    pub fn server(metadata: &MetadataMap, service: &'static str, method: &'static str) -> Self {
+        let Some(tracing) = TRACING.get() else {
+            return Self(None);
+        };
+        let parent = tracing.propagator.extract(&Metadata(metadata));
+        let attributes = [
+            KeyValue::new("rpc.system", "grpc"),
+            KeyValue::new("rpc.service", service),
+            KeyValue::new("rpc.method", method),
+        ];
+        let span = tracing
+            .tracer
+            .span_builder(format!("{service}/{method}"))
+            .with_kind(SpanKind::Server)
+            .with_attributes(attributes)
+            .start_with_context(&tracing.tracer, &parent);
+        Self(Some(parent.with_span(span)))
+    }
+
+    /// A span inside this one (none when not tracing).
+    pub fn child(&self, name: impl Into<Cow<'static, str>>) -> Self {
+        let (Some(parent), Some(tracing)) = (&self.0, TRACING.get()) else {
+            return Self(None);
+        };
+        let span = tracing
+            .tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Internal)
+            .start_with_context(&tracing.tracer, parent);
+        Self(Some(parent.with_span(span)))
+    }
+
+    pub fn is_recording(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub fn set(&self, key: &'static str, value: impl Into<Value>) {
+        if let Some(context) = &self.0 {
+            context.span().set_attribute(KeyValue::new(key, value));
+        }
+    }
+
+    /// Sets a list of strings (evaluators that declined, say).
+    pub fn set_list(&self, key: &'static str, values: &[String]) {
+        if let Some(context) = &self.0 {
+            let values: Vec<opentelemetry::StringValue> =
+                values.iter().map(|value| value.clone().into()).collect();
+            context.span().set_attribute(KeyValue::new(
+                key,
+                Value::Array(opentelemetry::Array::String(values)),
+            ));
+        }
+    }
+
+    /// Ends the span; an error status carries `message`.
+    pub fn end(self, error: Option<&str>) {
+        if let Some(context) = self.0 {
+            let span = context.span();
+            if let Some(message) = error {
+                span.set_status(Status::error(message.to_owned()));
+            }
+            span.end();
+        }
+    }
+
+    /// The trace id, hex, for log lines.
+    pub fn trace_id(&self) -> Option<String> {
+        let context = self.0.as_ref()?;
+        Some(context.span().span_context().trace_id().to_string())
+    }
+
+    /// Hands this span's W3C context to the evaluators about to be called (they pass it on to
+    /// their function processes as `TRACEPARENT`/`TRACESTATE`).
+    pub fn lend_to(&self, call: &HostCallContext) {
+        let (Some(context), Some(tracing)) = (&self.0, TRACING.get()) else {
+            return;
+        };
+        if !tracing.w3c {
+            return;
+        }
+        let mut headers = HashMap::new();
+        TraceContextPropagator::new().inject_context(context, &mut headers);
+        if let Some(traceparent) = headers.get("traceparent") {
+            call.set_trace_context(
+                traceparent,
+                headers.get("tracestate").map_or("", String::as_str),
+            );
+        }
+    }
+
+    /// A `tracing` span carrying the trace id, so that every log line of the call (the
+    /// plugins' included) names its trace; `Span::none()` when not tracing. At level ERROR so
+    /// that no log filter hides it.
+    pub fn log_span(&self) -> tracing::Span {
+        match self.trace_id() {
+            Some(trace_id) => tracing::error_span!("call", trace_id = %trace_id),
+            None => tracing::Span::none(),
+        }
+    }
+}
+
+struct Metadata<'a>(&'a MetadataMap);
+
+impl Extractor for Metadata<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|value| value.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0
+            .keys()
+            .filter_map(|key| match key {
+                KeyRef::Ascii(key) => Some(key.as_str()),
+                KeyRef::Binary(_) => None,
+            })
+            .collect()
+    }
+}
