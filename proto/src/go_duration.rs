@@ -2,7 +2,6 @@
 //! wrapper-server's flags (`-connect-timeout 1s`) and FunctionConfig fields (`timeToLive`) take,
 //! so that krm-runner accepts exactly what Porch accepts. One parser for all of them.
 
-use std::fmt;
 use std::time::Duration;
 
 /// A parsed Go duration: a sign and a magnitude (Go's `time.Duration` is signed).
@@ -13,19 +12,12 @@ pub struct GoDuration {
 }
 
 /// Text that is not a Go duration, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {text:?}: {reason}")]
 pub struct InvalidGoDuration {
     pub text: String,
     pub reason: &'static str,
 }
-
-impl fmt::Display for InvalidGoDuration {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid duration {:?}: {}", self.text, self.reason)
-    }
-}
-
-impl std::error::Error for InvalidGoDuration {}
 
 /// Go's largest duration, 2^63 - 1 nanoseconds (about 292 years); a negative one may be one
 /// nanosecond longer.

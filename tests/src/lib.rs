@@ -390,6 +390,18 @@ pub fn fn_command(function: &str) -> String {
     format!("{} fn {function}", runner_binary().display())
 }
 
+/// `kpt fn eval PACKAGE --exec "krm-runner fn FUNCTION" [-- ARGS]`, this build's runner
+/// standing for the function.
+pub fn kpt_eval_exec(package: &Path, function: &str, args: &[&str]) -> Output {
+    let command = fn_command(function);
+    let mut all = vec!["fn", "eval", package.to_str().unwrap(), "--exec", &command];
+    if !args.is_empty() {
+        all.push("--");
+        all.extend_from_slice(args);
+    }
+    kpt(&all)
+}
+
 /// A kpt package: the folder `pkg` under `dir`, holding `app.yaml`.
 pub fn kpt_package(dir: &Path, app_yaml: &str) -> PathBuf {
     let package = dir.join("pkg");

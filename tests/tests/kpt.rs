@@ -6,7 +6,9 @@ use std::process::Command;
 use krm_runner_proto::krmrunner::v1::GetFunctionRequest;
 use krm_runner_proto::krmrunner::v1::ListFunctionsRequest;
 use krm_runner_proto::krmrunner::v1::function_catalog_client::FunctionCatalogClient;
-use krm_runner_tests::{Server, fn_command, have_tool, kpt, kpt_package, runner_binary, scratch};
+use krm_runner_tests::{
+    Server, fn_command, have_tool, kpt, kpt_eval_exec, kpt_package, runner_binary, scratch,
+};
 use tonic::Code;
 
 const PACKAGE: &str = "# the web app
@@ -47,15 +49,7 @@ fn kpt_fn_eval_runs_set_namespace_keeping_comments() {
     }
     let dir = scratch();
     let package = kpt_package(dir.path(), PACKAGE);
-    let output = kpt(&[
-        "fn",
-        "eval",
-        package.to_str().unwrap(),
-        "--exec",
-        &fn_command("set-namespace"),
-        "--",
-        "namespace=prod",
-    ]);
+    let output = kpt_eval_exec(&package, "set-namespace", &["namespace=prod"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let written = std::fs::read_to_string(package.join("app.yaml")).unwrap();
@@ -109,13 +103,7 @@ fn kpt_reports_a_failing_builtin_and_writes_nothing() {
     let dir = scratch();
     let package = kpt_package(dir.path(), PACKAGE);
     // set-labels without a functionConfig fails (exit 1) in the catalog.
-    let output = kpt(&[
-        "fn",
-        "eval",
-        package.to_str().unwrap(),
-        "--exec",
-        &fn_command("set-labels"),
-    ]);
+    let output = kpt_eval_exec(&package, "set-labels", &[]);
     assert!(!output.status.success());
     assert_eq!(
         std::fs::read_to_string(package.join("app.yaml")).unwrap(),

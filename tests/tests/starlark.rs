@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{
     Server, assert_deadline_answer, call_with_remote_deadline, fn_command, have_tool, kpt,
-    kpt_package, run_cli, scratch,
+    kpt_eval_exec, kpt_package, run_cli, scratch,
 };
 use tonic::Code;
 
@@ -162,16 +162,11 @@ fn kpt_eval_takes_the_configmap_form_from_the_command_line() {
     let dir = scratch();
     let package = kpt_package(dir.path(), APP);
     let source = "for r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"Deployment\":\n    r[\"spec\"][\"replicas\"] = int(ctx.resource_list[\"functionConfig\"][\"data\"][\"replicas\"])\n    r[\"spec\"][\"template\"][\"spec\"][\"containers\"].append({\"name\": \"log\", \"image\": \"fluentd:1\"})\n";
-    let output = kpt(&[
-        "fn",
-        "eval",
-        package.to_str().unwrap(),
-        "--exec",
-        &fn_command("starlark"),
-        "--",
-        &format!("source={source}"),
-        "replicas=5",
-    ]);
+    let output = kpt_eval_exec(
+        &package,
+        "starlark",
+        &[&format!("source={source}"), "replicas=5"],
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     // A new container comes with its keys sorted, as the catalog's Go encoder writes them.

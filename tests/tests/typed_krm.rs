@@ -3,7 +3,7 @@
 //! answered by the builtin plugin. Name clashes with the catalog: the catalog function keeps
 //! the bare name, the typed one answers to `confighub/NAME`.
 
-use krm_runner_tests::{Server, fn_command, have_tool, kpt, kpt_package, run_cli, scratch};
+use krm_runner_tests::{Server, have_tool, kpt_eval_exec, kpt_package, run_cli, scratch};
 use tonic::Code;
 
 const PACKAGE: &str = "# the web app
@@ -250,15 +250,7 @@ fn kpt_runs_a_typed_function_as_an_exec_function() {
     }
     let dir = scratch();
     let package = kpt_package(dir.path(), PACKAGE);
-    let output = kpt(&[
-        "fn",
-        "eval",
-        package.to_str().unwrap(),
-        "--exec",
-        &fn_command("set-replicas"),
-        "--",
-        "replicas=4",
-    ]);
+    let output = kpt_eval_exec(&package, "set-replicas", &["replicas=4"]);
     let err = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{err}");
     let written = std::fs::read_to_string(package.join("app.yaml")).unwrap();
