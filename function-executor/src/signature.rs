@@ -163,6 +163,7 @@ impl TypedSignature {
                 parameters,
                 changes: Vec::new(),
                 validates: validating,
+                examples: Vec::new(),
             },
             typed: TypedFacet {
                 var_args: signature.var_args,

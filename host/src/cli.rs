@@ -28,7 +28,12 @@ pub enum Command {
     /// Run one function through the served chain, like `kpt fn eval`.
     Eval(EvalArgs),
     /// List the evaluator instances, their plugins and their place in the served chain.
-    Plugins,
+    Plugins {
+        /// Show the `config:` keys of plugin NAME (or of instance NAME's plugin), with an
+        /// example instance, instead; works with a configuration that does not start.
+        #[arg(long, value_name = "NAME")]
+        config_schema: Option<String>,
+    },
     /// Print the merged configuration and where each value came from; `check` validates it
     /// and the FunctionConfig files without starting anything.
     Config {

@@ -8,6 +8,7 @@ mod confighub;
 mod confighub_serving;
 mod eval;
 mod logging;
+mod plugin_schema;
 mod routing;
 mod runtime;
 mod server;
@@ -72,6 +73,18 @@ fn main() -> ExitCode {
         }
         return exit_code(typed.run());
     }
+    if let Some(Command::Plugins {
+        config_schema: Some(plugin),
+    }) = &cli.command
+    {
+        return match plugin_schema::describe(&config, plugin) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(problem) => report(&[problem]),
+        };
+    }
     if let Some(Command::Eval(
         args @ cli::EvalArgs {
             server: Some(address),
@@ -122,7 +135,7 @@ fn main() -> ExitCode {
         match &cli.command {
             None | Some(Command::Serve) => serve(runtime, &config).await.map(|()| 0),
             Some(Command::Eval(args)) => eval::run(&runtime, args, config.max_message_bytes).await,
-            Some(Command::Plugins) => {
+            Some(Command::Plugins { .. }) => {
                 print_plugins(&runtime);
                 Ok(0)
             }

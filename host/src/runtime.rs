@@ -1,6 +1,7 @@
 //! Loads the configured plugins, builds their instances and runs calls on the served one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -10,7 +11,7 @@ use krm_plugin_api::host::{
 };
 use krm_plugin_api::process::{self, CallInFlight};
 use krm_plugin_api::{
-    CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature, ProbeOutcome,
+    CancelReason, Chain, ErrorKind, EvalError, EvalResponse, FunctionSignature, ProbeOutcome,
 };
 use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;
@@ -48,7 +49,7 @@ pub fn library_file_name(plugin: &str) -> String {
     format!("libkrm_plugin_{}.so", plugin.replace('-', "_"))
 }
 
-fn locate_plugin(plugin: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
+pub(crate) fn locate_plugin(plugin: &str, dirs: &[PathBuf]) -> Result<PathBuf, String> {
     if plugin.contains('/') || plugin.ends_with(".so") {
         let path = PathBuf::from(plugin);
         return if path.is_file() {
@@ -193,7 +194,12 @@ impl Runtime {
                     services.slots[&name].fill(instance.clone());
                     built.insert(name.clone(), instance);
                 }
-                Err(message) => problems.push(format!("evaluators.{name}.config: {message}")),
+                Err(error) => problems.extend(
+                    error
+                        .problems()
+                        .iter()
+                        .map(|problem| format!("evaluators.{name}.config: {problem}")),
+                ),
             }
             let info = library.info();
             reports.push(InstanceReport {
@@ -464,66 +470,40 @@ fn run_plan(call: &Call, image: &str, resource_list: &[u8]) -> Result<EvalRespon
         context,
         ..
     } = call;
-    let mut declined = Vec::new();
-    let mut reasons = plan.unsatisfied.clone();
+    let mut chain = Chain::default();
+    for reason in &plan.unsatisfied {
+        chain.add_reason(reason.clone());
+    }
     for step in &plan.steps {
-        match evaluate_traced(
+        let outcome = evaluate_traced(
             &step.instance,
             call,
             Some(&step.route),
             &step.image,
             resource_list,
-        ) {
-            Err(error) if error.kind == ErrorKind::NotFound => {
-                reasons.push(error.decline_reason(&step.image, step.instance.name()));
-                declined.extend(error.declined);
-                declined.push(step.instance.name().to_owned());
+        );
+        let served_here = outcome.is_ok();
+        if let ControlFlow::Break(answer) = chain.answer(step.instance.name(), &step.image, outcome)
+        {
+            if step.resolved && served_here {
+                context.set_resolved(&step.image);
             }
-            outcome => {
-                if step.resolved && outcome.is_ok() {
-                    context.set_resolved(&step.image);
-                }
-                return with_declined(outcome, declined);
-            }
+            return answer;
         }
     }
-    match evaluate_traced(served, call, None, image, resource_list) {
-        Err(error) if error.kind == ErrorKind::NotFound => {
-            reasons.push(error.decline_reason(image, served.name()));
-            declined.extend(error.declined);
-            // A constraint nobody named in a reason (no evaluator knows the image) is still said.
-            let tag = context.tag();
-            if !tag.is_empty() && !reasons.iter().any(|reason| reason.contains(tag)) {
-                reasons.push(format!(
-                    "no evaluator has a version satisfying tag constraint {}",
-                    krm_plugin_api::quoted(tag)
-                ));
-            }
-            Err(EvalError::all_declined(image, &reasons, declined))
-        }
-        outcome => with_declined(outcome, declined),
+    let outcome = evaluate_traced(served, call, None, image, resource_list);
+    if let ControlFlow::Break(answer) = chain.answer(served.name(), image, outcome) {
+        return answer;
     }
-}
-
-fn with_declined(
-    outcome: Result<EvalResponse, EvalError>,
-    mut declined: Vec<String>,
-) -> Result<EvalResponse, EvalError> {
-    if declined.is_empty() {
-        return outcome;
+    // A constraint nobody named in a reason (no evaluator knows the image) is still said.
+    let tag = context.tag();
+    if !tag.is_empty() && !chain.reasons().iter().any(|reason| reason.contains(tag)) {
+        chain.add_reason(format!(
+            "no evaluator has a version satisfying tag constraint {}",
+            krm_plugin_api::quoted(tag)
+        ));
     }
-    match outcome {
-        Ok(mut response) => {
-            declined.append(&mut response.declined);
-            response.declined = declined;
-            Ok(response)
-        }
-        Err(mut error) => {
-            declined.append(&mut error.declined);
-            error.declined = declined;
-            Err(error)
-        }
-    }
+    Err(chain.all_declined(image))
 }
 
 /// Calls at least this large leave big freed blocks behind in the allocator.

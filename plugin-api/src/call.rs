@@ -11,7 +11,7 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::ROption;
 
 use crate::abi::{CallContextRef, CancelCallbackFfi, CancelCallbackFfi_TO, CancelReasonFfi};
-use crate::quoted::quoted;
+use crate::{TraceContext, quoted};
 
 /// Why a call failed, as the runner maps it onto gRPC status codes.
 #[repr(u8)]
@@ -81,7 +81,9 @@ impl ErrorKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct EvalError {
+    /// What went wrong, which decides the gRPC status the caller gets.
     pub kind: ErrorKind,
+    /// For the caller; name the thing at fault.
     pub message: String,
     /// Evaluators that declined (answered NotFound) before this error, in order. Delegating
     /// evaluators such as `multi` fill it; leaf evaluators leave it empty.
@@ -93,6 +95,7 @@ pub struct EvalError {
 }
 
 impl EvalError {
+    /// An error of `kind` saying `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
@@ -118,14 +121,17 @@ impl EvalError {
         )
     }
 
+    /// The function ran and failed (INTERNAL, with its output).
     pub fn failed(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Failed, message)
     }
 
+    /// Something broke in the evaluator itself (INTERNAL).
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)
     }
 
+    /// The caller's input cannot be used (INVALID_ARGUMENT).
     pub fn invalid_input(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidInput, message)
     }
@@ -146,6 +152,7 @@ pub struct EvalResponse {
 }
 
 impl EvalResponse {
+    /// A served call's answer: the ResourceList and the function's log (stderr).
     pub fn new(resource_list: Vec<u8>, log: Vec<u8>) -> Self {
         Self {
             resource_list,
@@ -222,6 +229,7 @@ impl ResolveAnswer {
 pub struct Route {
     /// The FunctionConfig, as `namespace/name` (cluster) or `name (file)` (files).
     pub function_config: String,
+    /// The executor section of the FunctionConfig that chose the evaluator.
     pub executor: Executor,
     /// That executor's section of the FunctionConfig's spec (`goExecutor`, `binaryExecutor`
     /// or `podExecutor`), with a relative binary path made absolute. Read it with
@@ -233,8 +241,11 @@ pub struct Route {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Executor {
+    /// `goExecutor`: a function compiled into an evaluator (the builtins).
     GoExecutor,
+    /// `binaryExecutor`: an executable on the runner's disk.
     BinaryExecutor,
+    /// `podExecutor`: a container image run in a pod.
     PodExecutor,
 }
 
@@ -346,10 +357,12 @@ impl<'a> CallContext<'a> {
         }
     }
 
+    /// Why the call was cancelled, once it has been.
     pub fn cancel_reason(&self) -> Option<CancelReason> {
         CancelReason::from_ffi(self.inner.cancel_reason())
     }
 
+    /// Whether the call has been cancelled (by the caller, its deadline or shutdown).
     pub fn is_cancelled(&self) -> bool {
         self.cancel_reason().is_some()
     }
@@ -411,56 +424,9 @@ impl<'a> CallContext<'a> {
     /// it on (as `TRACEPARENT`/`TRACESTATE` to a process, as `traceparent`/`tracestate`
     /// metadata to a server) so that what the function does joins the caller's trace.
     pub fn trace_context(&self) -> Option<TraceContext> {
-        TraceContext::from_wire(self.inner.trace_context().as_str())
-    }
-}
-
-/// A W3C trace context (<https://www.w3.org/TR/trace-context/>): header values as sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceContext {
-    /// `00-<trace id>-<parent span id>-<flags>`.
-    pub traceparent: String,
-    /// Vendor entries; empty when there are none.
-    pub tracestate: String,
-}
-
-impl TraceContext {
-    /// The longest `tracestate` the W3C specification lets a vendor pass on (32 entries of at
-    /// most 256 characters, plus separators); a longer one is dropped rather than cut.
-    const MAX_TRACESTATE_BYTES: usize = 32 * 257;
-
-    fn from_wire(text: &str) -> Option<Self> {
-        let (traceparent, tracestate) = text.split_once('\n').unwrap_or((text, ""));
-        Self::new(traceparent, tracestate)
-    }
-
-    /// A context from header values as received: `None` when `traceparent` is not one (W3C
-    /// version 00 form); a `tracestate` too long or not printable ASCII is dropped.
-    pub fn new(traceparent: &str, tracestate: &str) -> Option<Self> {
-        let valid = traceparent.len() == 55
-            && traceparent
-                .bytes()
-                .all(|byte| byte.is_ascii_hexdigit() || byte == b'-');
-        valid.then(|| Self {
-            traceparent: traceparent.to_owned(),
-            tracestate: if tracestate.len() <= Self::MAX_TRACESTATE_BYTES
-                && tracestate.bytes().all(|byte| (0x20..0x7f).contains(&byte))
-            {
-                tracestate.to_owned()
-            } else {
-                String::new()
-            },
-        })
-    }
-
-    /// `TRACEPARENT` and, when not empty, `TRACESTATE`: the environment variables a function
-    /// process reads its parent span from (OpenTelemetry's environment-carrier convention).
-    pub fn environment(&self) -> Vec<(String, String)> {
-        let mut variables = vec![("TRACEPARENT".to_owned(), self.traceparent.clone())];
-        if !self.tracestate.is_empty() {
-            variables.push(("TRACESTATE".to_owned(), self.tracestate.clone()));
-        }
-        variables
+        let wire = self.inner.trace_context();
+        let (traceparent, tracestate) = wire.split_once('\n').unwrap_or((wire.as_str(), ""));
+        TraceContext::new(traceparent, tracestate)
     }
 }
 

@@ -6,9 +6,11 @@
 //! tags v0.2.0, ..., not v0.1; exec: no executable is mapped to this image`. The reasons travel
 //! in the message, so the ABI carries them unchanged.
 
+use std::ops::ControlFlow;
+
 use serde::{Deserialize, Serialize};
 
-use crate::{ErrorKind, EvalError};
+use crate::{ErrorKind, EvalError, EvalResponse};
 
 /// The longest reason one evaluator gives.
 const MAX_REASON_BYTES: usize = 300;
@@ -70,6 +72,77 @@ impl EvalError {
         let mut error = Self::new(ErrorKind::NotFound, declined_message(image, reasons));
         error.declined = declined;
         error
+    }
+}
+
+/// The chain rule, for everything that asks evaluators in turn (the `multi` plugin, the
+/// runner's FunctionConfig routes): only a decline (NOT_FOUND) passes the call on; any other
+/// answer, success or failure, is the answer, never retried further down, and carries the
+/// names of the evaluators that declined before it; when every one declines, the answer is
+/// NOT_FOUND giving each one's reason.
+///
+/// ```
+/// # use std::ops::ControlFlow;
+/// # use krm_plugin_api::{Chain, EvalError, EvalResponse};
+/// let mut chain = Chain::default();
+/// let first = Err(EvalError::declined_because("fn", "not mine"));
+/// assert!(chain.answer("a", "fn", first).is_continue());
+/// let ControlFlow::Break(Ok(response)) = chain.answer("b", "fn", Ok(EvalResponse::new(vec![], vec![]))) else {
+///     panic!("b served");
+/// };
+/// assert_eq!(response.declined, ["a"]);
+/// ```
+#[derive(Debug, Default)]
+pub struct Chain {
+    declined: Vec<String>,
+    reasons: Vec<String>,
+}
+
+impl Chain {
+    /// Adds a reason the call could not be served that no evaluator's decline gives (a route
+    /// that could not be followed, say); it heads the NOT_FOUND answer's list.
+    pub fn add_reason(&mut self, reason: String) {
+        self.reasons.push(reason);
+    }
+
+    /// The reasons gathered so far.
+    pub fn reasons(&self) -> &[String] {
+        &self.reasons
+    }
+
+    /// Takes `evaluator`'s `outcome` for `image`: `Continue` when it declined (ask the next),
+    /// otherwise the answer to give.
+    pub fn answer(
+        &mut self,
+        evaluator: &str,
+        image: &str,
+        outcome: Result<EvalResponse, EvalError>,
+    ) -> ControlFlow<Result<EvalResponse, EvalError>> {
+        let mut declined = std::mem::take(&mut self.declined);
+        ControlFlow::Break(match outcome {
+            Err(mut error) if error.kind == ErrorKind::NotFound => {
+                self.reasons.push(error.decline_reason(image, evaluator));
+                declined.append(&mut error.declined);
+                declined.push(evaluator.to_owned());
+                self.declined = declined;
+                return ControlFlow::Continue(());
+            }
+            Ok(mut response) => {
+                declined.append(&mut response.declined);
+                response.declined = declined;
+                Ok(response)
+            }
+            Err(mut error) => {
+                declined.append(&mut error.declined);
+                error.declined = declined;
+                Err(error)
+            }
+        })
+    }
+
+    /// The answer when every evaluator asked declined `image`.
+    pub fn all_declined(self, image: &str) -> EvalError {
+        EvalError::all_declined(image, &self.reasons, self.declined)
     }
 }
 

@@ -23,7 +23,7 @@ use crate::abi::{
 use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
-    ABI_VERSION, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature,
+    ABI_VERSION, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse, FunctionSignature,
     PLUGIN_API_VERSION, Probe, ProbeOutcome, Resolution, Route,
 };
 
@@ -38,6 +38,14 @@ pub struct PluginInfo {
     pub description: String,
     pub abi_version: u32,
     pub plugin_api_version: String,
+    /// Built with `panic = "unwind"`, so the SDK can contain its panics. Plugins built before
+    /// this was reported are taken to be.
+    #[serde(default = "built_to_unwind")]
+    pub panic_unwind: bool,
+}
+
+fn built_to_unwind() -> bool {
+    true
 }
 
 /// Why a library could not be used as a plugin.
@@ -67,6 +75,14 @@ pub enum LoadError {
     },
     #[error("{path}: plugin failed to initialise: {reason}", path = .path.display())]
     Init { path: PathBuf, reason: String },
+    /// A panic in a plugin built to abort would end the runner instead of failing one call.
+    #[error(
+        "{path}: plugin {plugin} was built with panic = \"abort\", so any panic in it would end \
+         the runner; build it with panic = \"unwind\" (the default: remove `panic = \"abort\"` \
+         from its Cargo profile)",
+        path = .path.display()
+    )]
+    AbortsOnPanic { path: PathBuf, plugin: String },
 }
 
 /// Checks that `path` is a whole ELF shared library before the dynamic loader maps it: the
@@ -123,6 +139,8 @@ pub struct PluginLibrary {
     path: PathBuf,
     info: PluginInfo,
     module: PluginModuleRef,
+    /// Plugins built before config schemas were exported have none.
+    config_schema: Option<extern "C" fn() -> *const c_char>,
 }
 
 impl PluginLibrary {
@@ -138,6 +156,18 @@ impl PluginLibrary {
             reason: short_library_error(&error),
         })?;
         let info = read_info(&raw, path)?;
+        // SAFETY: looked up by name and typed as the SDK's export macro defines it.
+        let config_schema = unsafe {
+            raw.get::<extern "C" fn() -> *const c_char>(b"krm_runner_plugin_config_schema\0")
+        }
+        .ok()
+        .map(|symbol| *symbol);
+        if !info.panic_unwind {
+            return Err(LoadError::AbortsOnPanic {
+                path: path.to_owned(),
+                plugin: format!("{} {}", info.name, info.version),
+            });
+        }
         // SAFETY: `raw` exports this crate's root-module header (checked by `read_info`); the
         // header's layout and version checks are abi_stable's, and the library stays mapped
         // (forgotten below) for as long as the header is used.
@@ -171,7 +201,26 @@ impl PluginLibrary {
             path: path.to_owned(),
             info,
             module,
+            config_schema,
         })
+    }
+
+    /// Plugin `P` linked into this process, as if loaded from a file: for the test kit.
+    #[cfg(feature = "testing")]
+    pub(crate) fn in_process<P: crate::Plugin>() -> Self {
+        Self {
+            path: PathBuf::from(format!("<{} linked in>", P::NAME)),
+            info: PluginInfo {
+                name: P::NAME.to_owned(),
+                version: P::VERSION.to_owned(),
+                description: P::DESCRIPTION.to_owned(),
+                abi_version: ABI_VERSION,
+                plugin_api_version: PLUGIN_API_VERSION.to_owned(),
+                panic_unwind: cfg!(panic = "unwind"),
+            },
+            module: crate::plugin::root_module::<P>(),
+            config_schema: Some(crate::plugin::config_schema_json::<P>),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -182,14 +231,23 @@ impl PluginLibrary {
         &self.info
     }
 
-    /// Builds the instance `instance` from its `config:` section (JSON text). The error is the
-    /// plugin's own message, naming the field at fault.
+    /// The JSON schema of the plugin's `config:` section; `None` from a plugin built before
+    /// schemas were exported.
+    pub fn config_schema(&self) -> Option<serde_json::Value> {
+        let describe = self.config_schema?;
+        // SAFETY: the export macro returns a pointer to a static NUL-terminated string.
+        let text = unsafe { CStr::from_ptr(describe()) }.to_string_lossy();
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Builds the instance `instance` from its `config:` section (JSON text). The error holds
+    /// every problem the plugin reported, each naming the field at fault.
     pub fn build(
         &self,
         instance: &str,
         config_json: &str,
         services: Arc<dyn HostServices>,
-    ) -> Result<EvaluatorInstance, String> {
+    ) -> Result<EvaluatorInstance, ConfigError> {
         let host: HostArc = HostFfi_TO::from_ptr(
             RArc::new(HostAdapter {
                 plugin: self.info.name.clone(),
@@ -204,7 +262,7 @@ impl PluginLibrary {
                 name: instance.to_owned(),
                 inner,
             }),
-            RResult::RErr(message) => Err(message.into_string()),
+            RResult::RErr(problems) => Err(ConfigError::from_wire(problems.as_str())),
         }
     }
 }

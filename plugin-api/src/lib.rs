@@ -30,27 +30,32 @@
 //! one. Plugins and runner must agree on [`ABI_VERSION`]; a mismatched plugin is refused at
 //! start-up with a message naming both versions.
 //!
-//! The `multi` and `exec` plugins in the krm-runner tree are complete, short examples.
+//! Test a plugin in its own `cargo test` with the `testing` feature ([`testing`]): it builds
+//! the plugin and calls it through this same ABI path, without a `.so` or a runner. The
+//! krm-runner tree's `plugin-template/` is a complete plugin to copy, with its own workspace,
+//! tests and a walk-through; the `multi` and `exec` plugins are complete, short examples.
+
+#![deny(missing_docs)]
 
 mod abi;
 mod call;
 mod decline;
+// The runner's loader, not the SDK: plugin authors never call it.
+#[allow(missing_docs)]
 pub mod host;
 mod logging;
 mod plugin;
-pub mod process;
-mod quoted;
-pub mod results;
 mod signature;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use call::{
     CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,
-    TraceContext,
 };
-pub use decline::{Answer, Probe, ProbeOutcome, declined_message};
-pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
-pub use quoted::{QUOTED_CHARS, Quoted, quoted};
-pub use signature::{FunctionSignature, Parameter, ParameterType};
+pub use decline::{Answer, Chain, Probe, ProbeOutcome, declined_message};
+pub use krm_function_process::{QUOTED_CHARS, Quoted, TraceContext, process, quoted, results};
+pub use plugin::{BuildContext, ConfigError, ConfigProblem, Evaluator, EvaluatorHandle, Plugin};
+pub use signature::{Example, FunctionSignature, Parameter, ParameterType};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.
 #[cfg(not(krm_plugin_api_previous))]
@@ -78,7 +83,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::plugin::{info_json, library_header};
+    pub use crate::plugin::{config_schema_json, info_json, library_header};
     pub use abi_stable::library::LibHeader;
 }
 

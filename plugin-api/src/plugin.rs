@@ -11,6 +11,7 @@ use abi_stable::{
     sabi_trait::TD_Opaque,
     std_types::{RResult, RSlice, RStr, RString, RVec},
 };
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
 use crate::abi::{
@@ -28,7 +29,7 @@ use crate::{
 /// ```
 /// use krm_plugin_api::{BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin};
 ///
-/// #[derive(serde::Deserialize)]
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
 /// #[serde(deny_unknown_fields)]
 /// struct Config { greeting: String }
 ///
@@ -62,8 +63,12 @@ pub trait Plugin: 'static {
     const VERSION: &'static str;
     /// One line for `krm-runner plugins`.
     const DESCRIPTION: &'static str;
-    /// The instance's `config:` section. Use `#[serde(deny_unknown_fields)]` so typos are errors.
-    type Config: DeserializeOwned;
+    /// The instance's `config:` section. Use `#[serde(deny_unknown_fields)]` so typos are
+    /// errors. Its JSON schema (derive `schemars::JsonSchema`; doc comments become the keys'
+    /// descriptions, `#[schemars(example = ...)]` their examples) is what
+    /// `krm-runner plugins --config-schema` shows operators.
+    type Config: DeserializeOwned + JsonSchema;
+    /// What [`Plugin::build`] makes: the evaluator one configured instance runs.
     type Evaluator: Evaluator;
 
     /// Builds one instance. Errors name the offending field (see [`ConfigError::field`]).
@@ -77,6 +82,7 @@ pub trait Plugin: 'static {
 /// freely but honour [`CallContext`] cancellation. A panic becomes an `Internal` error for
 /// that call; the runner keeps serving.
 pub trait Evaluator: Send + Sync + 'static {
+    /// Answers one call: `resource_list` (a serialized ResourceList) run through `image`.
     fn evaluate(
         &self,
         context: &CallContext<'_>,
@@ -121,35 +127,103 @@ pub trait Evaluator: Send + Sync + 'static {
     }
 }
 
-/// A configuration problem, with the path of the field at fault (e.g. `functions[2].path`).
+/// What is wrong with an instance's `config:` section: one problem or several, each with the
+/// path of the field at fault (e.g. `functions[2].path`). Report every problem you find at
+/// once, as the runner does with its own configuration:
+///
+/// ```
+/// use krm_plugin_api::ConfigError;
+///
+/// let names = ["a", "", "b", ""];
+/// let problems = names.iter().enumerate().filter(|(_, name)| name.is_empty()).map(|(index, _)| {
+///     ConfigError::field(format!("names[{index}]"), "must not be empty")
+/// });
+/// let error = ConfigError::all(problems).expect("two names are empty");
+/// assert_eq!(error.to_string(), "names[1]: must not be empty\nnames[3]: must not be empty");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    problems: Vec<ConfigProblem>,
+}
+
+/// One configuration problem.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ConfigProblem {
+    /// The path of the field at fault within the instance's `config:`; `None` for the whole.
     pub field: Option<String>,
+    /// What is wrong, for the operator.
     pub message: String,
 }
 
 impl ConfigError {
+    /// A problem with the configuration as a whole.
     pub fn new(message: impl Into<String>) -> Self {
         Self {
-            field: None,
-            message: message.into(),
+            problems: vec![ConfigProblem {
+                field: None,
+                message: message.into(),
+            }],
         }
     }
 
+    /// A problem with the field at `field` (a path such as `chain[2]`).
     pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
-            field: Some(field.into()),
-            message: message.into(),
+            problems: vec![ConfigProblem {
+                field: Some(field.into()).filter(|field| !field.is_empty()),
+                message: message.into(),
+            }],
+        }
+    }
+
+    /// Every problem of `errors` in one error; `None` when there are none.
+    pub fn all(errors: impl IntoIterator<Item = ConfigError>) -> Option<Self> {
+        let problems: Vec<_> = errors
+            .into_iter()
+            .flat_map(|error| error.problems)
+            .collect();
+        (!problems.is_empty()).then_some(Self { problems })
+    }
+
+    /// The problems, in the order they were found.
+    pub fn problems(&self) -> &[ConfigProblem] {
+        &self.problems
+    }
+
+    /// How the problems cross the ABI to the runner: a JSON list of [`ConfigProblem`]s.
+    pub(crate) fn to_wire(&self) -> String {
+        serde_json::to_string(&self.problems).unwrap_or_else(|_| self.to_string())
+    }
+
+    /// The problems a plugin reported; plain text (a plugin built before problems were a list)
+    /// is one problem with no field.
+    pub(crate) fn from_wire(text: &str) -> Self {
+        match serde_json::from_str::<Vec<ConfigProblem>>(text) {
+            Ok(problems) if !problems.is_empty() => Self { problems },
+            _ => Self::new(text),
         }
     }
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for ConfigProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.field {
-            Some(field) if !field.is_empty() => write!(f, "{field}: {}", self.message),
-            _ => f.write_str(&self.message),
+            Some(field) => write!(f, "{field}: {}", self.message),
+            None => f.write_str(&self.message),
         }
+    }
+}
+
+/// One problem per line.
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (index, problem) in self.problems.iter().enumerate() {
+            if index > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{problem}")?;
+        }
+        Ok(())
     }
 }
 
@@ -204,6 +278,7 @@ pub struct EvaluatorHandle {
 }
 
 impl EvaluatorHandle {
+    /// The instance's name in the runner's `evaluators:` map.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -367,23 +442,23 @@ fn build_evaluator<P: Plugin>(
     instance: &str,
     config_json: &str,
     host: HostArc,
-) -> Result<EvaluatorBox, String> {
+) -> Result<EvaluatorBox, ConfigError> {
     crate::logging::forward_to(&host, P::NAME);
     let deserializer = &mut serde_json::Deserializer::from_str(config_json);
     let config: P::Config = serde_path_to_error::deserialize(deserializer).map_err(|error| {
         let path = error.path().to_string();
         let message = error.into_inner().to_string();
         if path == "." {
-            message
+            ConfigError::new(message)
         } else {
-            format!("{path}: {message}")
+            ConfigError::field(path, message)
         }
     })?;
     let context = BuildContext {
         instance: instance.to_owned(),
         host,
     };
-    let evaluator = P::build(config, &context).map_err(|error| error.to_string())?;
+    let evaluator = P::build(config, &context)?;
     Ok(EvaluatorFfi_TO::from_value(
         ExportedEvaluator(evaluator),
         TD_Opaque,
@@ -400,12 +475,15 @@ extern "C" fn build_entry<P: Plugin>(
     }));
     match outcome {
         Ok(Ok(evaluator)) => RResult::ROk(evaluator),
-        Ok(Err(message)) => RResult::RErr(RString::from(message)),
-        Err(panic) => RResult::RErr(RString::from(format!(
-            "plugin {} panicked while building: {}",
-            P::NAME,
-            panic_message(&*panic)
-        ))),
+        Ok(Err(error)) => RResult::RErr(RString::from(error.to_wire())),
+        Err(panic) => RResult::RErr(RString::from(
+            ConfigError::new(format!(
+                "plugin {} panicked while building: {}",
+                P::NAME,
+                panic_message(&*panic)
+            ))
+            .to_wire(),
+        )),
     }
 }
 
@@ -422,7 +500,7 @@ extern "C" fn info_entry<P: Plugin>() -> PluginInfoFfi {
     info::<P>()
 }
 
-fn root_module<P: Plugin>() -> PluginModuleRef {
+pub(crate) fn root_module<P: Plugin>() -> PluginModuleRef {
     PluginModule {
         info: info_entry::<P>,
         build: build_entry::<P>,
@@ -446,8 +524,9 @@ pub const fn library_header<P: Plugin>() -> LibHeader {
 }
 
 /// A layout-independent description (JSON), read by the runner before the ABI check so that a
-/// refused plugin can still be named.
-pub fn info_json<P: Plugin>() -> *const c_char {
+/// refused plugin can still be named. `panic_unwind` is the plugin crate's panic strategy,
+/// taken where [`crate::export_plugin!`] expands.
+pub fn info_json<P: Plugin>(panic_unwind: bool) -> *const c_char {
     static INFO: OnceLock<CString> = OnceLock::new();
     INFO.get_or_init(|| {
         let json = serde_json::json!({
@@ -456,10 +535,22 @@ pub fn info_json<P: Plugin>() -> *const c_char {
             "description": P::DESCRIPTION,
             "abi_version": ABI_VERSION,
             "plugin_api_version": crate::PLUGIN_API_VERSION,
+            "panic_unwind": panic_unwind,
         });
         CString::new(json.to_string()).unwrap_or_default()
     })
     .as_ptr()
+}
+
+/// The JSON schema of the plugin's `config:` section, read only when an operator asks for it.
+pub extern "C" fn config_schema_json<P: Plugin>() -> *const c_char {
+    static SCHEMA: OnceLock<CString> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            let schema = schemars::schema_for!(P::Config);
+            CString::new(schema.as_value().to_string()).unwrap_or_default()
+        })
+        .as_ptr()
 }
 
 /// Exports a [`Plugin`] from a `cdylib` crate. Invoke it once, at the crate root.
@@ -478,7 +569,14 @@ macro_rules! export_plugin {
         #[doc(hidden)]
         #[unsafe(no_mangle)]
         pub extern "C" fn krm_runner_plugin_info() -> *const ::std::ffi::c_char {
-            $crate::__private::info_json::<$plugin>()
+            $crate::__private::info_json::<$plugin>(cfg!(panic = "unwind"))
+        }
+
+        /// The JSON schema of this plugin's `config:` section.
+        #[doc(hidden)]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn krm_runner_plugin_config_schema() -> *const ::std::ffi::c_char {
+            $crate::__private::config_schema_json::<$plugin>()
         }
     };
 }

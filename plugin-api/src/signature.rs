@@ -8,10 +8,12 @@ use serde::{Deserialize, Serialize};
 pub struct FunctionSignature {
     /// Short name, e.g. `set-namespace`.
     pub name: String,
+    /// One line for listings.
     pub description: String,
     /// Every image reference the evaluator answers to for this function.
     #[serde(default)]
     pub images: Vec<String>,
+    /// Its functionConfig parameters.
     #[serde(default)]
     pub parameters: Vec<Parameter>,
     /// What it changes, e.g. `metadata.namespace`; empty for pure validators.
@@ -20,18 +22,38 @@ pub struct FunctionSignature {
     /// Whether it reports problems as results rather than (only) transforming.
     #[serde(default)]
     pub validates: bool,
+    /// Input -> output pairs: documentation that doubles as tests
+    /// (`krm_plugin_api::testing::TestEvaluator::check_examples`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<Example>,
+}
+
+/// A ResourceList a function is given and the one it answers with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Example {
+    /// What the example shows.
+    pub description: String,
+    /// The ResourceList sent (YAML), functionConfig included.
+    pub input: String,
+    /// The ResourceList expected back (YAML; compared as values, not text).
+    pub output: String,
 }
 
 /// One functionConfig parameter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Parameter {
+    /// The key in the functionConfig (a ConfigMap's `data` key, or a field).
     pub name: String,
+    /// The value's type.
     #[serde(rename = "type")]
     pub parameter_type: ParameterType,
+    /// Whether a call without it is refused.
     #[serde(default)]
     pub required: bool,
+    /// One line for listings.
     #[serde(default)]
     pub description: String,
+    /// A value to show in usage text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub example: Option<String>,
     /// A regular expression a string value must match.
@@ -40,8 +62,10 @@ pub struct Parameter {
     /// The allowed values, when the set is closed.
     #[serde(default, rename = "enum", skip_serializing_if = "Vec::is_empty")]
     pub allowed: Vec<String>,
+    /// The least allowed integer value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub minimum: Option<i64>,
+    /// The greatest allowed integer value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum: Option<i64>,
 }
@@ -50,13 +74,18 @@ pub struct Parameter {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ParameterType {
+    /// Text.
     #[default]
     String,
+    /// A whole number.
     Integer,
+    /// `true` or `false`.
     Boolean,
     /// A map of strings to strings.
     Map,
+    /// A list of values.
     List,
+    /// A map of any values.
     Object,
 }
 

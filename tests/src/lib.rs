@@ -549,6 +549,28 @@ pub fn previous_abi_plugin() -> PathBuf {
     target.join("debug").join("libkrm_plugin_testkit.so")
 }
 
+/// Builds the standalone plugin template (`plugin-template/`, its own workspace depending on
+/// the SDK by path, as a platform team's plugin would) with the given panic strategy, in a
+/// target folder of its own, and returns its library. The first build takes a minute or two.
+pub fn template_plugin(panic_strategy: &str) -> PathBuf {
+    let target = build_dir()
+        .parent()
+        .expect("target")
+        .join(format!("plugin-template-{panic_strategy}"));
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(repo_root().join("plugin-template"))
+        .args(["build", "--quiet", "--lib", "--config"])
+        .arg(format!("profile.dev.panic=\"{panic_strategy}\""))
+        .arg("--target-dir")
+        .arg(&target)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS")
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building plugin-template failed");
+    target.join("debug").join("libkrm_plugin_stamp.so")
+}
+
 /// Whether `tool` is on PATH. When it is not, the test is reported as skipped (one `SKIPPED`
 /// line in cargo's output) and the caller returns; under `CI=true` a missing tool fails the
 /// test instead, so CI never passes by skipping.

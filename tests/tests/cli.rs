@@ -83,6 +83,37 @@ fn plugin_config_errors_name_the_field() {
 }
 
 #[test]
+fn a_plugins_config_keys_are_shown_with_an_example_instance() {
+    let output = run_cli(&["plugins", "--config-schema", "exec"], &[], b"");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    for expected in [
+        "config keys:\n",
+        "  functions_dir ",
+        "  functions[].image ",
+        "  max_output_bytes ",
+        "example:\nevaluators:\n  exec:\n    plugin: exec\n    config:\n",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in {text}");
+    }
+    // Each key is a line: name, type, description.
+    let line = text
+        .lines()
+        .find(|line| line.trim_start().starts_with("inherit_env "))
+        .unwrap_or_else(|| panic!("inherit_env in {text}"));
+    assert!(line.contains("list of string"), "{line}");
+
+    let unknown = run_cli(&["plugins", "--config-schema", "no-such-plugin"], &[], b"");
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        stderr(&unknown)
+            .contains("--config-schema no-such-plugin: no-such-plugin not found in plugin_dirs"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+#[test]
 fn plugin_that_panics_while_building_is_a_start_up_error() {
     let dir = scratch();
     let config = write_config(

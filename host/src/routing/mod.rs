@@ -7,7 +7,6 @@ mod cluster;
 mod status;
 mod store;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -376,6 +375,5 @@ fn to_json(settings: &impl serde::Serialize) -> serde_json::Value {
 }
 
 fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
+    krm_plugin_api::process::check_executable(path).is_ok()
 }

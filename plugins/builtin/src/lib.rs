@@ -35,7 +35,7 @@ const DEFAULT_MAX_OUTPUT_BYTES: usize = 6 << 20;
 const CATALOG_PREFIXES: &[&str] = &["ghcr.io/kptdev/krm-functions-catalog/", "gcr.io/kpt-fn/"];
 
 /// The plugin's `config:` section.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Per function, the image tags (or `sha256:` digests) it answers to, replacing the
@@ -286,6 +286,7 @@ impl Builtin {
             parameters: (f.parameters)(),
             changes: f.changes.iter().map(|c| (*c).to_owned()).collect(),
             validates: false,
+            examples: Vec::new(),
         }
     }
 }
@@ -523,7 +524,7 @@ mod tests {
         )
         .err()
         .unwrap();
-        assert_eq!(err.field.as_deref(), Some("tags.nope"));
+        assert_eq!(err.problems()[0].field.as_deref(), Some("tags.nope"));
     }
 
     #[test]

@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use krm_plugin_api::ConfigError;
+use krm_plugin_api::process::OutputLimits;
 use krm_runner_function_config::config_file;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::Function;
@@ -26,17 +28,24 @@ use crate::Function;
 /// /usr/sbin:/usr/bin:/sbin:/bin`), `HOME=/tmp` and `LANG=C.UTF-8`: functions must not see the
 /// runner's credentials or configuration. `env`, `inherit_env` and each function's `env` add to
 /// it, later ones winning.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecConfig {
+    /// Base folder for relative paths and for Porch's `function:` names.
     #[serde(default)]
+    #[schemars(example = &"/opt/krm-functions")]
     functions_dir: Option<PathBuf>,
+    /// Porch's exec map file (its `--config`), read at start-up.
     #[serde(default)]
     porch_config_file: Option<PathBuf>,
+    /// The images this instance runs, each mapped to an executable.
     #[serde(default)]
+    #[schemars(example = example_functions())]
     functions: Vec<FunctionEntry>,
+    /// Added to every function's environment.
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// The runner's environment variables passed through to functions as they are.
     #[serde(default)]
     inherit_env: Vec<String>,
     /// A function's stdout beyond this fails the call (default: the runner's max message size).
@@ -47,16 +56,29 @@ pub struct ExecConfig {
     max_log_bytes: Option<usize>,
 }
 
+fn example_functions() -> serde_json::Value {
+    serde_json::json!([{
+        "image": "ghcr.io/kptdev/krm-functions-catalog/set-labels:v0.2.0",
+        "path": "set-labels",
+    }])
+}
+
 /// One entry of `functions:`, in either form.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct FunctionEntry {
+    /// The image served (with `path`).
     image: Option<String>,
+    /// The executable: absolute, or relative to `functions_dir`.
     path: Option<PathBuf>,
+    /// Porch's form: a file in `functions_dir` (with `images`).
     function: Option<String>,
+    /// Porch's form: the exact images the `function` file serves.
     images: Option<Vec<String>>,
+    /// Added to this function's environment.
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// The folder the function runs in.
     working_dir: Option<PathBuf>,
 }
 
@@ -85,12 +107,6 @@ impl From<PorchFunction> for FunctionEntry {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
-    pub max_output_bytes: usize,
-    pub max_log_bytes: usize,
-}
-
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const DEFAULT_MAX_OUTPUT_BYTES: usize = 6 * 1024 * 1024;
 const DEFAULT_MAX_LOG_BYTES: usize = 1024 * 1024;
@@ -98,7 +114,7 @@ const DEFAULT_MAX_LOG_BYTES: usize = 1024 * 1024;
 /// The configuration, checked and ready to serve.
 pub(crate) struct Resolved {
     pub functions: HashMap<String, Function>,
-    pub limits: Limits,
+    pub limits: OutputLimits,
     /// The environment every function starts from (also that of binaries a FunctionConfig
     /// routes here).
     pub base_env: Vec<(String, String)>,
@@ -161,11 +177,11 @@ impl ExecConfig {
                 Err(problem) => problems.push(problem),
             }
         }
-        if !problems.is_empty() {
-            return Err(ConfigError::new(problems.join("; ")));
+        if let Some(problems) = ConfigError::all(problems.into_iter().map(ConfigError::new)) {
+            return Err(problems);
         }
-        let limits = Limits {
-            max_output_bytes: self
+        let limits = OutputLimits {
+            max_stdout_bytes: self
                 .max_output_bytes
                 .or(max_message_bytes)
                 .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),

@@ -26,6 +26,7 @@ mod process;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use krm_plugin_api::process::OutputLimits;
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
     Executor, Plugin, Probe, Resolution, Route, export_plugin,
@@ -34,7 +35,6 @@ use krm_runner_function_config::version::{Constraint, sorted_versions};
 use krm_runner_function_config::{BinaryExecutor, ImageRef};
 
 pub use config::ExecConfig;
-use config::Limits;
 
 /// What one image runs.
 #[derive(Debug, Clone)]
@@ -48,7 +48,7 @@ pub struct Exec {
     functions: HashMap<String, Function>,
     /// The mapped images by repository (the image without its tag), as (tag, image).
     versions: HashMap<String, Vec<(String, String)>>,
-    limits: Limits,
+    limits: OutputLimits,
     base_env: Vec<(String, String)>,
 }
 
@@ -184,7 +184,7 @@ impl Plugin for ExecPlugin {
             base_env,
         } = config.resolve(max_message_bytes)?;
         for (image, function) in &functions {
-            if let Err(problem) = process::check_executable(&function.path) {
+            if let Err(problem) = krm_plugin_api::process::check_executable(&function.path) {
                 tracing::warn!(image, "{problem}; calls to this image will fail");
             }
         }
@@ -199,3 +199,100 @@ impl Plugin for ExecPlugin {
 }
 
 export_plugin!(ExecPlugin);
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+
+    use krm_plugin_api::CancelReason;
+    use krm_plugin_api::testing::{PluginTester, TestEvaluator};
+    use serde_json::json;
+
+    use super::*;
+
+    /// An exec instance mapping each `(image, shell script)` to an executable in `dir`.
+    fn exec(dir: &std::path::Path, functions: &[(&str, &str)]) -> TestEvaluator {
+        let entries: Vec<_> = functions
+            .iter()
+            .map(|(image, script)| {
+                let path = dir.join(image.replace(['/', ':'], "_"));
+                std::fs::write(&path, format!("#!/bin/sh\n{script}\n")).unwrap();
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+                json!({"image": image, "path": path})
+            })
+            .collect();
+        PluginTester::new()
+            .build::<ExecPlugin>("exec", json!({ "functions": entries }))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_mapped_image_runs_as_a_process_with_the_resource_list_on_stdin() {
+        let dir = tempfile::tempdir().unwrap();
+        let exec = exec(
+            dir.path(),
+            &[("example.com/copy:v1", "cat; echo copied >&2")],
+        );
+        let response = exec
+            .evaluate("example.com/copy:v1", b"items: []\n")
+            .unwrap();
+        assert_eq!(response.resource_list, b"items: []\n");
+        assert_eq!(response.log, b"copied\n");
+        assert_eq!(response.served_by.as_deref(), Some("exec"));
+    }
+
+    #[test]
+    fn an_unmapped_image_is_declined_so_the_chain_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let exec = exec(dir.path(), &[("example.com/copy:v1", "cat")]);
+        let error = exec.evaluate("example.com/other:v1", b"").unwrap_err();
+        assert_eq!(error.kind, ErrorKind::NotFound, "{}", error.message);
+    }
+
+    #[test]
+    fn the_callers_deadline_kills_a_function_that_hangs() {
+        let dir = tempfile::tempdir().unwrap();
+        let exec = exec(dir.path(), &[("example.com/hang:v1", "exec sleep 600")]);
+        let error = exec
+            .call("example.com/hang:v1")
+            .deadline(Duration::from_millis(200))
+            .run(b"items: []\n")
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::DeadlineExceeded, "{}", error.message);
+    }
+
+    #[test]
+    fn a_cancelled_call_ends_its_function() {
+        let dir = tempfile::tempdir().unwrap();
+        let exec = exec(dir.path(), &[("example.com/hang:v1", "exec sleep 600")]);
+        let error = exec
+            .call("example.com/hang:v1")
+            .cancel_after(Duration::from_millis(100), CancelReason::CallerCancelled)
+            .run(b"items: []\n")
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Cancelled, "{}", error.message);
+    }
+
+    #[test]
+    fn every_function_problem_is_reported_at_once() {
+        let error = PluginTester::new()
+            .build::<ExecPlugin>(
+                "exec",
+                json!({"functions": [
+                    {"image": "a:v1"},
+                    {"image": "b:v1", "path": "/bin/true"},
+                    {"image": "b:v1", "path": "/bin/true"},
+                ]}),
+            )
+            .err()
+            .unwrap();
+        let text = error.to_string();
+        assert_eq!(error.problems().len(), 2, "{text}");
+        assert!(text.contains("functions[0]"), "{text}");
+        assert!(
+            text.contains("functions[2]: image \"b:v1\" is already mapped by functions[1]"),
+            "{text}"
+        );
+    }
+}

@@ -1,8 +1,6 @@
 //! One function call: the mapped executable as a child process (see
 //! [`krm_plugin_api::process`]), killed when the call is cancelled.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::Command;
 
 use krm_plugin_api::process::{self, Exited};
@@ -10,23 +8,13 @@ use krm_plugin_api::results::result_lines;
 use krm_plugin_api::{CallContext, EvalError, EvalResponse, quoted};
 
 use crate::Function;
-use crate::config::Limits;
-
-pub(crate) fn check_executable(path: &Path) -> Result<(), String> {
-    let metadata = std::fs::metadata(path)
-        .map_err(|e| format!("executable {} is not usable: {e}", path.display()))?;
-    if !metadata.is_file() || metadata.permissions().mode() & 0o111 == 0 {
-        return Err(format!("{} is not an executable file", path.display()));
-    }
-    Ok(())
-}
 
 pub(crate) fn run(
     context: &CallContext<'_>,
     image: &str,
     function: &Function,
     resource_list: &[u8],
-    limits: &Limits,
+    limits: &process::OutputLimits,
 ) -> Result<EvalResponse, EvalError> {
     let fail = |detail: String| {
         EvalError::failed(format!(
@@ -34,7 +22,7 @@ pub(crate) fn run(
             quoted(image)
         ))
     };
-    check_executable(&function.path).map_err(fail)?;
+    process::check_executable(&function.path).map_err(|problem| fail(problem.to_string()))?;
 
     let mut command = Command::new(&function.path);
     command
@@ -47,14 +35,8 @@ pub(crate) fn run(
     // No PR_SET_PDEATHSIG (it needs a pre_exec hook, which forces fork() and costs 0.7 ms per
     // call). Should the runner die, a function loses its pipes and dies of SIGPIPE on its next
     // write; graceful shutdown cancels, and so kills, every call.
-    let child = process::spawn(
-        command,
-        process::Limits {
-            max_stdout_bytes: limits.max_output_bytes,
-            max_log_bytes: limits.max_log_bytes,
-        },
-    )
-    .map_err(|e| fail(format!("cannot start {}: {e}", function.path.display())))?;
+    let child = process::spawn(command, *limits)
+        .map_err(|e| fail(format!("cannot start {}: {e}", function.path.display())))?;
     let killer = child.killer();
     context.on_cancel(move |_| killer.kill());
     let Exited {
@@ -70,7 +52,7 @@ pub(crate) fn run(
     if overflowed {
         return Err(fail(format!(
             "its output exceeded {} bytes and it was stopped",
-            limits.max_output_bytes
+            limits.max_stdout_bytes
         ))
         .with_output(Vec::new(), log));
     }

@@ -8,16 +8,19 @@
 //! default: {plugin: multi, config: {chain: [builtin, exec, pod]}}
 //! ```
 
+use std::ops::ControlFlow;
+
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
+    BuildContext, CallContext, Chain, ConfigError, EvalError, EvalResponse, Evaluator,
     EvaluatorHandle, Plugin, Probe, ProbeOutcome, Route, export_plugin,
 };
 use serde::Deserialize;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MultiConfig {
     /// Instance names, asked in this order.
+    #[schemars(example = ["builtin", "exec", "pod"])]
     chain: Vec<String>,
 }
 
@@ -32,29 +35,15 @@ impl Evaluator for Multi {
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
-        let mut declined = Vec::new();
-        let mut reasons = Vec::new();
+        let mut chain = Chain::default();
         for evaluator in &self.chain {
-            match evaluator.evaluate(context, image, resource_list) {
-                Ok(mut response) => {
-                    declined.append(&mut response.declined);
-                    response.declined = declined;
-                    return Ok(response);
-                }
-                Err(mut error) if error.kind == ErrorKind::NotFound => {
-                    reasons.push(error.decline_reason(image, evaluator.name()));
-                    declined.append(&mut error.declined);
-                    declined.push(evaluator.name().to_owned());
-                }
-                Err(mut error) => {
-                    declined.append(&mut error.declined);
-                    error.declined = declined;
-                    return Err(error);
-                }
+            let outcome = evaluator.evaluate(context, image, resource_list);
+            if let ControlFlow::Break(answer) = chain.answer(evaluator.name(), image, outcome) {
+                return answer;
             }
         }
         // Porch's wording, `function "<image>" not found`, then why each evaluator declined.
-        Err(EvalError::all_declined(image, &reasons, declined))
+        Err(chain.all_declined(image))
     }
 
     fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
@@ -97,26 +86,186 @@ impl Plugin for MultiPlugin {
         let mut problems = Vec::new();
         for (index, name) in config.chain.iter().enumerate() {
             if name == context.instance_name() {
-                problems.push(format!("chain[{index}]: {name:?} is this instance itself"));
+                problems.push(ConfigError::field(
+                    format!("chain[{index}]"),
+                    format!("{name:?} is this instance itself"),
+                ));
                 continue;
             }
             if config.chain[..index].contains(name) {
-                problems.push(format!("chain[{index}]: {name:?} is listed twice"));
+                problems.push(ConfigError::field(
+                    format!("chain[{index}]"),
+                    format!("{name:?} is listed twice"),
+                ));
                 continue;
             }
             match context.evaluator(name) {
                 Some(handle) => chain.push(handle),
-                None => problems.push(format!(
-                    "chain[{index}]: no evaluator instance named {name:?}"
+                None => problems.push(ConfigError::field(
+                    format!("chain[{index}]"),
+                    format!("no evaluator instance named {name:?}"),
                 )),
             }
         }
-        if problems.is_empty() {
-            Ok(Multi { chain })
-        } else {
-            Err(ConfigError::new(problems.join("; ")))
+        match ConfigError::all(problems) {
+            None => Ok(Multi { chain }),
+            Some(problems) => Err(problems),
         }
     }
 }
 
 export_plugin!(MultiPlugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use krm_plugin_api::ErrorKind;
+    use krm_plugin_api::testing::PluginTester;
+    use serde_json::json;
+
+    /// An instance that always answers the same way, to put in a chain.
+    struct Scripted {
+        answer: String,
+        name: String,
+    }
+
+    #[derive(Deserialize, schemars::JsonSchema)]
+    struct ScriptedConfig {
+        answer: String,
+    }
+
+    impl Evaluator for Scripted {
+        fn evaluate(
+            &self,
+            _: &CallContext<'_>,
+            image: &str,
+            resource_list: &[u8],
+        ) -> Result<EvalResponse, EvalError> {
+            match self.answer.as_str() {
+                "serve" => Ok(EvalResponse::new(
+                    resource_list.to_vec(),
+                    self.name.clone().into_bytes(),
+                )),
+                "decline" => Err(EvalError::declined_because(
+                    image,
+                    format!("{} serves nothing", self.name),
+                )),
+                _ => Err(EvalError::failed(format!("{} failed", self.name))),
+            }
+        }
+    }
+
+    struct ScriptedPlugin;
+
+    impl Plugin for ScriptedPlugin {
+        const NAME: &'static str = "scripted";
+        const VERSION: &'static str = "0.0.0";
+        const DESCRIPTION: &'static str = "answers as configured";
+        type Config = ScriptedConfig;
+        type Evaluator = Scripted;
+
+        fn build(config: ScriptedConfig, context: &BuildContext) -> Result<Scripted, ConfigError> {
+            Ok(Scripted {
+                answer: config.answer,
+                name: context.instance_name().to_owned(),
+            })
+        }
+    }
+
+    /// A tester holding one scripted instance per `(name, answer)`.
+    fn instances(answers: &[(&str, &str)]) -> PluginTester {
+        let tester = PluginTester::new();
+        for (name, answer) in answers {
+            tester
+                .build::<ScriptedPlugin>(name, json!({ "answer": answer }))
+                .unwrap();
+        }
+        tester
+    }
+
+    #[test]
+    fn the_first_instance_that_serves_answers_and_declines_are_listed() {
+        let tester = instances(&[("a", "decline"), ("b", "serve"), ("c", "serve")]);
+        let multi = tester
+            .build::<MultiPlugin>("default", json!({"chain": ["a", "b", "c"]}))
+            .unwrap();
+        let response = multi.evaluate("fn", b"items: []\n").unwrap();
+        assert_eq!(response.log, b"b");
+        assert_eq!(response.served_by.as_deref(), Some("b"));
+        assert_eq!(response.declined, ["a"]);
+    }
+
+    #[test]
+    fn a_failure_is_the_answer_and_is_not_retried_further_down() {
+        let tester = instances(&[("a", "fail"), ("b", "serve")]);
+        let multi = tester
+            .build::<MultiPlugin>("default", json!({"chain": ["a", "b"]}))
+            .unwrap();
+        let error = multi.evaluate("fn", b"items: []\n").unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Failed);
+        assert_eq!(error.message, "a failed");
+    }
+
+    #[test]
+    fn when_every_instance_declines_each_reason_is_given() {
+        let tester = instances(&[("a", "decline"), ("b", "decline")]);
+        let multi = tester
+            .build::<MultiPlugin>("default", json!({"chain": ["a", "b"]}))
+            .unwrap();
+        let error = multi.evaluate("fn", b"items: []\n").unwrap_err();
+        assert_eq!(error.kind, ErrorKind::NotFound);
+        assert!(
+            error.message.contains("a serves nothing"),
+            "{}",
+            error.message
+        );
+        assert!(
+            error.message.contains("b serves nothing"),
+            "{}",
+            error.message
+        );
+        assert_eq!(error.declined, ["a", "b"]);
+    }
+
+    #[test]
+    fn every_chain_problem_is_reported_at_once_with_its_field() {
+        let tester = instances(&[("a", "serve")]);
+        let error = tester
+            .build::<MultiPlugin>(
+                "default",
+                json!({"chain": ["a", "default", "a", "nowhere"]}),
+            )
+            .err()
+            .unwrap();
+        let problems: Vec<_> = error
+            .problems()
+            .iter()
+            .map(|problem| {
+                (
+                    problem.field.as_deref().unwrap_or(""),
+                    problem.message.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                ("chain[1]", "\"default\" is this instance itself"),
+                ("chain[2]", "\"a\" is listed twice"),
+                ("chain[3]", "no evaluator instance named \"nowhere\""),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_typo_in_the_config_names_the_field() {
+        let error = PluginTester::new()
+            .build::<MultiPlugin>("default", json!({"chian": ["a"]}))
+            .err()
+            .unwrap();
+        assert!(
+            error.to_string().contains("unknown field `chian`"),
+            "{error}"
+        );
+    }
+}

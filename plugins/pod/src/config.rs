@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use krm_plugin_api::ConfigError;
 use krm_runner_proto::go_duration;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::docker_config::PrivateRegistries;
 use crate::pod_cache_config::{self, ImageSettings};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PodConfig {
     /// Namespace of function pods and services (Porch: `--pod-namespace`).
@@ -68,7 +69,7 @@ pub struct PodConfig {
     pub tags_page_size: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnectVia {
     ServiceDns,
@@ -206,8 +207,8 @@ impl PodConfig {
             }),
             None => Vec::new(),
         };
-        if !problems.is_empty() {
-            return Err(ConfigError::new(problems.join("; ")));
+        if let Some(problems) = ConfigError::all(problems.into_iter().map(ConfigError::new)) {
+            return Err(problems);
         }
         let owner = self
             .owner

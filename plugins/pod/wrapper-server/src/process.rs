@@ -1,4 +1,4 @@
-//! Running the function once per call, on top of [`krm_plugin_api::process`]: the process
+//! Running the function once per call, on top of [`krm_function_process::process`]: the process
 //! group is killed when the call is cancelled (its future dropped), when its deadline passes,
 //! and after the function exits; processes that left the group are swept up after the call
 //! (see [`process::adopt_orphans`]).
@@ -6,9 +6,9 @@
 use std::io;
 use std::process::Command;
 
-use krm_plugin_api::process::{self, Killer};
-pub use krm_plugin_api::process::{
-    Exited, Limits, adopt_orphans, calls_in_flight, kill_all, kill_orphans_now,
+use krm_function_process::process::{self, Killer};
+pub use krm_function_process::process::{
+    Exited, OutputLimits, adopt_orphans, calls_in_flight, kill_all, kill_orphans_now,
 };
 use tokio::sync::oneshot;
 
@@ -30,7 +30,7 @@ pub async fn run(
     environment: &[(String, String)],
     input: Vec<u8>,
     deadline: Option<tokio::time::Instant>,
-    limits: Limits,
+    limits: OutputLimits,
 ) -> Outcome {
     let Some((program, args)) = entrypoint.split_first() else {
         return Outcome::NotStarted(io::Error::new(

@@ -43,12 +43,12 @@ pub fn check(output: &[u8]) -> Result<(), String> {
 
 /// The SDK's `Results.Error()`: each result on its own line, separated by a blank line.
 pub fn results_text(output: &[u8]) -> String {
-    krm_plugin_api::results::result_lines(output).join("\n\n")
+    krm_function_process::results::result_lines(output).join("\n\n")
 }
 
 /// Whether any result has severity `error` (the SDK's `Results.ExitCode() == 1`).
 pub fn has_error_result(output: &[u8]) -> bool {
-    krm_plugin_api::results::result_lines(output)
+    krm_function_process::results::result_lines(output)
         .iter()
         .any(|line| line.starts_with("[error]"))
 }

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
-use krm_plugin_api::{TraceContext, quoted};
+use krm_function_process::{TraceContext, quoted};
 use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };
@@ -14,7 +14,7 @@ use krm_runner_proto::serving::{self, ServingLayer, answer_by, health_service};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
 
-use crate::process::{self, Exited, Limits, Outcome};
+use crate::process::{self, Exited, Outcome, OutputLimits};
 use crate::resource_list;
 
 /// Answer this long before the caller's deadline, so that our DEADLINE_EXCEEDED (and not
@@ -47,7 +47,7 @@ impl FunctionEvaluator for Evaluator {
             ..
         } = request.into_inner();
         let started = Instant::now();
-        let limits = Limits {
+        let limits = OutputLimits {
             max_stdout_bytes: self.max_message_bytes,
             max_log_bytes: self.max_message_bytes,
         };

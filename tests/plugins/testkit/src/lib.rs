@@ -17,7 +17,7 @@ use krm_plugin_api::{
 };
 use serde::Deserialize;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TestkitConfig {
     #[serde(default)]

@@ -8,8 +8,11 @@
 //! (see [`CallInFlight`]).
 
 use std::collections::HashMap;
+use std::fs;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -20,9 +23,37 @@ use std::time::{Duration, Instant};
 /// that left the group (setsid) can hold them open longer.
 const PIPE_DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
+/// Why a path cannot be run as a function.
+#[derive(Debug, thiserror::Error)]
+pub enum NotExecutable {
+    #[error("executable {path} is not usable: {source}", path = .path.display())]
+    Unusable {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} is not an executable file", path = .path.display())]
+    NotAnExecutableFile { path: PathBuf },
+}
+
+/// Whether `path` is a regular file someone may execute: the one check the runner's routing
+/// and the evaluators that spawn apply before trusting a path.
+pub fn check_executable(path: &Path) -> Result<(), NotExecutable> {
+    let metadata = fs::metadata(path).map_err(|source| NotExecutable::Unusable {
+        path: path.to_owned(),
+        source,
+    })?;
+    if !metadata.is_file() || metadata.permissions().mode() & 0o111 == 0 {
+        return Err(NotExecutable::NotAnExecutableFile {
+            path: path.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// Output bounds for one call.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct OutputLimits {
     /// Largest stdout accepted; a function writing more is killed.
     pub max_stdout_bytes: usize,
     /// Stderr kept; the rest is drained and dropped.
@@ -44,7 +75,7 @@ pub struct Exited {
 pub struct FunctionProcess {
     child: Child,
     group: Arc<ProcessGroup>,
-    limits: Limits,
+    limits: OutputLimits,
 }
 
 /// Kills a function's process group; harmless once the function has been reaped.
@@ -60,7 +91,7 @@ impl Killer {
 /// Starts `command` (its program, arguments, environment and directory set by the caller) in
 /// a new process group with piped stdio. No `pre_exec` hook is used, so std spawns through
 /// posix_spawn, which costs a fraction of fork() in a large process.
-pub fn spawn(mut command: Command, limits: Limits) -> io::Result<FunctionProcess> {
+pub fn spawn(mut command: Command, limits: OutputLimits) -> io::Result<FunctionProcess> {
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
