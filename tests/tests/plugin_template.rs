@@ -1,0 +1,160 @@
+//! The standalone plugin template (`plugin-template/`), built outside the workspace the way a
+//! platform team builds its plugin, loaded by the real runner from its file.
+
+use krm_runner_tests::{Server, run_cli, scratch, template_plugin};
+
+const DEPLOYMENT: &[u8] = b"apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata:
+    name: web
+";
+
+fn config(library: &std::path::Path, stamp_config: &str) -> String {
+    format!(
+        "evaluators:\n  stamp:\n    plugin: {}\n    config: {stamp_config}\n  default:\n    plugin: multi\n    config: {{chain: [stamp, builtin, exec]}}\n",
+        library.display()
+    )
+}
+
+const STAMP: &str = "{images: [example.com/stamp:v1], annotations: {team: platform}}";
+
+#[test]
+fn the_runner_loads_the_template_and_serves_its_image_over_grpc() {
+    let server = Server::start(&config(&template_plugin("unwind"), STAMP), &[]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (response, evaluator) = runtime
+        .block_on(server.call("example.com/stamp:v1", DEPLOYMENT))
+        .unwrap();
+    assert_eq!(evaluator, "stamp");
+    let text = String::from_utf8(response.resource_list).unwrap();
+    assert!(text.contains("team: platform"), "{text}");
+    assert_eq!(response.log, b"stamped 1 annotation(s)\n");
+
+    // Declined images fall through the chain to the builtin.
+    let (_, evaluator) = runtime
+        .block_on(server.call(
+            "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.1",
+            b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\nfunctionConfig: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}, data: {namespace: x}}\n",
+        ))
+        .unwrap();
+    assert_eq!(evaluator, "builtin");
+}
+
+#[test]
+fn the_template_is_listed_with_its_function_and_example() {
+    let dir = scratch();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(&file, config(&template_plugin("unwind"), STAMP)).unwrap();
+    let output = run_cli(
+        &[
+            "--config-file",
+            file.to_str().unwrap(),
+            "functions",
+            "stamp",
+        ],
+        &[],
+        b"",
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.contains("adds team: platform"), "{text}");
+}
+
+#[test]
+fn every_problem_in_the_templates_config_is_reported_one_per_line() {
+    let dir = scratch();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        config(
+            &template_plugin("unwind"),
+            "{images: ['', ' '], annotations: {team: x}}",
+        ),
+    )
+    .unwrap();
+    let output = run_cli(
+        &["--config-file", file.to_str().unwrap(), "plugins"],
+        &[],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&output.stderr);
+    for line in [
+        "evaluators.stamp.config: images[0]: is empty",
+        "evaluators.stamp.config: images[1]: is empty",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().trim_start_matches("- ").contains(line)),
+            "{line} in {text}"
+        );
+    }
+}
+
+#[test]
+fn a_plugin_built_to_abort_on_panic_is_refused_naming_the_fix() {
+    let dir = scratch();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(&file, config(&template_plugin("abort"), STAMP)).unwrap();
+    let output = run_cli(
+        &["--config-file", file.to_str().unwrap(), "plugins"],
+        &[],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        text.contains("plugin stamp 0.1.0 was built with panic = \"abort\"")
+            && text.contains("build it with panic = \"unwind\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_templates_config_keys_are_shown_from_its_schema() {
+    let dir = scratch();
+    let file = dir.path().join("config.yaml");
+    // A config that does not start (the template's config is broken) still shows the schema.
+    std::fs::write(&file, config(&template_plugin("unwind"), "{images: []}")).unwrap();
+    let output = run_cli(
+        &[
+            "--config-file",
+            file.to_str().unwrap(),
+            "plugins",
+            "--config-schema",
+            "stamp",
+        ],
+        &[],
+        b"",
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.starts_with("plugin stamp 0.1.0 ("), "{text}");
+    let key_line = |key: &str| {
+        text.lines()
+            .find(|line| line.trim_start().starts_with(&format!("{key} ")))
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+            .to_owned()
+    };
+    assert!(key_line("images").contains("list of string"), "{text}");
+    assert!(
+        key_line("images").contains("(required) The images this instance answers"),
+        "{text}"
+    );
+    assert!(key_line("annotations").contains("map of string"), "{text}");
+    assert!(
+        text.contains("example:\nevaluators:\n  stamp:\n    plugin: stamp\n    config:\n"),
+        "{text}"
+    );
+}
