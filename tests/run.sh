@@ -34,3 +34,6 @@ cargo deny check licenses bans sources
 
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast
+# The plugin template is its own workspace, built as a platform team builds it; its in-process
+# tests (tests/tests/plugin_template.rs builds and loads it into the runner).
+cargo test --manifest-path plugin-template/Cargo.toml --target-dir target/plugin-template-unwind
