@@ -289,3 +289,113 @@ impl Executor {
         Ok(executor)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::{FunctionArgument, FunctionInvocation, FunctionInvocationRequest};
+
+    fn declarations(value: serde_json::Value) -> Vec<AttributeDeclaration> {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn every_problem_is_reported_naming_its_field() {
+        let declared = declarations(json!([
+            {"name": "Team", "paths": {}},
+            {"name": "replicas", "paths": {"apps/v1/Deployment": ["spec.replicas"]}},
+            {"name": "port", "parameters": ["container-name"], "data_type": "int",
+             "paths": {"apps v1": ["spec.x"], "v1/Service": ["spec..x", "spec.ports.0.port"]}},
+            {"name": "tier", "paths": {"v1/Service": []}}
+        ]));
+        let problems = Executor::kubernetes_with(&declared).err().unwrap();
+        let expected = [
+            "attributes[0].name: \"Team\" is not a name",
+            "attributes[0].paths: empty",
+            "attributes[1].name: get-replicas already exists",
+            "attributes[1].name: set-replicas already exists",
+            "attributes[2].paths[\"apps v1\"]: \"apps v1\" is not a resource type",
+            "attributes[2].paths[\"apps v1\"][0]: \"spec.x\" has 0 %s, but 1 parameters are declared",
+            "attributes[2].paths[\"v1/Service\"][0]:",
+            "attributes[2].paths[\"v1/Service\"][1]: \"spec.ports.0.port\" has 0 %s",
+            "attributes[3].paths[\"v1/Service\"]: no paths",
+        ];
+        assert_eq!(problems.len(), expected.len(), "{problems:#?}");
+        for (problem, expected) in problems.iter().zip(expected) {
+            assert!(problem.starts_with(expected), "{problem} / {expected}");
+        }
+    }
+
+    #[test]
+    fn declared_attributes_get_a_registry_entry_and_working_functions() {
+        let declared = declarations(json!([{
+            "name": "team",
+            "description": "the owning team",
+            "upsert": true,
+            "paths": {
+                "apps/v1/Deployment": ["metadata.labels.team"],
+                "v1/Service": ["metadata.labels.team"]
+            }
+        }, {
+            "name": "container-port",
+            "data_type": "int",
+            "parameters": ["container-name"],
+            "paths": {"apps/v1/Deployment":
+                ["spec.template.spec.containers.?name:container-name=%s.ports.0.containerPort"]}
+        }]));
+        let executor = Executor::kubernetes_with(&declared).unwrap();
+        let team = executor.registry().attribute("team").unwrap();
+        assert_eq!(team.len(), 2);
+        let listed = executor.list();
+        assert!(listed["set-team"].mutating);
+        assert_eq!(listed["set-container-port"].parameters.len(), 2);
+        let data = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web # front
+spec:
+  template:
+    spec:
+      containers:
+      - name: main
+        ports:
+        - containerPort: 80
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  labels:
+    team: a
+";
+        let request = FunctionInvocationRequest {
+            config_data: data.as_bytes().to_vec(),
+            function_invocations: vec![
+                FunctionInvocation::new("set-team", vec![FunctionArgument::positional("b")]),
+                FunctionInvocation::new(
+                    "set-container-port",
+                    vec![
+                        FunctionArgument::positional("main"),
+                        FunctionArgument::positional(8080),
+                    ],
+                ),
+                FunctionInvocation::new("get-team", Vec::new()),
+            ],
+            ..FunctionInvocationRequest::default()
+        };
+        let response = executor.invoke(&request).unwrap();
+        assert!(response.success, "{:?}", response.error_messages);
+        let text = String::from_utf8(response.config_data).unwrap();
+        assert!(
+            text.contains("  name: web # front\n  labels:\n    team: b\n"),
+            "{text}"
+        );
+        assert!(text.contains("containerPort: 8080"), "{text}");
+        assert!(text.ends_with("  labels:\n    team: b\n"), "{text}");
+        let output: serde_json::Value = serde_json::from_slice(&response.output).unwrap();
+        assert_eq!(output.as_array().unwrap().len(), 2, "{output}");
+    }
+}

@@ -644,3 +644,71 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
         }),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yq_takes_the_jq_compatible_subset() {
+        for accepted in [
+            ".spec.replicas",
+            "select(.kind == \"Deployment\") | .metadata.name",
+            ".spec.replicas * 2",
+            ". * {\"metadata\": {\"labels\": {\"a\": \"b\"}}}",
+            "[.. | strings] | length",
+            ".metadata.labels | to_entries | map(.key) | join(\",\")",
+            "try error(\"x\") catch .",
+            ".[\"metadata\"] as $m | $m.name",
+        ] {
+            assert_eq!(vet_yq(accepted), Ok(()), "{accepted}");
+        }
+    }
+
+    #[test]
+    fn yq_refuses_what_could_run_without_bound_or_read_the_environment() {
+        for (refused, why) in [
+            ("def f: f; f", "def"),
+            ("reduce .[] as $x (0; . + $x)", "reduce"),
+            ("[limit(5; repeat(.))]", "repeat/1"),
+            ("range(100000000)", "range/1"),
+            ("recurse(.[])", "recurse/1"),
+            ("env.HOME", "env/0"),
+            ("$ENV.HOME", "$ENV"),
+            ("input", "input/0"),
+            (".metadata.name * .spec.replicas", "`*`"),
+            (".metadata.name * 100000", "`*`"),
+            ("debug", "debug/0"),
+        ] {
+            let problem = vet_yq(refused).expect_err(refused);
+            assert!(problem.contains(why), "{refused}: {problem}");
+        }
+    }
+
+    #[test]
+    fn long_and_deeply_nested_expressions_are_refused() {
+        let long = format!(".a{}", " | .b".repeat(MAX_EXPRESSION_BYTES));
+        assert!(vet_yq(&long).unwrap_err().contains("bytes"));
+        assert!(cel_expression(&long).unwrap_err().contains("bytes"));
+        let nested = format!("{}.{}", "(".repeat(40), ")".repeat(40));
+        assert!(vet_yq(&nested).unwrap_err().contains("nest"));
+        let nested = format!("{}true{}", "(".repeat(60), ")".repeat(60));
+        assert!(cel_expression(&nested).is_err());
+    }
+
+    #[test]
+    fn cel_comprehensions_nest_at_most_twice() {
+        assert!(cel_expression("r.a.all(x, r.b.exists(y, x == y))").is_ok());
+        let problem =
+            cel_expression("r.a.all(x, r.b.exists(y, [y].map(z, z == x).size() > 0))").unwrap_err();
+        assert!(problem.contains("nests 3 comprehensions"), "{problem}");
+    }
+
+    #[test]
+    fn yq_keeps_key_order_and_renders_yaml() {
+        let doc = Doc::parse("b: 1\na: [x, {c: null}]\ns: 'it''s'\n").unwrap();
+        let mut out = String::new();
+        render_yaml(&to_val(&doc, doc.roots[0], 0), &mut out);
+        assert_eq!(out, "b: 1\na:\n- x\n- c: null\ns: it's\n");
+    }
+}

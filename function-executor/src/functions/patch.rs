@@ -92,6 +92,8 @@ enum Walked {
         existing: NodeId,
         keys: Vec<String>,
     },
+    /// The index one past a list's last item, as the last segment.
+    Append(NodeId),
     /// A list index past the end, or a key under a scalar.
     Unreachable(String),
 }
@@ -105,6 +107,9 @@ fn walk(doc: &Doc, root: NodeId, segments: &[String]) -> Walked {
             Kind::Seq(items) => match segment.parse::<usize>() {
                 Ok(index) => match items.get(index) {
                     Some(&item) => Some(item),
+                    None if index == items.len() && i + 1 == segments.len() => {
+                        return Walked::Append(current);
+                    }
                     None => return Walked::Unreachable(format!("no list item {index}")),
                 },
                 Err(_) => return Walked::Unreachable(format!("{segment:?} is not a list index")),
@@ -147,7 +152,7 @@ fn delete(
     };
     let parent = match walk(doc, root, parents) {
         Walked::Found(parent) => doc.deref(parent),
-        Walked::Missing { .. } | Walked::Unreachable(_) => return Ok(false),
+        Walked::Missing { .. } | Walked::Append(_) | Walked::Unreachable(_) => return Ok(false),
     };
     let span = match &doc.node(parent).kind {
         Kind::Map(_) => match doc.entry(parent, last) {
@@ -165,14 +170,15 @@ fn delete(
     Ok(true)
 }
 
-/// Writes `info`'s value at `segments`, creating missing keys.
+/// Writes `info`'s value at `segments`, creating missing keys; true when it appended a list
+/// item.
 fn write(
     editor: &mut Editor,
     doc: &Doc,
     root: NodeId,
     segments: &[String],
     info: &MutationInfo,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     match walk(doc, root, segments) {
         Walked::Found(node) => {
             if matches!(doc.node(node).kind, Kind::Alias(_)) {
@@ -188,7 +194,7 @@ fn write(
                 }
                 value => editor.replace_node(doc, node, &value),
             }
-            Ok(())
+            Ok(false)
         }
         Walked::Missing { existing, keys } => {
             let (first, rest) = keys.split_first().ok_or("nothing to create")?;
@@ -207,7 +213,11 @@ fn write(
                     "cannot create {first:?}: its parent is not a mapping"
                 ));
             }
-            Ok(())
+            Ok(false)
+        }
+        Walked::Append(seq) => {
+            editor.append_item(doc, seq, recorded_value(&info.value, false));
+            Ok(true)
         }
         Walked::Unreachable(why) => Err(why),
     }
@@ -215,6 +225,23 @@ fn write(
 
 fn segments(path: &str) -> Vec<String> {
     path.split('.').map(unescape).collect()
+}
+
+/// A path segment ordered as a list index when it is one.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+enum OrderedSegment<'s> {
+    Index(usize),
+    Key(&'s str),
+}
+
+fn order_key(segments: &[String]) -> Vec<OrderedSegment<'_>> {
+    segments
+        .iter()
+        .map(|s| match s.parse() {
+            Ok(index) => OrderedSegment::Index(index),
+            Err(_) => OrderedSegment::Key(s),
+        })
+        .collect()
 }
 
 /// Whether one path lies on the other (equal, parent or child).
@@ -333,12 +360,23 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
         let predicate = predicates.get(key).copied();
         let mut editor = Editor::default();
         let mut batch: Vec<Vec<String>> = Vec::new();
-        // BTreeMap: parents before children.
-        for (path, record) in &mutation.path_mutation_map {
-            let segments = segments(path);
-            if protected(predicate, &segments) {
-                continue;
-            }
+        // Writes parents first (list indexes in numeric order, so that items are appended
+        // in turn), then removals from the last item back, so that no index moves before it
+        // is used.
+        let mut records: Vec<(Vec<String>, &String, &MutationInfo)> = mutation
+            .path_mutation_map
+            .iter()
+            .map(|(path, record)| (segments(path), path, record))
+            .filter(|(segments, _, record)| {
+                record.mutation_type != MutationType::None && !protected(predicate, segments)
+            })
+            .collect();
+        records.sort_by(|(a, ..), (b, ..)| order_key(a).cmp(&order_key(b)));
+        let (removals, mut writes): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .partition(|(_, _, record)| record.mutation_type == MutationType::Delete);
+        writes.extend(removals.into_iter().rev());
+        for (segments, path, record) in writes {
             if batch.iter().any(|done| related(done, &segments)) {
                 let text = std::mem::take(&mut editor).finish(&current.unit().doc);
                 current = OwnedUnit::parse(text)?;
@@ -350,18 +388,19 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
                 break;
             };
             let at = |problem: String| format!("{} {}: path {path}: {problem}", key.0, key.1);
+            // Removals and appended items move what follows them: the next record sees
+            // the new text.
             let result = match record.mutation_type {
-                MutationType::None => continue,
-                MutationType::Delete => delete(&mut editor, &unit.doc, root, &segments),
-                _ => write(&mut editor, &unit.doc, root, &segments, record).map(|()| true),
+                MutationType::Delete => delete(&mut editor, &unit.doc, root, &segments)
+                    .map(|deleted| deleted.then_some(true)),
+                _ => write(&mut editor, &unit.doc, root, &segments, record).map(Some),
             };
             match result {
-                Ok(false) => {}
-                Ok(true) => {
+                Ok(None) => {}
+                Ok(Some(moves)) => {
                     path_edits += 1;
                     batch.push(segments);
-                    // A removal moves what follows it: the next record sees the new text.
-                    if record.mutation_type == MutationType::Delete {
+                    if moves {
                         let text = std::mem::take(&mut editor).finish(&current.unit().doc);
                         current = OwnedUnit::parse(text)?;
                         batch.clear();
@@ -410,4 +449,170 @@ fn patch_signature() -> TypedSignature {
         None,
         true,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use crate::Executor;
+    use crate::api::{FunctionArgument, FunctionInvocation, FunctionInvocationRequest};
+    use crate::resource::Unit;
+
+    fn invoke(
+        data: &str,
+        function: &str,
+        arguments: Vec<Value>,
+    ) -> (bool, Vec<String>, String, String) {
+        let request = FunctionInvocationRequest {
+            config_data: data.as_bytes().to_vec(),
+            function_invocations: vec![FunctionInvocation::new(
+                function,
+                arguments
+                    .into_iter()
+                    .map(FunctionArgument::positional)
+                    .collect(),
+            )],
+            ..FunctionInvocationRequest::default()
+        };
+        let response = Executor::kubernetes().invoke(&request).unwrap();
+        (
+            response.success,
+            response.error_messages,
+            String::from_utf8(response.config_data).unwrap(),
+            String::from_utf8(response.output).unwrap(),
+        )
+    }
+
+    fn values(text: &str) -> Vec<Value> {
+        let unit = Unit::parse(text).unwrap();
+        unit.elements
+            .iter()
+            .map(|e| unit.doc.to_json(e.root))
+            .collect()
+    }
+
+    /// compute-mutations from `before` to `after`, then patch-mutations of `before` with
+    /// them: the result holds `after`'s values. Returns the patched text.
+    fn round_trip(before: &str, after: &str) -> String {
+        let (success, errors, _, mutations) =
+            invoke(after, "compute-mutations", vec![json!(before), json!(0)]);
+        assert!(success, "{errors:?}");
+        let (success, errors, patched, _) = invoke(
+            before,
+            "patch-mutations",
+            vec![json!("[]"), json!(mutations)],
+        );
+        assert!(success, "{errors:?}");
+        assert_eq!(values(&patched), values(after), "patched:\n{patched}");
+        patched
+    }
+
+    const BEFORE: &str = "\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: api # keep me
+  annotations:
+    example.com/owner: team-a
+spec:
+  replicas: 2
+  paused: true
+  template:
+    spec:
+      containers:
+      - name: main
+        image: api:1
+        args: [--a, --b]
+        ports:
+        - containerPort: 80
+        - containerPort: 81
+        - containerPort: 82
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+data:
+  mode: fast
+";
+
+    #[test]
+    fn scalars_keys_and_nested_maps_round_trip() {
+        let after = BEFORE
+            .replace("replicas: 2", "replicas: 5")
+            .replace("  paused: true\n", "  strategy:\n    type: Recreate\n")
+            .replace("team-a", "team-b\n    example.com/tier: web")
+            .replace("mode: fast", "mode: \"7\"");
+        let patched = round_trip(BEFORE, &after);
+        assert!(patched.contains("name: api # keep me"), "{patched}");
+    }
+
+    #[test]
+    fn lists_grow_shrink_and_change_shape_round_trip() {
+        let after = BEFORE
+            .replace(
+                "        - containerPort: 81\n        - containerPort: 82\n",
+                "",
+            )
+            .replace("args: [--a, --b]", "args: [--a, --b, --c, --d]");
+        round_trip(BEFORE, &after);
+        let after = BEFORE.replace(
+            "        image: api:1\n",
+            "        image: {name: api, tag: \"1\"}\n",
+        );
+        round_trip(BEFORE, &after);
+    }
+
+    #[test]
+    fn a_deleted_resource_round_trips() {
+        let after = BEFORE.split("---\n").next().unwrap();
+        round_trip(BEFORE, after);
+    }
+
+    #[test]
+    fn predicates_protect_paths_and_their_children() {
+        let patch = json!([{
+            "Resource": {"ResourceName": "/api", "ResourceType": "apps/v1/Deployment"},
+            "ResourceMutationInfo": {"MutationType": "Update", "Index": 0},
+            "PathMutationMap": {
+                "spec.replicas": {"MutationType": "Update", "Index": 0, "Value": "9"},
+                "spec.template.spec.containers.0.image": {"MutationType": "Update", "Index": 0, "Value": "api:2"}
+            }
+        }]);
+        let predicates = json!([{
+            "Resource": {"ResourceName": "api", "ResourceType": "apps/v1/Deployment"},
+            "ResourceMutationInfo": {"MutationType": "Update", "Index": 0, "Predicate": true},
+            "PathMutationMap": {
+                "spec.template": {"MutationType": "Update", "Index": 0, "Predicate": false}
+            }
+        }]);
+        let (success, errors, patched, _) = invoke(
+            BEFORE,
+            "patch-mutations",
+            vec![json!(predicates.to_string()), json!(patch.to_string())],
+        );
+        assert!(success, "{errors:?}");
+        assert!(patched.contains("replicas: 9"), "{patched}");
+        assert!(patched.contains("image: api:1"), "{patched}");
+    }
+
+    #[test]
+    fn unreachable_paths_fail_without_changing_anything() {
+        let patch = json!([{
+            "Resource": {"ResourceName": "settings", "ResourceType": "v1/ConfigMap"},
+            "ResourceMutationInfo": {"MutationType": "Update", "Index": 0},
+            "PathMutationMap": {
+                "data.mode.deeper": {"MutationType": "Update", "Index": 0, "Value": "x"}
+            }
+        }]);
+        let (success, errors, patched, _) = invoke(
+            BEFORE,
+            "patch-mutations",
+            vec![json!(""), json!(patch.to_string())],
+        );
+        assert!(!success);
+        assert!(errors[0].contains("data.mode.deeper"), "{errors:?}");
+        assert_eq!(patched, BEFORE);
+    }
 }
