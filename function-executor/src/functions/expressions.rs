@@ -9,6 +9,7 @@
 //! environment or input access, repetition only by small literal factors), the number and
 //! size of the results; for both, a time budget checked between resources and results.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -75,7 +76,7 @@ fn cel_expression(expression: &str) -> Result<cel::IdedExpr, String> {
         .parser()
         .max_recursion_depth(MAX_CEL_DEPTH)
         .parse(expression)
-        .map_err(|e| format!("{expression:?} does not parse: {}", e.to_string().trim()))?;
+        .map_err(|e| format!("{expression:?} does not parse: {}", parse_errors(&e)))?;
     let nesting = comprehension_nesting(&parsed);
     if nesting > MAX_COMPREHENSION_NESTING {
         return Err(format!(
@@ -83,6 +84,24 @@ fn cel_expression(expression: &str) -> Result<cel::IdedExpr, String> {
         ));
     }
     Ok(parsed)
+}
+
+/// The parser's errors on one line each joined by `; `, without the source excerpt it
+/// draws under each (the expression is quoted already).
+fn parse_errors(errors: &cel::ParseErrors) -> String {
+    errors
+        .to_string()
+        .lines()
+        .filter(|line| !line.starts_with('|'))
+        .map(|line| {
+            let line = line.trim();
+            match line.strip_prefix("ERROR: <input>:") {
+                Some(located) => format!("at {located}"),
+                None => line.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// How deeply comprehensions nest in `expr`.
@@ -122,6 +141,28 @@ fn comprehension_nesting(expr: &cel::IdedExpr) -> usize {
     }
 }
 
+/// A resource as a CEL value. Converted by hand rather than through serde: with serde_json's
+/// `arbitrary_precision` (which another crate of the build may switch on) numbers serialize
+/// as maps.
+fn to_cel(value: &Value) -> cel::Value {
+    match value {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            (None, None) => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
+        Value::Object(entries) => entries
+            .iter()
+            .map(|(key, value)| (key.clone(), to_cel(value)))
+            .collect::<HashMap<String, cel::Value>>()
+            .into(),
+    }
+}
+
 /// `cel-validate`: true when the expression holds for every resource (bound to `r`); the
 /// details name each resource that fails it or on which it cannot be evaluated, as
 /// ConfigHub's do. An expression that evaluates to something other than a boolean is an
@@ -156,11 +197,9 @@ impl TypedFunction for CelValidate {
                 Ok(info) => info.resource_name.clone(),
                 Err(_) => "unknown".to_owned(),
             };
-            let resource = call.unit.doc.to_json(element.root);
+            let resource = to_cel(&call.unit.doc.to_json(element.root));
             let mut scope = root.new_inner_scope();
-            scope
-                .add_variable("r", &resource)
-                .map_err(|e| format!("resource {name}: cannot be given to CEL: {e}"))?;
+            scope.add_variable_from_value("r", resource);
             match cel::Value::resolve(&expression, &scope) {
                 Ok(cel::Value::Bool(true)) => {}
                 Ok(cel::Value::Bool(false)) => details.push(format!(
@@ -702,6 +741,22 @@ mod tests {
         let problem =
             cel_expression("r.a.all(x, r.b.exists(y, [y].map(z, z == x).size() > 0))").unwrap_err();
         assert!(problem.contains("nests 3 comprehensions"), "{problem}");
+    }
+
+    #[test]
+    fn resources_reach_cel_with_their_types() {
+        let resource =
+            serde_json::json!({"n": 2, "big": u64::MAX, "f": 1.5, "s": "x", "l": [true, null]});
+        let mut context = cel::Context::default();
+        context.add_variable_from_value("r", to_cel(&resource));
+        let expression = cel_expression(
+            "r.n == 2 && r.big == 18446744073709551615u && r.f == 1.5 && r.s == 'x' && r.l[0] && r.l[1] == null",
+        )
+        .unwrap();
+        assert_eq!(
+            cel::Value::resolve(&expression, &context),
+            Ok(cel::Value::Bool(true))
+        );
     }
 
     #[test]
