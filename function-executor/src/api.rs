@@ -349,6 +349,8 @@ pub struct FunctionInvocationResponse {
 pub struct ResourceInfo {
     /// Kubernetes: `namespace/name` (`/name` without a namespace).
     pub resource_name: String,
+    /// Newer than the other fields in ConfigHub: lists written before it lack it.
+    #[serde(default)]
     pub resource_name_without_scope: String,
     /// Kubernetes: `apiVersion/kind`, e.g. `apps/v1/Deployment`, `v1/Service`.
     pub resource_type: String,

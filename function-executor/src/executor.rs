@@ -163,7 +163,17 @@ impl Executor {
             if is_filter {
                 filters_left -= 1;
             }
-            let arguments = match args::check(signature, invocation) {
+            let arguments = match args::check(signature, invocation).and_then(|arguments| {
+                let problems = function.check(&arguments);
+                if problems.is_empty() {
+                    Ok(arguments)
+                } else {
+                    Err(problems
+                        .into_iter()
+                        .map(|problem| format!("{}: {problem}", invocation.function_name))
+                        .collect())
+                }
+            }) {
                 Ok(arguments) => arguments,
                 Err(problems) => {
                     run.messages.extend(problems);

@@ -18,6 +18,7 @@
 
 pub mod api;
 pub mod args;
+pub mod declared;
 pub mod executor;
 pub mod functions;
 pub mod mutations;

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use figment::providers::{Env, Format, Serialized};
 use figment::value::{Dict, Value};
 use figment::{Figment, Metadata, Profile, Provider};
+use krm_function_executor::Executor;
+use krm_function_executor::declared::AttributeDeclaration;
 use krm_runner_function_config::config_file::{self, YamlError};
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +61,23 @@ pub struct Config {
     /// Traces and metrics; off unless configured (also by the `OTEL_*` variables).
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// ConfigHub's typed-function executor.
+    #[serde(default, skip_serializing_if = "ExecutorSettings::is_empty")]
+    pub executor: ExecutorSettings,
+}
+
+/// What operators add to ConfigHub's executor without a rebuild.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutorSettings {
+    /// Attributes added to the path registry, each with a `get-X`/`set-X` pair.
+    pub attributes: Vec<AttributeDeclaration>,
+}
+
+impl ExecutorSettings {
+    fn is_empty(&self) -> bool {
+        self.attributes.is_empty()
+    }
 }
 
 /// Where FunctionConfigs come from and which instances run their executors.
@@ -444,7 +463,22 @@ impl Config {
             problems.push("function_configs.cluster.namespace: empty".to_owned());
         }
         problems.extend(self.telemetry.problems());
+        if !self.executor.attributes.is_empty()
+            && let Err(found) = self.typed_executor()
+        {
+            problems.extend(
+                found
+                    .into_iter()
+                    .map(|problem| format!("executor.{problem}")),
+            );
+        }
         problems
+    }
+
+    /// ConfigHub's Kubernetes/YAML executor with the attributes this configuration declares;
+    /// each problem names its field below `executor`.
+    pub fn typed_executor(&self) -> Result<Executor, Vec<String>> {
+        Executor::kubernetes_with(&self.executor.attributes)
     }
 
     /// Why `serve` names no instance that can serve.

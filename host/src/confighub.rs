@@ -15,6 +15,7 @@ use krm_function_executor::{Executor, ExecutorError};
 
 use crate::BadInvocation;
 use crate::cli::{DoArgs, DoSeqArgs, ToolchainArg};
+use crate::config::Config;
 
 /// fctl's fixed context (its test IDs), so that outputs naming them match fctl's.
 const UNIT_ID: &str = "5837950a-619e-44da-9b75-f957c2aee14c";
@@ -54,19 +55,19 @@ pub enum Typed<'a> {
 }
 
 impl Typed<'_> {
-    /// Runs the command; its result is the exit status.
-    pub fn run(self) -> anyhow::Result<i32> {
+    /// Runs the command with the executor `config` declares; its result is the exit status.
+    pub fn run(self, config: &Config) -> anyhow::Result<i32> {
         match self {
-            Typed::Do(args) => run_do(args),
-            Typed::Doseq(args) => run_doseq(args),
-            Typed::List(toolchain) => run_list(toolchain),
-            Typed::Listpaths(toolchain) => run_listpaths(toolchain),
+            Typed::Do(args) => run_do(args, config),
+            Typed::Doseq(args) => run_doseq(args, config),
+            Typed::List(toolchain) => run_list(toolchain, config),
+            Typed::Listpaths(toolchain) => run_listpaths(toolchain, config),
         }
     }
 }
 
 /// `krm-runner do FILE UNIT FUNCTION [ARG...]`: exit status 0, or 1 when the invocation failed.
-fn run_do(args: &DoArgs) -> anyhow::Result<i32> {
+fn run_do(args: &DoArgs, config: &Config) -> anyhow::Result<i32> {
     check_function_name(&args.function)?;
     // fctl takes its flags anywhere, after the function's arguments too; neither flag has a
     // value, so neither can be a named argument (`--name=value`).
@@ -99,11 +100,11 @@ fn run_do(args: &DoArgs) -> anyhow::Result<i32> {
         num_filters: 0,
         stop_on_error: false,
     };
-    run(request, view)
+    run(request, view, config)
 }
 
 /// `krm-runner doseq FILE UNIT INVOCATIONS_JSON`: exit status 0, or 1 when an invocation failed.
-fn run_doseq(args: &DoSeqArgs) -> anyhow::Result<i32> {
+fn run_doseq(args: &DoSeqArgs, config: &Config) -> anyhow::Result<i32> {
     let invocations: Vec<FunctionInvocation> = serde_json::from_str(&args.invocations)
         .map_err(|error| {
             BadInvocation::error(format!(
@@ -122,19 +123,19 @@ fn run_doseq(args: &DoSeqArgs) -> anyhow::Result<i32> {
         num_filters: args.num_filters,
         stop_on_error: args.stop,
     };
-    run(request, View::Full)
+    run(request, View::Full, config)
 }
 
 /// `krm-runner list`: fctl's table of signatures, by name.
-fn run_list(toolchain: &ToolchainArg) -> anyhow::Result<i32> {
-    let executor = executor_for(toolchain)?;
+fn run_list(toolchain: &ToolchainArg, config: &Config) -> anyhow::Result<i32> {
+    let executor = executor_for(toolchain, config)?;
     emit(&signature_table(executor.list().values()))?;
     Ok(0)
 }
 
 /// `krm-runner listpaths`: the path registry as indented JSON.
-fn run_listpaths(toolchain: &ToolchainArg) -> anyhow::Result<i32> {
-    let executor = executor_for(toolchain)?;
+fn run_listpaths(toolchain: &ToolchainArg, config: &Config) -> anyhow::Result<i32> {
+    let executor = executor_for(toolchain, config)?;
     emit(&format!(
         "{}\n",
         serde_json::to_string_pretty(executor.registry())?
@@ -142,15 +143,19 @@ fn run_listpaths(toolchain: &ToolchainArg) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// The executor of a toolchain; only Kubernetes/YAML has one.
-fn executor_for(toolchain: &ToolchainArg) -> anyhow::Result<Executor> {
+/// The executor of a toolchain, with the attributes `config` declares; only Kubernetes/YAML
+/// has one.
+fn executor_for(toolchain: &ToolchainArg, config: &Config) -> anyhow::Result<Executor> {
     if toolchain.toolchain != krm_function_executor::api::KUBERNETES_YAML {
         return Err(BadInvocation::error(format!(
             "--toolchain: {}",
             ExecutorError::Toolchain(toolchain.toolchain.clone())
         )));
     }
-    Ok(Executor::kubernetes())
+    // The configuration's problems were reported before any command ran.
+    config
+        .typed_executor()
+        .map_err(|problems| anyhow::anyhow!(problems.join("; ")))
 }
 
 struct Request<'a> {
@@ -162,14 +167,14 @@ struct Request<'a> {
     stop_on_error: bool,
 }
 
-fn run(request: Request<'_>, view: View) -> anyhow::Result<i32> {
+fn run(request: Request<'_>, view: View, config: &Config) -> anyhow::Result<i32> {
     if !is_unit_name(request.unit) {
         return Err(BadInvocation::error(format!(
             "unit name {:?} contains characters other than letters, digits, space and -_.()@#",
             request.unit
         )));
     }
-    let executor = executor_for(request.toolchain)?;
+    let executor = executor_for(request.toolchain, config)?;
     let input = read_input(request.file)?;
     let mut invocation = FunctionInvocationRequest {
         config_data: input.clone(),

@@ -71,7 +71,7 @@ fn main() -> ExitCode {
         if !problems.is_empty() {
             return report(&problems);
         }
-        return exit_code(typed.run());
+        return exit_code(typed.run(&config));
     }
     if let Some(Command::Plugins {
         config_schema: Some(plugin),
@@ -262,10 +262,15 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
     if let Some(http) = &confighub_http {
         tracing::info!(address = %http.local_addr()?, "serving ConfigHub's function routes over HTTP");
     }
+    // The configuration's problems were reported before serving started.
+    let typed = config
+        .typed_executor()
+        .map_err(|problems| anyhow::anyhow!(problems.join("; ")))?;
     server::serve(
         runtime,
         listener,
         confighub_http,
+        confighub_serving::TypedFunctions::new(typed),
         config.max_message_bytes,
         Duration::from_secs(config.shutdown_grace_seconds),
     )

@@ -243,12 +243,12 @@ pub async fn serve(
     runtime: Arc<Runtime>,
     listener: TcpListener,
     confighub_http: Option<TcpListener>,
+    typed: Arc<TypedFunctions>,
     max_message_bytes: usize,
     grace: Duration,
 ) -> anyhow::Result<()> {
     let (force_tx, force_rx) = watch::channel(false);
     let (stopping_tx, mut stopping_rx) = watch::channel(false);
-    let typed = TypedFunctions::kubernetes();
     let http = confighub_http.map(|listener| {
         tokio::spawn(confighub_serving::serve_http(
             listener,

@@ -493,3 +493,139 @@ fn bad_invocations_exit_2_naming_the_thing_at_fault() {
         );
     }
 }
+
+const DECLARED_TEAM: &str = "\
+executor:
+  attributes:
+  - name: team
+    description: the owning team
+    upsert: true
+    paths:
+      apps/v1/Deployment: [metadata.labels.team, spec.template.metadata.labels.team]
+      v1/Service: [metadata.labels.team]
+";
+
+#[test]
+fn attributes_declared_in_the_configuration_add_functions() {
+    let dir = scratch();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, DECLARED_TEAM).unwrap();
+    let config = config.display().to_string();
+    let input = executor_golden_dir().join("inputs/workloads.yaml");
+    let input = input.display().to_string();
+
+    let output = run_cli(&["--config-file", &config, "list"], &[], b"");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    for name in ["get-team ", "set-team "] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(name)),
+            "{name}\n{stdout}"
+        );
+    }
+
+    let output = run_cli(&["--config-file", &config, "listpaths"], &[], b"");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let registry: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let entry = &registry["team"]["apps/v1/Deployment"]["metadata.labels.team"];
+    assert_eq!(entry["AttributeName"], "team", "{entry}");
+    assert_eq!(entry["Info"]["Description"], "the owning team", "{entry}");
+
+    let output = run_cli(
+        &[
+            "--config-file",
+            &config,
+            "do",
+            "--data-only",
+            &input,
+            "u",
+            "set-team",
+            "payments",
+        ],
+        &[],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let data = text(&output.stdout);
+    assert_eq!(data.matches("team: payments").count(), 3, "{data}");
+    // Everything else is as it was: comments and quoting included.
+    assert!(data.contains("  name: web # the front end\n"), "{data}");
+    assert!(data.contains("example.com/owner: \"team-a\""), "{data}");
+
+    let sequence = r#"[{"FunctionName": "set-team", "Arguments": [{"Value": "payments"}]},
+                       {"FunctionName": "get-team", "Arguments": []}]"#;
+    let output = run_cli(
+        &["--config-file", &config, "doseq", &input, "u", sequence],
+        &[],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let json = &stdout[stdout.find("\n[").unwrap()..];
+    let values: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(values.as_array().unwrap().len(), 3, "{values}");
+    assert!(
+        values
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["Value"] == "payments")
+    );
+
+    // Without the configuration there is no such function.
+    let output = run_cli(&["do", &input, "u", "get-team"], &[], b"");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(text(&output.stdout).contains("get-team: function does not exist"));
+}
+
+#[test]
+fn declared_attribute_problems_are_reported_at_once_naming_each_field() {
+    let dir = scratch();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "\
+executor:
+  attributes:
+  - name: replicas
+    paths: {apps/v1/Deployment: [spec.replicas]}
+  - name: port
+    parameters: [container-name]
+    paths:
+      apps v1: [spec.x]
+      v1/Service: ['spec..x']
+  - name: Tier
+    paths: {}
+",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let output = run_cli(&["--config-file", &config, "list"], &[], b"");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    for expected in [
+        "executor.attributes[0].name: get-replicas already exists",
+        "executor.attributes[0].name: set-replicas already exists",
+        "executor.attributes[1].paths[\"apps v1\"]: \"apps v1\" is not a resource type",
+        "executor.attributes[1].paths[\"apps v1\"][0]: \"spec.x\" has 0 %s, but 1 parameters are declared",
+        "executor.attributes[1].paths[\"v1/Service\"][0]:",
+        "executor.attributes[2].name: \"Tier\" is not a name",
+        "executor.attributes[2].paths: empty",
+    ] {
+        assert!(stderr.contains(expected), "{expected}\n{stderr}");
+    }
+
+    // A value of the wrong type is named by its key too.
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        "executor:\n  attributes:\n  - name: size\n    data_type: float\n    paths: {v1/Service: [spec.size]}\n",
+    )
+    .unwrap();
+    let output = run_cli(&["--config-file", &config, "list"], &[], b"");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("executor.attributes") && stderr.contains("float"),
+        "{stderr}"
+    );
+}

@@ -364,3 +364,39 @@ async fn function_executor_over_grpc() {
     assert!(paths["container-image"].is_object(), "{paths}");
     server.terminate();
 }
+
+#[test]
+fn attributes_declared_in_the_configuration_are_served() {
+    let http_port = free_port();
+    let _server = Server::start(
+        &format!(
+            "confighub_listen: \"127.0.0.1:{http_port}\"\nexecutor:\n  attributes:\n  - name: team\n    upsert: true\n    paths: {{apps/v1/Deployment: [metadata.labels.team]}}\n"
+        ),
+        &[],
+    );
+    let (status, body) = http(http_port, "GET", "/function/kubernetes", b"");
+    assert_eq!(status, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["set-team"]["AttributeName"], "team", "{body}");
+    let (status, body) = http(http_port, "GET", "/function/kubernetes/paths", b"");
+    assert_eq!(status, 200, "{body}");
+    let paths: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        paths["team"]["apps/v1/Deployment"]["metadata.labels.team"].is_object(),
+        "{body}"
+    );
+
+    let request = invoke_body(
+        UNIT,
+        json!([{"FunctionName": "set-team", "Arguments": [{"Value": "payments"}]}]),
+    );
+    let (status, body) = http(http_port, "POST", "/function/kubernetes", &request);
+    assert_eq!(status, 200, "{body}");
+    let response: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(response["Success"], true, "{body}");
+    let data = config_data(&response);
+    assert!(
+        data.contains("  name: web # keep\n  namespace: shop\n  labels:\n    team: payments\n"),
+        "{data}"
+    );
+}

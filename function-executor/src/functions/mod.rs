@@ -13,6 +13,8 @@ use crate::resource::Unit;
 use crate::signature::TypedSignature;
 
 pub mod containers;
+pub mod expressions;
+pub mod patch;
 pub mod path_visitor;
 pub mod resources;
 pub mod text;
@@ -78,6 +80,13 @@ impl Output {
 /// A function the executor can run. Errors are messages for the response.
 pub trait TypedFunction: Send + Sync {
     fn signature(&self) -> &TypedSignature;
+
+    /// Problems with checked arguments that only the function can see (an expression that
+    /// does not compile), each naming its parameter; asked before the function runs.
+    fn check(&self, _arguments: &Arguments) -> Vec<String> {
+        Vec::new()
+    }
+
     fn run(&self, call: &Call) -> Result<Outcome, String>;
 }
 
@@ -89,5 +98,7 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
     functions.extend(validation::functions());
     functions.extend(unit::functions());
     functions.extend(containers::functions());
+    functions.extend(expressions::functions());
+    functions.extend(patch::functions());
     functions
 }

@@ -335,7 +335,7 @@ pub const UNIT_SLUG_ANNOTATION: &str = "confighub.com/UnitSlug";
 pub const SPACE_ID_ANNOTATION: &str = "confighub.com/SpaceID";
 
 /// The span of a block-mapping entry's lines, when the entry starts its own line.
-fn entry_lines(
+pub(crate) fn entry_lines(
     doc: &crate::yaml::Doc,
     key: crate::yaml::NodeId,
     value: crate::yaml::NodeId,
