@@ -48,7 +48,7 @@ pub use call::{
     TraceContext,
 };
 pub use decline::{Answer, Probe, ProbeOutcome, declined_message};
-pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
+pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin, TypedFunctionSet};
 pub use quoted::{QUOTED_CHARS, Quoted, quoted};
 pub use signature::{FunctionSignature, Parameter, ParameterType};
 
