@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod confighub;
 mod confighub_serving;
+mod contributed;
 mod eval;
 mod logging;
 mod routing;
@@ -58,7 +59,8 @@ fn main() -> ExitCode {
         }) => true,
         _ => false,
     };
-    // ConfigHub's typed functions run in this process, without the evaluator plugins.
+    // ConfigHub's typed functions run in this process; the evaluator plugins start only when
+    // their typed functions are needed.
     let typed = match &cli.command {
         Some(Command::Do(args)) => Some(confighub::Typed::Do(args)),
         Some(Command::Doseq(args)) => Some(confighub::Typed::Doseq(args)),
@@ -70,7 +72,7 @@ fn main() -> ExitCode {
         if !problems.is_empty() {
             return report(&problems);
         }
-        return exit_code(typed.run());
+        return exit_code(typed.run(&|| Runtime::start(&config, Purpose::Serve)));
     }
     if let Some(Command::Eval(
         args @ cli::EvalArgs {

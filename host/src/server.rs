@@ -248,7 +248,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let (force_tx, force_rx) = watch::channel(false);
     let (stopping_tx, mut stopping_rx) = watch::channel(false);
-    let typed = TypedFunctions::kubernetes();
+    let typed = TypedFunctions::new(&runtime);
     let http = confighub_http.map(|listener| {
         tokio::spawn(confighub_serving::serve_http(
             listener,

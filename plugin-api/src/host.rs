@@ -491,12 +491,6 @@ impl EvaluatorInstance {
         serde_json::from_str(self.inner.functions().as_str()).unwrap_or_default()
     }
 
-    /// Whether the instance contributes typed functions ([`TypedFunctionSet`], through the
-    /// ABI; a plugin built before typed functions contributes none).
-    pub fn contributes_typed_functions(&self) -> bool {
-        !self.inner.typed_functions().is_empty()
-    }
-
     fn evaluate_ffi(
         &self,
         context: CallContextRef<'_>,
@@ -513,7 +507,8 @@ impl EvaluatorInstance {
     }
 }
 
-/// The instance's typed functions, called through the ABI with the caller's context.
+/// The instance's typed functions, called through the ABI with the caller's context; none
+/// (empty signatures) from a plugin built before typed functions.
 impl TypedFunctionSet for EvaluatorInstance {
     fn signatures_json(&self) -> String {
         self.inner.typed_functions().into_string()
