@@ -28,7 +28,7 @@ use crate::signature::TypedSignature;
 
 /// The typed functions a plugin contributes, served through the ABI.
 ///
-/// ```ignore
+/// ```text
 /// struct Mine { typed: PluginFunctions }
 /// impl Evaluator for Mine {
 ///     // evaluate(...) as usual
@@ -257,6 +257,7 @@ impl TypedFunction for RemoteFunction {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ExecutorError;
     use crate::api::{AttributeValue, DataType, OutputType};
     use crate::functions::resources::{Custom, custom};
     use crate::signature::ParameterBuilder;
@@ -380,6 +381,61 @@ mod tests {
         );
         assert_eq!(response.config_data, UNIT.as_bytes());
         assert!(response.mutators.is_empty());
+    }
+
+    fn wait(call: &Call) -> Result<Outcome, String> {
+        match call
+            .cancellation
+            .wait_cancelled(std::time::Duration::from_secs(30))
+        {
+            Some(reason) => Err(format!("stopped: {reason:?}")),
+            None => Ok(Outcome::default()),
+        }
+    }
+
+    #[test]
+    fn a_cancelled_call_stops_the_sequence_inside_a_plugin_function_and_answers_nothing() {
+        use krm_plugin_api::CancelReason;
+        use krm_plugin_api::host::HostCallContext;
+        let waiting = custom("wait", "waits for cancellation", vec![], None, false);
+        let set = PluginFunctions::new(vec![Arc::new(Custom {
+            signature: waiting,
+            run: wait,
+        })])
+        .unwrap();
+        let mut executor = Executor::kubernetes();
+        for function in contributed(Arc::new(set)).0 {
+            executor.register(function).unwrap();
+        }
+        let request = request(json!([
+            {"FunctionName": "set-replicas", "Arguments": [{"Value": "3"}]},
+            {"FunctionName": "wait"},
+            {"FunctionName": "set-replicas", "Arguments": [{"Value": "5"}]},
+        ]));
+        let call = HostCallContext::new(None);
+        let cancelling = call.clone();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            cancelling.cancel(CancelReason::DeadlineExceeded);
+        });
+        let started = std::time::Instant::now();
+        let error = executor
+            .invoke_within(&request, &call.as_call_context())
+            .unwrap_err();
+        canceller.join().unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert_eq!(
+            error.to_string(),
+            "the sequence exceeded the caller's deadline at invocation 1 (wait); no data changed"
+        );
+        // Cancelled before it starts: not even the first invocation runs.
+        let error = executor
+            .invoke_within(&request, &call.as_call_context())
+            .unwrap_err();
+        assert!(
+            matches!(error, ExecutorError::Cancelled { index: 0, .. }),
+            "{error}"
+        );
     }
 
     #[test]
