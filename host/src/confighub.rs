@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use krm_function_executor::api::{
     FunctionArgument, FunctionInvocation, FunctionInvocationRequest, FunctionInvocationResponse,
@@ -18,7 +18,7 @@ use krm_plugin_api::host::HostCallContext;
 
 use crate::cli::{DoArgs, DoSeqArgs, ToolchainArg};
 use crate::runtime::Runtime;
-use crate::{BadInvocation, contributed};
+use crate::{BadInvocation, confighub_serving, contributed};
 
 /// fctl's fixed context (its test IDs), so that outputs naming them match fctl's.
 const UNIT_ID: &str = "5837950a-619e-44da-9b75-f957c2aee14c";
@@ -206,14 +206,9 @@ fn run(request: Request<'_>, view: View, plugins: StartPlugins<'_>) -> anyhow::R
     }
     let deadline = match request.timeout {
         None => None,
-        Some(seconds) => Some(
-            Duration::try_from_secs_f64(seconds)
-                .ok()
-                .and_then(|timeout| Instant::now().checked_add(timeout))
-                .ok_or_else(|| {
-                    BadInvocation::error(format!("--timeout: {seconds} is not a number of seconds"))
-                })?,
-        ),
+        Some(seconds) => Some(confighub_serving::deadline_after(seconds).ok_or_else(|| {
+            BadInvocation::error(format!("--timeout: {seconds} is not a number of seconds"))
+        })?),
     };
     let mut executor = executor_for(request.toolchain)?;
     if request

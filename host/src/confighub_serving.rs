@@ -130,8 +130,15 @@ fn cancelled_reason(refusal: &Refusal) -> Option<CancelReason> {
     }
 }
 
-/// The deadline a ConfigHub HTTP client asks for, in seconds: header [`TIMEOUT_HEADER`].
+/// The header in which an HTTP client gives its deadline, in seconds from the request.
 pub const TIMEOUT_HEADER: &str = "x-krm-timeout";
+
+/// The instant `seconds` (decimals allowed) from now; `None` when that is no duration.
+pub fn deadline_after(seconds: f64) -> Option<Instant> {
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .and_then(|timeout| Instant::now().checked_add(timeout))
+}
 
 // ---- HTTP ----
 
@@ -274,8 +281,7 @@ async fn invoke_http(
             .to_str()
             .ok()
             .and_then(|text| text.trim().parse::<f64>().ok())
-            .and_then(|seconds| Duration::try_from_secs_f64(seconds).ok())
-            .and_then(|timeout| Instant::now().checked_add(timeout))
+            .and_then(deadline_after)
         {
             Some(deadline) => Some(deadline),
             None => {
