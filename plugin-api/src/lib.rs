@@ -11,7 +11,9 @@
 //!    a log, or an [`EvalError`]. Answer [`EvalError::declined_because`] for images you do not
 //!    serve, saying why, so the chain falls through to the next evaluator (and the caller learns
 //!    why nothing served); say the same ahead of a call in [`Evaluator::probe`]. Watch the [`CallContext`]: when the caller
-//!    cancels or its deadline passes, stop and clean up.
+//!    cancels or its deadline passes, stop and clean up. To contribute ConfigHub-style typed
+//!    functions too, return a [`TypedFunctionSet`] from [`Evaluator::typed_functions`]
+//!    (`krm_function_executor::plugin::PluginFunctions` is one).
 //! 3. Implement [`Plugin`]: a name, a version, a one-line description, a serde config type and a
 //!    `build` function. Config errors name the field ([`ConfigError::field`]); serde's own
 //!    errors get their field path added for you.
