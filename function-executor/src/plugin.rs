@@ -9,8 +9,9 @@
 //!
 //! On the wire, a call is a FunctionInvocationRequest holding the one invocation (arguments
 //! checked and named, the unit's current text, the request's context) and the answer a
-//! FunctionInvocationResponse (`Success`, `ErrorMessages`, `ConfigData`, `Output`,
-//! `OutputType`), in the JSON of ConfigHub's HTTP route.
+//! FunctionInvocationResponse (`Success`, `ErrorMessages`, `Output`, `OutputType`, and, when
+//! the function returned new text, `Mutators: [0]` with that text as `ConfigData`, which is
+//! empty otherwise), in the JSON of ConfigHub's HTTP route.
 
 use std::sync::Arc;
 
@@ -85,10 +86,9 @@ impl TypedFunctionSet for PluginFunctions {
                 request.function_invocations.len()
             )));
         };
-        let text = String::from_utf8(request.config_data.clone())
+        let text = String::from_utf8(request.config_data)
             .map_err(|e| EvalError::invalid_input(format!("{function}: config data: {e}")))?;
         let mut response = FunctionInvocationResponse {
-            config_data: request.config_data.clone(),
             output: b"null".to_vec(),
             success: true,
             ..FunctionInvocationResponse::default()
@@ -114,6 +114,7 @@ impl TypedFunctionSet for PluginFunctions {
             Ok(outcome) => {
                 if let Some(text) = outcome.text {
                     response.config_data = text.into_bytes();
+                    response.mutators = vec![0];
                 }
                 if let Some(output) = outcome.output {
                     response.output_type = Some(output.output_type());
@@ -245,12 +246,15 @@ impl TypedFunction for RemoteFunction {
             ),
             _ => None,
         };
-        let text = String::from_utf8(response.config_data)
-            .map_err(|e| format!("the plugin's config data is not UTF-8: {e}"))?;
-        Ok(Outcome {
-            text: Some(text),
-            output,
-        })
+        let text = if response.mutators.is_empty() {
+            None
+        } else {
+            Some(
+                String::from_utf8(response.config_data)
+                    .map_err(|e| format!("the plugin's config data is not UTF-8: {e}"))?,
+            )
+        };
+        Ok(Outcome { text, output })
     }
 }
 
