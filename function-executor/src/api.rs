@@ -313,7 +313,7 @@ pub struct FunctionInvocationRequest {
     pub function_invocations: Vec<FunctionInvocation>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct FunctionInvocationResponse {
     #[serde(rename = "OrganizationID")]

@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use krm_plugin_api::{CallContext, CancelReason};
+
 use crate::api::{
     FunctionInvocationRequest, FunctionInvocationResponse, FunctionSignature, OutputType,
     ValidationResult,
@@ -35,6 +37,21 @@ pub enum ExecutorError {
     Unparsable(String),
     #[error("toolchain {0:?} is not supported; supported: Kubernetes/YAML")]
     Toolchain(String),
+    /// The call ended before the sequence did; nothing of it is answered.
+    #[error("{} at invocation {index} ({function}); no data changed", cancelled_text(*.reason))]
+    Cancelled {
+        reason: CancelReason,
+        index: usize,
+        function: String,
+    },
+}
+
+fn cancelled_text(reason: CancelReason) -> &'static str {
+    match reason {
+        CancelReason::CallerCancelled => "the caller cancelled the sequence",
+        CancelReason::DeadlineExceeded => "the sequence exceeded the caller's deadline",
+        CancelReason::ShuttingDown => "the sequence was stopped: the runner is shutting down",
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,11 +128,30 @@ impl Executor {
             .collect()
     }
 
-    /// Runs `request`.
+    /// Runs `request` outside any call: nothing cancels it.
     pub fn invoke(
         &self,
         request: &FunctionInvocationRequest,
     ) -> Result<FunctionInvocationResponse, ExecutorError> {
+        self.invoke_within(request, &CallContext::detached())
+    }
+
+    /// Runs `request` within a call: once `call` is cancelled (or its deadline passes), the
+    /// sequence stops before the next invocation, or after the one running when it ends, and
+    /// the whole request fails with [`ExecutorError::Cancelled`].
+    pub fn invoke_within(
+        &self,
+        request: &FunctionInvocationRequest,
+        call: &CallContext<'_>,
+    ) -> Result<FunctionInvocationResponse, ExecutorError> {
+        let stop_if_cancelled = |index: usize, function: &str| match call.cancel_reason() {
+            Some(reason) => Err(ExecutorError::Cancelled {
+                reason,
+                index,
+                function: function.to_owned(),
+            }),
+            None => Ok(()),
+        };
         let toolchain = &request.context.toolchain_type;
         if !toolchain.is_empty() && toolchain != crate::api::KUBERNETES_YAML {
             return Err(ExecutorError::Toolchain(toolchain.clone()));
@@ -147,6 +183,7 @@ impl Executor {
         let mut mutations = Vec::new();
         let mut mutators = Vec::new();
         for (index, invocation) in request.function_invocations.iter().enumerate() {
+            stop_if_cancelled(index, &invocation.function_name)?;
             let Some(function) = self.functions.get(&invocation.function_name) else {
                 run.messages.push(format!(
                     "invoke {}: function does not exist",
@@ -184,13 +221,17 @@ impl Executor {
                     continue;
                 }
             };
-            let call = Call {
+            let invocation_call = Call {
                 unit: current.unit(),
                 arguments: &arguments,
                 context: &request.context,
                 registry: &self.registry,
+                cancellation: call,
             };
-            let mut outcome = match function.run(&call) {
+            let ran = function.run(&invocation_call);
+            // What a function did while the call was being cancelled is not answered.
+            stop_if_cancelled(index, &invocation.function_name)?;
+            let mut outcome = match ran {
                 Ok(outcome) => outcome,
                 Err(message) => {
                     run.messages
@@ -365,16 +406,7 @@ impl Run {
             Some(Combined::Validations(list)) => {
                 (OutputType::ValidationResultList, serde_json::to_vec(list))
             }
-            Some(Combined::Single(output)) => (
-                output.output_type(),
-                match output {
-                    Output::Attributes(a) => serde_json::to_vec(a),
-                    Output::ResourceInfos(r) => serde_json::to_vec(r),
-                    Output::Resources(r) => serde_json::to_vec(r),
-                    Output::Validation(v) => serde_json::to_vec(v),
-                    Output::Other(_, v) => serde_json::to_vec(v),
-                },
-            ),
+            Some(Combined::Single(output)) => (output.output_type(), output.to_json()),
         };
         match encoded {
             (output_type, Ok(bytes)) => (Some(output_type), bytes),

@@ -23,6 +23,7 @@ pub mod executor;
 pub mod functions;
 pub mod mutations;
 pub mod path;
+pub mod plugin;
 pub mod registry;
 pub mod resource;
 pub mod signature;

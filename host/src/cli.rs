@@ -116,6 +116,11 @@ pub struct DoArgs {
     /// Print only the function's output.
     #[arg(long)]
     pub output_only: bool,
+    /// Give up after this many seconds (decimals allowed): the sequence stops before its next
+    /// invocation, or as soon as a plugin function that watches its call stops, and nothing
+    /// is printed but the error (exit 1).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
     #[command(flatten)]
     pub toolchain: ToolchainArg,
 }
@@ -139,6 +144,11 @@ pub struct DoSeqArgs {
     /// Stop at the first invocation that fails.
     #[arg(long)]
     pub stop: bool,
+    /// Give up after this many seconds (decimals allowed): the sequence stops before its next
+    /// invocation, or as soon as a plugin function that watches its call stops, and nothing
+    /// is printed but the error (exit 1).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
     #[command(flatten)]
     pub toolchain: ToolchainArg,
 }

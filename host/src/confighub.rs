@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
+use std::time::Instant;
 
 use krm_function_executor::api::{
     FunctionArgument, FunctionInvocation, FunctionInvocationRequest, FunctionInvocationResponse,
@@ -12,10 +13,13 @@ use krm_function_executor::api::{
 };
 use krm_function_executor::executor::MAX_CONFIG_BYTES;
 use krm_function_executor::{Executor, ExecutorError};
+use krm_plugin_api::CancelReason;
+use krm_plugin_api::host::HostCallContext;
 
-use crate::BadInvocation;
 use crate::cli::{DoArgs, DoSeqArgs, ToolchainArg};
 use crate::config::Config;
+use crate::runtime::Runtime;
+use crate::{BadInvocation, confighub_serving, contributed};
 
 /// fctl's fixed context (its test IDs), so that outputs naming them match fctl's.
 const UNIT_ID: &str = "5837950a-619e-44da-9b75-f957c2aee14c";
@@ -23,10 +27,23 @@ const SPACE_ID: &str = "c73bbc39-7ad1-4f32-aba0-1ef0789c9571";
 const SPACE_SLUG: &str = "DeepSpace";
 const ORGANIZATION_ID: &str = "362c7a01-ba2d-40f6-9454-805c9a4fbbbe";
 
-/// fctl's function names: `[a-z0-9_-]*`.
+/// fctl's function names, `[a-z0-9_-]*`, or a plugin's function qualified by the evaluator
+/// instance contributing it, `INSTANCE/NAME`.
 fn is_function_name(name: &str) -> bool {
-    name.chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    let fctl = |name: &str| {
+        name.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    };
+    match name.split_once('/') {
+        None => fctl(name),
+        Some((instance, name)) => {
+            !instance.is_empty()
+                && instance
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                && fctl(name)
+        }
+    }
 }
 
 /// fctl's unit names: `[a-zA-Z0-9_ .()@#-]*`.
@@ -54,20 +71,25 @@ pub enum Typed<'a> {
     Listpaths(&'a ToolchainArg),
 }
 
+/// Starts the evaluator plugins, for their typed functions: the runtime, or every problem.
+pub type StartPlugins<'s> = &'s dyn Fn() -> Result<Runtime, Vec<String>>;
+
 impl Typed<'_> {
-    /// Runs the command with the executor `config` declares; its result is the exit status.
-    pub fn run(self, config: &Config) -> anyhow::Result<i32> {
+    /// Runs the command with the executor `config` declares; its result is the exit status. The plugins are started only when
+    /// their functions are needed: for `list` and `listpaths`, and for invocations of
+    /// functions the builtin executor does not have.
+    pub fn run(self, config: &Config, plugins: StartPlugins<'_>) -> anyhow::Result<i32> {
         match self {
-            Typed::Do(args) => run_do(args, config),
-            Typed::Doseq(args) => run_doseq(args, config),
-            Typed::List(toolchain) => run_list(toolchain, config),
-            Typed::Listpaths(toolchain) => run_listpaths(toolchain, config),
+            Typed::Do(args) => run_do(args, config, plugins),
+            Typed::Doseq(args) => run_doseq(args, config, plugins),
+            Typed::List(toolchain) => run_list(toolchain, config, plugins),
+            Typed::Listpaths(toolchain) => run_listpaths(toolchain, config, plugins),
         }
     }
 }
 
 /// `krm-runner do FILE UNIT FUNCTION [ARG...]`: exit status 0, or 1 when the invocation failed.
-fn run_do(args: &DoArgs, config: &Config) -> anyhow::Result<i32> {
+fn run_do(args: &DoArgs, config: &Config, plugins: StartPlugins<'_>) -> anyhow::Result<i32> {
     check_function_name(&args.function)?;
     // fctl takes its flags anywhere, after the function's arguments too; neither flag has a
     // value, so neither can be a named argument (`--name=value`).
@@ -99,12 +121,13 @@ fn run_do(args: &DoArgs, config: &Config) -> anyhow::Result<i32> {
         invocations,
         num_filters: 0,
         stop_on_error: false,
+        timeout: args.timeout,
     };
-    run(request, view, config)
+    run(request, view, config, plugins)
 }
 
 /// `krm-runner doseq FILE UNIT INVOCATIONS_JSON`: exit status 0, or 1 when an invocation failed.
-fn run_doseq(args: &DoSeqArgs, config: &Config) -> anyhow::Result<i32> {
+fn run_doseq(args: &DoSeqArgs, config: &Config, plugins: StartPlugins<'_>) -> anyhow::Result<i32> {
     let invocations: Vec<FunctionInvocation> = serde_json::from_str(&args.invocations)
         .map_err(|error| {
             BadInvocation::error(format!(
@@ -122,20 +145,21 @@ fn run_doseq(args: &DoSeqArgs, config: &Config) -> anyhow::Result<i32> {
         invocations,
         num_filters: args.num_filters,
         stop_on_error: args.stop,
+        timeout: args.timeout,
     };
-    run(request, View::Full, config)
+    run(request, View::Full, config, plugins)
 }
 
 /// `krm-runner list`: fctl's table of signatures, by name.
-fn run_list(toolchain: &ToolchainArg, config: &Config) -> anyhow::Result<i32> {
-    let executor = executor_for(toolchain, config)?;
+fn run_list(toolchain: &ToolchainArg, config: &Config, plugins: StartPlugins<'_>) -> anyhow::Result<i32> {
+    let executor = with_plugins(executor_for(toolchain, config)?, plugins)?;
     emit(&signature_table(executor.list().values()))?;
     Ok(0)
 }
 
 /// `krm-runner listpaths`: the path registry as indented JSON.
-fn run_listpaths(toolchain: &ToolchainArg, config: &Config) -> anyhow::Result<i32> {
-    let executor = executor_for(toolchain, config)?;
+fn run_listpaths(toolchain: &ToolchainArg, config: &Config, plugins: StartPlugins<'_>) -> anyhow::Result<i32> {
+    let executor = with_plugins(executor_for(toolchain, config)?, plugins)?;
     emit(&format!(
         "{}\n",
         serde_json::to_string_pretty(executor.registry())?
@@ -158,6 +182,16 @@ fn executor_for(toolchain: &ToolchainArg, config: &Config) -> anyhow::Result<Exe
         .map_err(|problems| anyhow::anyhow!(problems.join("; ")))
 }
 
+/// `executor` with the typed functions the plugins contribute; clashes and problems are
+/// logged as warnings, as at a server's start-up.
+fn with_plugins(mut executor: Executor, plugins: StartPlugins<'_>) -> anyhow::Result<Executor> {
+    let runtime = plugins().map_err(|problems| BadInvocation::error(problems.join("\n")))?;
+    for report in contributed::add(&mut executor, &runtime) {
+        tracing::warn!("{report}");
+    }
+    Ok(executor)
+}
+
 struct Request<'a> {
     file: &'a Path,
     unit: &'a str,
@@ -165,16 +199,30 @@ struct Request<'a> {
     invocations: Vec<FunctionInvocation>,
     num_filters: usize,
     stop_on_error: bool,
+    timeout: Option<f64>,
 }
 
-fn run(request: Request<'_>, view: View, config: &Config) -> anyhow::Result<i32> {
+fn run(request: Request<'_>, view: View, config: &Config, plugins: StartPlugins<'_>) -> anyhow::Result<i32> {
     if !is_unit_name(request.unit) {
         return Err(BadInvocation::error(format!(
             "unit name {:?} contains characters other than letters, digits, space and -_.()@#",
             request.unit
         )));
     }
-    let executor = executor_for(request.toolchain, config)?;
+    let deadline = match request.timeout {
+        None => None,
+        Some(seconds) => Some(confighub_serving::deadline_after(seconds).ok_or_else(|| {
+            BadInvocation::error(format!("--timeout: {seconds} is not a number of seconds"))
+        })?),
+    };
+    let mut executor = executor_for(request.toolchain, config)?;
+    if request
+        .invocations
+        .iter()
+        .any(|invocation| executor.function(&invocation.function_name).is_none())
+    {
+        executor = with_plugins(executor, plugins)?;
+    }
     let input = read_input(request.file)?;
     let mut invocation = FunctionInvocationRequest {
         config_data: input.clone(),
@@ -194,7 +242,19 @@ fn run(request: Request<'_>, view: View, config: &Config) -> anyhow::Result<i32>
     context.organization_id = ORGANIZATION_ID.to_owned();
     context.revision_num = 1;
     context.new = true;
-    let response = executor.invoke(&invocation).map_err(|error| {
+    let call = HostCallContext::new(deadline);
+    if let Some(deadline) = deadline {
+        let expiring = call.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            expiring.cancel(CancelReason::DeadlineExceeded);
+        });
+    }
+    let response = executor.invoke_within(&invocation, &call.as_call_context());
+    if let Err(error @ ExecutorError::Cancelled { .. }) = response {
+        return Err(anyhow::anyhow!("{error} (--timeout)"));
+    }
+    let response = response.map_err(|error| {
         let at_fault = match &error {
             ExecutorError::Toolchain(_) => "--toolchain".to_owned(),
             ExecutorError::TooManyInvocations { .. } => "INVOCATIONS".to_owned(),

@@ -9,7 +9,7 @@
 //! SIGTERM, not at any HTTP client's request.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -26,15 +26,20 @@ use krm_function_executor::api::{
     FunctionInvocationResponse,
 };
 use krm_function_executor::{Executor, ExecutorError};
+use krm_plugin_api::CancelReason;
+use krm_plugin_api::host::HostCallContext;
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_server::{
     FunctionExecutor, FunctionExecutorServer,
 };
-use krm_runner_proto::serving::{self, CLOSE_LIMIT, IN_FLIGHT_MESSAGES, RECEIVE_LIMIT};
+use krm_runner_proto::serving::{self, CLOSE_LIMIT, IN_FLIGHT_MESSAGES, RECEIVE_LIMIT, answer_by};
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::Status;
+
+use crate::contributed;
+use crate::runtime::{CancelOnDrop, Runtime};
 
 /// How long a client may take to send a request's headers.
 const HEADER_READ_LIMIT: Duration = Duration::from_secs(5);
@@ -61,8 +66,12 @@ pub enum Refusal {
 }
 
 impl TypedFunctions {
-    /// Serves `executor`'s functions.
-    pub fn new(executor: Executor) -> Arc<Self> {
+    /// `executor`'s functions (the builtin ones and those the configuration declares) and those
+    /// the evaluator plugins contribute; clashes and problems are logged, one warning each.
+    pub fn new(mut executor: Executor, runtime: &Runtime) -> Arc<Self> {
+        for report in contributed::add(&mut executor, runtime) {
+            tracing::warn!("{report}");
+        }
         Arc::new(Self {
             executor,
             working: Arc::new(Semaphore::new(IN_FLIGHT_MESSAGES)),
@@ -77,21 +86,57 @@ impl TypedFunctions {
             .map_err(|_| Refusal::Busy)
     }
 
-    /// Runs `request` on a blocking thread (the executor is CPU-bound), holding `permit`.
+    /// Runs `request` on a blocking thread (the executor is CPU-bound), holding `permit`,
+    /// within `call`: its deadline cancels it, and the sequence then stops at its next
+    /// invocation (a plugin function watching its call stops sooner).
     async fn invoke(
         self: &Arc<Self>,
         permit: OwnedSemaphorePermit,
         request: FunctionInvocationRequest,
+        call: Arc<HostCallContext>,
     ) -> Result<FunctionInvocationResponse, Refusal> {
         let typed = self.clone();
-        let outcome = tokio::task::spawn_blocking(move || {
+        let running = call.clone();
+        let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            typed.executor.invoke(&request)
-        })
-        .await
-        .map_err(Refusal::Internal)?;
-        Ok(outcome?)
+            typed
+                .executor
+                .invoke_within(&request, &running.as_call_context())
+        });
+        let expiry = async {
+            match call.deadline() {
+                Some(deadline) => {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)).await;
+                    call.cancel(CancelReason::DeadlineExceeded);
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(task);
+        let outcome = tokio::select! {
+            joined = &mut task => joined,
+            () = expiry => task.await,
+        };
+        Ok(outcome.map_err(Refusal::Internal)??)
     }
+}
+
+/// Why the call ended before the sequence did, when it did.
+fn cancelled_reason(refusal: &Refusal) -> Option<CancelReason> {
+    match refusal {
+        Refusal::Executor(ExecutorError::Cancelled { reason, .. }) => Some(*reason),
+        _ => None,
+    }
+}
+
+/// The header in which an HTTP client gives its deadline, in seconds from the request.
+pub const TIMEOUT_HEADER: &str = "x-krm-timeout";
+
+/// The instant `seconds` (decimals allowed) from now; `None` when that is no duration.
+pub fn deadline_after(seconds: f64) -> Option<Instant> {
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .and_then(|timeout| Instant::now().checked_add(timeout))
 }
 
 // ---- HTTP ----
@@ -224,7 +269,31 @@ async fn paths(State(state): State<HttpState>) -> Response {
     }
 }
 
-async fn invoke_http(State(state): State<HttpState>, body: Body) -> Response {
+async fn invoke_http(
+    State(state): State<HttpState>,
+    headers: axum::http::HeaderMap,
+    body: Body,
+) -> Response {
+    let deadline = match headers.get(TIMEOUT_HEADER) {
+        None => None,
+        Some(value) => match value
+            .to_str()
+            .ok()
+            .and_then(|text| text.trim().parse::<f64>().ok())
+            .and_then(deadline_after)
+        {
+            Some(deadline) => Some(deadline),
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("header {TIMEOUT_HEADER}: not a number of seconds"),
+                );
+            }
+        },
+    };
+    let call = HostCallContext::new(deadline);
+    // A client that goes away cancels the sequence.
+    let _cancel_if_dropped = CancelOnDrop::new(call.clone());
     let permit = match state.typed.permit().await {
         Ok(permit) => permit,
         Err(refusal) => return error(StatusCode::SERVICE_UNAVAILABLE, refusal),
@@ -264,11 +333,19 @@ async fn invoke_http(State(state): State<HttpState>, body: Body) -> Response {
             );
         }
     };
-    match state.typed.invoke(permit, request).await {
+    match state.typed.invoke(permit, request, call).await {
         Ok(response) => match serde_json::to_vec(&response) {
             Ok(body) => bounded_json(body, limit),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         },
+        Err(refusal) if cancelled_reason(&refusal).is_some() => {
+            let status = match cancelled_reason(&refusal) {
+                Some(CancelReason::DeadlineExceeded) => StatusCode::GATEWAY_TIMEOUT,
+                Some(CancelReason::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::REQUEST_TIMEOUT,
+            };
+            error(status, refusal)
+        }
         Err(refusal @ Refusal::Executor(_)) => error(StatusCode::BAD_REQUEST, refusal),
         Err(refusal) => error(StatusCode::INTERNAL_SERVER_ERROR, refusal),
     }
@@ -311,21 +388,32 @@ impl FunctionExecutor for GrpcExecutor {
         &self,
         request: tonic::Request<pb::InvokeRequest>,
     ) -> Result<tonic::Response<pb::InvokeResponse>, Status> {
+        let call = HostCallContext::new(answer_by(&request));
+        // A caller that goes away cancels the sequence.
+        let _cancel_if_dropped = CancelOnDrop::new(call.clone());
         let request = from_proto(request.into_inner())?;
         let permit = self
             .typed
             .permit()
             .await
             .map_err(|refusal| Status::resource_exhausted(refusal.to_string()))?;
-        let response =
-            self.typed
-                .invoke(permit, request)
-                .await
-                .map_err(|refusal| match refusal {
-                    Refusal::Executor(e) => Status::invalid_argument(e.to_string()),
-                    Refusal::Busy => Status::resource_exhausted(refusal.to_string()),
-                    Refusal::Internal(_) => Status::internal(refusal.to_string()),
-                })?;
+        let response = self
+            .typed
+            .invoke(permit, request, call)
+            .await
+            .map_err(|refusal| match refusal {
+                Refusal::Executor(e @ ExecutorError::Cancelled { reason, .. }) => {
+                    let code = match reason {
+                        CancelReason::DeadlineExceeded => tonic::Code::DeadlineExceeded,
+                        CancelReason::CallerCancelled => tonic::Code::Cancelled,
+                        CancelReason::ShuttingDown => tonic::Code::Unavailable,
+                    };
+                    Status::new(code, e.to_string())
+                }
+                Refusal::Executor(e) => Status::invalid_argument(e.to_string()),
+                Refusal::Busy => Status::resource_exhausted(refusal.to_string()),
+                Refusal::Internal(_) => Status::internal(refusal.to_string()),
+            })?;
         let response = to_proto(response)?;
         let size = response.config_data.len()
             + response.output_json.len()

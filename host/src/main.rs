@@ -6,6 +6,7 @@ mod cli;
 mod config;
 mod confighub;
 mod confighub_serving;
+mod contributed;
 mod eval;
 mod logging;
 mod plugin_schema;
@@ -59,7 +60,8 @@ fn main() -> ExitCode {
         }) => true,
         _ => false,
     };
-    // ConfigHub's typed functions run in this process, without the evaluator plugins.
+    // ConfigHub's typed functions run in this process; the evaluator plugins start only when
+    // their typed functions are needed.
     let typed = match &cli.command {
         Some(Command::Do(args)) => Some(confighub::Typed::Do(args)),
         Some(Command::Doseq(args)) => Some(confighub::Typed::Doseq(args)),
@@ -71,7 +73,7 @@ fn main() -> ExitCode {
         if !problems.is_empty() {
             return report(&problems);
         }
-        return exit_code(typed.run(&config));
+        return exit_code(typed.run(&config, &|| Runtime::start(&config, Purpose::Serve)));
     }
     if let Some(Command::Plugins {
         config_schema: Some(plugin),
@@ -266,11 +268,12 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
     let typed = config
         .typed_executor()
         .map_err(|problems| anyhow::anyhow!(problems.join("; ")))?;
+    let typed = confighub_serving::TypedFunctions::new(typed, &runtime);
     server::serve(
         runtime,
         listener,
         confighub_http,
-        confighub_serving::TypedFunctions::new(typed),
+        typed,
         config.max_message_bytes,
         Duration::from_secs(config.shutdown_grace_seconds),
     )

@@ -143,6 +143,37 @@ pub trait EvaluatorFfi: Send + Sync {
         let _ = (image, route);
         RString::new()
     }
+
+    /// The typed functions (ConfigHub's model) the evaluator contributes, as JSON: a list of
+    /// `krm_function_executor::TypedSignature` (a [`crate::FunctionSignature`] with its `typed`
+    /// object). Empty when it contributes none, as from plugins built before this method.
+    fn typed_functions(&self) -> RString {
+        RString::new()
+    }
+
+    /// Runs the typed function `function` once: `request` is a FunctionInvocationRequest
+    /// (JSON, ConfigHub's field names, as the HTTP route takes it) holding that one invocation,
+    /// its arguments already checked against the signature and named; the answer is a
+    /// FunctionInvocationResponse (JSON) whose `Success` says whether the function succeeded.
+    /// An error is the evaluator's own failure (a panic, an unknown function).
+    fn invoke_typed(
+        &self,
+        context: CallContextRef<'_>,
+        function: RStr<'_>,
+        request: RSlice<'_, u8>,
+    ) -> RResult<RVec<u8>, ErrorFfi> {
+        let _ = (context, request);
+        RResult::RErr(ErrorFfi {
+            kind: ErrorKind::NotFound,
+            message: RString::from(format!(
+                "no typed function {:?} here: the plugin contributes none",
+                function.as_str()
+            )),
+            declined: RVec::new(),
+            resource_list: RVec::new(),
+            log: RVec::new(),
+        })
+    }
 }
 
 pub type EvaluatorBox = EvaluatorFfi_TO<'static, RBox<()>>;

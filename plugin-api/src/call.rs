@@ -8,9 +8,13 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::ROption;
+use abi_stable::sabi_types::RRef;
+use abi_stable::std_types::{RBox, ROption, RString};
 
-use crate::abi::{CallContextRef, CancelCallbackFfi, CancelCallbackFfi_TO, CancelReasonFfi};
+use crate::abi::{
+    CallContextFfi, CallContextFfi_TO, CallContextRef, CancelCallbackFfi, CancelCallbackFfi_TO,
+    CancelReasonFfi,
+};
 use crate::{TraceContext, quoted};
 
 /// Why a call failed, as the runner maps it onto gRPC status codes.
@@ -349,6 +353,12 @@ impl<'a> CallContext<'a> {
         Self { inner }
     }
 
+    /// A context no one cancels, without deadline or route: for work done outside any call
+    /// (a command-line run, a test).
+    pub fn detached() -> CallContext<'static> {
+        CallContext::new(CallContextFfi_TO::from_ptr(RRef::new(&DETACHED), TD_Opaque))
+    }
+
     /// When the caller stops waiting, if it said.
     pub fn deadline(&self) -> Option<Instant> {
         match self.inner.remaining_nanos() {
@@ -427,6 +437,38 @@ impl<'a> CallContext<'a> {
         let wire = self.inner.trace_context();
         let (traceparent, tracestate) = wire.split_once('\n').unwrap_or((wire.as_str(), ""));
         TraceContext::new(traceparent, tracestate)
+    }
+}
+
+/// What [`CallContext::detached`] stands on.
+struct Detached;
+
+static DETACHED: Detached = Detached;
+
+impl CallContextFfi for Detached {
+    fn remaining_nanos(&self) -> ROption<u64> {
+        ROption::RNone
+    }
+
+    fn cancel_reason(&self) -> CancelReasonFfi {
+        CancelReasonFfi::NotCancelled
+    }
+
+    fn wait_cancelled(&self, timeout_nanos: u64) -> CancelReasonFfi {
+        std::thread::sleep(Duration::from_nanos(timeout_nanos));
+        CancelReasonFfi::NotCancelled
+    }
+
+    fn on_cancel(&self, callback: CancelCallbackFfi_TO<'static, RBox<()>>) {
+        drop(callback);
+    }
+
+    fn depth(&self) -> u32 {
+        0
+    }
+
+    fn route(&self) -> RString {
+        RString::new()
     }
 }
 

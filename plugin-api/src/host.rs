@@ -23,8 +23,9 @@ use crate::abi::{
 use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
-    ABI_VERSION, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse, FunctionSignature,
-    PLUGIN_API_VERSION, Probe, ProbeOutcome, Resolution, Route,
+    ABI_VERSION, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
+    FunctionSignature, PLUGIN_API_VERSION, Probe, ProbeOutcome, Resolution, Route,
+    TypedFunctionSet,
 };
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
@@ -565,6 +566,30 @@ impl EvaluatorInstance {
     }
 }
 
+/// The instance's typed functions, called through the ABI with the caller's context; none
+/// (empty signatures) from a plugin built before typed functions.
+impl TypedFunctionSet for EvaluatorInstance {
+    fn signatures_json(&self) -> String {
+        self.inner.typed_functions().into_string()
+    }
+
+    fn invoke(
+        &self,
+        context: &CallContext<'_>,
+        function: &str,
+        request: &[u8],
+    ) -> Result<Vec<u8>, EvalError> {
+        match self.inner.invoke_typed(
+            context.inner.sabi_reborrow(),
+            RStr::from_str(function),
+            RSlice::from_slice(request),
+        ) {
+            RResult::ROk(response) => Ok(response.into_vec()),
+            RResult::RErr(error) => Err(crate::plugin::error_from_ffi(error)),
+        }
+    }
+}
+
 /// One call's deadline, cancellation and requested tag constraint, owned by the runner and lent
 /// to the evaluators, which report back the image a constraint resolved to.
 pub struct HostCallContext {
@@ -602,6 +627,12 @@ impl HostCallContext {
 
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
+    }
+
+    /// This context as an evaluator sees it, for work the runner does itself under the call
+    /// (ConfigHub's executor) and hands on to plugins.
+    pub fn as_call_context(&self) -> CallContext<'_> {
+        CallContext::new(CallContextFfi_TO::from_ptr(RRef::new(self), TD_Opaque))
     }
 
     /// The requested tag constraint; empty when none.

@@ -11,7 +11,9 @@
 //!    a log, or an [`EvalError`]. Answer [`EvalError::declined_because`] for images you do not
 //!    serve, saying why, so the chain falls through to the next evaluator (and the caller learns
 //!    why nothing served); say the same ahead of a call in [`Evaluator::probe`]. Watch the [`CallContext`]: when the caller
-//!    cancels or its deadline passes, stop and clean up.
+//!    cancels or its deadline passes, stop and clean up. To contribute ConfigHub-style typed
+//!    functions too, return a [`TypedFunctionSet`] from [`Evaluator::typed_functions`]
+//!    (`krm_function_executor::plugin::PluginFunctions` is one).
 //! 3. Implement [`Plugin`]: a name, a version, a one-line description, a serde config type and a
 //!    `build` function. Config errors name the field ([`ConfigError::field`]); serde's own
 //!    errors get their field path added for you.
@@ -54,7 +56,9 @@ pub use call::{
 };
 pub use decline::{Answer, Chain, Probe, ProbeOutcome, declined_message};
 pub use krm_function_process::{QUOTED_CHARS, Quoted, TraceContext, process, quoted, results};
-pub use plugin::{BuildContext, ConfigError, ConfigProblem, Evaluator, EvaluatorHandle, Plugin};
+pub use plugin::{
+    BuildContext, ConfigError, ConfigProblem, Evaluator, EvaluatorHandle, Plugin, TypedFunctionSet,
+};
 pub use signature::{Example, FunctionSignature, Parameter, ParameterType};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.

@@ -125,6 +125,32 @@ pub trait Evaluator: Send + Sync + 'static {
         let _ = (image, route);
         Probe::Unknown
     }
+
+    /// Typed functions (ConfigHub's model) this evaluator contributes: they are listed by
+    /// `krm-runner list` and run by `do`, `doseq` and the executor services, in sequences next
+    /// to the builtin ones. Keep a `krm_function_executor::plugin::PluginFunctions` in the
+    /// evaluator and return it here; it does the serializing.
+    fn typed_functions(&self) -> Option<&dyn TypedFunctionSet> {
+        None
+    }
+}
+
+/// Typed functions served through the plugin ABI. `krm_function_executor::plugin` implements
+/// both sides (`PluginFunctions` in the plugin, the runner's adapter in the executor), so a
+/// plugin author writes neither.
+pub trait TypedFunctionSet: Send + Sync {
+    /// The signatures, as JSON: a list of `krm_function_executor::TypedSignature`.
+    fn signatures_json(&self) -> String;
+
+    /// Runs `function` once: `request` is a FunctionInvocationRequest (JSON) with that one
+    /// invocation, the answer a FunctionInvocationResponse (JSON). An error is a failure of
+    /// the set itself (an unknown function, an unreadable request), not of the function.
+    fn invoke(
+        &self,
+        context: &CallContext<'_>,
+        function: &str,
+        request: &[u8],
+    ) -> Result<Vec<u8>, EvalError>;
 }
 
 /// What is wrong with an instance's `config:` section: one problem or several, each with the
@@ -333,17 +359,21 @@ pub(crate) fn from_ffi_result(
                 .map(RString::into_string)
                 .collect(),
         }),
-        RResult::RErr(error) => Err(EvalError {
-            kind: error.kind,
-            message: error.message.into_string(),
-            declined: error
-                .declined
-                .into_iter()
-                .map(RString::into_string)
-                .collect(),
-            resource_list: error.resource_list.into_vec(),
-            log: error.log.into_vec(),
-        }),
+        RResult::RErr(error) => Err(error_from_ffi(error)),
+    }
+}
+
+pub(crate) fn error_from_ffi(error: ErrorFfi) -> EvalError {
+    EvalError {
+        kind: error.kind,
+        message: error.message.into_string(),
+        declined: error
+            .declined
+            .into_iter()
+            .map(RString::into_string)
+            .collect(),
+        resource_list: error.resource_list.into_vec(),
+        log: error.log.into_vec(),
     }
 }
 
@@ -357,13 +387,17 @@ pub(crate) fn to_ffi_result(
             served_by: response.served_by.map(RString::from).unwrap_or_default(),
             declined: response.declined.into_iter().map(RString::from).collect(),
         }),
-        Err(error) => RResult::RErr(ErrorFfi {
-            kind: error.kind,
-            message: RString::from(error.message),
-            declined: error.declined.into_iter().map(RString::from).collect(),
-            resource_list: RVec::from(error.resource_list),
-            log: RVec::from(error.log),
-        }),
+        Err(error) => RResult::RErr(error_to_ffi(error)),
+    }
+}
+
+fn error_to_ffi(error: EvalError) -> ErrorFfi {
+    ErrorFfi {
+        kind: error.kind,
+        message: RString::from(error.message),
+        declined: error.declined.into_iter().map(RString::from).collect(),
+        resource_list: RVec::from(error.resource_list),
+        log: RVec::from(error.log),
     }
 }
 
@@ -422,6 +456,46 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
         }))
         .unwrap_or_default();
         RString::from(serde_json::to_string(&probe).unwrap_or_default())
+    }
+
+    fn typed_functions(&self) -> RString {
+        let signatures = catch_unwind(AssertUnwindSafe(|| {
+            self.0
+                .typed_functions()
+                .map(TypedFunctionSet::signatures_json)
+        }))
+        .unwrap_or_else(|panic| {
+            tracing::error!(
+                "evaluator panicked while listing its typed functions: {}",
+                panic_message(&*panic)
+            );
+            None
+        });
+        RString::from(signatures.unwrap_or_default())
+    }
+
+    fn invoke_typed(
+        &self,
+        context: CallContextRef<'_>,
+        function: RStr<'_>,
+        request: RSlice<'_, u8>,
+    ) -> RResult<RVec<u8>, ErrorFfi> {
+        let context = CallContext::new(context);
+        let outcome = catch_unwind(AssertUnwindSafe(|| match self.0.typed_functions() {
+            Some(set) => set.invoke(&context, function.as_str(), request.as_slice()),
+            None => Err(EvalError::not_found(function.as_str())),
+        }));
+        let outcome = outcome.unwrap_or_else(|panic| {
+            Err(EvalError::internal(format!(
+                "evaluator panicked while running typed function {:?}: {}",
+                function.as_str(),
+                panic_message(&*panic)
+            )))
+        });
+        match outcome {
+            Ok(response) => RResult::ROk(RVec::from(response)),
+            Err(error) => RResult::RErr(error_to_ffi(error)),
+        }
     }
 
     fn warm_up(&self, image: RStr<'_>, route: RStr<'_>) {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use krm_plugin_api::CallContext;
 use serde_json::Value;
 
 use crate::api::{
@@ -21,13 +22,15 @@ pub mod text;
 pub mod unit;
 pub mod validation;
 
-/// What a function gets: the parsed unit, the checked arguments, the request's context and
-/// the path registry.
-pub struct Call<'c, 'a> {
+/// What a function gets: the parsed unit, the checked arguments, the request's context, the
+/// path registry, and the call's deadline and cancellation (a long function may stop when the
+/// call is cancelled; the executor checks it between invocations).
+pub struct Call<'c, 'a, 'k> {
     pub unit: &'c Unit<'a>,
     pub arguments: &'c Arguments,
     pub context: &'c FunctionContext,
     pub registry: &'c PathRegistry,
+    pub cancellation: &'c CallContext<'k>,
 }
 
 /// What a function returns.
@@ -66,6 +69,28 @@ pub enum Output {
 }
 
 impl Output {
+    /// The output as JSON text, fields in the order of their types.
+    pub fn to_json(&self) -> serde_json::Result<Vec<u8>> {
+        match self {
+            Output::Attributes(a) => serde_json::to_vec(a),
+            Output::ResourceInfos(r) => serde_json::to_vec(r),
+            Output::Resources(r) => serde_json::to_vec(r),
+            Output::Validation(v) => serde_json::to_vec(v),
+            Output::Other(_, v) => serde_json::to_vec(v),
+        }
+    }
+
+    /// The output of type `output_type` read back from its JSON text.
+    pub fn from_json(output_type: OutputType, json: &[u8]) -> serde_json::Result<Self> {
+        Ok(match output_type {
+            OutputType::ValidationResult => Output::Validation(serde_json::from_slice(json)?),
+            OutputType::AttributeValueList => Output::Attributes(serde_json::from_slice(json)?),
+            OutputType::ResourceInfoList => Output::ResourceInfos(serde_json::from_slice(json)?),
+            OutputType::ResourceList => Output::Resources(serde_json::from_slice(json)?),
+            other => Output::Other(other, serde_json::from_slice(json)?),
+        })
+    }
+
     pub fn output_type(&self) -> OutputType {
         match self {
             Output::Validation(_) => OutputType::ValidationResult,

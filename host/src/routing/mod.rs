@@ -80,7 +80,7 @@ pub async fn start_sources(
 /// The evaluator instances standing for the three executors, and the routing table in force.
 pub struct Router {
     executors: [(Executor, Option<Arc<EvaluatorInstance>>, String); 3],
-    /// The functions the goExecutor instance implements, by short name.
+    /// The functions the goExecutor instance implements, by the names a goExecutor id may give.
     builtin_functions: Vec<String>,
     table: RwLock<Arc<RoutingTable>>,
     /// Signalled when the table is replaced, for the ahead-of-time round.
@@ -135,7 +135,17 @@ impl Router {
         let builtin_functions = executors[0]
             .1
             .as_ref()
-            .map(|go| go.functions().into_iter().map(|f| f.name).collect())
+            .map(|go| {
+                // A goExecutor id names a function as its untagged images do (a typed
+                // function answers to `confighub/NAME` too).
+                go.functions()
+                    .into_iter()
+                    .flat_map(|f| {
+                        let untagged = f.images.into_iter().filter(|i| !i.contains([':', '@']));
+                        std::iter::once(f.name).chain(untagged)
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
         Self {
             executors,

@@ -199,32 +199,33 @@ impl Builtin {
         Err(format!("{}, not {}", reproduced(), asked.join("@")))
     }
 
-    /// The function a call for `image` runs here, or why it declines (see [`Builtin::find`]);
-    /// a FunctionConfig's goExecutor names the function by id instead. The outer error fails
-    /// the call.
+    /// The function a call for `image` runs here, catalog or typed, or why it declines (see
+    /// [`Builtin::find`] and [`typed::Typed::find`]); a FunctionConfig's goExecutor names the
+    /// function by id instead, as an untagged image would. The outer error fails the call.
     fn choose(
         &self,
         image: &str,
         route: Option<&Route>,
-    ) -> Result<Result<&'static Function, String>, EvalError> {
+    ) -> Result<Result<Chosen<'_>, String>, EvalError> {
         let routed = route.filter(|route| route.executor == Executor::GoExecutor);
         let Some(route) = routed else {
-            return Ok(self.find(image));
+            return Ok(match self.find(image) {
+                Ok(function) => Ok(Chosen::Catalog(function)),
+                Err(reason) => self.typed.find(image).map(Chosen::Typed).ok_or(reason),
+            });
         };
         // The runner checked that the FunctionConfig's id names one of ours.
         let go: GoExecutor = route.settings()?;
         let id = go.id.unwrap_or_default();
-        Ok(self
-            .served
-            .iter()
-            .find(|served| served.function.name == id)
-            .map(|served| served.function)
-            .ok_or_else(|| {
-                format!(
-                    "FunctionConfig {}: goExecutor id {id:?} is not one of its functions",
-                    route.function_config
-                )
-            }))
+        if let Some(served) = self.served.iter().find(|served| served.function.name == id) {
+            return Ok(Ok(Chosen::Catalog(served.function)));
+        }
+        Ok(self.typed.find(&id).map(Chosen::Typed).ok_or_else(|| {
+            format!(
+                "FunctionConfig {}: goExecutor id {id:?} is not one of its functions",
+                route.function_config
+            )
+        }))
     }
 
     /// For an untagged `image` naming one of ours, the highest reproduced tag satisfying the
@@ -302,10 +303,6 @@ impl Evaluator for Builtin {
         let go_routed = route
             .as_ref()
             .is_some_and(|route| route.executor == Executor::GoExecutor);
-        enum Chosen<'i> {
-            Catalog(&'static Function),
-            Typed(&'i str),
-        }
         let chosen = match context.requested_tag() {
             Some(tag) if !go_routed => match self.resolve_tag(image, &tag) {
                 Some(resolved) => {
@@ -316,11 +313,8 @@ impl Evaluator for Builtin {
                 None => return Err(EvalError::declined_because(image, NOT_OURS)),
             },
             _ => match self.choose(image, route.as_ref())? {
-                Ok(function) => Chosen::Catalog(function),
-                Err(reason) => match self.typed.find(image) {
-                    Some(name) if !go_routed => Chosen::Typed(name),
-                    _ => return Err(EvalError::declined_because(image, reason)),
-                },
+                Ok(chosen) => chosen,
+                Err(reason) => return Err(EvalError::declined_because(image, reason)),
             },
         };
         let stop = Stop::default();
@@ -332,7 +326,7 @@ impl Evaluator for Builtin {
         };
         let outcome = match chosen {
             Chosen::Catalog(function) => run(function, resource_list, &limits),
-            Chosen::Typed(name) => self.typed.run(name, resource_list, &limits),
+            Chosen::Typed(name) => self.typed.run(name, resource_list, &limits, context),
         };
         // Whatever the work did once the call ended, the answer is why it ended.
         match context.cancel_reason() {
@@ -360,14 +354,18 @@ impl Evaluator for Builtin {
     }
 
     fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
-        let go_routed = route.is_some_and(|route| route.executor == Executor::GoExecutor);
         match self.choose(image, route) {
-            Ok(Err(_)) if !go_routed && self.typed.find(image).is_some() => Probe::Serves,
             Ok(Err(reason)) => Probe::Declines(reason),
             // A call that fails does not fall through either.
             Ok(Ok(_)) | Err(_) => Probe::Serves,
         }
     }
+}
+
+/// What a call runs: a catalog function, or a typed function by its name.
+enum Chosen<'s> {
+    Catalog(&'static Function),
+    Typed(&'s str),
 }
 
 /// Why a call with a tag constraint for an image that names none of the builtin's functions

@@ -19,7 +19,7 @@ use krm_function_executor::api::{
     ResourceInfo, ValidationResult,
 };
 use krm_function_executor::resource::Unit;
-use krm_plugin_api::{EvalError, EvalResponse, FunctionSignature, quoted};
+use krm_plugin_api::{CallContext, EvalError, EvalResponse, FunctionSignature, quoted};
 use serde_json::Value;
 
 use crate::functions::Limits;
@@ -45,14 +45,16 @@ impl Typed {
         crate::FUNCTIONS.iter().any(|f| f.name == name)
     }
 
-    /// The typed function `image` names, if any.
-    pub fn find<'i>(&self, image: &'i str) -> Option<&'i str> {
+    /// The typed function `image` (or a FunctionConfig's goExecutor id) names, if any.
+    pub fn find(&self, image: &str) -> Option<&str> {
         let name = match image.strip_prefix(PREFIX) {
             Some(name) => name,
             None if !Self::clashes(image) => image,
             None => return None,
         };
-        self.executor.function(name).map(|_| name)
+        self.executor
+            .function(name)
+            .map(|function| function.signature().name())
     }
 
     pub fn signatures(&self) -> Vec<FunctionSignature> {
@@ -79,6 +81,7 @@ impl Typed {
         name: &str,
         input: &[u8],
         limits: &Limits,
+        context: &CallContext<'_>,
     ) -> Result<EvalResponse, EvalError> {
         let list = ResourceList::parse(input, &limits.stop)
             .map_err(|e| EvalError::invalid_input(format!("{name}: {e}")))?;
@@ -99,7 +102,7 @@ impl Typed {
         };
         let response = self
             .executor
-            .invoke(&request)
+            .invoke_within(&request, context)
             .map_err(|e| EvalError::invalid_input(format!("{name}: {e}")))?;
 
         let mut ed = Editor::default();

@@ -7,13 +7,31 @@
 //!   as log, so tests see what the runner told the evaluator;
 //! - warm-up hints are logged as `testkit warm-up <image> <route JSON>`.
 //!
+//!
+//! Typed functions it contributes (ConfigHub's model, through the plugin ABI):
+//! - `list-names [suffix]`: readonly, an AttributeValueList of each resource's name + suffix;
+//! - `stamp VALUE`: mutating, sets annotation `testkit.example.com/stamp` (through the builtin
+//!   `set-annotation`, as a plugin may reuse the executor's functions);
+//! - `sleep MILLIS`: waits, stopping when the call is cancelled;
+//! - `explode`: panics;
+//! - `get-replicas`: clashes with the builtin of that name; answers `testkit`.
+//!
 //! `panic_on_build: true` makes building the instance panic.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use krm_function_executor::api::{AttributeValue, DataType, OutputType, ResourceInfo};
+use krm_function_executor::args::{ArgValue, Arguments};
+use krm_function_executor::functions::resources::{Custom, custom, identified};
+use krm_function_executor::functions::{Call, Outcome, Output, TypedFunction};
+use krm_function_executor::plugin::PluginFunctions;
+use krm_function_executor::registry::PathRegistry;
+use krm_function_executor::signature::ParameterBuilder;
+use krm_function_executor::{Executor, TypedSignature};
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin, Route,
-    export_plugin,
+    TypedFunctionSet, export_plugin,
 };
 use serde::Deserialize;
 
@@ -26,6 +44,7 @@ pub struct TestkitConfig {
 
 pub struct Testkit {
     instance: String,
+    typed: PluginFunctions,
 }
 
 impl Evaluator for Testkit {
@@ -69,6 +88,155 @@ impl Evaluator for Testkit {
         let route = serde_json::to_string(&route).unwrap_or_default();
         tracing::warn!("testkit warm-up {image} {route}");
     }
+
+    fn typed_functions(&self) -> Option<&dyn TypedFunctionSet> {
+        Some(&self.typed)
+    }
+}
+
+fn attribute(resource: &ResourceInfo, value: serde_json::Value) -> AttributeValue {
+    AttributeValue {
+        resource: resource.clone(),
+        path: "metadata.name".to_owned(),
+        in_live_state: false,
+        attribute_name: String::new(),
+        data_type: DataType::String,
+        info: None,
+        value,
+        comment: String::new(),
+    }
+}
+
+fn list_names(call: &Call) -> Result<Outcome, String> {
+    let suffix = call.arguments.str("suffix").unwrap_or_default();
+    let names = identified(call)?
+        .into_iter()
+        .map(|(_, info)| {
+            let name = format!("{}{suffix}", info.resource_name_without_scope);
+            attribute(info, serde_json::Value::from(name))
+        })
+        .collect();
+    Ok(Outcome::output(Output::Attributes(names)))
+}
+
+fn sleep(call: &Call) -> Result<Outcome, String> {
+    let millis = call
+        .arguments
+        .get("millis")
+        .and_then(ArgValue::as_int)
+        .unwrap_or(0);
+    match call
+        .cancellation
+        .wait_cancelled(Duration::from_millis(millis.unsigned_abs()))
+    {
+        Some(reason) => Err(format!("stopped: {reason:?}")),
+        None => Ok(Outcome::default()),
+    }
+}
+
+fn explode(_: &Call) -> Result<Outcome, String> {
+    panic!("testkit's explode was asked to panic")
+}
+
+fn clashing_get_replicas(call: &Call) -> Result<Outcome, String> {
+    let values = identified(call)?
+        .into_iter()
+        .map(|(_, info)| attribute(info, serde_json::Value::from("testkit")))
+        .collect();
+    Ok(Outcome::output(Output::Attributes(values)))
+}
+
+/// `stamp VALUE`: the builtin `set-annotation` with a fixed key.
+struct Stamp {
+    signature: TypedSignature,
+    set_annotation: Arc<dyn TypedFunction>,
+}
+
+impl TypedFunction for Stamp {
+    fn signature(&self) -> &TypedSignature {
+        &self.signature
+    }
+
+    fn run(&self, call: &Call) -> Result<Outcome, String> {
+        let value = call.arguments.str("value").unwrap_or_default();
+        let arguments = Arguments(vec![
+            (
+                "annotation-key".to_owned(),
+                ArgValue::String("testkit.example.com/stamp".to_owned()),
+            ),
+            (
+                "annotation-value".to_owned(),
+                ArgValue::String(value.to_owned()),
+            ),
+        ]);
+        self.set_annotation.run(&Call {
+            arguments: &arguments,
+            ..*call
+        })
+    }
+}
+
+fn typed_functions() -> PluginFunctions {
+    let builtin = Executor::kubernetes();
+    let set_annotation = builtin
+        .function("set-annotation")
+        .expect("the executor has set-annotation")
+        .clone();
+    let names = ParameterBuilder::new("suffix", DataType::String, "appended to each name")
+        .optional()
+        .pattern("^[a-z0-9-]*$");
+    let stamp_value =
+        ParameterBuilder::new("value", DataType::String, "the stamp").pattern("^[a-z0-9-]+$");
+    let millis =
+        ParameterBuilder::new("millis", DataType::Int, "how long").range(Some(0), Some(60_000));
+    let functions: Vec<Arc<dyn TypedFunction>> = vec![
+        Arc::new(Custom {
+            signature: custom(
+                "list-names",
+                "testkit: the name of every resource, with a suffix",
+                vec![names],
+                Some(("names", "resource names", OutputType::AttributeValueList)),
+                false,
+            ),
+            run: list_names,
+        }),
+        Arc::new(Stamp {
+            signature: custom(
+                "stamp",
+                "testkit: annotates every resource with testkit.example.com/stamp",
+                vec![stamp_value],
+                None,
+                true,
+            ),
+            set_annotation,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "sleep",
+                "testkit: waits, unless cancelled",
+                vec![millis],
+                None,
+                false,
+            ),
+            run: sleep,
+        }),
+        Arc::new(Custom {
+            signature: custom("explode", "testkit: panics", vec![], None, false),
+            run: explode,
+        }),
+        Arc::new(Custom {
+            signature: custom(
+                "get-replicas",
+                "testkit: clashes with the builtin get-replicas",
+                vec![],
+                Some(("replicas", "always testkit", OutputType::AttributeValueList)),
+                false,
+            ),
+            run: clashing_get_replicas,
+        }),
+    ];
+    PluginFunctions::with_registry(PathRegistry::kubernetes(), functions)
+        .expect("testkit's typed functions have distinct names")
 }
 
 pub struct TestkitPlugin;
@@ -86,6 +254,7 @@ impl Plugin for TestkitPlugin {
         }
         Ok(Testkit {
             instance: context.instance_name().to_owned(),
+            typed: typed_functions(),
         })
     }
 }

@@ -1,0 +1,79 @@
+//! ConfigHub's Kubernetes/YAML executor as the runner serves it: the builtin typed functions,
+//! plus those every built evaluator instance contributes through the plugin ABI.
+//!
+//! Names: a plugin's function answers to `INSTANCE/NAME` always, and to the bare `NAME` when
+//! neither a builtin typed function nor another instance's function has it. A clash is
+//! reported at start-up, naming both sides; the builtin keeps its name, and clashing plugins
+//! keep only their qualified names.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use krm_function_executor::Executor;
+use krm_function_executor::functions::TypedFunction;
+use krm_function_executor::plugin::{RemoteFunction, contributed};
+use krm_plugin_api::TypedFunctionSet;
+
+use crate::runtime::Runtime;
+
+/// Adds the runtime's contributions to `executor` (the builtin functions); the problems and
+/// clashes, one line each.
+pub fn add(executor: &mut Executor, runtime: &Runtime) -> Vec<String> {
+    let mut reports = Vec::new();
+    // Bare name -> the instances contributing it, with the function.
+    let mut claims: BTreeMap<String, Vec<(String, Arc<RemoteFunction>)>> = BTreeMap::new();
+    for report in runtime.instances().iter().filter(|report| !report.disabled) {
+        let Some(instance) = runtime.instance(&report.name) else {
+            continue;
+        };
+        let set: Arc<dyn TypedFunctionSet> = instance.clone();
+        let (functions, problems) = contributed(set);
+        for problem in problems {
+            reports.push(format!("evaluators.{}: {problem}; left out", report.name));
+        }
+        for function in functions {
+            let qualified = format!("{}/{}", report.name, function.remote_name());
+            match executor.register(Arc::new(function.renamed(&qualified))) {
+                Ok(()) => claims
+                    .entry(function.remote_name().to_owned())
+                    .or_default()
+                    .push((report.name.clone(), function)),
+                Err(error) => {
+                    reports.push(format!("evaluators.{}: {error}; left out", report.name));
+                }
+            }
+        }
+    }
+    for (name, claimants) in claims {
+        if executor.function(&name).is_some() {
+            for (instance, _) in &claimants {
+                reports.push(format!(
+                    "evaluators.{instance}: typed function {name:?} clashes with the builtin \
+                     typed function {name:?}: the builtin keeps {name:?}, {instance}'s answers \
+                     to {:?}",
+                    format!("{instance}/{name}")
+                ));
+            }
+            continue;
+        }
+        match claimants.as_slice() {
+            [(_, function)] => {
+                let bare: Arc<dyn TypedFunction> = function.clone();
+                // The name was checked free just above.
+                let _ = executor.register(bare);
+            }
+            many => {
+                let instances: Vec<&str> = many.iter().map(|(i, _)| i.as_str()).collect();
+                let qualified: Vec<String> =
+                    instances.iter().map(|i| format!("{i}/{name}")).collect();
+                reports.push(format!(
+                    "evaluators.{}: typed function {name:?} is contributed by each of them: \
+                     none answers to {name:?}; call {}",
+                    instances.join(", evaluators."),
+                    qualified.join(" or ")
+                ));
+            }
+        }
+    }
+    reports
+}
