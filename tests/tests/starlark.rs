@@ -415,3 +415,35 @@ fn fn_starlark_explains_while_and_the_refused_libraries() {
         "prog:2:5: xlsx.get_url: the xlsx.star library is not available: its one function, get_url, downloads the workbook and network access is not allowed"
     );
 }
+
+#[test]
+fn fn_starlark_queries_html_with_starlibs_html_and_bsoup() {
+    let source = "load('html.star', 'html')\nload('bsoup.star', 'bsoup')\npage = '<html><body><div id=\"images\"><img src=\"nginx:1.27\" class=\"app main\"><img src=\"redis:7\"></div></body></html>'\nimages = html(page).find('#images img')\nsoup = bsoup.parseHtml(page)\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"Deployment\":\n    r[\"spec\"][\"template\"][\"spec\"][\"containers\"][0][\"image\"] = images.first().attr(\"src\")\n  if r[\"kind\"] == \"ConfigMap\":\n    r[\"data\"][\"cache\"] = soup.find_all(\"img\")[1].attrs()[\"src\"]\n    r[\"data\"][\"main\"] = str(soup.find(\"\", {\"class\": \"main\"}))\n";
+    let input = resource_list(&starlark_run(source));
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout,
+        input
+            .replace(
+                "image: nginx:1.25 # pinned\n",
+                "image: nginx:1.27 # pinned\n"
+            )
+            .replace(
+                "    key: \"value\"\n",
+                "    key: \"value\"\n    cache: redis:7\n    main: <img src=\"nginx:1.27\" class=\"app main\">\n"
+            )
+    );
+    let message = error_message(&resource_list(&starlark_run(
+        "load('html.star', 'html')\ndoc = html('<div>' * 1000)\n",
+    )));
+    assert_eq!(
+        message,
+        "prog:2:7: html: the document nests its nodes 1003 deep, more than the 512 levels krm-runner reads (a selector's cost grows with the depth)"
+    );
+}

@@ -26,11 +26,9 @@ use crate::yaml::{Doc, New, block_entries, block_items};
 /// Answers `load()` statements.
 pub struct Loader;
 
-/// Libraries krm-runner does not implement, with why.
+/// Libraries that load but whose every use fails, with why.
 const UNAVAILABLE: &[(&str, &str, &str)] = &[
-    ("bsoup.star", "bsoup", "not implemented by krm-runner"),
     ("geo.star", "geo", "not implemented by krm-runner"),
-    ("html.star", "html", "not implemented by krm-runner"),
     ("http.star", "http", "network access is not allowed"),
     ("time.star", "time", "clock access is not allowed"),
     (
@@ -54,6 +52,8 @@ impl FileLoader for Loader {
             "encoding/yaml.star" => GlobalsBuilder::new()
                 .with(|g| g.namespace("yaml", yaml_module))
                 .build(),
+            "html.star" => GlobalsBuilder::new().with(super::html::add_html).build(),
+            "bsoup.star" => GlobalsBuilder::new().with(super::html::add_bsoup).build(),
             "zipfile.star" => GlobalsBuilder::new()
                 .with(super::zipfile::add_zipfile)
                 .build(),
@@ -88,7 +88,8 @@ impl FileLoader for Loader {
                     return Err(starlark::Error::new_other(anyhow::anyhow!(
                         "cannot load {path:?}: no such library (available: krmfn.star, \
                          encoding/json.star, encoding/base64.star, encoding/csv.star, \
-                         encoding/yaml.star, hash.star, math.star, re.star, zipfile.star)"
+                         encoding/yaml.star, hash.star, math.star, re.star, zipfile.star, \
+                         html.star, bsoup.star)"
                     )));
                 }
             },

@@ -280,3 +280,113 @@ fn while_loops_fail_naming_the_line_and_why() {
         "{message}"
     );
 }
+
+const PAGE: &str = r##"<!DOCTYPE html>
+<html>
+<head>
+  <title>example page</title>
+</head>
+<body id="A" class="le_body">
+  <header id="B">Header Tag</header>
+  <section id="C">
+    <div id="D" class="le_div">
+      <h1 id="E" data-name="foo">Heading One</h1>
+      <p id="F" class="paragraph big">Paragraph</p>
+    </div>
+  </section>
+  <footer id="G">
+    <a id="H" href="http://foo.com">link</a>
+  </footer>
+</body>
+</html>
+"##;
+
+/// `source` with the global `page` holding [`PAGE`].
+fn with_page(source: &str) -> String {
+    format!("page = {}\n{source}", serde_json::to_string(PAGE).unwrap())
+}
+
+#[test]
+fn html_selects_as_goquery_does_for_starlib() {
+    let log = printed(&with_page(
+        r##"load('html.star', 'html')
+doc = html(page)
+print(repr(doc.find("#E").text()), repr(doc.find("body header").text()), doc.find("#E").attr("data-name"))
+print(doc.find("footer").children().attr("href"), doc.find("#D").children_filtered("#E").attr("data-name"))
+print(doc.find("#D").children().filter("h1").attr("data-name"), doc.has("#B").find("header").text())
+print(doc.find("#A").children().first().text(), repr(doc.find("#A").children().last().text()))
+print(doc.find("#A").children().eq(0).text(), doc.find("#A").children().eq(-1).attr("id"), doc.find("#A").children().len())
+p = doc.find("p")
+print(p.parent().attr("class"), p.parents_until("body").attr("class"), p.parents_until("body").len())
+print(p.siblings().text(), p.get(), p.get(0), p.get(5), p.attr("missing"))
+print(doc.find("[[invalid").len(), doc.find("li").len(), doc.find("#E").eq(3).len())
+print(doc.find("#E").contents().get(), doc.children().text() == doc.contents().text())
+"##,
+    ));
+    assert_eq!(
+        log,
+        "\"Heading One\" \"Header Tag\" foo\nhttp://foo.com foo\nfoo Header Tag\nHeader Tag \"\\n    link\\n  \"\nHeader Tag G 3\nle_div le_div 2\nHeading One (\"p\",) p None None\n0 0 0\n(\"Heading One\",) True\n"
+    );
+}
+
+#[test]
+fn bsoup_finds_as_starlibs_soup() {
+    let log = printed(&with_page(
+        r##"load('bsoup.star', 'bsoup')
+doc = bsoup.parseHtml(page)
+print(doc.find("h1"))
+print(doc.find("", {"class": "big"}).get_text(), doc.find(id="D").child("h1").get_text(), doc.find("p", {"class": "paragraph"}, id="F").attrs())
+print([n.get_text() for n in doc.find_all("a")], len(doc.find_all()), len(doc.find_all("div", id="nope")))
+print(doc.find(id="C").next_sibling().next_sibling().attrs(), doc.find(id="C").prev_sibling().prev_sibling())
+print(doc.find("b"), doc.find("h1").parent().attrs()["id"], doc.parent().parent())
+print([str(n) for n in doc.find("header").contents()], doc.find("title").get_text(), repr(doc.find("body").get_text()))
+print(doc.find("h1") == doc.find(id="E"), doc.find("h1") == doc.find("p"))
+"##,
+    ));
+    assert_eq!(
+        log,
+        "<h1 id=\"E\" data-name=\"foo\">Heading One</h1>\nParagraph Heading One {\"id\": \"F\", \"class\": \"paragraph big\"}\n[\"link\"] 10 0\n{\"id\": \"G\"} <header id=\"B\">Header Tag</header>\nNone D None\n[\"Header Tag\"] example page \"\"\nTrue False\n"
+    );
+}
+
+#[test]
+fn html_errors_name_the_function_and_documents_are_bounded() {
+    for (source, expected) in [
+        (
+            "load('bsoup.star', 'bsoup')\nx = 1\nd = bsoup.parseHtml('<p>x</p>').find('p', 'div')\n",
+            "prog:3:5: find: only one tagName parameter is allowed, found div",
+        ),
+        (
+            "load('bsoup.star', 'bsoup')\nx = 1\nd = bsoup.parseHtml('<p>x</p>').find(3)\n",
+            "prog:3:5: find: invalid parameter 3",
+        ),
+        (
+            "load('bsoup.star', 'bsoup')\nx = 1\nd = bsoup.parseHtml('<p>x</p>').find(id=3)\n",
+            "prog:3:5: find: expected a string, not int: 3",
+        ),
+        (
+            "load('html.star', 'html')\nx = 1\nd = html('<p>x</p>').find('p:has(a:has(b))')\n",
+            "prog:3:5: find: selector \"p:has(a:has(b))\" nests `:has()`",
+        ),
+        (
+            "load('html.star', 'html')\nx = 1\nd = html('<div>' * 100000)\n",
+            "prog:3:5: html: the document has 100000 tags, more than the 10000 krm-runner parses",
+        ),
+        (
+            "load('html.star', 'html')\nx = 1\nd = html('<div>' * 1000)\n",
+            "prog:3:5: html: the document nests its nodes 1003 deep, more than the 512 levels",
+        ),
+        (
+            "load('bsoup.star', 'bsoup')\nx = 1\nd = bsoup.parseHtml('<a>' * 2000000)\n",
+            "prog:3:5: `bsoup.parseHtml` of a 6000000-byte document would make 384000000 bytes, more than",
+        ),
+    ] {
+        let message = failure(source);
+        assert!(message.contains(expected), "{expected}: {message}");
+    }
+    // A document as deep as allowed still answers, and the text of a large one is measured.
+    let log = printed(
+        "load('html.star', 'html')\nd = html('<div>' * 500 + 'x')\nprint(d.find('div div').len(), d.find('span div').len(), d.text())\n",
+    );
+    assert_eq!(log, "499 0 x\n");
+}

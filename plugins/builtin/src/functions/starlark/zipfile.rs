@@ -48,7 +48,8 @@ fn error(function: &str, message: impl fmt::Display) -> starlark::Error {
 
 #[starlark_module]
 fn zipfile_function(builder: &mut GlobalsBuilder) {
-    /// Reads the archive's index; its entries are read by `open(name).read()`.
+    /// Reads the archive's index; its entries are read by `open(name).read()`. Named as
+    /// starlib names it.
     #[allow(non_snake_case)]
     fn ZipFile<'v>(
         #[starlark(require = pos)] file: Value<'v>,
