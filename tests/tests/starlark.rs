@@ -298,3 +298,152 @@ async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
         .await
         .expect("still serving after the deadline");
 }
+
+/// A ConfigMap carrying a zip archive (`conf/`, `conf/app.properties` deflated, `README`
+/// stored) in `binaryData`, and another whose one entry declares 4026531840 bytes.
+const ARCHIVES: &str = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: archives
+binaryData:
+  conf.zip: UEsDBBQAAAAAAAAAIQAAAAAAAAAAAAAAAAAFAAAAY29uZi9QSwMEFAAAAAgApIR6XS1tr2AUAAAAEgAAABMAAABjb25mL2FwcC5wcm9wZXJ0aWVzS87PyS+yTcopTeUqzqxKtTXmAgBQSwMEFAAAAAAApIR6XSAwOjYGAAAABgAAAAYAAABSRUFETUVoZWxsbwpQSwECFAMUAAAAAAAAACEAAAAAAAAAAAAAAAAABQAAAAAAAAAAAAAAgAEAAAAAY29uZi9QSwECFAMUAAAACACkhHpdLW2vYBQAAAASAAAAEwAAAAAAAAAAAAAAgAEjAAAAY29uZi9hcHAucHJvcGVydGllc1BLAQIUAxQAAAAAAKSEel0gMDo2BgAAAAYAAAAGAAAAAAAAAAAAAACAAWgAAABSRUFETUVQSwUGAAAAAAMAAwCoAAAAkgAAAAAA
+  bomb.zip: UEsDBBQAAAAIAKSEel0D2jiaCwAAAAAAAPAIAAAAYm9tYi50eHRLTBwFo2AUDHcAAFBLAQIUAxQAAAAIAKSEel0D2jiaCwAAAAAAAPAIAAAAAAAAAAAAAACAAQAAAABib21iLnR4dFBLBQYAAAAAAQABADYAAAAxAAAAAAA=
+";
+
+fn with_archives(function_config: &str) -> String {
+    resource_list(function_config).replacen(
+        "functionConfig:\n",
+        &format!(
+            "- {}\nfunctionConfig:\n",
+            ARCHIVES.trim_end().replace('\n', "\n  ")
+        ),
+        1,
+    )
+}
+
+/// The message of the one error result `krm-runner fn starlark` gives for `source`, which must
+/// fail with exit status 1.
+fn error_message(input: &str) -> String {
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let written: yaml_serde::Value = yaml_serde::from_slice(&output.stdout).unwrap();
+    written["results"][0]["message"]
+        .as_str()
+        .expect("an error result")
+        .to_owned()
+}
+
+#[test]
+fn fn_starlark_reads_and_writes_csv_with_starlibs_library() {
+    let input = resource_list(&starlark_run(
+        "load('encoding/csv.star', 'csv')\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"ConfigMap\":\n    rows = csv.read_all(\"name;port\\n# skipped\\nweb;80\\napi;\\\"8080\\\"\\n\", comma=\";\", comment=\"#\", skip=1)\n    r[\"data\"][\"ports\"] = csv.write_all([[n, int(p) + 1] for n, p in rows])\n",
+    ));
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout,
+        input.replace(
+            "    key: \"value\"\n",
+            "    key: \"value\"\n    ports: \"web,81\\napi,8081\\n\"\n"
+        )
+    );
+    let message = error_message(&resource_list(&starlark_run(
+        "load('encoding/csv.star', 'csv')\nrows = csv.read_all('a,b\\nc\\n')\n",
+    )));
+    assert_eq!(
+        message,
+        "prog:2:8: csv.read_all: record on line 2: wrong number of fields"
+    );
+}
+
+#[test]
+fn fn_starlark_reads_a_zip_archive_from_binary_data_and_refuses_a_bomb() {
+    let source = "load('zipfile.star', 'ZipFile')\nload('encoding/base64.star', 'base64')\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"metadata\"][\"name\"] == \"archives\":\n    z = ZipFile(base64.decode(r[\"binaryData\"][\"conf.zip\"]))\n    r[\"data\"] = {\"names\": \",\".join(z.namelist()), \"app\": z.open(\"conf/app.properties\").read()}\n";
+    let input = with_archives(&starlark_run(source));
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "  data:\n    app: \"color=blue\\nsize=3\\n\"\n    names: conf/,conf/app.properties,README\n"
+        ),
+        "{stdout}"
+    );
+    let bomb = source
+        .replace("conf.zip", "bomb.zip")
+        .replace("conf/app.properties", "bomb.txt");
+    let message = error_message(&with_archives(&starlark_run(&bomb)));
+    assert!(
+        message.starts_with("prog:6:")
+            && message.contains(
+                ": `read` of \"bomb.txt\" (11 bytes compressed) would make 4026531840 bytes, more than the "
+            ),
+        "{message}"
+    );
+}
+
+#[test]
+fn fn_starlark_explains_while_and_the_refused_libraries() {
+    let message = error_message(&resource_list(&starlark_run(
+        "n = 0\nwhile n < 3:\n  n = n + 1\n",
+    )));
+    assert!(
+        message.starts_with(
+            "prog:2:1: `while` loops are not supported: krm-runner's Starlark interpreter (starlark-rust) has no `while` statement"
+        ),
+        "{message}"
+    );
+    let message = error_message(&resource_list(&starlark_run(
+        "load('xlsx.star', 'xlsx')\nf = xlsx.get_url(\"https://example.com/book.xlsx\")\n",
+    )));
+    assert_eq!(
+        message,
+        "prog:2:5: xlsx.get_url: the xlsx.star library is not available: its one function, get_url, downloads the workbook and network access is not allowed"
+    );
+}
+
+#[test]
+fn fn_starlark_queries_html_with_starlibs_html_and_bsoup() {
+    let source = "load('html.star', 'html')\nload('bsoup.star', 'bsoup')\npage = '<html><body><div id=\"images\"><img src=\"nginx:1.27\" class=\"app main\"><img src=\"redis:7\"></div></body></html>'\nimages = html(page).find('#images img')\nsoup = bsoup.parseHtml(page)\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"Deployment\":\n    r[\"spec\"][\"template\"][\"spec\"][\"containers\"][0][\"image\"] = images.first().attr(\"src\")\n  if r[\"kind\"] == \"ConfigMap\":\n    r[\"data\"][\"cache\"] = soup.find_all(\"img\")[1].attrs()[\"src\"]\n    r[\"data\"][\"main\"] = str(soup.find(\"\", {\"class\": \"main\"}))\n";
+    let input = resource_list(&starlark_run(source));
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout,
+        input
+            .replace(
+                "image: nginx:1.25 # pinned\n",
+                "image: nginx:1.27 # pinned\n"
+            )
+            .replace(
+                "    key: \"value\"\n",
+                "    key: \"value\"\n    cache: redis:7\n    main: <img src=\"nginx:1.27\" class=\"app main\">\n"
+            )
+    );
+    let message = error_message(&resource_list(&starlark_run(
+        "load('html.star', 'html')\ndoc = html('<div>' * 1000)\n",
+    )));
+    assert_eq!(
+        message,
+        "prog:2:7: html: the document nests its nodes 1003 deep, more than the 512 levels krm-runner reads (a selector's cost grows with the depth)"
+    );
+}

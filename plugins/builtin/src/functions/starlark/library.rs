@@ -19,22 +19,23 @@ use starlark::values::{
 };
 use starlark_derive::starlark_value;
 
+use super::binary::{alloc_data, bytes_of};
 use super::convert;
 use crate::yaml::{Doc, New, block_entries, block_items};
 
 /// Answers `load()` statements.
 pub struct Loader;
 
-/// Libraries krm-runner does not implement, with why.
+/// Libraries that load but whose every use fails, with why.
 const UNAVAILABLE: &[(&str, &str, &str)] = &[
-    ("bsoup.star", "bsoup", "not implemented by krm-runner"),
-    ("encoding/csv.star", "csv", "not implemented by krm-runner"),
     ("geo.star", "geo", "not implemented by krm-runner"),
-    ("html.star", "html", "not implemented by krm-runner"),
     ("http.star", "http", "network access is not allowed"),
     ("time.star", "time", "clock access is not allowed"),
-    ("xlsx.star", "xlsx", "not implemented by krm-runner"),
-    ("zipfile.star", "ZipFile", "not implemented by krm-runner"),
+    (
+        "xlsx.star",
+        "xlsx",
+        "its one function, get_url, downloads the workbook and network access is not allowed",
+    ),
 ];
 
 impl FileLoader for Loader {
@@ -44,11 +45,17 @@ impl FileLoader for Loader {
                 .with(|g| g.namespace("krmfn", krmfn))
                 .build(),
             "encoding/json.star" => GlobalsBuilder::new().with(super::amplify::add_json).build(),
+            "encoding/csv.star" => GlobalsBuilder::new().with(super::csv::add_csv).build(),
             "encoding/base64.star" => GlobalsBuilder::new()
                 .with(|g| g.namespace("base64", base64_module))
                 .build(),
             "encoding/yaml.star" => GlobalsBuilder::new()
                 .with(|g| g.namespace("yaml", yaml_module))
+                .build(),
+            "html.star" => GlobalsBuilder::new().with(super::html::add_html).build(),
+            "bsoup.star" => GlobalsBuilder::new().with(super::html::add_bsoup).build(),
+            "zipfile.star" => GlobalsBuilder::new()
+                .with(super::zipfile::add_zipfile)
                 .build(),
             "hash.star" => GlobalsBuilder::new()
                 .with(|g| g.namespace("hash", hash_module))
@@ -80,8 +87,9 @@ impl FileLoader for Loader {
                 None => {
                     return Err(starlark::Error::new_other(anyhow::anyhow!(
                         "cannot load {path:?}: no such library (available: krmfn.star, \
-                         encoding/json.star, encoding/base64.star, encoding/yaml.star, \
-                         hash.star, math.star, re.star)"
+                         encoding/json.star, encoding/base64.star, encoding/csv.star, \
+                         encoding/yaml.star, hash.star, math.star, re.star, zipfile.star, \
+                         html.star, bsoup.star)"
                     )));
                 }
             },
@@ -199,19 +207,28 @@ fn base64_engine(encoding: &str) -> anyhow::Result<base64::engine::GeneralPurpos
 
 #[starlark_module]
 fn base64_module(builder: &mut GlobalsBuilder) {
-    fn encode(
-        #[starlark(require = pos)] data: &str,
+    /// Encodes a string's bytes or a `bytes` value.
+    fn encode<'v>(
+        #[starlark(require = pos)] data: Value<'v>,
         #[starlark(default = "standard")] encoding: &str,
     ) -> anyhow::Result<String> {
-        Ok(base64_engine(encoding)?.encode(data))
+        let bytes = bytes_of(data).ok_or_else(|| {
+            anyhow::anyhow!(
+                "base64.encode: expected a string or bytes, not {}",
+                data.get_type()
+            )
+        })?;
+        Ok(base64_engine(encoding)?.encode(bytes))
     }
 
-    fn decode(
+    /// A string when the decoded data is UTF-8, else `bytes` (an archive for `ZipFile`, say).
+    fn decode<'v>(
         #[starlark(require = pos)] data: &str,
         #[starlark(default = "standard")] encoding: &str,
-    ) -> anyhow::Result<String> {
+        heap: Heap<'v>,
+    ) -> anyhow::Result<Value<'v>> {
         let bytes = base64_engine(encoding)?.decode(data)?;
-        Ok(String::from_utf8(bytes)?)
+        Ok(alloc_data(heap, bytes))
     }
 }
 

@@ -29,10 +29,14 @@ use crate::yaml::{Editor, NodeId, Stop};
 
 mod amplify;
 mod apply;
+mod binary;
 mod convert;
+mod csv;
+mod html;
 mod library;
 mod methods;
 mod repeat;
+mod zipfile;
 
 pub static FUNCTION: Function = Function {
     name: "starlark",
@@ -260,7 +264,7 @@ fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluat
         Err(e) => {
             return Ok(Evaluated {
                 log: String::new(),
-                outcome: Err(describe_error(&e, None, None)),
+                outcome: Err(describe_parse_error(&e)),
             });
         }
     };
@@ -366,9 +370,27 @@ fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluat
     })
 }
 
+thread_local! {
+    /// Bytes the program's library values hold outside the Starlark heap (archives, parsed
+    /// documents, binary data): they count against the heap budget as its values do. Each
+    /// program runs on its own thread, which starts at zero.
+    static OUTSIDE_HEAP_BYTES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Counts `bytes` a library value keeps outside the Starlark heap, measured first by its caller
+/// against [`heap_left`].
+fn hold_outside_heap(bytes: u64) {
+    OUTSIDE_HEAP_BYTES.with(|held| held.set(held.get().saturating_add(bytes)));
+}
+
+/// Bytes the program's values occupy, on the Starlark heap and outside it.
+fn used_bytes(heap: starlark::values::Heap) -> u64 {
+    (heap.allocated_bytes() as u64).saturating_add(OUTSIDE_HEAP_BYTES.with(Cell::get))
+}
+
 /// Bytes a program may still allocate before its heap budget runs out.
 fn heap_left(heap: starlark::values::Heap) -> u64 {
-    MAX_HEAP_BYTES.saturating_sub(heap.allocated_bytes()) as u64
+    (MAX_HEAP_BYTES as u64).saturating_sub(used_bytes(heap))
 }
 
 /// `what` would make `bytes` (or, when the measure stopped early, more than `left`) bytes.
@@ -396,13 +418,28 @@ impl<'e> BeforeStmtFuncDyn<'e> for HeapGuard {
         eval: &mut Evaluator<'v, '_, 'e>,
     ) -> starlark::Result<()> {
         *self.0.borrow_mut() = Some(span.to_file_span());
-        if eval.heap().allocated_bytes() > MAX_HEAP_BYTES {
+        if used_bytes(eval.heap()) > MAX_HEAP_BYTES as u64 {
             return Err(starlark::Error::new_other(anyhow::anyhow!(
                 "the program's values exceed the heap budget of {} MiB",
                 MAX_HEAP_BYTES >> 20
             )));
         }
         Ok(())
+    }
+}
+
+/// A syntax error, said plainly for `while`: the catalog's interpreter (go.starlark.net with
+/// `resolve.AllowRecursion`) runs `while` loops, starlark-rust reserves the word and has none.
+fn describe_parse_error(error: &starlark::Error) -> String {
+    let message = error.without_diagnostic().to_string();
+    match error.span() {
+        Some(span) if message.contains("reserved keyword `while`") => located(
+            &span.resolve(),
+            "`while` loops are not supported: krm-runner's Starlark interpreter (starlark-rust) \
+             has no `while` statement, unlike the catalog's go.starlark.net; write the loop as \
+             `for _ in range(n):` with `break`",
+        ),
+        _ => describe_error(error, None, None),
     }
 }
 
@@ -448,5 +485,7 @@ fn located(span: &ResolvedFileSpan, message: &str) -> String {
     )
 }
 
+#[cfg(test)]
+mod library_tests;
 #[cfg(test)]
 mod tests;
