@@ -429,9 +429,13 @@ impl TraceContext {
     /// most 256 characters, plus separators); a longer one is dropped rather than cut.
     const MAX_TRACESTATE_BYTES: usize = 32 * 257;
 
-    fn from_wire(text: &str) -> Option<Self> {
+    pub(crate) fn from_wire(text: &str) -> Option<Self> {
         let (traceparent, tracestate) = text.split_once('\n').unwrap_or((text, ""));
         Self::new(traceparent, tracestate)
+    }
+
+    pub(crate) fn to_wire(&self) -> String {
+        format!("{}\n{}", self.traceparent, self.tracestate)
     }
 
     /// A context from header values as received: `None` when `traceparent` is not one (W3C

@@ -18,13 +18,15 @@ use serde::Deserialize;
 use crate::abi::{
     CallContextFfi, CallContextFfi_TO, CallContextRef, CancelCallbackFfi_TO, CancelReasonFfi,
     ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc, HostFfi,
-    HostFfi_TO, PluginModuleRef, ResponseFfi, level_to_u8,
+    HostFfi_TO, LabelFfi, MeasurementKindFfi, PluginModuleRef, ResponseFfi, SpanBox, SpanFfi,
+    SpanFfi_TO, level_to_u8, AttributeValueFfi,
 };
 use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
     ABI_VERSION, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature,
-    PLUGIN_API_VERSION, Probe, ProbeOutcome, Resolution, Route,
+    AttributeValue, Measurement, MeasurementKind, PLUGIN_API_VERSION, Probe, ProbeOutcome,
+    Resolution, Route, TraceContext,
 };
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
@@ -268,6 +270,50 @@ pub trait HostServices: Send + Sync + 'static {
     fn setting(&self, key: &str) -> Option<String>;
     /// The slot of the instance `name`, looked up by `asking` while it is built.
     fn evaluator(&self, asking: &str, name: &str) -> Option<Arc<EvaluatorSlot>>;
+
+    /// A measurement the instance `instance` of plugin `plugin` recorded.
+    fn record(&self, plugin: &str, instance: &str, measurement: &Measurement<'_>) {
+        let _ = (plugin, instance, measurement);
+    }
+
+    /// Opens a span for the instance `instance` of plugin `plugin`; `None` when not tracing.
+    fn start_span(
+        &self,
+        plugin: &str,
+        instance: &str,
+        parent: Option<&TraceContext>,
+        name: &str,
+    ) -> Option<Box<dyn HostSpan>> {
+        let _ = (plugin, instance, parent, name);
+        None
+    }
+}
+
+/// A span a plugin opened, as the runner keeps it; dropping it ends it.
+pub trait HostSpan: Send + Sync {
+    fn set_attribute(&self, key: &str, value: AttributeValue);
+    fn set_error(&self, message: &str);
+    fn trace_context(&self) -> Option<TraceContext>;
+}
+
+struct SpanAdapter(Box<dyn HostSpan>);
+
+impl SpanFfi for SpanAdapter {
+    fn set_attribute(&self, key: RStr<'_>, value: AttributeValueFfi) {
+        self.0
+            .set_attribute(key.as_str(), AttributeValue::from_ffi(value));
+    }
+
+    fn set_error(&self, message: RStr<'_>) {
+        self.0.set_error(message.as_str());
+    }
+
+    fn trace_context(&self) -> RString {
+        self.0
+            .trace_context()
+            .map(|context| RString::from(context.to_wire()))
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Clone)]
@@ -312,6 +358,41 @@ impl HostFfi for HostAdapter {
         .ok()
         .flatten()
         .map(|slot| EvaluatorFfi_TO::from_ptr(RArc::new(SlotEvaluator(slot)), TD_Opaque))
+        .into()
+    }
+
+    fn record(
+        &self,
+        kind: MeasurementKindFfi,
+        name: RStr<'_>,
+        value: f64,
+        labels: RSlice<'_, LabelFfi<'_>>,
+    ) {
+        let labels: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|label| (label.key.as_str(), label.value.as_str()))
+            .collect();
+        let measurement = Measurement {
+            kind: MeasurementKind::from_ffi(kind),
+            name: name.as_str(),
+            value,
+            labels: &labels,
+        };
+        let services = &self.services;
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            services.record(&self.plugin, &self.instance, &measurement)
+        }));
+    }
+
+    fn start_span(&self, parent: RStr<'_>, name: RStr<'_>) -> ROption<SpanBox> {
+        let parent = TraceContext::from_wire(parent.as_str());
+        let services = &self.services;
+        catch_unwind(AssertUnwindSafe(|| {
+            services.start_span(&self.plugin, &self.instance, parent.as_ref(), name.as_str())
+        }))
+        .ok()
+        .flatten()
+        .map(|span| SpanFfi_TO::from_value(SpanAdapter(span), TD_Opaque))
         .into()
     }
 }

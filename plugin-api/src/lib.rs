@@ -42,6 +42,7 @@ pub mod process;
 mod quoted;
 pub mod results;
 mod signature;
+mod telemetry;
 
 pub use call::{
     CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,
@@ -51,6 +52,7 @@ pub use decline::{Answer, Probe, ProbeOutcome, declined_message};
 pub use plugin::{BuildContext, ConfigError, Evaluator, EvaluatorHandle, Plugin};
 pub use quoted::{QUOTED_CHARS, Quoted, quoted};
 pub use signature::{FunctionSignature, Parameter, ParameterType};
+pub use telemetry::{AttributeValue, Measurement, MeasurementKind, Span, Telemetry};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.
 #[cfg(not(krm_plugin_api_previous))]

@@ -280,6 +280,73 @@ async fn a_callers_trace_continues_through_the_runner_into_the_function() {
     );
 }
 
+/// A plugin's span, opened through the host handle under the context the call lent it, joins
+/// the caller's trace as a child of the runner's span for that evaluator, with the plugin's
+/// attributes; the context it hands on names that span.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugins_span_joins_the_callers_trace() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let config = exec_chain_config(&[], "kit, exec", "");
+    let server = Server::start_with_env(
+        &config,
+        &[],
+        &[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: resource_list(&["a"]),
+        image: "testkit/telemetry".to_owned(),
+        tag: String::new(),
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
+            .parse()
+            .unwrap(),
+    );
+    let response = server
+        .client()
+        .await
+        .evaluate_function(request)
+        .await
+        .expect("the call succeeds")
+        .into_inner();
+    let log = String::from_utf8_lossy(&response.log).into_owned();
+    let handed_on = log
+        .strip_prefix("TRACEPARENT=")
+        .unwrap_or_else(|| panic!("the plugin's span has no context: {log:?}"));
+    let fields: Vec<&str> = handed_on.split('-').collect();
+    assert_eq!((fields[0], fields[1]), ("00", CALLER_TRACE), "{handed_on}");
+
+    let spans = receiver.spans_of(&hex(CALLER_TRACE), 4).await;
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+    let work = spans
+        .iter()
+        .find(|span| span.name == "testkit.work")
+        .unwrap_or_else(|| panic!("no plugin span among {names:?}"));
+    assert_eq!(work.span_id, hex(fields[2]), "the context handed on is the span's");
+    assert_eq!(string_attribute(work, "krm.plugin"), "testkit");
+    assert_eq!(string_attribute(work, "krm.evaluator"), "kit");
+    assert_eq!(string_attribute(work, "testkit.note"), "hello");
+    assert_eq!(attribute(work, "testkit.items"), Some(Value::IntValue(3)));
+    let parent = spans
+        .iter()
+        .find(|span| span.span_id == work.parent_span_id)
+        .unwrap_or_else(|| panic!("the plugin span's parent is not among {names:?}"));
+    assert_eq!(parent.name, "evaluate");
+    // The instance the runner asked: the chain that delegated to `kit`.
+    assert_eq!(string_attribute(parent, "krm.evaluator"), "default");
+    let call = spans
+        .iter()
+        .find(|span| span.span_id == parent.parent_span_id)
+        .unwrap_or_else(|| panic!("the evaluate span's parent is not among {names:?}"));
+    assert_eq!(call.parent_span_id, hex(CALLER_SPAN));
+}
+
 /// `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`: spans go to `<endpoint>/v1/traces` over HTTP.
 #[tokio::test(flavor = "multi_thread")]
 async fn spans_are_exported_over_http_protobuf_too() {
@@ -554,6 +621,71 @@ async fn prometheus_scrapes_per_function_and_rpc_metrics() {
         }
     }
     assert!(queries >= 10, "{queries}");
+}
+
+/// A plugin's measurements, recorded through the host handle, reach Prometheus under the
+/// plugin's namespace with the instance as `evaluator`; one the runner cannot take is dropped,
+/// logged once, and the runner keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn prometheus_scrapes_a_plugins_measurements() {
+    if !have_tool("prometheus") {
+        return;
+    }
+    let dir = scratch();
+    let config = exec_chain_config(&[], "kit, exec", "");
+    let metrics_port = free_port().to_string();
+    let server = Server::start_with_env(
+        &config,
+        &[],
+        &[
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+            ("OTEL_EXPORTER_PROMETHEUS_PORT", &metrics_port),
+        ],
+    );
+    let input = resource_list(&["a"]);
+    for _ in 0..2 {
+        server.call("testkit/telemetry", &input).await.unwrap();
+    }
+    let exposed = http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics");
+    assert!(
+        exposed.contains("# TYPE krm_plugin_testkit_calls counter"),
+        "{exposed}"
+    );
+    assert!(!exposed.contains("Not A Name"), "{exposed}");
+
+    let prometheus = Prometheus::start(dir.path(), &format!("127.0.0.1:{metrics_port}"));
+    for (query, value) in [
+        (
+            r#"krm_plugin_testkit_calls_total{evaluator="kit",kind="telemetry"}"#,
+            2.0,
+        ),
+        (
+            r#"krm_plugin_testkit_work_seconds_count{evaluator="kit"}"#,
+            2.0,
+        ),
+        (r#"krm_plugin_testkit_work_seconds_sum{evaluator="kit"}"#, 0.5),
+        (r#"krm_plugin_testkit_level{evaluator="kit"}"#, 7.0),
+    ] {
+        prometheus.wait_for(query, value);
+    }
+    server.call("testkit/telemetry", &input).await.unwrap();
+    prometheus.wait_for(
+        r#"krm_plugin_testkit_calls_total{evaluator="kit",kind="telemetry"}"#,
+        3.0,
+    );
+    let stderr = server.stderr();
+    let refusals: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("dropped the plugin's measurements"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{stderr}");
+    assert!(
+        refusals[0].contains("Not A Name") && refusals[0].contains("plugin=\"testkit\"")
+            || refusals[0].contains("plugin=testkit"),
+        "{}",
+        refusals[0]
+    );
 }
 
 /// A `prometheus` server on loopback scraping one target every second, killed when dropped.
