@@ -10,8 +10,8 @@ use krm_plugin_api::host::{
 };
 use krm_plugin_api::process::{self, CallInFlight};
 use krm_plugin_api::{
-    CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature, Measurement,
-    ProbeOutcome, TraceContext,
+    CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature, Measurement, ProbeOutcome,
+    TraceContext,
 };
 use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;

@@ -16,16 +16,16 @@ use abi_stable::{
 use serde::Deserialize;
 
 use crate::abi::{
-    CallContextFfi, CallContextFfi_TO, CallContextRef, CancelCallbackFfi_TO, CancelReasonFfi,
-    ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc, HostFfi,
-    HostFfi_TO, LabelFfi, MeasurementKindFfi, PluginModuleRef, ResponseFfi, SpanBox, SpanFfi,
-    SpanFfi_TO, level_to_u8, AttributeValueFfi,
+    AttributeValueFfi, CallContextFfi, CallContextFfi_TO, CallContextRef, CancelCallbackFfi_TO,
+    CancelReasonFfi, ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc,
+    HostFfi, HostFfi_TO, LabelFfi, MeasurementKindFfi, PluginModuleRef, ResponseFfi, SpanBox,
+    SpanFfi, SpanFfi_TO, level_to_u8,
 };
 use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
-    ABI_VERSION, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionSignature,
-    AttributeValue, Measurement, MeasurementKind, PLUGIN_API_VERSION, Probe, ProbeOutcome,
+    ABI_VERSION, AttributeValue, CancelReason, ErrorKind, EvalError, EvalResponse,
+    FunctionSignature, Measurement, MeasurementKind, PLUGIN_API_VERSION, Probe, ProbeOutcome,
     Resolution, Route, TraceContext,
 };
 
@@ -527,11 +527,18 @@ impl EvaluatorInstance {
             parent: context,
             route: Route::to_json(route),
         };
-        from_ffi_result(self.evaluate_ffi(
+        FAILED_BY.with_borrow_mut(Option::take);
+        let outcome = from_ffi_result(self.evaluate_ffi(
             CallContextFfi_TO::from_ptr(RRef::new(&routed), TD_Opaque),
             RStr::from_str(image),
             RSlice::from_slice(resource_list),
-        ))
+        ));
+        if outcome.is_err()
+            && let Some(instance) = FAILED_BY.with_borrow_mut(Option::take)
+        {
+            context.set_failed_by(instance);
+        }
+        outcome
     }
 
     /// Tells the instance that calls for `image` are coming; it prepares in the background.
@@ -579,13 +586,28 @@ impl EvaluatorInstance {
         resource_list: RSlice<'_, u8>,
     ) -> RResult<ResponseFfi, ErrorFfi> {
         let mut result = self.inner.evaluate(context, image, resource_list);
-        if let RResult::ROk(response) = &mut result
-            && response.served_by.is_empty()
-        {
-            response.served_by = RString::from(self.name.as_str());
+        match &mut result {
+            RResult::ROk(response) if response.served_by.is_empty() => {
+                response.served_by = RString::from(self.name.as_str());
+            }
+            RResult::RErr(error) if error.kind != ErrorKind::NotFound => {
+                // The innermost instance that failed is the first to return.
+                FAILED_BY.with_borrow_mut(|failed_by| {
+                    failed_by.get_or_insert_with(|| self.name.clone());
+                });
+            }
+            _ => {}
         }
         result
     }
+}
+
+thread_local! {
+    /// The innermost instance that failed the call running on this thread (rather than
+    /// declining it), for the runner to name. Delegating evaluators call other instances on
+    /// the calling thread; one that used another thread leaves the runner naming the instance
+    /// it asked.
+    static FAILED_BY: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
 /// One call's deadline, cancellation and requested tag constraint, owned by the runner and lent
@@ -594,6 +616,7 @@ pub struct HostCallContext {
     deadline: Option<Instant>,
     tag: String,
     resolved: Mutex<Option<String>>,
+    failed_by: Mutex<Option<String>>,
     /// `traceparent`, newline, `tracestate` of the span the evaluator now running works under.
     trace: Mutex<String>,
     state: Mutex<CancelState>,
@@ -617,6 +640,7 @@ impl HostCallContext {
             deadline,
             tag,
             resolved: Mutex::default(),
+            failed_by: Mutex::default(),
             trace: Mutex::default(),
             state: Mutex::new(CancelState::default()),
             changed: Condvar::new(),
@@ -639,6 +663,22 @@ impl HostCallContext {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The instance that failed the call (the innermost one, when instances delegate); `None`
+    /// when the call succeeded or every instance declined.
+    pub fn failed_by(&self) -> Option<String> {
+        self.failed_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_failed_by(&self, instance: String) {
+        *self
+            .failed_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(instance);
     }
 
     /// Records the image a constraint resolved to; the latest report stands (an evaluator that

@@ -2,12 +2,13 @@
 //! metrics under the names OpenTelemetry's Prometheus exporter gives them (`rpc_server_*`), and
 //! the runner's own per function image and evaluator, and for FunctionConfigs.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use krm_plugin_api::{Measurement, MeasurementKind};
 use prometheus_client::collector::Collector;
@@ -33,8 +34,8 @@ const MAX_IMAGE_LABEL_BYTES: usize = 256;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RpcLabels {
     rpc_system: &'static str,
-    rpc_service: &'static str,
-    rpc_method: &'static str,
+    rpc_service: Cow<'static, str>,
+    rpc_method: Cow<'static, str>,
     rpc_grpc_status_code: &'static str,
 }
 
@@ -83,6 +84,7 @@ struct Metrics {
     config_load_errors: Counter,
     config_routes: Family<ExecutorLabels, Gauge>,
     plugins: Arc<PluginMetrics>,
+    rpc_methods: Bounded<String>,
 }
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
@@ -120,6 +122,7 @@ impl Metrics {
             config_load_errors: Counter::default(),
             config_routes: Family::default(),
             plugins: Arc::default(),
+            rpc_methods: Bounded::new(MAX_RPC_METHODS),
         };
         let mut registry = Registry::default();
         registry.register_with_unit(
@@ -333,8 +336,8 @@ impl CallMetrics {
         };
         let rpc = RpcLabels {
             rpc_system: "grpc",
-            rpc_service: "evaluator.FunctionEvaluator",
-            rpc_method: "EvaluateFunction",
+            rpc_service: Cow::Borrowed(EVALUATOR_SERVICE),
+            rpc_method: Cow::Borrowed(EVALUATE_METHOD),
             rpc_grpc_status_code: status_code_label(code),
         };
         metrics
@@ -512,7 +515,10 @@ fn kind_name(kind: MeasurementKind) -> &'static str {
 /// Whether `name` may name a plugin metric or label: `[a-z][a-z0-9_]*`, bounded.
 fn is_metric_name(name: &str) -> bool {
     name.len() <= MAX_PLUGIN_NAME_BYTES
-        && name.bytes().next().is_some_and(|byte| byte.is_ascii_lowercase())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|byte| byte.is_ascii_lowercase())
         && name
             .bytes()
             .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_')
@@ -615,7 +621,10 @@ impl PluginMetrics {
             .refusals_logged
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let key = (plugin.to_owned(), name.chars().take(MAX_PLUGIN_NAME_BYTES).collect());
+        let key = (
+            plugin.to_owned(),
+            name.chars().take(MAX_PLUGIN_NAME_BYTES).collect(),
+        );
         if logged.len() < MAX_REFUSALS_LOGGED && logged.insert(key) {
             tracing::warn!(
                 plugin,
@@ -648,6 +657,115 @@ pub fn plugin_measurement(plugin: &str, instance: &str, measurement: &Measuremen
         metrics
             .plugins
             .refused(plugin, instance, measurement.name, &reason);
+    }
+}
+
+const EVALUATOR_SERVICE: &str = "evaluator.FunctionEvaluator";
+const EVALUATE_METHOD: &str = "EvaluateFunction";
+/// Distinct method names the other RPCs keep as labels; later ones count as `other`, so that
+/// requests for made-up methods cannot grow the series without bound.
+const MAX_RPC_METHODS: usize = 64;
+
+/// Measures the RPCs other than EvaluateFunction (which [`CallMetrics`] measures, with its
+/// message sizes) as `rpc_server_duration_milliseconds`: health checks, the catalog, the
+/// ConfigHub executor. `services` are the served services' names; requests for others count
+/// under `rpc_service="other"`.
+#[derive(Clone)]
+pub struct RpcMetricsLayer {
+    services: Arc<[&'static str]>,
+}
+
+impl RpcMetricsLayer {
+    pub fn new(services: &[&'static str]) -> Self {
+        Self {
+            services: services.into(),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for RpcMetricsLayer {
+    type Service = RpcMetricsService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RpcMetricsService {
+            inner,
+            services: self.services.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RpcMetricsService<S> {
+    inner: S,
+    services: Arc<[&'static str]>,
+}
+
+type BoxedResponse<R, E> = std::pin::Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+impl<S, B, R> tower::Service<tonic::codegen::http::Request<B>> for RpcMetricsService<S>
+where
+    S: tower::Service<
+            tonic::codegen::http::Request<B>,
+            Response = tonic::codegen::http::Response<R>,
+        >,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    R: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures_util::future::Either<S::Future, BoxedResponse<S::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
+        use futures_util::future::Either;
+        let Some(metrics) = METRICS.get() else {
+            return Either::Left(self.inner.call(request));
+        };
+        let path = request.uri().path();
+        let (service, method) = path
+            .strip_prefix('/')
+            .and_then(|path| path.split_once('/'))
+            .unwrap_or(("", ""));
+        if service == EVALUATOR_SERVICE && method == EVALUATE_METHOD {
+            return Either::Left(self.inner.call(request));
+        }
+        let (service, method) = match self.services.iter().find(|known| **known == service) {
+            Some(known) if metrics.rpc_methods.admit(method) => {
+                (Cow::Borrowed(*known), Cow::Owned(method.to_owned()))
+            }
+            _ => (Cow::Borrowed(OTHER_LABEL), Cow::Borrowed(OTHER_LABEL)),
+        };
+        let started = Instant::now();
+        let answer = self.inner.call(request);
+        Either::Right(Box::pin(async move {
+            let response = answer.await;
+            if let Ok(response) = &response {
+                // A handler's error comes back as a trailers-only response, its status in the
+                // headers; a success's status is in the trailers, and is OK.
+                let code = response
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|value| value.to_str().ok()?.parse::<i32>().ok())
+                    .map_or(tonic::Code::Ok, tonic::Code::from);
+                metrics
+                    .rpc_duration
+                    .get_or_create(&RpcLabels {
+                        rpc_system: "grpc",
+                        rpc_service: service,
+                        rpc_method: method,
+                        rpc_grpc_status_code: status_code_label(code),
+                    })
+                    .observe(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            response
+        }))
     }
 }
 
@@ -702,8 +820,8 @@ mod tests {
         let metrics = Metrics::new(&MetricsConfig::default());
         let rpc = RpcLabels {
             rpc_system: "grpc",
-            rpc_service: "evaluator.FunctionEvaluator",
-            rpc_method: "EvaluateFunction",
+            rpc_service: Cow::Borrowed(EVALUATOR_SERVICE),
+            rpc_method: Cow::Borrowed(EVALUATE_METHOD),
             rpc_grpc_status_code: status_code_label(tonic::Code::NotFound),
         };
         metrics.rpc_duration.get_or_create(&rpc).observe(3.0);
