@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use krm_plugin_api::host::{
-    EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginLibrary,
+    EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan, PluginLibrary,
 };
 use krm_plugin_api::process::{self, CallInFlight};
 use krm_plugin_api::{
-    CancelReason, Chain, ErrorKind, EvalError, EvalResponse, FunctionSignature, ProbeOutcome,
+    CancelReason, Chain, ErrorKind, EvalError, EvalResponse, FunctionSignature, Measurement,
+    ProbeOutcome, TraceContext,
 };
 use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;
@@ -121,6 +122,20 @@ impl HostServices for Services {
             .or_default()
             .push(name.to_owned());
         Some(slot)
+    }
+
+    fn record(&self, plugin: &str, instance: &str, measurement: &Measurement<'_>) {
+        crate::telemetry::metrics::plugin_measurement(plugin, instance, measurement);
+    }
+
+    fn start_span(
+        &self,
+        plugin: &str,
+        instance: &str,
+        parent: Option<&TraceContext>,
+        name: &str,
+    ) -> Option<Box<dyn HostSpan>> {
+        crate::telemetry::traces::plugin_span(plugin, instance, parent, name)
     }
 }
 

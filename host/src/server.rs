@@ -22,7 +22,7 @@ use tracing::Instrument;
 use crate::catalog::Catalog;
 use crate::confighub_serving::{self, TypedFunctions};
 use crate::runtime::{self, CancelOnDrop, Runtime};
-use crate::telemetry::metrics::{self, CallMetrics};
+use crate::telemetry::metrics::{self, CallMetrics, RpcMetricsLayer};
 use crate::telemetry::traces::CallTrace;
 
 /// The response header naming the evaluator instance that served a call.
@@ -117,7 +117,8 @@ async fn run_call(
         Ok(response) => response,
         Err(error) => {
             let status = to_status(&error);
-            call.record("", &error.declined, status.code(), 0);
+            let failed_by = context.failed_by().unwrap_or_default();
+            call.record(&failed_by, &error.declined, status.code(), 0);
             return Err(status);
         }
     };
@@ -225,6 +226,10 @@ impl CallEnd<'_> {
     }
 }
 
+fn service_name<S: tonic::server::NamedService>(_: &S) -> &'static str {
+    S::NAME
+}
+
 /// The gRPC status for an evaluator's error.
 pub fn to_status(error: &EvalError) -> Status {
     Status::new(
@@ -283,9 +288,16 @@ pub async fn serve(
             std::process::exit(1);
         });
     };
+    let health = health_service();
+    let rpc_metrics = RpcMetricsLayer::new(&[
+        service_name(&health),
+        service_name(&catalog),
+        service_name(&executor),
+    ]);
     let server = serving::configure(tonic::transport::Server::builder())
         .layer(ServingLayer::new(max_message_bytes))
-        .add_service(health_service())
+        .layer(rpc_metrics)
+        .add_service(health)
         .add_service(evaluator)
         .add_service(catalog)
         .add_service(executor)

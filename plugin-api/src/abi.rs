@@ -186,9 +186,67 @@ pub trait HostFfi: Send + Sync + Clone {
     fn max_log_level(&self) -> u8;
     fn setting(&self, key: RStr<'_>) -> ROption<RString>;
     fn evaluator(&self, name: RStr<'_>) -> ROption<EvaluatorArc>;
+
+    /// Records one measurement of the plugin's metric `name` (see [`crate::Telemetry`]). A
+    /// runner from before it, or without metrics, ignores it.
+    fn record(
+        &self,
+        kind: MeasurementKindFfi,
+        name: RStr<'_>,
+        value: f64,
+        labels: RSlice<'_, LabelFfi<'_>>,
+    ) {
+        let _ = (kind, name, value, labels);
+    }
+
+    /// Opens the span `name` under `parent` (wire form of [`crate::TraceContext`]: traceparent,
+    /// newline, tracestate; empty: a new trace). `RNone` when the runner does not trace, or is
+    /// from before it.
+    fn start_span(&self, parent: RStr<'_>, name: RStr<'_>) -> ROption<SpanBox> {
+        let _ = (parent, name);
+        ROption::RNone
+    }
 }
 
 pub type HostArc = HostFfi_TO<'static, RArc<()>>;
+
+/// What a measurement does to its metric.
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MeasurementKindFfi {
+    CounterAdd = 0,
+    HistogramRecord = 1,
+    GaugeSet = 2,
+}
+
+#[repr(C)]
+#[derive(StableAbi, Debug, Clone, Copy)]
+pub struct LabelFfi<'a> {
+    pub key: RStr<'a>,
+    pub value: RStr<'a>,
+}
+
+#[repr(u8)]
+#[derive(StableAbi, Debug, Clone)]
+pub enum AttributeValueFfi {
+    Str(RString),
+    I64(i64),
+    F64(f64),
+    Bool(bool),
+}
+
+/// A span a plugin opened through the host; dropping it ends it.
+#[sabi_trait]
+pub trait SpanFfi: Send + Sync {
+    fn set_attribute(&self, key: RStr<'_>, value: AttributeValueFfi);
+    /// Marks the span failed, with `message`.
+    fn set_error(&self, message: RStr<'_>);
+    /// This span's W3C context, in the wire form of [`crate::TraceContext`], for passing on.
+    #[sabi(last_prefix_field)]
+    fn trace_context(&self) -> RString;
+}
+
+pub type SpanBox = SpanFfi_TO<'static, RBox<()>>;
 
 #[repr(C)]
 #[derive(StableAbi)]

@@ -434,10 +434,19 @@ impl<'a> CallContext<'a> {
     /// it on (as `TRACEPARENT`/`TRACESTATE` to a process, as `traceparent`/`tracestate`
     /// metadata to a server) so that what the function does joins the caller's trace.
     pub fn trace_context(&self) -> Option<TraceContext> {
-        let wire = self.inner.trace_context();
-        let (traceparent, tracestate) = wire.split_once('\n').unwrap_or((wire.as_str(), ""));
-        TraceContext::new(traceparent, tracestate)
+        trace_from_wire(self.inner.trace_context().as_str())
     }
+}
+
+/// A trace context as it crosses the ABI: `traceparent`, a newline, `tracestate`.
+pub(crate) fn trace_from_wire(text: &str) -> Option<TraceContext> {
+    let (traceparent, tracestate) = text.split_once('\n').unwrap_or((text, ""));
+    TraceContext::new(traceparent, tracestate)
+}
+
+/// See [`trace_from_wire`].
+pub(crate) fn trace_to_wire(context: &TraceContext) -> String {
+    format!("{}\n{}", context.traceparent, context.tracestate)
 }
 
 /// What [`CallContext::detached`] stands on.

@@ -16,16 +16,17 @@ use abi_stable::{
 use serde::Deserialize;
 
 use crate::abi::{
-    CallContextFfi, CallContextFfi_TO, CallContextRef, CancelCallbackFfi_TO, CancelReasonFfi,
-    ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc, HostFfi,
-    HostFfi_TO, PluginModuleRef, ResponseFfi, level_to_u8,
+    AttributeValueFfi, CallContextFfi, CallContextFfi_TO, CallContextRef, CancelCallbackFfi_TO,
+    CancelReasonFfi, ErrorFfi, EvaluatorArc, EvaluatorBox, EvaluatorFfi, EvaluatorFfi_TO, HostArc,
+    HostFfi, HostFfi_TO, LabelFfi, MeasurementKindFfi, PluginModuleRef, ResponseFfi, SpanBox,
+    SpanFfi, SpanFfi_TO, level_to_u8,
 };
 use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
-    ABI_VERSION, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
-    FunctionSignature, PLUGIN_API_VERSION, Probe, ProbeOutcome, Resolution, Route,
-    TypedFunctionSet,
+    ABI_VERSION, AttributeValue, CallContext, CancelReason, ConfigError, ErrorKind, EvalError,
+    EvalResponse, FunctionSignature, Measurement, MeasurementKind, PLUGIN_API_VERSION, Probe,
+    ProbeOutcome, Resolution, Route, TraceContext, TypedFunctionSet,
 };
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
@@ -327,6 +328,50 @@ pub trait HostServices: Send + Sync + 'static {
     fn setting(&self, key: &str) -> Option<String>;
     /// The slot of the instance `name`, looked up by `asking` while it is built.
     fn evaluator(&self, asking: &str, name: &str) -> Option<Arc<EvaluatorSlot>>;
+
+    /// A measurement the instance `instance` of plugin `plugin` recorded.
+    fn record(&self, plugin: &str, instance: &str, measurement: &Measurement<'_>) {
+        let _ = (plugin, instance, measurement);
+    }
+
+    /// Opens a span for the instance `instance` of plugin `plugin`; `None` when not tracing.
+    fn start_span(
+        &self,
+        plugin: &str,
+        instance: &str,
+        parent: Option<&TraceContext>,
+        name: &str,
+    ) -> Option<Box<dyn HostSpan>> {
+        let _ = (plugin, instance, parent, name);
+        None
+    }
+}
+
+/// A span a plugin opened, as the runner keeps it; dropping it ends it.
+pub trait HostSpan: Send + Sync {
+    fn set_attribute(&self, key: &str, value: AttributeValue);
+    fn set_error(&self, message: &str);
+    fn trace_context(&self) -> Option<TraceContext>;
+}
+
+struct SpanAdapter(Box<dyn HostSpan>);
+
+impl SpanFfi for SpanAdapter {
+    fn set_attribute(&self, key: RStr<'_>, value: AttributeValueFfi) {
+        self.0
+            .set_attribute(key.as_str(), AttributeValue::from_ffi(value));
+    }
+
+    fn set_error(&self, message: RStr<'_>) {
+        self.0.set_error(message.as_str());
+    }
+
+    fn trace_context(&self) -> RString {
+        self.0
+            .trace_context()
+            .map(|context| RString::from(crate::call::trace_to_wire(&context)))
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Clone)]
@@ -371,6 +416,41 @@ impl HostFfi for HostAdapter {
         .ok()
         .flatten()
         .map(|slot| EvaluatorFfi_TO::from_ptr(RArc::new(SlotEvaluator(slot)), TD_Opaque))
+        .into()
+    }
+
+    fn record(
+        &self,
+        kind: MeasurementKindFfi,
+        name: RStr<'_>,
+        value: f64,
+        labels: RSlice<'_, LabelFfi<'_>>,
+    ) {
+        let labels: Vec<(&str, &str)> = labels
+            .iter()
+            .map(|label| (label.key.as_str(), label.value.as_str()))
+            .collect();
+        let measurement = Measurement {
+            kind: MeasurementKind::from_ffi(kind),
+            name: name.as_str(),
+            value,
+            labels: &labels,
+        };
+        let services = &self.services;
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            services.record(&self.plugin, &self.instance, &measurement)
+        }));
+    }
+
+    fn start_span(&self, parent: RStr<'_>, name: RStr<'_>) -> ROption<SpanBox> {
+        let parent = crate::call::trace_from_wire(parent.as_str());
+        let services = &self.services;
+        catch_unwind(AssertUnwindSafe(|| {
+            services.start_span(&self.plugin, &self.instance, parent.as_ref(), name.as_str())
+        }))
+        .ok()
+        .flatten()
+        .map(|span| SpanFfi_TO::from_value(SpanAdapter(span), TD_Opaque))
         .into()
     }
 }
@@ -505,11 +585,18 @@ impl EvaluatorInstance {
             parent: context,
             route: Route::to_json(route),
         };
-        from_ffi_result(self.evaluate_ffi(
+        FAILED_BY.with_borrow_mut(Option::take);
+        let outcome = from_ffi_result(self.evaluate_ffi(
             CallContextFfi_TO::from_ptr(RRef::new(&routed), TD_Opaque),
             RStr::from_str(image),
             RSlice::from_slice(resource_list),
-        ))
+        ));
+        if outcome.is_err()
+            && let Some(instance) = FAILED_BY.with_borrow_mut(Option::take)
+        {
+            context.set_failed_by(instance);
+        }
+        outcome
     }
 
     /// Tells the instance that calls for `image` are coming; it prepares in the background.
@@ -557,10 +644,17 @@ impl EvaluatorInstance {
         resource_list: RSlice<'_, u8>,
     ) -> RResult<ResponseFfi, ErrorFfi> {
         let mut result = self.inner.evaluate(context, image, resource_list);
-        if let RResult::ROk(response) = &mut result
-            && response.served_by.is_empty()
-        {
-            response.served_by = RString::from(self.name.as_str());
+        match &mut result {
+            RResult::ROk(response) if response.served_by.is_empty() => {
+                response.served_by = RString::from(self.name.as_str());
+            }
+            RResult::RErr(error) if error.kind != ErrorKind::NotFound => {
+                // The innermost instance that failed is the first to return.
+                FAILED_BY.with_borrow_mut(|failed_by| {
+                    failed_by.get_or_insert_with(|| self.name.clone());
+                });
+            }
+            _ => {}
         }
         result
     }
@@ -590,12 +684,21 @@ impl TypedFunctionSet for EvaluatorInstance {
     }
 }
 
+thread_local! {
+    /// The innermost instance that failed the call running on this thread (rather than
+    /// declining it), for the runner to name. Delegating evaluators call other instances on
+    /// the calling thread; one that used another thread leaves the runner naming the instance
+    /// it asked.
+    static FAILED_BY: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
 /// One call's deadline, cancellation and requested tag constraint, owned by the runner and lent
 /// to the evaluators, which report back the image a constraint resolved to.
 pub struct HostCallContext {
     deadline: Option<Instant>,
     tag: String,
     resolved: Mutex<Option<String>>,
+    failed_by: Mutex<Option<String>>,
     /// `traceparent`, newline, `tracestate` of the span the evaluator now running works under.
     trace: Mutex<String>,
     state: Mutex<CancelState>,
@@ -619,6 +722,7 @@ impl HostCallContext {
             deadline,
             tag,
             resolved: Mutex::default(),
+            failed_by: Mutex::default(),
             trace: Mutex::default(),
             state: Mutex::new(CancelState::default()),
             changed: Condvar::new(),
@@ -647,6 +751,22 @@ impl HostCallContext {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// The instance that failed the call (the innermost one, when instances delegate); `None`
+    /// when the call succeeded or every instance declined.
+    pub fn failed_by(&self) -> Option<String> {
+        self.failed_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_failed_by(&self, instance: String) {
+        *self
+            .failed_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(instance);
     }
 
     /// Records the image a constraint resolved to; the latest report stands (an evaluator that

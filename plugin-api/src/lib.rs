@@ -50,6 +50,7 @@ mod plugin;
 mod signature;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod telemetry;
 
 pub use call::{
     CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,
@@ -60,14 +61,15 @@ pub use plugin::{
     BuildContext, ConfigError, ConfigProblem, Evaluator, EvaluatorHandle, Plugin, TypedFunctionSet,
 };
 pub use signature::{Example, FunctionSignature, Parameter, ParameterType};
+pub use telemetry::{AttributeValue, Measurement, MeasurementKind, Span, Telemetry};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.
 #[cfg(not(krm_plugin_api_previous))]
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 /// Test-only: builds this crate as it would have looked one ABI ago, so the runner's refusal of
 /// an out-of-date plugin can be tested (`--cfg krm_plugin_api_previous`).
 #[cfg(krm_plugin_api_previous)]
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// This crate's version, as plugins report it.
 pub const PLUGIN_API_VERSION: &str = env!("CARGO_PKG_VERSION");

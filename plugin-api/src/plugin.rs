@@ -282,6 +282,12 @@ impl BuildContext {
         self.setting("validate_only").as_deref() == Some("true")
     }
 
+    /// The runner's metrics and traces, for the instance's own measurements and spans; keep it
+    /// in the evaluator.
+    pub fn telemetry(&self) -> crate::Telemetry {
+        crate::Telemetry::new(self.host.clone())
+    }
+
     /// Another configured evaluator instance, for evaluators that delegate. `None` when no
     /// instance has that name. The runner records the lookup as a dependency: it shows in
     /// `krm-runner plugins` and cycles are refused at start-up.

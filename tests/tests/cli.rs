@@ -170,7 +170,7 @@ fn plugin_built_against_the_previous_abi_is_refused_in_one_paragraph() {
     );
     assert!(text.contains("plugin testkit"), "names the plugin: {text}");
     assert!(
-        text.contains("plugin ABI 1") && text.contains("plugin ABI 2"),
+        text.contains("plugin ABI 2") && text.contains("plugin ABI 3"),
         "names both versions: {text}"
     );
 }

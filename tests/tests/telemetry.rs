@@ -2,12 +2,16 @@
 //! this test (a tonic server from the OpenTelemetry proto definitions) and serves metrics that
 //! a real Prometheus server scrapes.
 
+#[path = "support/pod_world.rs"]
+mod pod_world;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use krm_kube_standin::fixture::require_podman;
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{
     Server, exec_chain_config, free_port, have_tool, resource_list, scratch, script,
@@ -280,6 +284,382 @@ async fn a_callers_trace_continues_through_the_runner_into_the_function() {
     );
 }
 
+/// A plugin's span, opened through the host handle under the context the call lent it, joins
+/// the caller's trace as a child of the runner's span for that evaluator, with the plugin's
+/// attributes; the context it hands on names that span.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugins_span_joins_the_callers_trace() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let config = exec_chain_config(&[], "kit, exec", "");
+    let server = Server::start_with_env(
+        &config,
+        &[],
+        &[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: resource_list(&["a"]),
+        image: "testkit/telemetry".to_owned(),
+        tag: String::new(),
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
+            .parse()
+            .unwrap(),
+    );
+    let response = server
+        .client()
+        .await
+        .evaluate_function(request)
+        .await
+        .expect("the call succeeds")
+        .into_inner();
+    let log = String::from_utf8_lossy(&response.log).into_owned();
+    let handed_on = log
+        .strip_prefix("TRACEPARENT=")
+        .unwrap_or_else(|| panic!("the plugin's span has no context: {log:?}"));
+    let fields: Vec<&str> = handed_on.split('-').collect();
+    assert_eq!((fields[0], fields[1]), ("00", CALLER_TRACE), "{handed_on}");
+
+    let spans = receiver.spans_of(&hex(CALLER_TRACE), 4).await;
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+    let work = spans
+        .iter()
+        .find(|span| span.name == "testkit.work")
+        .unwrap_or_else(|| panic!("no plugin span among {names:?}"));
+    assert_eq!(
+        work.span_id,
+        hex(fields[2]),
+        "the context handed on is the span's"
+    );
+    assert_eq!(string_attribute(work, "krm.plugin"), "testkit");
+    assert_eq!(string_attribute(work, "krm.evaluator"), "kit");
+    assert_eq!(string_attribute(work, "testkit.note"), "hello");
+    assert_eq!(attribute(work, "testkit.items"), Some(Value::IntValue(3)));
+    let parent = spans
+        .iter()
+        .find(|span| span.span_id == work.parent_span_id)
+        .unwrap_or_else(|| panic!("the plugin span's parent is not among {names:?}"));
+    assert_eq!(parent.name, "evaluate");
+    // The instance the runner asked: the chain that delegated to `kit`.
+    assert_eq!(string_attribute(parent, "krm.evaluator"), "default");
+    let call = spans
+        .iter()
+        .find(|span| span.span_id == parent.parent_span_id)
+        .unwrap_or_else(|| panic!("the evaluate span's parent is not among {names:?}"));
+    assert_eq!(call.parent_span_id, hex(CALLER_SPAN));
+}
+
+/// The value of the series `series` (name and labels as exposed) in a `/metrics` text.
+fn sample(exposed: &str, series: &str) -> Option<f64> {
+    exposed
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+}
+
+/// A traced call for `image` under the trace `trace_id`, within 120 s; the function's log.
+async fn traced_call(server: &Server, image: &str, trace_id: &str) -> String {
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: resource_list(&["a"]),
+        image: image.to_owned(),
+        tag: String::new(),
+    });
+    request.set_timeout(Duration::from_secs(120));
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace_id}-{CALLER_SPAN}-01").parse().unwrap(),
+    );
+    let response = server
+        .client()
+        .await
+        .evaluate_function(request)
+        .await
+        .unwrap_or_else(|status| panic!("call failed: {status:?}\n{}", server.stderr()));
+    String::from_utf8_lossy(&response.into_inner().log).into_owned()
+}
+
+/// The pod evaluator, in the Kubernetes API stand-in: each call's pod lease is a span of the
+/// caller's trace (pod name, cold or warm, wait), the call to the wrapper server is one too
+/// and is the function's parent; the pool's gauges, cold starts, start durations and
+/// evictions are served for Prometheus.
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_leases_are_spans_and_the_pool_is_measured() {
+    if !require_podman("pod evaluator telemetry") {
+        return;
+    }
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let world = tokio::task::spawn_blocking(pod_world::pod_world)
+        .await
+        .unwrap();
+    let cluster = &world.cluster;
+    let function = cluster
+        .push(
+            &pod_world::function_image(&[
+                "/bin/sh",
+                "-c",
+                "echo \"TRACEPARENT=$TRACEPARENT\" >&2; cat",
+            ]),
+            "krm/traced:v1",
+        )
+        .expect("function image");
+    let metrics_port = free_port().to_string();
+    let server = Server::start_with_env(
+        &pod_world::runner_config(cluster, &world.wrapper, ""),
+        &[],
+        &[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+            ("OTEL_EXPORTER_PROMETHEUS_PORT", &metrics_port),
+        ],
+    );
+    const COLD_TRACE: &str = "11111111111111111111111111111111";
+    const WARM_TRACE: &str = "22222222222222222222222222222222";
+    let cold_log = traced_call(&server, &function, COLD_TRACE).await;
+    traced_call(&server, &function, WARM_TRACE).await;
+    let pods = pod_world::kubectl(
+        cluster,
+        &["get", "pods", "-n", pod_world::NAMESPACE, "-o", "name"],
+    );
+    let pod = pods
+        .trim()
+        .strip_prefix("pod/")
+        .expect("one pod")
+        .to_owned();
+
+    let lease = |spans: &[Span]| -> Span {
+        let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+        spans
+            .iter()
+            .find(|span| span.name == "pod.lease")
+            .unwrap_or_else(|| panic!("no pod.lease span among {names:?}"))
+            .clone()
+    };
+    let cold_spans = receiver.spans_of(&hex(COLD_TRACE), 5).await;
+    let cold = lease(&cold_spans);
+    assert_eq!(string_attribute(&cold, "krm.pod.name"), pod);
+    assert_eq!(
+        attribute(&cold, "krm.pod.cold"),
+        Some(Value::BoolValue(true))
+    );
+    assert!(
+        matches!(attribute(&cold, "krm.pod.wait_ms"), Some(Value::IntValue(ms)) if ms > 0),
+        "{:?}",
+        attribute(&cold, "krm.pod.wait_ms")
+    );
+    let evaluate = cold_spans
+        .iter()
+        .find(|span| span.span_id == cold.parent_span_id)
+        .expect("the lease's parent");
+    assert_eq!(evaluate.name, "evaluate");
+    let call = cold_spans
+        .iter()
+        .find(|span| span.name == "pod.call")
+        .expect("a pod.call span");
+    assert_eq!(call.parent_span_id, evaluate.span_id);
+    assert_eq!(string_attribute(call, "krm.pod.name"), pod);
+    let function_parent = cold_log
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("TRACEPARENT="))
+        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {cold_log:?}"));
+    let fields: Vec<&str> = function_parent.split('-').collect();
+    assert_eq!(fields.get(1), Some(&COLD_TRACE), "{function_parent}");
+    assert_eq!(
+        hex(fields[2]),
+        call.span_id,
+        "the function runs under the call to the wrapper server"
+    );
+    let warm = lease(&receiver.spans_of(&hex(WARM_TRACE), 5).await);
+    assert_eq!(string_attribute(&warm, "krm.pod.name"), pod);
+    assert_eq!(
+        attribute(&warm, "krm.pod.cold"),
+        Some(Value::BoolValue(false))
+    );
+
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let image = format!("evaluator=\"pod\",image=\"{function}\"");
+    let exposed = http_get(&metrics, "/metrics");
+    for (series, value) in [
+        (
+            format!("krm_plugin_pod_pods{{{image},state=\"ready\"}}"),
+            1.0,
+        ),
+        (
+            format!("krm_plugin_pod_pods{{{image},state=\"starting\"}}"),
+            0.0,
+        ),
+        (format!("krm_plugin_pod_waitlist{{{image}}}"), 0.0),
+        (format!("krm_plugin_pod_cold_starts_total{{{image}}}"), 1.0),
+        (
+            format!("krm_plugin_pod_pod_start_seconds_count{{{image},outcome=\"ready\"}}"),
+            1.0,
+        ),
+    ] {
+        assert_eq!(
+            sample(&exposed, &series),
+            Some(value),
+            "{series} in:\n{exposed}"
+        );
+    }
+
+    // Deleted behind the runner's back: evicted (the call finds it unreachable, or a scan
+    // finds it gone), and a new pod starts.
+    pod_world::kubectl(
+        cluster,
+        &[
+            "delete",
+            "-n",
+            pod_world::NAMESPACE,
+            &format!("pod/{pod}"),
+            "--wait=true",
+            "--timeout=60s",
+        ],
+    );
+    traced_call(&server, &function, COLD_TRACE).await;
+    let exposed = http_get(&metrics, "/metrics");
+    let evictions: f64 = ["unreachable", "gone"]
+        .iter()
+        .filter_map(|reason| {
+            sample(
+                &exposed,
+                &format!("krm_plugin_pod_evictions_total{{{image},reason=\"{reason}\"}}"),
+            )
+        })
+        .sum();
+    assert_eq!(evictions, 1.0, "{exposed}");
+    assert_eq!(
+        sample(
+            &exposed,
+            &format!("krm_plugin_pod_pod_start_seconds_count{{{image},outcome=\"ready\"}}")
+        ),
+        Some(2.0),
+        "{exposed}"
+    );
+    // The dashboard's pool panels read what the pod evaluator exports.
+    for query in dashboard_queries() {
+        for family in query
+            .families
+            .iter()
+            .filter(|family| family.starts_with(POD_POOL_METRICS))
+        {
+            assert!(
+                exposed.contains(&format!("# TYPE {family} ")),
+                "panel {:?} uses {family}, which the pod evaluator does not export",
+                query.panel
+            );
+        }
+    }
+}
+
+/// A process killed when dropped.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The wrapper server (this build's, as function pods run it) with `OTEL_*` set: its span
+/// continues the caller's trace and is the parent the function receives in TRACEPARENT.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wrapper_servers_span_continues_the_callers_trace() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let dir = scratch();
+    let function = script(
+        dir.path(),
+        "traced",
+        "echo \"TRACEPARENT=$TRACEPARENT\" >&2\ncat",
+    );
+    let port = free_port();
+    let _wrapper = KillOnDrop(
+        Command::new(krm_runner_tests::build_dir().join("wrapper-server"))
+            .args(["--port", &port.to_string(), "--"])
+            .arg(&function)
+            .envs([
+                ("OTEL_TRACES_EXPORTER", "otlp"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start wrapper-server"),
+    );
+    let started = Instant::now();
+    let channel = loop {
+        match tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            Ok(channel) => break channel,
+            Err(error) if started.elapsed() > Duration::from_secs(20) => {
+                panic!("wrapper-server never listened: {error}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: resource_list(&["a"]),
+        image: "example/traced".to_owned(),
+        tag: String::new(),
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
+            .parse()
+            .unwrap(),
+    );
+    let log = krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient::new(
+        channel,
+    )
+    .evaluate_function(request)
+    .await
+    .expect("the call succeeds")
+    .into_inner()
+    .log;
+    let log = String::from_utf8_lossy(&log).into_owned();
+    let function_parent = log
+        .trim()
+        .strip_prefix("TRACEPARENT=")
+        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {log:?}"));
+    let spans = receiver.spans_of(&hex(CALLER_TRACE), 1).await;
+    let [wrapper] = spans.as_slice() else {
+        panic!("one span expected, got {spans:?}");
+    };
+    assert_eq!(wrapper.name, "evaluator.FunctionEvaluator/EvaluateFunction");
+    assert_eq!(wrapper.kind, SpanKind::Server as i32);
+    assert_eq!(wrapper.parent_span_id, hex(CALLER_SPAN));
+    assert_eq!(
+        string_attribute(wrapper, "krm.function.image"),
+        "example/traced"
+    );
+    assert_eq!(
+        attribute(wrapper, "rpc.grpc.status_code"),
+        Some(Value::IntValue(0))
+    );
+    let fields: Vec<&str> = function_parent.split('-').collect();
+    assert_eq!(fields[1], CALLER_TRACE, "{function_parent}");
+    assert_eq!(
+        hex(fields[2]),
+        wrapper.span_id,
+        "the function runs under the wrapper's span"
+    );
+}
+
 /// `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`: spans go to `<endpoint>/v1/traces` over HTTP.
 #[tokio::test(flavor = "multi_thread")]
 async fn spans_are_exported_over_http_protobuf_too() {
@@ -460,6 +840,38 @@ async fn prometheus_scrapes_per_function_and_rpc_metrics() {
     assert_eq!(missing.code(), tonic::Code::NotFound);
     let failed = server.call("example/failing", &input).await.unwrap_err();
     assert_eq!(failed.code(), tonic::Code::Internal);
+    // The other RPCs: two health checks (after the test harness's own), and a method no
+    // service has.
+    const HEALTH_CHECKS: &str = "rpc_server_duration_milliseconds_count{rpc_system=\"grpc\",\
+         rpc_service=\"grpc.health.v1.Health\",rpc_method=\"Check\",rpc_grpc_status_code=\"0\"}";
+    let checked_before = sample(
+        &http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics"),
+        HEALTH_CHECKS,
+    )
+    .unwrap_or(0.0);
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    for _ in 0..2 {
+        health
+            .check(tonic_health::pb::HealthCheckRequest::default())
+            .await
+            .unwrap();
+    }
+    let mut made_up = tonic::client::Grpc::new(channel);
+    made_up.ready().await.unwrap();
+    let unknown = made_up
+        .unary::<_, (), _>(
+            tonic::Request::new(()),
+            "/made.Up/Nothing".parse().unwrap(),
+            tonic_prost::ProstCodec::<(), ()>::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::Unimplemented);
 
     let exposed = http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics");
     assert!(
@@ -478,7 +890,7 @@ async fn prometheus_scrapes_per_function_and_rpc_metrics() {
             1.0,
         ),
         (
-            r#"krm_function_calls_total{image="example/failing",outcome="INTERNAL"}"#,
+            r#"krm_function_calls_total{image="example/failing",evaluator="exec",outcome="INTERNAL"}"#,
             1.0,
         ),
         (
@@ -494,6 +906,10 @@ async fn prometheus_scrapes_per_function_and_rpc_metrics() {
             1.0,
         ),
         (
+            r#"rpc_server_duration_milliseconds_count{rpc_service="other",rpc_method="other",rpc_grpc_status_code="12"}"#,
+            1.0,
+        ),
+        (
             r#"krm_function_request_bytes_total{image="example/identity"}"#,
             3.0 * input.len() as f64,
         ),
@@ -504,6 +920,7 @@ async fn prometheus_scrapes_per_function_and_rpc_metrics() {
     ] {
         prometheus.wait_for(query, value);
     }
+    prometheus.wait_for(HEALTH_CHECKS, checked_before + 2.0);
     // The counters move with further calls.
     for _ in 0..2 {
         server.call("example/identity", &input).await.unwrap();
@@ -518,8 +935,39 @@ async fn prometheus_scrapes_per_function_and_rpc_metrics() {
     );
 
     // The shipped Grafana dashboard: every query is valid PromQL for this Prometheus, over
-    // series the runner exports.
+    // series the runner exports (the pod pool's: see `pod_leases_are_spans_and_the_pool_is_measured`).
     let exposed = http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics");
+    let queries = dashboard_queries();
+    for query in &queries {
+        for family in query
+            .families
+            .iter()
+            .filter(|family| !family.starts_with(POD_POOL_METRICS))
+        {
+            assert!(
+                exposed.contains(&format!("# TYPE {family} ")),
+                "panel {:?} uses {family}, which the runner does not export",
+                query.panel
+            );
+        }
+        prometheus.accepts(&query.expression);
+    }
+    assert!(queries.len() >= 15, "{}", queries.len());
+}
+
+/// The pod evaluator's metrics, exported once it runs.
+const POD_POOL_METRICS: &str = "krm_plugin_pod_";
+
+/// One query of the shipped Grafana dashboard.
+struct DashboardQuery {
+    panel: String,
+    /// With Grafana's variables replaced.
+    expression: String,
+    /// The metric families it reads.
+    families: Vec<String>,
+}
+
+fn dashboard_queries() -> Vec<DashboardQuery> {
     let dashboard: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(
             krm_runner_tests::repo_root().join("deploy/grafana/krm-runner-dashboard.json"),
@@ -527,7 +975,7 @@ async fn prometheus_scrapes_per_function_and_rpc_metrics() {
         .unwrap(),
     )
     .unwrap();
-    let mut queries = 0;
+    let mut queries = Vec::new();
     for panel in dashboard["panels"].as_array().unwrap() {
         for target in panel["targets"].as_array().unwrap() {
             let expression = target["expr"]
@@ -535,25 +983,93 @@ async fn prometheus_scrapes_per_function_and_rpc_metrics() {
                 .unwrap()
                 .replace("$__rate_interval", "1m")
                 .replace("$job", ".*");
-            for name in expression
+            let families = expression
                 .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .filter(|word| word.starts_with("krm_") || word.starts_with("rpc_server_"))
-            {
-                let family = ["_total", "_bucket", "_count", "_sum"]
-                    .iter()
-                    .find_map(|suffix| name.strip_suffix(suffix))
-                    .unwrap_or(name);
-                assert!(
-                    exposed.contains(&format!("# TYPE {family} ")),
-                    "panel {:?} uses {name}, which the runner does not export",
-                    panel["title"]
-                );
-            }
-            prometheus.accepts(&expression);
-            queries += 1;
+                .map(|name| {
+                    ["_total", "_bucket", "_count", "_sum"]
+                        .iter()
+                        .find_map(|suffix| name.strip_suffix(suffix))
+                        .unwrap_or(name)
+                        .to_owned()
+                })
+                .collect();
+            queries.push(DashboardQuery {
+                panel: panel["title"].as_str().unwrap_or_default().to_owned(),
+                expression,
+                families,
+            });
         }
     }
-    assert!(queries >= 10, "{queries}");
+    queries
+}
+
+/// A plugin's measurements, recorded through the host handle, reach Prometheus under the
+/// plugin's namespace with the instance as `evaluator`; one the runner cannot take is dropped,
+/// logged once, and the runner keeps serving.
+#[tokio::test(flavor = "multi_thread")]
+async fn prometheus_scrapes_a_plugins_measurements() {
+    if !have_tool("prometheus") {
+        return;
+    }
+    let dir = scratch();
+    let config = exec_chain_config(&[], "kit, exec", "");
+    let metrics_port = free_port().to_string();
+    let server = Server::start_with_env(
+        &config,
+        &[],
+        &[
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+            ("OTEL_EXPORTER_PROMETHEUS_PORT", &metrics_port),
+        ],
+    );
+    let input = resource_list(&["a"]);
+    for _ in 0..2 {
+        server.call("testkit/telemetry", &input).await.unwrap();
+    }
+    let exposed = http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics");
+    assert!(
+        exposed.contains("# TYPE krm_plugin_testkit_calls counter"),
+        "{exposed}"
+    );
+    assert!(!exposed.contains("Not A Name"), "{exposed}");
+
+    let prometheus = Prometheus::start(dir.path(), &format!("127.0.0.1:{metrics_port}"));
+    for (query, value) in [
+        (
+            r#"krm_plugin_testkit_calls_total{evaluator="kit",kind="telemetry"}"#,
+            2.0,
+        ),
+        (
+            r#"krm_plugin_testkit_work_seconds_count{evaluator="kit"}"#,
+            2.0,
+        ),
+        (
+            r#"krm_plugin_testkit_work_seconds_sum{evaluator="kit"}"#,
+            0.5,
+        ),
+        (r#"krm_plugin_testkit_level{evaluator="kit"}"#, 7.0),
+    ] {
+        prometheus.wait_for(query, value);
+    }
+    server.call("testkit/telemetry", &input).await.unwrap();
+    prometheus.wait_for(
+        r#"krm_plugin_testkit_calls_total{evaluator="kit",kind="telemetry"}"#,
+        3.0,
+    );
+    let stderr = server.stderr();
+    let refusals: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("dropped the plugin's measurements"))
+        .collect();
+    assert_eq!(refusals.len(), 1, "{stderr}");
+    assert!(
+        refusals[0].contains("Not A Name") && refusals[0].contains("plugin=\"testkit\"")
+            || refusals[0].contains("plugin=testkit"),
+        "{}",
+        refusals[0]
+    );
 }
 
 /// A `prometheus` server on loopback scraping one target every second, killed when dropped.

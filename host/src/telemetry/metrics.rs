@@ -2,11 +2,17 @@
 //! metrics under the names OpenTelemetry's Prometheus exporter gives them (`rpc_server_*`), and
 //! the runner's own per function image and evaluator, and for FunctionConfigs.
 
-use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::Duration;
+use std::borrow::{Borrow, Cow};
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use krm_plugin_api::{Measurement, MeasurementKind};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -17,7 +23,10 @@ use super::TelemetryError;
 use super::config::{MetricsConfig, MetricsExporter};
 
 /// The label value of images past `telemetry.metrics.max_images`.
-pub const OTHER_IMAGE: &str = "other";
+pub const OTHER_IMAGE: &str = OTHER_LABEL;
+
+/// The value bounded labels take once a metric has as many distinct values as it keeps.
+const OTHER_LABEL: &str = "other";
 
 /// Image strings longer than this count as [`OTHER_IMAGE`] (an image reference is far shorter).
 const MAX_IMAGE_LABEL_BYTES: usize = 256;
@@ -25,8 +34,8 @@ const MAX_IMAGE_LABEL_BYTES: usize = 256;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RpcLabels {
     rpc_system: &'static str,
-    rpc_service: &'static str,
-    rpc_method: &'static str,
+    rpc_service: Cow<'static, str>,
+    rpc_method: Cow<'static, str>,
     rpc_grpc_status_code: &'static str,
 }
 
@@ -74,6 +83,8 @@ struct Metrics {
     config_reloads: Family<ReloadLabels, Counter>,
     config_load_errors: Counter,
     config_routes: Family<ExecutorLabels, Gauge>,
+    plugins: Arc<PluginMetrics>,
+    rpc_methods: Bounded<String>,
 }
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
@@ -110,6 +121,8 @@ impl Metrics {
             config_reloads: Family::default(),
             config_load_errors: Counter::default(),
             config_routes: Family::default(),
+            plugins: Arc::default(),
+            rpc_methods: Bounded::new(MAX_RPC_METHODS),
         };
         let mut registry = Registry::default();
         registry.register_with_unit(
@@ -175,6 +188,7 @@ impl Metrics {
             "FunctionConfigs in force with a section for each executor",
             metrics.config_routes.clone(),
         );
+        registry.register_collector(Box::new(metrics.plugins.clone()));
         // Both outcomes from the start, so that a first reload counts as an increase.
         for outcome in ["applied", "refused"] {
             metrics
@@ -191,12 +205,33 @@ impl Metrics {
 
 /// Label values for images: the first `max` distinct images keep their own, later ones share
 /// [`OTHER_IMAGE`], so hostile or careless callers cannot grow the series without bound.
-struct BoundedImages {
-    max: usize,
-    seen: Mutex<HashSet<String>>,
-}
+struct BoundedImages(Bounded<String>);
 
 impl BoundedImages {
+    fn new(max: usize) -> Self {
+        Self(Bounded::new(max))
+    }
+
+    fn label(&self, image: &str) -> String {
+        if image.len() > MAX_IMAGE_LABEL_BYTES {
+            return OTHER_IMAGE.to_owned();
+        }
+        if self.0.admit(image) {
+            image.to_owned()
+        } else {
+            OTHER_IMAGE.to_owned()
+        }
+    }
+}
+
+/// The first `max` distinct values seen; later ones are not admitted.
+#[derive(Debug)]
+struct Bounded<T> {
+    max: usize,
+    seen: Mutex<HashSet<T>>,
+}
+
+impl<T: Eq + Hash> Bounded<T> {
     fn new(max: usize) -> Self {
         Self {
             max,
@@ -204,19 +239,21 @@ impl BoundedImages {
         }
     }
 
-    fn label(&self, image: &str) -> String {
-        if image.len() > MAX_IMAGE_LABEL_BYTES {
-            return OTHER_IMAGE.to_owned();
-        }
+    /// Whether `value` is among the first `max` distinct values (recording it if there is room).
+    fn admit<Q>(&self, value: &Q) -> bool
+    where
+        T: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = T> + ?Sized,
+    {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.contains(image) {
-            return image.to_owned();
+        if seen.contains(value) {
+            return true;
         }
         if seen.len() < self.max {
-            seen.insert(image.to_owned());
-            return image.to_owned();
+            seen.insert(value.to_owned());
+            return true;
         }
-        OTHER_IMAGE.to_owned()
+        false
     }
 }
 
@@ -299,8 +336,8 @@ impl CallMetrics {
         };
         let rpc = RpcLabels {
             rpc_system: "grpc",
-            rpc_service: "evaluator.FunctionEvaluator",
-            rpc_method: "EvaluateFunction",
+            rpc_service: Cow::Borrowed(EVALUATOR_SERVICE),
+            rpc_method: Cow::Borrowed(EVALUATE_METHOD),
             rpc_grpc_status_code: status_code_label(code),
         };
         metrics
@@ -381,6 +418,357 @@ pub fn function_config_routes(counts: [(&'static str, usize); 3]) {
     }
 }
 
+/// How many metrics one plugin may have.
+const MAX_PLUGIN_METRICS: usize = 64;
+/// How many labels a plugin's measurement may carry (besides `evaluator`).
+const MAX_PLUGIN_LABELS: usize = 8;
+/// Distinct label sets a plugin metric keeps before later ones count under `other`.
+const MAX_PLUGIN_SERIES: usize = 500;
+/// Label values longer than this count as `other`.
+const MAX_PLUGIN_LABEL_BYTES: usize = 256;
+/// Metric names (and label keys) plugins may use: `[a-z][a-z0-9_]*`, at most this long.
+const MAX_PLUGIN_NAME_BYTES: usize = 64;
+/// Refused measurements are logged once per plugin metric, for this many metrics in all.
+const MAX_REFUSALS_LOGGED: usize = 1024;
+
+type PluginLabels = Vec<(String, String)>;
+
+/// The metrics plugins record through the host handle ([`plugin_measurement`]), each named
+/// `krm_plugin_<plugin>_<name>` and labelled with the instance (`evaluator`); written out at
+/// each scrape.
+#[derive(Debug, Default)]
+struct PluginMetrics {
+    /// Plugin name, then the metric's name as the plugin gave it.
+    families: Mutex<HashMap<String, HashMap<String, PluginFamily>>>,
+    refusals_logged: Mutex<HashSet<(String, String)>>,
+}
+
+#[derive(Debug)]
+struct PluginFamily {
+    exported_name: String,
+    help: String,
+    series: Bounded<PluginLabels>,
+    metric: PluginMetric,
+}
+
+#[derive(Debug)]
+enum PluginMetric {
+    Counter(Family<PluginLabels, Counter<f64, AtomicU64>>),
+    Histogram(HistogramFamily<PluginLabels>),
+    Gauge(Family<PluginLabels, Gauge<f64, AtomicU64>>),
+}
+
+impl PluginMetric {
+    fn new(kind: MeasurementKind) -> Self {
+        match kind {
+            MeasurementKind::CounterAdd => Self::Counter(Family::default()),
+            MeasurementKind::HistogramRecord => {
+                Self::Histogram(Family::new_with_constructor(seconds))
+            }
+            MeasurementKind::GaugeSet => Self::Gauge(Family::default()),
+        }
+    }
+
+    fn kind(&self) -> MeasurementKind {
+        match self {
+            Self::Counter(_) => MeasurementKind::CounterAdd,
+            Self::Histogram(_) => MeasurementKind::HistogramRecord,
+            Self::Gauge(_) => MeasurementKind::GaugeSet,
+        }
+    }
+
+    fn record(&self, labels: &PluginLabels, value: f64) {
+        match self {
+            Self::Counter(family) => {
+                family.get_or_create(labels).inc_by(value);
+            }
+            Self::Histogram(family) => family.get_or_create(labels).observe(value),
+            Self::Gauge(family) => {
+                family.get_or_create(labels).set(value);
+            }
+        }
+    }
+
+    fn encode(&self, encoder: &mut DescriptorEncoder, name: &str, help: &str) -> std::fmt::Result {
+        match self {
+            Self::Counter(family) => {
+                family.encode(encoder.encode_descriptor(name, help, None, family.metric_type())?)
+            }
+            Self::Histogram(family) => {
+                family.encode(encoder.encode_descriptor(name, help, None, family.metric_type())?)
+            }
+            Self::Gauge(family) => {
+                family.encode(encoder.encode_descriptor(name, help, None, family.metric_type())?)
+            }
+        }
+    }
+}
+
+fn kind_name(kind: MeasurementKind) -> &'static str {
+    match kind {
+        MeasurementKind::CounterAdd => "a counter",
+        MeasurementKind::HistogramRecord => "a histogram",
+        MeasurementKind::GaugeSet => "a gauge",
+    }
+}
+
+/// Whether `name` may name a plugin metric or label: `[a-z][a-z0-9_]*`, bounded.
+fn is_metric_name(name: &str) -> bool {
+    name.len() <= MAX_PLUGIN_NAME_BYTES
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|byte| byte.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'_')
+}
+
+/// The plugin's name as a metric name part (plugin names may hold `-`).
+fn metric_part(plugin: &str) -> String {
+    plugin
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl PluginMetrics {
+    fn record(
+        &self,
+        plugin: &str,
+        instance: &str,
+        measurement: &Measurement<'_>,
+    ) -> Result<(), String> {
+        let Measurement {
+            kind,
+            name,
+            value,
+            labels,
+        } = *measurement;
+        if !is_metric_name(name) {
+            return Err(format!(
+                "the name is not [a-z][a-z0-9_]* of at most {MAX_PLUGIN_NAME_BYTES} bytes"
+            ));
+        }
+        if !value.is_finite() || (kind == MeasurementKind::CounterAdd && value < 0.0) {
+            return Err(format!("{value} cannot be recorded in {}", kind_name(kind)));
+        }
+        if labels.len() > MAX_PLUGIN_LABELS {
+            return Err(format!(
+                "{} labels, at most {MAX_PLUGIN_LABELS} allowed",
+                labels.len()
+            ));
+        }
+        let mut series: PluginLabels = Vec::with_capacity(labels.len() + 1);
+        series.push(("evaluator".to_owned(), instance.to_owned()));
+        for (key, label_value) in labels {
+            if !is_metric_name(key) || series.iter().any(|(seen, _)| seen == key) {
+                return Err(format!(
+                    "label key {key:?} is not [a-z][a-z0-9_]*, is used twice, or is `evaluator`"
+                ));
+            }
+            series.push(((*key).to_owned(), (*label_value).to_owned()));
+        }
+        let mut families = self.families.lock().unwrap_or_else(PoisonError::into_inner);
+        let plugin_families = families.entry(plugin.to_owned()).or_default();
+        if !plugin_families.contains_key(name) {
+            if plugin_families.len() >= MAX_PLUGIN_METRICS {
+                return Err(format!(
+                    "the plugin already has {MAX_PLUGIN_METRICS} metrics"
+                ));
+            }
+            plugin_families.insert(
+                name.to_owned(),
+                PluginFamily {
+                    exported_name: format!("krm_plugin_{}_{name}", metric_part(plugin)),
+                    help: format!("Recorded by the {plugin} plugin"),
+                    series: Bounded::new(MAX_PLUGIN_SERIES),
+                    metric: PluginMetric::new(kind),
+                },
+            );
+        }
+        let family = &plugin_families[name];
+        if family.metric.kind() != kind {
+            return Err(format!(
+                "it is {}, recorded as {}",
+                kind_name(family.metric.kind()),
+                kind_name(kind)
+            ));
+        }
+        let bounded = series
+            .iter()
+            .skip(1)
+            .all(|(_, value)| value.len() <= MAX_PLUGIN_LABEL_BYTES)
+            && family.series.admit(&series);
+        if !bounded {
+            for (_, value) in series.iter_mut().skip(1) {
+                OTHER_LABEL.clone_into(value);
+            }
+        }
+        family.metric.record(&series, value);
+        Ok(())
+    }
+
+    /// Logs a refused measurement, once per plugin metric.
+    fn refused(&self, plugin: &str, instance: &str, name: &str, reason: &str) {
+        let mut logged = self
+            .refusals_logged
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let key = (
+            plugin.to_owned(),
+            name.chars().take(MAX_PLUGIN_NAME_BYTES).collect(),
+        );
+        if logged.len() < MAX_REFUSALS_LOGGED && logged.insert(key) {
+            tracing::warn!(
+                plugin,
+                evaluator = instance,
+                metric = %krm_plugin_api::quoted(name),
+                "telemetry: dropped the plugin's measurements of this metric: {reason}"
+            );
+        }
+    }
+}
+
+impl Collector for PluginMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let families = self.families.lock().unwrap_or_else(PoisonError::into_inner);
+        for family in families.values().flat_map(HashMap::values) {
+            family
+                .metric
+                .encode(&mut encoder, &family.exported_name, &family.help)?;
+        }
+        Ok(())
+    }
+}
+
+/// A measurement a plugin recorded through the host handle; ignored when metrics are off.
+pub fn plugin_measurement(plugin: &str, instance: &str, measurement: &Measurement<'_>) {
+    let Some(metrics) = METRICS.get() else {
+        return;
+    };
+    if let Err(reason) = metrics.plugins.record(plugin, instance, measurement) {
+        metrics
+            .plugins
+            .refused(plugin, instance, measurement.name, &reason);
+    }
+}
+
+const EVALUATOR_SERVICE: &str = "evaluator.FunctionEvaluator";
+const EVALUATE_METHOD: &str = "EvaluateFunction";
+/// Distinct method names the other RPCs keep as labels; later ones count as `other`, so that
+/// requests for made-up methods cannot grow the series without bound.
+const MAX_RPC_METHODS: usize = 64;
+
+/// Measures the RPCs other than EvaluateFunction (which [`CallMetrics`] measures, with its
+/// message sizes) as `rpc_server_duration_milliseconds`: health checks, the catalog, the
+/// ConfigHub executor. `services` are the served services' names; requests for others count
+/// under `rpc_service="other"`.
+#[derive(Clone)]
+pub struct RpcMetricsLayer {
+    services: Arc<[&'static str]>,
+}
+
+impl RpcMetricsLayer {
+    pub fn new(services: &[&'static str]) -> Self {
+        Self {
+            services: services.into(),
+        }
+    }
+}
+
+impl<S> tower::Layer<S> for RpcMetricsLayer {
+    type Service = RpcMetricsService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RpcMetricsService {
+            inner,
+            services: self.services.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RpcMetricsService<S> {
+    inner: S,
+    services: Arc<[&'static str]>,
+}
+
+type BoxedResponse<R, E> = std::pin::Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+impl<S, B, R> tower::Service<tonic::codegen::http::Request<B>> for RpcMetricsService<S>
+where
+    S: tower::Service<
+            tonic::codegen::http::Request<B>,
+            Response = tonic::codegen::http::Response<R>,
+        >,
+    S::Future: Send + 'static,
+    S::Error: 'static,
+    R: 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures_util::future::Either<S::Future, BoxedResponse<S::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
+        use futures_util::future::Either;
+        let Some(metrics) = METRICS.get() else {
+            return Either::Left(self.inner.call(request));
+        };
+        let path = request.uri().path();
+        let (service, method) = path
+            .strip_prefix('/')
+            .and_then(|path| path.split_once('/'))
+            .unwrap_or(("", ""));
+        if service == EVALUATOR_SERVICE && method == EVALUATE_METHOD {
+            return Either::Left(self.inner.call(request));
+        }
+        let (service, method) = match self.services.iter().find(|known| **known == service) {
+            Some(known) if metrics.rpc_methods.admit(method) => {
+                (Cow::Borrowed(*known), Cow::Owned(method.to_owned()))
+            }
+            _ => (Cow::Borrowed(OTHER_LABEL), Cow::Borrowed(OTHER_LABEL)),
+        };
+        let started = Instant::now();
+        let answer = self.inner.call(request);
+        Either::Right(Box::pin(async move {
+            let response = answer.await;
+            if let Ok(response) = &response {
+                // A handler's error comes back as a trailers-only response, its status in the
+                // headers; a success's status is in the trailers, and is OK.
+                let code = response
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|value| value.to_str().ok()?.parse::<i32>().ok())
+                    .map_or(tonic::Code::Ok, tonic::Code::from);
+                metrics
+                    .rpc_duration
+                    .get_or_create(&RpcLabels {
+                        rpc_system: "grpc",
+                        rpc_service: service,
+                        rpc_method: method,
+                        rpc_grpc_status_code: status_code_label(code),
+                    })
+                    .observe(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            response
+        }))
+    }
+}
+
 /// `rpc.grpc.status_code`, the status as a number (OpenTelemetry's attribute).
 fn status_code_label(code: tonic::Code) -> &'static str {
     const CODES: [&str; 17] = [
@@ -432,8 +820,8 @@ mod tests {
         let metrics = Metrics::new(&MetricsConfig::default());
         let rpc = RpcLabels {
             rpc_system: "grpc",
-            rpc_service: "evaluator.FunctionEvaluator",
-            rpc_method: "EvaluateFunction",
+            rpc_service: Cow::Borrowed(EVALUATOR_SERVICE),
+            rpc_method: Cow::Borrowed(EVALUATE_METHOD),
             rpc_grpc_status_code: status_code_label(tonic::Code::NotFound),
         };
         metrics.rpc_duration.get_or_create(&rpc).observe(3.0);

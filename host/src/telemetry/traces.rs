@@ -6,7 +6,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use krm_plugin_api::host::HostCallContext;
+use krm_plugin_api::host::{HostCallContext, HostSpan};
+use krm_plugin_api::{AttributeValue, TraceContext};
 use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
@@ -258,5 +259,90 @@ impl Extractor for Metadata<'_> {
                 KeyRef::Binary(_) => None,
             })
             .collect()
+    }
+}
+
+/// Span names and attribute keys from plugins are cut to this many bytes.
+const MAX_PLUGIN_SPAN_NAME_BYTES: usize = 128;
+/// String attribute values from plugins are cut to this many bytes.
+const MAX_PLUGIN_ATTRIBUTE_BYTES: usize = 4096;
+
+fn truncated(text: &str, max: usize) -> String {
+    let cut = (0..=max.min(text.len()))
+        .rev()
+        .find(|index| text.is_char_boundary(*index))
+        .unwrap_or(0);
+    text[..cut].to_owned()
+}
+
+/// A span a plugin opened through the host handle, under `parent` (the call's context it was
+/// lent) or in a trace of its own; `None` when the runner does not trace.
+pub fn plugin_span(
+    plugin: &str,
+    instance: &str,
+    parent: Option<&TraceContext>,
+    name: &str,
+) -> Option<Box<dyn HostSpan>> {
+    let tracing = TRACING.get()?;
+    let parent = match parent {
+        Some(parent) => {
+            let headers = HashMap::from([
+                ("traceparent".to_owned(), parent.traceparent.clone()),
+                ("tracestate".to_owned(), parent.tracestate.clone()),
+            ]);
+            TraceContextPropagator::new().extract(&headers)
+        }
+        None => Context::new(),
+    };
+    let span = tracing
+        .tracer
+        .span_builder(truncated(name, MAX_PLUGIN_SPAN_NAME_BYTES))
+        .with_kind(SpanKind::Internal)
+        .with_attributes([
+            KeyValue::new("krm.plugin", plugin.to_owned()),
+            KeyValue::new("krm.evaluator", instance.to_owned()),
+        ])
+        .start_with_context(&tracing.tracer, &parent);
+    Some(Box::new(PluginSpan(parent.with_span(span))))
+}
+
+struct PluginSpan(Context);
+
+impl HostSpan for PluginSpan {
+    fn set_attribute(&self, key: &str, value: AttributeValue) {
+        let value = match value {
+            AttributeValue::String(text) => {
+                Value::from(truncated(&text, MAX_PLUGIN_ATTRIBUTE_BYTES))
+            }
+            AttributeValue::I64(number) => Value::I64(number),
+            AttributeValue::F64(number) => Value::F64(number),
+            AttributeValue::Bool(flag) => Value::Bool(flag),
+        };
+        self.0.span().set_attribute(KeyValue::new(
+            truncated(key, MAX_PLUGIN_SPAN_NAME_BYTES),
+            value,
+        ));
+    }
+
+    fn set_error(&self, message: &str) {
+        self.0.span().set_status(Status::error(truncated(
+            message,
+            MAX_PLUGIN_ATTRIBUTE_BYTES,
+        )));
+    }
+
+    fn trace_context(&self) -> Option<TraceContext> {
+        let mut headers = HashMap::new();
+        TraceContextPropagator::new().inject_context(&self.0, &mut headers);
+        TraceContext::new(
+            headers.get("traceparent")?,
+            headers.get("tracestate").map_or("", String::as_str),
+        )
+    }
+}
+
+impl Drop for PluginSpan {
+    fn drop(&mut self) {
+        self.0.span().end();
     }
 }

@@ -33,7 +33,7 @@ use cluster::Cluster;
 pub use config::PodConfig;
 use image::{Registry, resolve};
 use limits::Limits;
-use pool::Pool;
+use pool::{Eviction, Pool};
 
 pub struct PodEvaluator {
     pool: Arc<Pool>,
@@ -134,7 +134,23 @@ async fn evaluate(
     // Functions are pure transformations, so a retry is safe.
     let mut attempt = 0;
     loop {
-        let lease = pool.acquire(image, limits, deadline).await?;
+        let lease_span = pool.telemetry.start_span(trace, "pod.lease");
+        let waiting_since = Instant::now();
+        let lease = pool
+            .acquire(image, limits, deadline)
+            .await
+            .inspect_err(|error| lease_span.set_error(&error.message))?;
+        lease_span.set_attribute("krm.pod.name", lease.pod.name.as_str());
+        lease_span.set_attribute("krm.pod.cold", lease.cold);
+        lease_span.set_attribute(
+            "krm.pod.wait_ms",
+            u64::try_from(waiting_since.elapsed().as_millis()).unwrap_or(u64::MAX),
+        );
+        lease_span.end();
+        // The wrapper server's span, and the function's, show under this one.
+        let call_span = pool.telemetry.start_span(trace, "pod.call");
+        call_span.set_attribute("krm.pod.name", lease.pod.name.as_str());
+        let handed_on = call_span.trace_context();
         let mut request = tonic::Request::new(EvaluateFunctionRequest {
             resource_list: resource_list.to_vec(),
             image: image.to_owned(),
@@ -143,7 +159,7 @@ async fn evaluate(
         if let Some(deadline) = deadline {
             request.set_timeout(deadline.saturating_duration_since(Instant::now()));
         }
-        if let Some(trace) = trace {
+        if let Some(trace) = handed_on.as_ref().or(trace) {
             let headers = [
                 ("traceparent", &trace.traceparent),
                 ("tracestate", &trace.tracestate),
@@ -160,11 +176,16 @@ async fn evaluate(
                 return Ok(EvalResponse::new(response.resource_list, response.log));
             }
             Err(status) if unreachable(&status) => status,
-            Err(status) => return Err(from_wrapper(image, &status)),
+            Err(status) => {
+                let error = from_wrapper(image, &status);
+                call_span.set_error(&error.message);
+                return Err(error);
+            }
         };
+        call_span.set_error(status.message());
         let name = lease.pod.name.clone();
         drop(lease);
-        pool.evict(&name);
+        pool.evict(&name, Eviction::Unreachable);
         if attempt == UNREACHABLE_RETRIES {
             return Err(EvalError::new(
                 ErrorKind::Unavailable,
@@ -266,7 +287,7 @@ impl Plugin for PodPlugin {
                 }
             }
             let cluster = Arc::new(cluster);
-            let pool = Pool::new(settings, cluster, registry, pod_cache);
+            let pool = Pool::new(settings, cluster, registry, pod_cache, context.telemetry());
             if !validate_only {
                 pool.adopt().await.map_err(|e| {
                     ConfigError::new(format!("adopting existing function pods: {e}"))

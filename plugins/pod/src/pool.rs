@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use krm_plugin_api::{ErrorKind, EvalError, Executor, Route};
+use krm_plugin_api::{ErrorKind, EvalError, Executor, Route, Telemetry};
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 use rand::Rng;
 use tokio::sync::Notify;
@@ -63,6 +63,8 @@ impl PodHandle {
 /// One call's claim on a pod.
 pub struct Lease {
     pub pod: Arc<PodHandle>,
+    /// The call waited for a pod to start.
+    pub cold: bool,
 }
 
 impl Drop for Lease {
@@ -124,6 +126,7 @@ impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.images().get_mut(self.image) {
             pool.waiting -= 1;
+            self.pool.publish(self.image, pool);
         }
     }
 }
@@ -142,6 +145,8 @@ pub struct Pool {
     /// image, else the flags'.
     defaults: Arc<Limits>,
     pod_cache: HashMap<String, Arc<Limits>>,
+    /// The pool's metrics (`krm_plugin_pod_*`) and the runner's traces.
+    pub telemetry: Telemetry,
 }
 
 impl Pool {
@@ -151,6 +156,7 @@ impl Pool {
         cluster: Arc<Cluster>,
         registry: Registry,
         pod_cache: HashMap<String, Limits>,
+        telemetry: Telemetry,
     ) -> Arc<Self> {
         Arc::new(Self {
             defaults: Arc::new(Limits::defaults(&settings)),
@@ -165,7 +171,41 @@ impl Pool {
             starting: Mutex::default(),
             retiring: Mutex::default(),
             changed: Notify::new(),
+            telemetry,
         })
+    }
+
+    /// Sets the image's pool gauges: pods ready and starting, calls waiting for a pod. Called
+    /// where they change, which is never on the warm path (a ready pod takes the call).
+    fn publish(&self, image: &str, pool: &ImagePool) {
+        let gauge = |name: &str, value: usize, labels: &[(&str, &str)]| {
+            self.telemetry.gauge_set(name, value as f64, labels);
+        };
+        gauge(
+            "pods",
+            pool.pods.len(),
+            &[("image", image), ("state", "ready")],
+        );
+        gauge(
+            "pods",
+            pool.creating,
+            &[("image", image), ("state", "starting")],
+        );
+        gauge("waitlist", pool.waiting, &[("image", image)]);
+    }
+
+    /// Sets the gauge of retired pods not yet deleted, for every image.
+    fn publish_retiring(&self) {
+        let images = self.images();
+        let retiring = self.retiring.lock().unwrap_or_else(PoisonError::into_inner);
+        for image in images.keys() {
+            let count = retiring.iter().filter(|pod| pod.image == *image).count();
+            self.telemetry.gauge_set(
+                "pods",
+                count as f64,
+                &[("image", image), ("state", "retiring")],
+            );
+        }
     }
 
     /// The settings of `image` when no route says otherwise.
@@ -213,6 +253,7 @@ impl Pool {
                     retired.push(pool.pods.remove(index));
                 }
                 pool.limits = Some(limits.clone());
+                self.publish(image, pool);
             }
             limits
         };
@@ -231,6 +272,7 @@ impl Pool {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .extend(pods);
+        self.publish_retiring();
         tokio::spawn(self.clone().delete_idle_retired());
     }
 
@@ -241,6 +283,9 @@ impl Pool {
             *retiring = busy;
             idle
         };
+        if !idle.is_empty() {
+            self.publish_retiring();
+        }
         for pod in idle {
             tracing::info!(pod = %pod.name, image = %pod.image, "deleting a retired function pod");
             self.cluster.delete(&pod.name).await;
@@ -288,6 +333,7 @@ impl Pool {
                     pool.attempts += 1;
                     self.clone()
                         .start_pod(image.to_owned(), limits.clone(), pool.attempts, until);
+                    self.publish(image, pool);
                 }
                 if let Some(pod) = best {
                     if pod.load() >= preferred
@@ -296,7 +342,10 @@ impl Pool {
                         return Err(queue_full(image, self.settings.max_queued_calls));
                     }
                     pod.load.fetch_add(1, Ordering::SeqCst);
-                    return Ok(Lease { pod });
+                    return Ok(Lease {
+                        pod,
+                        cold: waiting.is_some(),
+                    });
                 }
                 if waiting.is_none() {
                     if pool.queued_beyond(preferred) >= self.settings.max_queued_calls {
@@ -304,7 +353,10 @@ impl Pool {
                     }
                     pool.waiting += 1;
                     waited_for = pool.attempts;
+                    self.publish(image, pool);
                     drop(images);
+                    self.telemetry
+                        .counter_add("cold_starts", 1.0, &[("image", image)]);
                     waiting = Some(Waiting { pool: self, image });
                 }
             }
@@ -337,7 +389,16 @@ impl Pool {
         let limit = Instant::now() + self.settings.readiness_timeout;
         let until = caller_deadline.map_or(limit, |deadline| deadline.min(limit));
         tokio::spawn(async move {
+            let started = Instant::now();
             let outcome = self.create_pod(&image, &limits, until).await;
+            self.telemetry.histogram_record(
+                "pod_start_seconds",
+                started.elapsed().as_secs_f64(),
+                &[
+                    ("image", &image),
+                    ("outcome", if outcome.is_ok() { "ready" } else { "failed" }),
+                ],
+            );
             let mut outdated = None;
             {
                 let mut images = self.images();
@@ -362,6 +423,7 @@ impl Pool {
                         pool.failure = Some((attempt, error));
                     }
                 }
+                self.publish(&image, pool);
             }
             if let Some(pod) = outdated {
                 tracing::info!(pod = %pod.name, image, "retiring a new function pod: the image's template overrides changed");
@@ -509,17 +571,25 @@ impl Pool {
     /// it (with its service) in the background: a call retrying elsewhere does not wait for the
     /// API server, and what a failed deletion leaves behind the next scan deletes. Its
     /// connection closes when the last call using it ends.
-    pub fn evict(self: &Arc<Self>, name: &str) {
+    pub fn evict(self: &Arc<Self>, name: &str, reason: Eviction) {
         let removed = {
             let mut images = self.images();
-            images.values_mut().any(|pool| {
+            images.iter_mut().find_map(|(image, pool)| {
                 let before = pool.pods.len();
                 pool.pods.retain(|pod| pod.name != name);
-                pool.pods.len() != before
+                (pool.pods.len() != before).then(|| {
+                    self.publish(image, pool);
+                    image.clone()
+                })
             })
         };
-        if removed {
+        if let Some(image) = removed {
             tracing::info!(pod = name, "function pod evicted");
+            self.telemetry.counter_add(
+                "evictions",
+                1.0,
+                &[("image", &image), ("reason", reason.label())],
+            );
         }
         self.changed.notify_waiters();
         let pool = self.clone();
@@ -567,7 +637,10 @@ impl Pool {
                 {
                     tracing::info!(pod = %name, image, "adopted function pod");
                     let handle = self.handle(&name, &image, &overrides_hash, client);
-                    self.images().entry(image).or_default().pods.push(handle);
+                    let mut images = self.images();
+                    let pool = images.entry(image.clone()).or_default();
+                    pool.pods.push(handle);
+                    self.publish(&image, pool);
                 }
                 _ => {
                     tracing::info!(pod = %name, "deleting a function pod this runner cannot use");
@@ -646,6 +719,7 @@ impl Pool {
             pool.attempts += 1;
             self.clone()
                 .start_pod(image.to_owned(), limits, pool.attempts, None);
+            self.publish(image, pool);
         }
     }
 
@@ -674,7 +748,7 @@ impl Pool {
         };
         for name in idle {
             tracing::info!(pod = %name, "function pod idle past its TTL");
-            self.evict(&name);
+            self.evict(&name, Eviction::Idle);
         }
         let Ok(pods) = self.cluster.function_pods().await else {
             return;
@@ -711,7 +785,7 @@ impl Pool {
         for (name, image) in &known {
             if live.get(name).is_none_or(|failed| *failed) {
                 tracing::info!(pod = %name, image, "function pod gone or failed");
-                self.evict(name);
+                self.evict(name, Eviction::Gone);
             }
         }
         let starting = self.starting().clone();
@@ -733,6 +807,27 @@ impl Pool {
         loop {
             ticker.tick().await;
             self.scan().await;
+        }
+    }
+}
+
+/// Why a pod was taken out of service (the `reason` label of `evictions`).
+#[derive(Debug, Clone, Copy)]
+pub enum Eviction {
+    /// Idle past its TTL.
+    Idle,
+    /// Deleted or failed behind the runner's back.
+    Gone,
+    /// A call could not reach its wrapper server.
+    Unreachable,
+}
+
+impl Eviction {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Gone => "gone",
+            Self::Unreachable => "unreachable",
         }
     }
 }

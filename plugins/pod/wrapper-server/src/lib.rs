@@ -10,3 +10,4 @@ pub mod probe;
 pub mod process;
 pub mod resource_list;
 pub mod server;
+pub mod telemetry;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use krm_runner_proto::serving;
 use krm_wrapper_server::flags::{self, Flag};
-use krm_wrapper_server::{install, process, server};
+use krm_wrapper_server::{install, process, server, telemetry};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
@@ -114,6 +114,9 @@ fn main() -> ExitCode {
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 async fn serve(config: server::Config, port: u16) -> Result<(), String> {
+    if let Err(error) = telemetry::start() {
+        tracing::error!("serving without traces: {error}");
+    }
     let listener = server::bind(port)
         .await
         .map_err(|e| format!("failed to listen on port {port}: {e}"))?;
@@ -172,6 +175,9 @@ async fn serve(config: server::Config, port: u16) -> Result<(), String> {
     .await
     .map_err(|e| format!("server failed: {e}"))?;
     process::kill_orphans_now();
+    tokio::task::spawn_blocking(telemetry::shutdown)
+        .await
+        .map_err(|e| format!("exporting the last spans failed: {e}"))?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status};
 
 use crate::process::{self, Exited, Outcome, OutputLimits};
 use crate::resource_list;
+use crate::telemetry::CallSpan;
 
 /// Answer this long before the caller's deadline, so that our DEADLINE_EXCEEDED (and not
 /// tonic's own timeout, which answers CANCELLED) reaches the caller in time.
@@ -40,18 +41,24 @@ impl FunctionEvaluator for Evaluator {
         request: Request<EvaluateFunctionRequest>,
     ) -> Result<Response<EvaluateFunctionResponse>, Status> {
         let deadline = answer_by(&request).map(tokio::time::Instant::from_std);
-        let trace = trace_context(request.metadata());
+        let caller = trace_context(request.metadata());
         let EvaluateFunctionRequest {
             resource_list,
             image,
             ..
         } = request.into_inner();
+        let span = CallSpan::start(caller.as_ref(), &image);
         let started = Instant::now();
         let limits = OutputLimits {
             max_stdout_bytes: self.max_message_bytes,
             max_log_bytes: self.max_message_bytes,
         };
-        let environment = trace.map(|trace| trace.environment()).unwrap_or_default();
+        // The function's parent span: this call's when tracing, else the caller's.
+        let environment = span
+            .trace_context()
+            .or(caller)
+            .map(|trace| trace.environment())
+            .unwrap_or_default();
         let outcome = process::run(
             &self.entrypoint,
             &environment,
@@ -61,6 +68,10 @@ impl FunctionEvaluator for Evaluator {
         )
         .await;
         let result = respond(&image, outcome, self.max_message_bytes);
+        match &result {
+            Ok(_) => span.end(tonic::Code::Ok, ""),
+            Err(status) => span.end(status.code(), status.message()),
+        }
         let image = quoted(&image).bounded();
         let image = image.as_ref();
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -84,7 +95,8 @@ impl FunctionEvaluator for Evaluator {
 }
 
 /// The caller's W3C trace context (`traceparent`, `tracestate` metadata), which the function
-/// receives as `TRACEPARENT`/`TRACESTATE` so that its own spans join the caller's trace.
+/// receives as `TRACEPARENT`/`TRACESTATE` (under this server's span when it traces) so that its
+/// own spans join the caller's trace.
 fn trace_context(metadata: &tonic::metadata::MetadataMap) -> Option<TraceContext> {
     let value = |key| {
         metadata

@@ -3,6 +3,11 @@
 //! - `testkit/panic`: panics inside `evaluate`;
 //! - `testkit/sleep:<ms>`: waits, honouring cancellation;
 //! - `testkit/log`: emits a `tracing` event and echoes;
+//! - `testkit/telemetry`: through the host handle, adds 1 to its counter `calls` (label
+//!   `kind=telemetry`), records 0.25 in its histogram `work_seconds`, sets its gauge `level` to
+//!   7, tries a measurement the runner must drop (a name Prometheus cannot take), and opens the
+//!   span `testkit.work` under the call's trace (attributes `testkit.items` = 3,
+//!   `testkit.note` = "hello"), whose W3C context it echoes as log (`TRACEPARENT=...`);
 //! - any image a FunctionConfig routes here: echoes, with the instance name and the route (JSON)
 //!   as log, so tests see what the runner told the evaluator;
 //! - warm-up hints are logged as `testkit warm-up <image> <route JSON>`.
@@ -31,7 +36,7 @@ use krm_function_executor::signature::ParameterBuilder;
 use krm_function_executor::{Executor, TypedSignature};
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin, Route,
-    TypedFunctionSet, export_plugin,
+    Telemetry, TypedFunctionSet, export_plugin,
 };
 use serde::Deserialize;
 
@@ -45,6 +50,25 @@ pub struct TestkitConfig {
 pub struct Testkit {
     instance: String,
     typed: PluginFunctions,
+    telemetry: Telemetry,
+}
+
+impl Testkit {
+    fn record_telemetry(&self, context: &CallContext<'_>) -> String {
+        self.telemetry
+            .counter_add("calls", 1.0, &[("kind", "telemetry")]);
+        self.telemetry.histogram_record("work_seconds", 0.25, &[]);
+        self.telemetry.gauge_set("level", 7.0, &[]);
+        self.telemetry.counter_add("Not A Name", 1.0, &[]);
+        let span = self
+            .telemetry
+            .start_span(context.trace_context().as_ref(), "testkit.work");
+        span.set_attribute("testkit.items", 3_i64);
+        span.set_attribute("testkit.note", "hello");
+        span.trace_context()
+            .map(|context| format!("TRACEPARENT={}", context.traceparent))
+            .unwrap_or_default()
+    }
 }
 
 impl Evaluator for Testkit {
@@ -67,6 +91,10 @@ impl Evaluator for Testkit {
                 self.instance.clone().into_bytes(),
             )),
             "testkit/panic" => panic!("testkit was asked to panic"),
+            "testkit/telemetry" => Ok(EvalResponse::new(
+                resource_list.to_vec(),
+                self.record_telemetry(context).into_bytes(),
+            )),
             "testkit/log" => {
                 tracing::warn!(instance = %self.instance, "testkit log event");
                 Ok(EvalResponse::new(resource_list.to_vec(), Vec::new()))
@@ -255,6 +283,7 @@ impl Plugin for TestkitPlugin {
         Ok(Testkit {
             instance: context.instance_name().to_owned(),
             typed: typed_functions(),
+            telemetry: context.telemetry(),
         })
     }
 }
