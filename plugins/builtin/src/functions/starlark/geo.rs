@@ -2,7 +2,7 @@
 //! `geo.MultiPolygon`, `geo.within`, `geo.intersects` and `geo.parseGeoJSON`, with the meaning
 //! starlib gives them over paulmach/orb.
 //!
-//! Point-in-polygon is the geo crate's; GeoJSON is read with the geojson crate. Distances and
+//! Point-in-polygon is the geo crate's; GeoJSON is read with serde_json. Distances and
 //! lengths follow orb's formulas exactly (its "geodesic" distance is an equirectangular
 //! approximation on a sphere of radius 6,378,137 m, which the geo crate does not offer), so a
 //! program computes the same floats as under the catalog's image.
@@ -42,8 +42,8 @@ const PAIR_BYTES: u64 = 16;
 const PART_BYTES: u64 = 40;
 /// Heap bytes a Point value takes when a Line is iterated (the value and its header).
 const POINT_VALUE_BYTES: u64 = 32;
-/// What parsing one byte of GeoJSON may make at most: serde's buffered map (the collection's
-/// foreign members are flattened), the geojson crate's structures, and the Starlark values.
+/// What parsing one byte of GeoJSON may make at most: serde_json's tree (a number there holds
+/// its digits as text), the coordinates and the Starlark values.
 const GEOJSON_BYTES_PER_BYTE: u64 = 64;
 
 type Pair = [f64; 2];
@@ -546,49 +546,88 @@ fn new_line(function: &str, items: &[Value], heap: Heap) -> starlark::Result<Rin
     Ok(pairs_of(function, items)?.into())
 }
 
-/// The GeoJSON feature's geometry as starlib makes it: Point, LineString and Polygon only.
+/// A GeoJSON position's first two coordinates (a third, the altitude, is dropped as orb does).
+fn geojson_pair(index: usize, position: &serde_json::Value) -> starlark::Result<Pair> {
+    match position.as_array().map(Vec::as_slice) {
+        Some([x, y, ..]) => match (x.as_f64(), y.as_f64()) {
+            (Some(x), Some(y)) => Ok([x, y]),
+            _ => Err(error(
+                "parseGeoJSON",
+                format!("feature {index}: a position holds something other than numbers"),
+            )),
+        },
+        _ => Err(error(
+            "parseGeoJSON",
+            format!("feature {index}: a position must be an array of 2 or more numbers"),
+        )),
+    }
+}
+
+fn geojson_ring(
+    index: usize,
+    positions: &serde_json::Value,
+    held: &mut u64,
+) -> starlark::Result<Ring> {
+    let positions = positions.as_array().ok_or_else(|| {
+        error(
+            "parseGeoJSON",
+            format!("feature {index}: coordinates must be arrays of positions"),
+        )
+    })?;
+    *held += positions.len() as u64 * PAIR_BYTES + PART_BYTES;
+    positions.iter().map(|p| geojson_pair(index, p)).collect()
+}
+
+/// The feature's geometry as starlib makes it: Point, LineString and Polygon only. The JSON is
+/// walked here rather than by the geojson crate: its flattened fields cannot take the
+/// workspace's arbitrary-precision numbers.
 fn from_geojson<'v>(
     index: usize,
-    geometry: Option<&geojson::Geometry>,
+    feature: &serde_json::Value,
+    held: &mut u64,
     heap: Heap<'v>,
 ) -> starlark::Result<Value<'v>> {
     let function = "parseGeoJSON";
-    let pair = |position: &geojson::Position| -> starlark::Result<Pair> {
-        match position.as_slice() {
-            [x, y, ..] => Ok([*x, *y]),
-            other => Err(error(
-                function,
-                format!(
-                    "feature {index}: a position has {} coordinates, not 2",
-                    other.len()
-                ),
-            )),
-        }
-    };
-    let ring = |positions: &[geojson::Position]| -> starlark::Result<Ring> {
-        positions.iter().map(&pair).collect()
-    };
-    let Some(geometry) = geometry else {
+    let geometry = &feature["geometry"];
+    if geometry.is_null() {
         return Err(error(function, format!("feature {index} has no geometry")));
-    };
-    match &geometry.value {
-        geojson::GeometryValue::Point { coordinates } => {
-            let [x, y] = pair(coordinates)?;
+    }
+    let coordinates = &geometry["coordinates"];
+    match geometry["type"].as_str() {
+        Some("Point") => {
+            let [x, y] = geojson_pair(index, coordinates)?;
             Ok(heap.alloc_simple(GeoPoint { x, y }))
         }
-        geojson::GeometryValue::LineString { coordinates } => {
-            Ok(heap.alloc_simple(GeoLine(ring(coordinates)?)))
+        Some("LineString") => {
+            Ok(heap.alloc_simple(GeoLine(geojson_ring(index, coordinates, held)?)))
         }
-        geojson::GeometryValue::Polygon { coordinates } => {
-            let rings = coordinates
+        Some("Polygon") => {
+            let rings = coordinates.as_array().ok_or_else(|| {
+                error(
+                    function,
+                    format!("feature {index}: a Polygon's coordinates must be an array of rings"),
+                )
+            })?;
+            *held += PART_BYTES;
+            let rings = rings
                 .iter()
-                .map(|r| ring(r))
+                .map(|ring| geojson_ring(index, ring, held))
                 .collect::<starlark::Result<Rings>>()?;
             Ok(heap.alloc_simple(GeoPolygon(rings)))
         }
-        other => Err(error(
+        Some(kind @ ("MultiPoint" | "MultiLineString" | "MultiPolygon" | "GeometryCollection")) => {
+            Err(error(
+                function,
+                format!("unrecognized geoJSON type: {kind}"),
+            ))
+        }
+        Some(other) => Err(error(
             function,
-            format!("unrecognized geoJSON type: {}", other.type_name()),
+            format!("feature {index}: {other:?} is not a GeoJSON geometry type"),
+        )),
+        None => Err(error(
+            function,
+            format!("feature {index}: its geometry has no type"),
         )),
     }
 }
@@ -608,18 +647,6 @@ fn from_json<'v>(value: &serde_json::Value, heap: Heap<'v>) -> Value<'v> {
                 .iter()
                 .map(|(key, item)| (key.as_str(), from_json(item, heap))),
         )),
-    }
-}
-
-/// Coordinate bytes a geometry holds.
-fn geometry_bytes(geometry: Option<&geojson::Geometry>) -> u64 {
-    let ring = |r: &[geojson::Position]| r.len() as u64 * PAIR_BYTES + PART_BYTES;
-    match geometry.map(|g| &g.value) {
-        Some(geojson::GeometryValue::LineString { coordinates }) => ring(coordinates),
-        Some(geojson::GeometryValue::Polygon { coordinates }) => {
-            coordinates.iter().map(|r| ring(r)).sum::<u64>() + PART_BYTES
-        }
-        _ => 0,
     }
 }
 
@@ -771,30 +798,39 @@ fn geo_module(builder: &mut GlobalsBuilder) {
                 left,
             ));
         }
-        let collection: geojson::FeatureCollection = text
-            .parse()
-            .map_err(|e| error(function, format!("not a GeoJSON FeatureCollection: {e}")))?;
-        let held: u64 = collection
-            .features
-            .iter()
-            .map(|f| geometry_bytes(f.geometry.as_ref()))
-            .sum();
-        let geometries = collection
-            .features
+        let document: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| error(function, format!("not GeoJSON: {e}")))?;
+        let features = match (&document["type"], &document["features"]) {
+            (serde_json::Value::String(kind), serde_json::Value::Array(features))
+                if kind == "FeatureCollection" =>
+            {
+                features
+            }
+            _ => return Err(error(function, "not a GeoJSON FeatureCollection")),
+        };
+        let mut held = 0;
+        let geometries = features
             .iter()
             .enumerate()
-            .map(|(i, f)| from_geojson(i, f.geometry.as_ref(), heap))
+            .map(|(i, feature)| from_geojson(i, feature, &mut held, heap))
             .collect::<starlark::Result<Vec<_>>>()?;
         hold_outside_heap(held);
-        let properties = collection.features.iter().map(|f| match &f.properties {
-            Some(members) => heap.alloc(AllocDict(
-                members
-                    .iter()
-                    .map(|(key, item)| (key.as_str(), from_json(item, heap))),
-            )),
-            None => heap.alloc(AllocDict::EMPTY),
-        });
-        let properties: Vec<Value> = properties.collect();
+        let properties = features
+            .iter()
+            .enumerate()
+            .map(|(i, feature)| match &feature["properties"] {
+                serde_json::Value::Object(members) => Ok(heap.alloc(AllocDict(
+                    members
+                        .iter()
+                        .map(|(key, item)| (key.as_str(), from_json(item, heap))),
+                ))),
+                serde_json::Value::Null => Ok(heap.alloc(AllocDict::EMPTY)),
+                _ => Err(error(
+                    function,
+                    format!("feature {i}: properties must be an object or null"),
+                )),
+            })
+            .collect::<starlark::Result<Vec<Value>>>()?;
         Ok(heap.alloc(AllocTuple([
             heap.alloc(AllocList(geometries)),
             heap.alloc(AllocList(properties)),
