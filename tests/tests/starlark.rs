@@ -447,3 +447,34 @@ fn fn_starlark_queries_html_with_starlibs_html_and_bsoup() {
         "prog:2:7: html: the document nests its nodes 1003 deep, more than the 512 levels krm-runner reads (a selector's cost grows with the depth)"
     );
 }
+
+#[test]
+fn fn_starlark_places_geojson_features_with_starlibs_geo() {
+    let source = r#"load('geo.star', 'geo')
+region = geo.Polygon([[[0, 0], [0, 10], [10, 10], [10, 0], [0, 0]]])
+geoms, props = geo.parseGeoJSON('{"type": "FeatureCollection", "features": [{"type": "Feature", "properties": {"name": "in"}, "geometry": {"type": "Point", "coordinates": [5, 5]}}, {"type": "Feature", "properties": {"name": "out"}, "geometry": {"type": "Point", "coordinates": [15, 5]}}]}')
+for r in ctx.resource_list["items"]:
+  if r["kind"] == "ConfigMap":
+    r["data"]["inside"] = ",".join([props[i]["name"] for i in range(len(geoms)) if geo.within(geoms[i], region)])
+    r["data"]["metres"] = str(geo.Point(0, 0).distanceGeodesic(geo.Point(1, 0)))
+"#;
+    let input = resource_list(&starlark_run(source));
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout,
+        input.replace(
+            "    key: \"value\"\n",
+            "    key: \"value\"\n    inside: in\n    metres: \"111319.49079327357\"\n"
+        )
+    );
+    let message = error_message(&resource_list(&starlark_run(
+        "load('geo.star', 'geo')\nshape = geo.Polygon([[[0, 0], [0, 1], [1, 1]]])\n",
+    )));
+    assert_eq!(message, "prog:2:9: geo.Polygon: line 0 is not closed");
+}

@@ -96,6 +96,9 @@ impl<'v> TextBytes<'v> {
                 return self.within(string_bytes(string, text));
             }
             None if !is_container(value) => {
+                if let Some(bytes) = super::geo::text_bytes(value) {
+                    return self.within(bytes);
+                }
                 // Numbers, None, booleans, functions: their text is small or as large as the
                 // value.
                 let slack = if text == Text::Json { 8 } else { 0 };

@@ -28,7 +28,6 @@ pub struct Loader;
 
 /// Libraries that load but whose every use fails, with why.
 const UNAVAILABLE: &[(&str, &str, &str)] = &[
-    ("geo.star", "geo", "not implemented by krm-runner"),
     ("http.star", "http", "network access is not allowed"),
     ("time.star", "time", "clock access is not allowed"),
     (
@@ -52,6 +51,7 @@ impl FileLoader for Loader {
             "encoding/yaml.star" => GlobalsBuilder::new()
                 .with(|g| g.namespace("yaml", yaml_module))
                 .build(),
+            "geo.star" => GlobalsBuilder::new().with(super::geo::add_geo).build(),
             "html.star" => GlobalsBuilder::new().with(super::html::add_html).build(),
             "bsoup.star" => GlobalsBuilder::new().with(super::html::add_bsoup).build(),
             "zipfile.star" => GlobalsBuilder::new()
@@ -89,7 +89,7 @@ impl FileLoader for Loader {
                         "cannot load {path:?}: no such library (available: krmfn.star, \
                          encoding/json.star, encoding/base64.star, encoding/csv.star, \
                          encoding/yaml.star, hash.star, math.star, re.star, zipfile.star, \
-                         html.star, bsoup.star)"
+                         html.star, bsoup.star, geo.star)"
                     )));
                 }
             },

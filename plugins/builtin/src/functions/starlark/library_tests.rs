@@ -390,3 +390,187 @@ fn html_errors_name_the_function_and_documents_are_bounded() {
     );
     assert_eq!(log, "499 0 x\n");
 }
+
+/// starlib's geo test.star polygon with a hole, and the same outline without one.
+const GEO_SHAPES: &str = r#"load('geo.star', 'geo')
+outline = [[-93.515625, 54.16243396806779], [-99.49218749999999, 42.5530802889558],
+  [-72.0703125, 32.24997445586331], [-72.0703125, 43.83452678223682],
+  [-72.0703125, 54.36775852406841], [-80.85937499999999, 57.326521225217064],
+  [-93.515625, 54.16243396806779]]
+hole = [[-87.1875, 49.61070993807422], [-87.890625, 44.59046718130883],
+  [-81.2109375, 43.83452678223682], [-80.5078125, 48.22467264956519],
+  [-87.1875, 49.61070993807422]]
+p = geo.Polygon([outline, hole])
+poly1 = geo.Polygon([geo.Line(outline)])
+"#;
+
+#[test]
+fn geo_measures_and_joins_as_starlib() {
+    let log = printed(&format!(
+        r#"{GEO_SHAPES}
+p1 = geo.Point(-44.34, 33)
+print(p1.x, p1.lat, p1.y, p1.lng)
+print(p1.distanceGeodesic(geo.Point(-44, 33)) == 31742.52939277697)
+print(geo.Point(1, 1).distance(p2 = geo.Point(2, 1)), geo.Point(x = 3, y = 4).distance(geo.Point(0, 0)))
+line = geo.Line([[1, 2], geo.Point(2, 2)])
+print(line.length(), line.lengthGeodesic() == 111251.67796723428)
+print(line, len(line), line[-1], [str(pt) for pt in line], bool(geo.Line([])))
+print(p1, bool(geo.Point(0, 1)), type(p1), type(line), type(p), p1 == geo.Point(-44.34, 33.0))
+print({{p1: "found"}}[geo.Point(-44.34, 33)], line == geo.Line([geo.Point(1, 2), [2, 2]]))
+print(geo.within(geo.Point(-65.390625, 48.45835188280866), poly1), geo.within(geo.Point(-93.5, 53.1), poly1))
+in_hole = geo.Point(-84, 46.5)
+print(geo.within(in_hole, p), geo.within(in_hole, poly1), geo.within(geo.Point(-72.0703125, 40), p))
+both = geo.MultiPolygon([p, poly1])
+print(both, len(both), both[0], len(both[0][1]), type(both[1][0]), geo.within(in_hole, both))
+print(geo.within(geo.Line([[-93.5, 53.1], [0, 0]]), poly1), geo.within(geo.Line([[0, 0], [-93.5, 53.1]]), poly1))
+geoms, properties = geo.parseGeoJSON('''{{"type": "FeatureCollection", "features": [
+  {{"type": "Feature", "properties": {{"ufo_sightings": 20, "population": 40, "name": "a", "tags": [1, null, true]}},
+   "geometry": {{"type": "Point", "coordinates": [-103.0078125, 38.272688535980976]}}}},
+  {{"type": "Feature", "properties": null,
+   "geometry": {{"type": "LineString", "coordinates": [[1, 2], [2, 2, 5]]}}}},
+  {{"type": "Feature", "properties": {{"ufo_sightings": 100}},
+   "geometry": {{"type": "Polygon", "coordinates": [[[0, 0], [0, 4], [4, 4], [0, 0]]]}}}}]}}''')
+print(geoms[0].lat, geoms[0].lng, geoms[1], geoms[1].lengthGeodesic() == 111251.67796723428)
+print(geoms[2], geo.within(geo.Point(1, 3), geoms[2]), properties[2]["ufo_sightings"] == 100)
+print(sorted(properties[0].items()), properties[1])
+"#
+    ));
+    assert_eq!(
+        log,
+        r#"-44.34 -44.34 33.0 33.0
+True
+1.0 5.0
+1.0 True
+[(1.000000,2.000000) (2.000000,2.000000) ] 2 (2.000000,2.000000) ["(1.000000,2.000000)", "(2.000000,2.000000)"] False
+(-44.340000,33.000000) False Point Line Polygon True
+found True
+False True
+False True True
+multi polygon 2 polygons 2 polygon 2 rings 5 Line True
+True False
+-103.0078125 38.272688535980976 [(1.000000,2.000000) (2.000000,2.000000) ] True
+polygon 1 rings True True
+[("name", "a"), ("population", 40.0), ("tags", [1.0, None, True]), ("ufo_sightings", 20.0)] {}
+"#
+    );
+}
+
+#[test]
+fn geo_errors_name_the_function_and_the_line() {
+    for (call, expected) in [
+        (
+            "geo.Point('a', 1)",
+            "geo.Point: invalid type 'string' expected int or float",
+        ),
+        (
+            "geo.Line(([1, 2],))",
+            "geo.Line: for parameter points: got tuple, want list",
+        ),
+        (
+            "geo.Line([[1, 2, 3]])",
+            "geo.Line: wrong number elements for point. expected 2, got: 3",
+        ),
+        (
+            "geo.Line([1])",
+            "geo.Line: invalid type 'int' to create line",
+        ),
+        (
+            "geo.Polygon([[[0, 0], [1, 1]]])",
+            "geo.Polygon: line 0 is not closed",
+        ),
+        (
+            "geo.Polygon([outline, geo.Line([])])",
+            "geo.Polygon: line 1 is not closed",
+        ),
+        (
+            "geo.Polygon(['x'])",
+            "geo.Polygon: invalid type for creating polygon: string",
+        ),
+        (
+            "geo.MultiPolygon([poly1, outline])",
+            "geo.MultiPolygon: invalid type for creating MultiPolygon: list",
+        ),
+        (
+            "geo.within(geo.Point(1, 1), geo.Line(outline))",
+            "geo.within: within b value must be either a Polygon or Multipolygon. got: Line",
+        ),
+        (
+            "geo.within(poly1, p)",
+            "geo.within: checking polygons-within-polygons is not yet supported",
+        ),
+        ("geo.within(1, p)", "geo.within: unrecognized type: int"),
+        (
+            "geo.within(geo.Line([]), p)",
+            "geo.within: the line has no points",
+        ),
+        (
+            "geo.intersects(p, poly1)",
+            "geo.intersects: not finished: intersects",
+        ),
+        (
+            "geo.Point(1, 1).buffer(2)",
+            "geo.buffer: not yet implemented: buffer",
+        ),
+        (
+            "geo.Point(1, 1).KNN(2)",
+            "geo.KNN: not yet implemented: knn",
+        ),
+        (
+            "geo.Point(1, 1).distance([2, 1])",
+            "geo.distance: for parameter p2: got list, want Point",
+        ),
+        (
+            "geo.Line(outline)[7]",
+            "geo.Line: index 7 out of range: length is 7",
+        ),
+        (
+            "geo.parseGeoJSON(3)",
+            "geo.parseGeoJSON: invalid argument type, expected string",
+        ),
+        (
+            "geo.parseGeoJSON('{\"type\": \"Point\", \"coordinates\": [1, 2]}')",
+            "geo.parseGeoJSON: not a GeoJSON FeatureCollection",
+        ),
+        (
+            r#"geo.parseGeoJSON('{"type": "FeatureCollection", "features": [{"type": "Feature", "properties": {}, "geometry": {"type": "MultiPoint", "coordinates": [[1, 2]]}}]}')"#,
+            "geo.parseGeoJSON: unrecognized geoJSON type: MultiPoint",
+        ),
+        (
+            r#"geo.parseGeoJSON('{"type": "FeatureCollection", "features": [{"type": "Feature", "properties": {}, "geometry": null}]}')"#,
+            "geo.parseGeoJSON: feature 0 has no geometry",
+        ),
+    ] {
+        let message = failure(&format!("{GEO_SHAPES}x = {call}\n"));
+        assert!(message.contains(expected), "{call}: {message}");
+        assert!(message.contains("prog:11:"), "names the line: {message}");
+    }
+}
+
+#[test]
+fn geo_coordinates_count_against_the_heap_budget() {
+    for (source, expected) in [
+        (
+            // 96 MiB of list items, 192 MiB of coordinates.
+            "points = [[1, 2]] * 12000000\nline = geo.Line(points)\n",
+            "`geo.Line` of 12000000 points would make 192000040 bytes, more than",
+        ),
+        (
+            "ring = [[0, 0], [0, 1], [0, 0]] * 4000000\nshape = geo.Polygon([ring])\n",
+            "`geo.Polygon` of 12000000 points would make 192000040 bytes, more than",
+        ),
+        (
+            // 9.6 MB of coordinates whose text would take 374 MB.
+            "line = geo.Line([[1e300, -1e300]] * 600000)\nprint(line)\n",
+            "`print()` of these values would make more than",
+        ),
+        (
+            "text = ' ' * 5000000 + '{}'\nshapes = geo.parseGeoJSON(text)\n",
+            "`geo.parseGeoJSON` of 5000002 bytes would make 320000128 bytes, more than",
+        ),
+    ] {
+        let message = failure(&format!("load('geo.star', 'geo')\n{source}"));
+        assert!(message.contains(expected), "{source}: {message}");
+        assert!(message.contains("heap budget of 256 MiB"), "{message}");
+        assert!(message.contains("prog:"), "names the line: {message}");
+    }
+}

@@ -32,6 +32,7 @@ mod apply;
 mod binary;
 mod convert;
 mod csv;
+mod geo;
 mod html;
 mod library;
 mod methods;
