@@ -151,14 +151,22 @@ fn run_doseq(args: &DoSeqArgs, config: &Config, plugins: StartPlugins<'_>) -> an
 }
 
 /// `krm-runner list`: fctl's table of signatures, by name.
-fn run_list(toolchain: &ToolchainArg, config: &Config, plugins: StartPlugins<'_>) -> anyhow::Result<i32> {
+fn run_list(
+    toolchain: &ToolchainArg,
+    config: &Config,
+    plugins: StartPlugins<'_>,
+) -> anyhow::Result<i32> {
     let executor = with_plugins(executor_for(toolchain, config)?, plugins)?;
     emit(&signature_table(executor.list().values()))?;
     Ok(0)
 }
 
 /// `krm-runner listpaths`: the path registry as indented JSON.
-fn run_listpaths(toolchain: &ToolchainArg, config: &Config, plugins: StartPlugins<'_>) -> anyhow::Result<i32> {
+fn run_listpaths(
+    toolchain: &ToolchainArg,
+    config: &Config,
+    plugins: StartPlugins<'_>,
+) -> anyhow::Result<i32> {
     let executor = with_plugins(executor_for(toolchain, config)?, plugins)?;
     emit(&format!(
         "{}\n",
@@ -202,7 +210,12 @@ struct Request<'a> {
     timeout: Option<f64>,
 }
 
-fn run(request: Request<'_>, view: View, config: &Config, plugins: StartPlugins<'_>) -> anyhow::Result<i32> {
+fn run(
+    request: Request<'_>,
+    view: View,
+    config: &Config,
+    plugins: StartPlugins<'_>,
+) -> anyhow::Result<i32> {
     if !is_unit_name(request.unit) {
         return Err(BadInvocation::error(format!(
             "unit name {:?} contains characters other than letters, digits, space and -_.()@#",

@@ -48,9 +48,9 @@ pub mod host;
 mod logging;
 mod plugin;
 mod signature;
+mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod telemetry;
 
 pub use call::{
     CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,

@@ -21,18 +21,26 @@ pub enum MeasurementKind {
 /// One measurement, as the runner receives it.
 #[derive(Debug, Clone, Copy)]
 pub struct Measurement<'a> {
+    /// Counter, histogram or gauge.
     pub kind: MeasurementKind,
+    /// The metric's name within the plugin (`[a-z][a-z0-9_]*`).
     pub name: &'a str,
+    /// The amount added, the value recorded or the gauge's new value.
     pub value: f64,
+    /// Label pairs; the runner bounds their number and values.
     pub labels: &'a [(&'a str, &'a str)],
 }
 
 /// A span attribute's value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttributeValue {
+    /// Text.
     String(String),
+    /// A whole number.
     I64(i64),
+    /// A number.
     F64(f64),
+    /// `true` or `false`.
     Bool(bool),
 }
 
@@ -184,6 +192,7 @@ impl Span {
         self.0.is_some()
     }
 
+    /// Sets an attribute of the span (key and value are length-capped by the runner).
     pub fn set_attribute(&self, key: &str, value: impl Into<AttributeValue>) {
         if let Some(span) = &self.0 {
             span.set_attribute(RStr::from_str(key), value.into().to_ffi());
