@@ -21,6 +21,21 @@ fn config(library: &std::path::Path, stamp_config: &str) -> String {
 
 const STAMP: &str = "{images: [example.com/stamp:v1], annotations: {team: platform}}";
 
+/// `krm-runner --config-file F ARGS` with the template (built to `panic_strategy`) configured
+/// as `stamp_config`.
+fn run_with(panic_strategy: &str, stamp_config: &str, args: &[&str]) -> std::process::Output {
+    let dir = scratch();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(
+        &file,
+        config(&template_plugin(panic_strategy), stamp_config),
+    )
+    .unwrap();
+    let mut all = vec!["--config-file", file.to_str().unwrap()];
+    all.extend_from_slice(args);
+    run_cli(&all, &[], b"")
+}
+
 #[test]
 fn the_runner_loads_the_template_and_serves_its_image_over_grpc() {
     let server = Server::start(&config(&template_plugin("unwind"), STAMP), &[]);
@@ -45,19 +60,7 @@ fn the_runner_loads_the_template_and_serves_its_image_over_grpc() {
 
 #[test]
 fn the_template_is_listed_with_its_function_and_example() {
-    let dir = scratch();
-    let file = dir.path().join("config.yaml");
-    std::fs::write(&file, config(&template_plugin("unwind"), STAMP)).unwrap();
-    let output = run_cli(
-        &[
-            "--config-file",
-            file.to_str().unwrap(),
-            "functions",
-            "stamp",
-        ],
-        &[],
-        b"",
-    );
+    let output = run_with("unwind", STAMP, &["functions", "stamp"]);
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -69,20 +72,10 @@ fn the_template_is_listed_with_its_function_and_example() {
 
 #[test]
 fn every_problem_in_the_templates_config_is_reported_one_per_line() {
-    let dir = scratch();
-    let file = dir.path().join("config.yaml");
-    std::fs::write(
-        &file,
-        config(
-            &template_plugin("unwind"),
-            "{images: ['', ' '], annotations: {team: x}}",
-        ),
-    )
-    .unwrap();
-    let output = run_cli(
-        &["--config-file", file.to_str().unwrap(), "plugins"],
-        &[],
-        b"",
+    let output = run_with(
+        "unwind",
+        "{images: ['', ' '], annotations: {team: x}}",
+        &["plugins"],
     );
     assert_eq!(output.status.code(), Some(2));
     let text = String::from_utf8_lossy(&output.stderr);
@@ -100,14 +93,7 @@ fn every_problem_in_the_templates_config_is_reported_one_per_line() {
 
 #[test]
 fn a_plugin_built_to_abort_on_panic_is_refused_naming_the_fix() {
-    let dir = scratch();
-    let file = dir.path().join("config.yaml");
-    std::fs::write(&file, config(&template_plugin("abort"), STAMP)).unwrap();
-    let output = run_cli(
-        &["--config-file", file.to_str().unwrap(), "plugins"],
-        &[],
-        b"",
-    );
+    let output = run_with("abort", STAMP, &["plugins"]);
     assert_eq!(output.status.code(), Some(2));
     let text = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -119,20 +105,11 @@ fn a_plugin_built_to_abort_on_panic_is_refused_naming_the_fix() {
 
 #[test]
 fn the_templates_config_keys_are_shown_from_its_schema() {
-    let dir = scratch();
-    let file = dir.path().join("config.yaml");
     // A config that does not start (the template's config is broken) still shows the schema.
-    std::fs::write(&file, config(&template_plugin("unwind"), "{images: []}")).unwrap();
-    let output = run_cli(
-        &[
-            "--config-file",
-            file.to_str().unwrap(),
-            "plugins",
-            "--config-schema",
-            "stamp",
-        ],
-        &[],
-        b"",
+    let output = run_with(
+        "unwind",
+        "{images: []}",
+        &["plugins", "--config-schema", "stamp"],
     );
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(
