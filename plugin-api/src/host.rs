@@ -221,7 +221,9 @@ impl PluginLibrary {
                 panic_unwind: cfg!(panic = "unwind"),
             },
             module: crate::plugin::root_module::<P>(),
-            config_schema: Some(crate::plugin::config_schema_json::<P>),
+            // The exported schema is cached once per library: linked in, several plugins share
+            // the process, so none is offered here.
+            config_schema: None,
         }
     }
 

@@ -623,6 +623,7 @@ pub fn info_json<P: Plugin>(panic_unwind: bool) -> *const c_char {
 }
 
 /// The JSON schema of the plugin's `config:` section, read only when an operator asks for it.
+/// Cached once per library, which exports exactly one plugin.
 pub extern "C" fn config_schema_json<P: Plugin>() -> *const c_char {
     static SCHEMA: OnceLock<CString> = OnceLock::new();
     SCHEMA
