@@ -175,6 +175,23 @@ fn hex(text: &str) -> Vec<u8> {
 const CALLER_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const CALLER_SPAN: &str = "b7ad6b7169203331";
 
+/// A call of `image` on one ConfigMap, made under the caller's span (`CALLER_TRACE`,
+/// `CALLER_SPAN`) as its `traceparent` metadata says.
+fn traced_request(image: &str) -> tonic::Request<EvaluateFunctionRequest> {
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: resource_list(&["a"]),
+        image: image.to_owned(),
+        tag: String::new(),
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
+            .parse()
+            .unwrap(),
+    );
+    request
+}
+
 /// The caller's W3C context reaches the runner's spans (its call span is the child of the
 /// caller's span), the evaluator's span, the log line and, as TRACEPARENT/TRACESTATE, the
 /// function process, whose parent is the runner's span for the evaluator that ran it.
@@ -199,15 +216,7 @@ async fn a_callers_trace_continues_through_the_runner_into_the_function() {
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ],
     );
-    let mut request = tonic::Request::new(EvaluateFunctionRequest {
-        resource_list: resource_list(&["a"]),
-        image: "example/traced".to_owned(),
-        tag: String::new(),
-    });
-    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
-    request
-        .metadata_mut()
-        .insert("traceparent", traceparent.parse().unwrap());
+    let mut request = traced_request("example/traced");
     request
         .metadata_mut()
         .insert("tracestate", "vendor=value".parse().unwrap());
@@ -301,17 +310,7 @@ async fn a_plugins_span_joins_the_callers_trace() {
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ],
     );
-    let mut request = tonic::Request::new(EvaluateFunctionRequest {
-        resource_list: resource_list(&["a"]),
-        image: "testkit/telemetry".to_owned(),
-        tag: String::new(),
-    });
-    request.metadata_mut().insert(
-        "traceparent",
-        format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
-            .parse()
-            .unwrap(),
-    );
+    let request = traced_request("testkit/telemetry");
     let response = server
         .client()
         .await
@@ -612,17 +611,7 @@ async fn the_wrapper_servers_span_continues_the_callers_trace() {
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     };
-    let mut request = tonic::Request::new(EvaluateFunctionRequest {
-        resource_list: resource_list(&["a"]),
-        image: "example/traced".to_owned(),
-        tag: String::new(),
-    });
-    request.metadata_mut().insert(
-        "traceparent",
-        format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
-            .parse()
-            .unwrap(),
-    );
+    let request = traced_request("example/traced");
     let log = krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient::new(
         channel,
     )
@@ -677,17 +666,7 @@ async fn spans_are_exported_over_http_protobuf_too() {
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ],
     );
-    let mut request = tonic::Request::new(EvaluateFunctionRequest {
-        resource_list: resource_list(&["a"]),
-        image: "example/identity".to_owned(),
-        tag: String::new(),
-    });
-    request.metadata_mut().insert(
-        "traceparent",
-        format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
-            .parse()
-            .unwrap(),
-    );
+    let request = traced_request("example/identity");
     server
         .client()
         .await
@@ -713,17 +692,7 @@ async fn without_tracing_functions_get_no_trace_context() {
     );
     let config = exec_chain_config(&[("example/traced", &function)], "exec", "");
     let server = Server::start(&config, &[]);
-    let mut request = tonic::Request::new(EvaluateFunctionRequest {
-        resource_list: resource_list(&["a"]),
-        image: "example/traced".to_owned(),
-        tag: String::new(),
-    });
-    request.metadata_mut().insert(
-        "traceparent",
-        format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")
-            .parse()
-            .unwrap(),
-    );
+    let request = traced_request("example/traced");
     let response = server
         .client()
         .await
