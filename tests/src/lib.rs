@@ -306,6 +306,43 @@ async fn health_check(endpoint: String) -> Result<i32, tonic::Status> {
     Ok(response.into_inner().status)
 }
 
+/// One HTTP/1.1 exchange with the server on loopback `port` (JSON body, `headers`: extra
+/// header lines, each ending in `\r\n`); the status code and the body. The server may answer
+/// (and close) before taking a body it refuses.
+pub fn http_exchange(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the HTTP listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    let _ = stream.write_all(body);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
 /// Runs `krm-runner ARGS` to completion (plugins from this build), feeding `stdin`.
 pub fn run_cli(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
     use std::io::Write;

@@ -5,7 +5,6 @@
 //! panicking function, deadlines; and FunctionConfig goExecutor ids reaching the builtin's
 //! typed functions.
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 use base64::{Engine, engine::general_purpose::STANDARD};
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_client::FunctionExecutorClient;
-use krm_runner_tests::{Server, free_port, run_cli, scratch};
+use krm_runner_tests::{Server, free_port, http_exchange, run_cli, scratch};
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -241,33 +240,6 @@ fn serve(more: &[&str]) -> (Server, u16) {
     (server, http)
 }
 
-/// One HTTP/1.1 exchange with extra header lines; the status code and the body.
-fn http(port: u16, method: &str, path: &str, headers: &str, body: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to confighub_listen");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    let _ = stream.write_all(body);
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
 fn invoke_body(invocations: Value) -> Vec<u8> {
     json!({
         "ToolchainType": "Kubernetes/YAML",
@@ -284,7 +256,7 @@ fn post(port: u16, headers: &str, invocations: Value) -> (u16, Value) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            let (status, body) = http(
+            let (status, body) = http_exchange(
                 port,
                 "POST",
                 "/function/kubernetes",
@@ -330,7 +302,7 @@ fn http_runs_plugin_functions_in_sequences_and_keeps_serving_after_a_panic() {
     .unwrap();
     assert_eq!(output[0]["Value"], "web", "{output}");
 
-    let (status, list) = http(port, "GET", "/function/kubernetes", "", b"");
+    let (status, list) = http_exchange(port, "GET", "/function/kubernetes", "", b"");
     assert_eq!(status, 200);
     let list: Value = serde_json::from_str(&list).unwrap();
     assert_eq!(list["kit/stamp"]["Mutating"], true, "{list}");

@@ -2,14 +2,14 @@
 //! on `confighub_listen` (a raw HTTP/1.1 client, so that hostile requests can be sent as they
 //! are) and `krmrunner.v1.FunctionExecutor` on the gRPC listener.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
 use base64::{Engine, engine::general_purpose::STANDARD};
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_client::FunctionExecutorClient;
-use krm_runner_tests::{Server, free_port};
+use krm_runner_tests::{Server, free_port, http_exchange};
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -26,34 +26,7 @@ fn start() -> (Server, u16) {
 
 /// One HTTP/1.1 exchange; returns the status code and the body.
 fn http(port: u16, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to confighub_listen");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    // The server may answer (and close) before taking a body it refuses.
-    let _ = stream.write_all(body);
-    read_response(&mut stream)
-}
-
-fn read_response(stream: &mut TcpStream) -> (u16, String) {
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    http_exchange(port, method, path, "", body)
 }
 
 fn invoke_body(data: &str, invocations: Value) -> Vec<u8> {
