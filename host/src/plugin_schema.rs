@@ -108,11 +108,7 @@ impl<'a> Keys<'a> {
         let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
             return;
         };
-        let required: Vec<&str> = schema
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|names| names.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+        let required = required_keys(schema);
         for (name, property) in properties {
             let key = format!("{prefix}{name}");
             let resolved = self.resolve(property);
@@ -193,11 +189,7 @@ impl<'a> Keys<'a> {
                 return Value::Object(Map::new());
             }
             // Required keys, and optional ones with something to show.
-            let required: Vec<&str> = resolved
-                .get("required")
-                .and_then(Value::as_array)
-                .map(|names| names.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
+            let required = required_keys(resolved);
             return Value::Object(
                 properties
                     .iter()
@@ -232,6 +224,15 @@ impl<'a> Keys<'a> {
             _ => Value::Null,
         }
     }
+}
+
+/// The keys an object schema requires.
+fn required_keys(schema: &Value) -> Vec<&str> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 /// The example or default a schema declares.
