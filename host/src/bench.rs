@@ -488,9 +488,9 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
     let dir = std::env::temp_dir().join(format!("krm-runner-bench-builtin-{}", std::process::id()));
     println!("\n## Builtin functions vs kubectl kustomize (wall time per run, median of runs)");
     println!(
-        "| Deployments | function | in plugin | gRPC end to end | `krm-runner fn` process | `kubectl kustomize` | kustomize / fn |"
+        "| Deployments | function | in plugin | gRPC end to end | `krm-runner fn` process | `cat` process | `kubectl kustomize` | kustomize / fn |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for &size in &args.sizes {
         let deployments = deployments(size);
         let runs = (2000 / size.max(1)).clamp(3, 50);
@@ -522,6 +522,12 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
                 spawn_with_input(command, &input)?;
                 Ok(started.elapsed())
             })?;
+            // The floor for any process that reads the input and writes it back.
+            let cat = median(runs.min(10), || {
+                let started = Instant::now();
+                spawn_with_input(Command::new("cat"), &input)?;
+                Ok(started.elapsed())
+            })?;
             let kustomize = if have_kubectl && size <= args.kustomize_max {
                 std::fs::create_dir_all(&dir)?;
                 std::fs::write(dir.join("deployments.yaml"), &deployments)?;
@@ -545,10 +551,11 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
                 None
             };
             println!(
-                "| {size} | {function} | {} | {} | {} | {} | {} |",
+                "| {size} | {function} | {} | {} | {} | {} | {} | {} |",
                 ms(in_plugin),
                 ms(over_grpc),
                 ms(process),
+                ms(cat),
                 kustomize.map_or("not run".to_owned(), ms),
                 kustomize.map_or(String::new(), |k| format!(
                     "{:.0}x",

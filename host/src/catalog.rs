@@ -19,16 +19,20 @@ impl Catalog {
         Self { entries }
     }
 
-    /// The function named `name`, by short name or by any image it answers to.
+    /// The function named `name`, by short name or else by any image it answers to.
     pub fn find(&self, name: &str) -> Option<&(String, FunctionSignature)> {
+        self.find_by_name(name).or_else(|| {
+            self.entries
+                .iter()
+                .find(|(_, signature)| signature.images.iter().any(|image| image == name))
+        })
+    }
+
+    /// The function whose short name is `name`.
+    pub fn find_by_name(&self, name: &str) -> Option<&(String, FunctionSignature)> {
         self.entries
             .iter()
             .find(|(_, signature)| signature.name == name)
-            .or_else(|| {
-                self.entries
-                    .iter()
-                    .find(|(_, signature)| signature.images.iter().any(|image| image == name))
-            })
     }
 
     pub fn names(&self) -> Vec<&str> {

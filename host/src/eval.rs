@@ -2,10 +2,11 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
-use krm_plugin_api::host::HostCallContext;
+use krm_plugin_api::host::{EvaluatorInstance, HostCallContext};
 use krm_runner_function_config::config_file;
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
@@ -106,22 +107,17 @@ pub async fn run_remote(
 /// instance that implements NAME. Without `key=value` pairs the input is passed through
 /// untouched.
 pub async fn run_function(
-    runtime: &Runtime,
-    catalog: &Catalog,
+    instance: Result<Arc<EvaluatorInstance>, Catalog>,
     name: &str,
     data: &[String],
     max_bytes: usize,
 ) -> anyhow::Result<i32> {
-    let Some((instance, _)) = catalog.find(name) else {
-        return Err(BadInvocation::error(format!(
+    let instance = instance.map_err(|catalog| {
+        BadInvocation::error(format!(
             "no evaluator implements a function named {name:?} (known: {})",
             catalog.names().join(", ")
-        )));
-    };
-    let instance = runtime
-        .instance(instance)
-        .with_context(|| format!("instance {instance:?} is not built"))?
-        .clone();
+        ))
+    })?;
     let input = read_bounded(std::io::stdin(), "stdin", max_bytes)?;
     let input = if data.is_empty() {
         input

@@ -100,6 +100,25 @@ fn main() -> ExitCode {
         // The serving runner's plugins answer; none are loaded here.
         return run_async(eval::run_remote(address, args, config.max_message_bytes));
     }
+    if let Some(Command::Function { name, data }) = &cli.command {
+        if !problems.is_empty() {
+            return report(&problems);
+        }
+        // Only the instances it takes to find the function start (see `function_instance`).
+        let instance = match runtime::function_instance(&config, name) {
+            Ok(instance) => instance,
+            Err(problems) => return report(&problems),
+        };
+        adopt_orphans();
+        let code = run_async(eval::run_function(
+            instance,
+            name,
+            data,
+            config.max_message_bytes,
+        ));
+        krm_plugin_api::process::kill_orphans_now();
+        return code;
+    }
     // The plugins are checked even when the runner's own configuration has problems, so that
     // every problem is reported at once; they then build without side effects.
     let purpose = if checking || !problems.is_empty() {
@@ -122,16 +141,9 @@ fn main() -> ExitCode {
     if checking {
         return report_check(&runtime);
     }
-    let runs_functions = matches!(
-        cli.command,
-        None | Some(Command::Serve | Command::Eval(_) | Command::Function { .. })
-    );
-    if runs_functions && let Err(error) = krm_plugin_api::process::adopt_orphans() {
-        tracing::warn!(
-            %error,
-            "cannot become the reaper of orphaned processes: a function's processes that \
-             leave its process group may survive its call"
-        );
+    let runs_functions = matches!(cli.command, None | Some(Command::Serve | Command::Eval(_)));
+    if runs_functions {
+        adopt_orphans();
     }
     let code = run_async(async {
         match &cli.command {
@@ -149,12 +161,9 @@ fn main() -> ExitCode {
             }) => print_resolution(&runtime, &config, image, tag.as_deref()),
             Some(Command::Functions { status: true, .. }) => print_status(&runtime).await,
             Some(Command::Functions { name, .. }) => print_functions(&runtime, name.as_deref()),
-            Some(Command::Function { name, data }) => {
-                let catalog = catalog::Catalog::new(runtime.functions());
-                eval::run_function(&runtime, &catalog, name, data, config.max_message_bytes).await
-            }
             Some(
                 Command::Config { .. }
+                | Command::Function { .. }
                 | Command::Do(_)
                 | Command::Doseq(_)
                 | Command::List(_)
@@ -166,6 +175,18 @@ fn main() -> ExitCode {
         krm_plugin_api::process::kill_orphans_now();
     }
     code
+}
+
+/// Makes this process the reaper of the orphans of the functions it runs, so that it can end
+/// those that leave their process group.
+fn adopt_orphans() {
+    if let Err(error) = krm_plugin_api::process::adopt_orphans() {
+        tracing::warn!(
+            %error,
+            "cannot become the reaper of orphaned processes: a function's processes that \
+             leave its process group may survive its call"
+        );
+    }
 }
 
 /// Runs a command on a fresh async runtime; its result is the exit status (a

@@ -17,6 +17,7 @@ use krm_plugin_api::{
 use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;
 
+use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::routing::{Plan, Router, Store};
 use crate::telemetry::traces::CallTrace;
@@ -149,44 +150,25 @@ pub enum Purpose {
     Check,
 }
 
-impl Runtime {
-    /// Loads and builds everything, reporting every problem, one line each: the plugins', all
-    /// of them, and the FunctionConfig files'. `config check` and start-up both come here.
-    pub fn start(config: &Config, purpose: Purpose) -> Result<Self, Vec<String>> {
-        let dirs = search_dirs(config);
-        let disabled = config.disabled_set();
-        let mut problems = Vec::new();
-        let mut libraries: HashMap<PathBuf, Arc<PluginLibrary>> = HashMap::new();
-        let mut to_build = Vec::new();
-        for (name, evaluator) in &config.evaluators {
-            if disabled.contains(name.as_str()) {
-                continue;
-            }
-            let path = match locate_plugin(&evaluator.plugin, &dirs) {
-                Ok(path) => path,
-                Err(problem) => {
-                    problems.push(format!("evaluators.{name}.plugin: {problem}"));
-                    continue;
-                }
-            };
-            let key = std::fs::canonicalize(&path).unwrap_or(path.clone());
-            let library = match libraries.get(&key) {
-                Some(library) => library.clone(),
-                None => match PluginLibrary::load(&path) {
-                    Ok(library) => {
-                        let library = Arc::new(library);
-                        libraries.insert(key, library.clone());
-                        library
-                    }
-                    Err(error) => {
-                        problems.push(format!("evaluators.{name}.plugin: {error}"));
-                        continue;
-                    }
-                },
-            };
-            to_build.push((name.clone(), evaluator.config.to_string(), library));
-        }
+/// Plugin libraries loaded and evaluator instances built as they are asked for, with every
+/// problem met on the way.
+struct Instances<'c> {
+    config: &'c Config,
+    dirs: Vec<PathBuf>,
+    disabled: BTreeSet<&'c str>,
+    libraries: HashMap<PathBuf, Arc<PluginLibrary>>,
+    /// Each instance's library, once loaded; `None` when it could not be.
+    loaded: BTreeMap<String, Option<Arc<PluginLibrary>>>,
+    services: Arc<Services>,
+    /// Instances asked to build so far (built or not), so that each builds once.
+    attempted: BTreeSet<String>,
+    built: BTreeMap<String, Arc<EvaluatorInstance>>,
+    reports: Vec<InstanceReport>,
+    problems: Vec<String>,
+}
 
+impl<'c> Instances<'c> {
+    fn new(config: &'c Config, purpose: Purpose) -> Self {
         let services = Arc::new(Services {
             settings: HashMap::from([
                 ("default_image_prefix", config.default_image_prefix.clone()),
@@ -200,38 +182,197 @@ impl Runtime {
                 .collect(),
             lookups: Mutex::default(),
         });
-        let mut built = BTreeMap::new();
-        let mut reports = Vec::new();
-        for (name, config_json, library) in to_build {
-            match library.build(&name, &config_json, services.clone()) {
-                Ok(instance) => {
-                    let instance = Arc::new(instance);
-                    services.slots[&name].fill(instance.clone());
-                    built.insert(name.clone(), instance);
-                }
-                Err(error) => problems.extend(
-                    error
-                        .problems()
-                        .iter()
-                        .map(|problem| format!("evaluators.{name}.config: {problem}")),
-                ),
-            }
-            let info = library.info();
-            reports.push(InstanceReport {
-                name,
-                plugin_file: Some(library.path().to_owned()),
-                plugin_name: info.name.clone(),
-                plugin_version: info.version.clone(),
-                abi_version: info.abi_version,
-                description: info.description.clone(),
-                delegates: Vec::new(),
-                position: None,
-                disabled: false,
-            });
-        }
+        let disabled = config.disabled_set();
         for name in &disabled {
             if let Some(slot) = services.slots.get(*name) {
                 slot.disable();
+            }
+        }
+        Self {
+            config,
+            dirs: search_dirs(config),
+            disabled,
+            libraries: HashMap::new(),
+            loaded: BTreeMap::new(),
+            services,
+            attempted: BTreeSet::new(),
+            built: BTreeMap::new(),
+            reports: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    /// The configured instances that are not disabled, in name order.
+    fn enabled(&self) -> Vec<String> {
+        self.config
+            .evaluators
+            .keys()
+            .filter(|name| !self.disabled.contains(name.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// Loads the library of instance `name` (each file once, however many instances use it).
+    fn load(&mut self, name: &str) -> Option<Arc<PluginLibrary>> {
+        if let Some(loaded) = self.loaded.get(name) {
+            return loaded.clone();
+        }
+        let plugin = &self.config.evaluators[name].plugin;
+        let library = match locate_plugin(plugin, &self.dirs) {
+            Ok(path) => {
+                let key = std::fs::canonicalize(&path).unwrap_or(path.clone());
+                match self.libraries.get(&key) {
+                    Some(library) => Some(library.clone()),
+                    None => match PluginLibrary::load(&path) {
+                        Ok(library) => {
+                            let library = Arc::new(library);
+                            self.libraries.insert(key, library.clone());
+                            Some(library)
+                        }
+                        Err(error) => {
+                            self.problems
+                                .push(format!("evaluators.{name}.plugin: {error}"));
+                            None
+                        }
+                    },
+                }
+            }
+            Err(problem) => {
+                self.problems
+                    .push(format!("evaluators.{name}.plugin: {problem}"));
+                None
+            }
+        };
+        self.loaded.insert(name.to_owned(), library.clone());
+        library
+    }
+
+    /// Builds instance `name` from its loaded library, once.
+    fn build(&mut self, name: &str) {
+        if !self.attempted.insert(name.to_owned()) {
+            return;
+        }
+        let Some(library) = self.load(name) else {
+            return;
+        };
+        let config_json = self.config.evaluators[name].config.to_string();
+        match library.build(name, &config_json, self.services.clone()) {
+            Ok(instance) => {
+                let instance = Arc::new(instance);
+                self.services.slots[name].fill(instance.clone());
+                self.built.insert(name.to_owned(), instance);
+            }
+            Err(error) => self.problems.extend(
+                error
+                    .problems()
+                    .iter()
+                    .map(|problem| format!("evaluators.{name}.config: {problem}")),
+            ),
+        }
+        let info = library.info();
+        self.reports.push(InstanceReport {
+            name: name.to_owned(),
+            plugin_file: Some(library.path().to_owned()),
+            plugin_name: info.name.clone(),
+            plugin_version: info.version.clone(),
+            abi_version: info.abi_version,
+            description: info.description.clone(),
+            delegates: Vec::new(),
+            position: None,
+            disabled: false,
+        });
+    }
+
+    /// Builds instance `name` and every instance it looked up while building, and theirs.
+    fn build_with_delegates(&mut self, name: &str) {
+        let mut pending = vec![name.to_owned()];
+        while let Some(name) = pending.pop() {
+            if self.attempted.contains(&name) || self.disabled.contains(name.as_str()) {
+                continue;
+            }
+            self.build(&name);
+            let lookups = self
+                .services
+                .lookups
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            pending.extend(lookups.get(&name).into_iter().flatten().cloned());
+        }
+    }
+}
+
+/// Every function the `built` instances implement themselves, with the instance's name, in
+/// instance order.
+fn functions_of(
+    built: &BTreeMap<String, Arc<EvaluatorInstance>>,
+) -> Vec<(String, FunctionSignature)> {
+    built
+        .iter()
+        .flat_map(|(name, instance)| {
+            instance
+                .functions()
+                .into_iter()
+                .map(move |f| (name.clone(), f))
+        })
+        .collect()
+}
+
+/// The instance that runs `krm-runner fn NAME`, picked as [`Catalog::find`] picks it, but
+/// building only the instances it takes to know: in name order, each with its delegates,
+/// until one implements a function of that name. An image name, or a name nothing
+/// implements, needs them all. `Ok(Err(catalog))` when none implements it.
+pub fn function_instance(
+    config: &Config,
+    name: &str,
+) -> Result<Result<Arc<EvaluatorInstance>, Catalog>, Vec<String>> {
+    let mut instances = Instances::new(config, Purpose::Serve);
+    for candidate in instances.enabled() {
+        instances.build_with_delegates(&candidate);
+        if !instances.problems.is_empty() {
+            return Err(instances.problems);
+        }
+        let Some(instance) = instances.built.get(&candidate) else {
+            continue;
+        };
+        let own = Catalog::new(functions_of(&BTreeMap::from([(
+            candidate.clone(),
+            instance.clone(),
+        )])));
+        if own.find_by_name(name).is_some() {
+            return Ok(Ok(instance.clone()));
+        }
+    }
+    let catalog = Catalog::new(functions_of(&instances.built));
+    Ok(match catalog.find(name) {
+        Some((instance, _)) => Ok(instances.built[instance].clone()),
+        None => Err(catalog),
+    })
+}
+
+impl Runtime {
+    /// Loads and builds everything, reporting every problem, one line each: the plugins', all
+    /// of them, and the FunctionConfig files'. `config check` and start-up both come here.
+    pub fn start(config: &Config, purpose: Purpose) -> Result<Self, Vec<String>> {
+        let mut instances = Instances::new(config, purpose);
+        let enabled = instances.enabled();
+        // Every library loads before any instance builds, so that a broken file is reported
+        // even when an instance before it fails to build.
+        for name in &enabled {
+            instances.load(name);
+        }
+        for name in &enabled {
+            instances.build(name);
+        }
+        let Instances {
+            disabled,
+            services,
+            built,
+            mut reports,
+            mut problems,
+            ..
+        } = instances;
+        for name in &disabled {
+            if services.slots.contains_key(*name) {
                 reports.push(InstanceReport {
                     name: (*name).to_owned(),
                     plugin_file: None,
@@ -327,15 +468,7 @@ impl Runtime {
 
     /// Every function some instance implements itself, with the instance's name.
     pub fn functions(&self) -> Vec<(String, FunctionSignature)> {
-        self.built
-            .iter()
-            .flat_map(|(name, instance)| {
-                instance
-                    .functions()
-                    .into_iter()
-                    .map(move |f| (name.clone(), f))
-            })
-            .collect()
+        functions_of(&self.built)
     }
 
     /// What a call for `image` would do, decided as [`Runtime::evaluate`] decides but without

@@ -93,7 +93,7 @@ pub enum LoadError {
 /// loadable segment and every section with contents must lie within the file. (A file changed
 /// between this check and the load is not covered: plugin files are the operator's.)
 fn check_library_file(path: &Path) -> Result<(), String> {
-    use object::{Object, ObjectSection, ObjectSegment};
+    use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 
     let file = std::fs::File::open(path).map_err(|error| format!("cannot open: {error}"))?;
     let metadata = file
@@ -104,30 +104,40 @@ fn check_library_file(path: &Path) -> Result<(), String> {
     }
     let length = metadata.len();
     let cache = object::ReadCache::new(file);
-    let elf = object::File::parse(&cache)
-        .map_err(|error| format!("not a complete ELF file ({error})"))?;
-    if elf.kind() != object::ObjectKind::Dynamic {
-        return Err(format!(
-            "an ELF {:?} file, not a shared library",
-            elf.kind()
-        ));
+    // Only the headers are read: the symbol tables a full parse reads are megabytes in a large
+    // plugin, and this check runs on every start-up.
+    let incomplete = |error: object::Error| format!("not a complete ELF file ({error})");
+    let header =
+        object::elf::FileHeader64::<object::Endianness>::parse(&cache).map_err(incomplete)?;
+    let endian = header.endian().map_err(incomplete)?;
+    let kind = header.e_type(endian);
+    if kind != object::elf::ET_DYN {
+        return Err(format!("an ELF file of type {kind}, not a shared library"));
     }
-    let truncated = |what: String, (offset, size): (u64, u64)| {
+    let truncated = |what: &dyn Fn() -> String, (offset, size): (u64, u64)| {
         let end = offset.saturating_add(size);
         (end > length).then(|| {
-            format!("truncated: {what} ends at byte {end}, but the file has {length} bytes")
+            format!(
+                "truncated: {} ends at byte {end}, but the file has {length} bytes",
+                what()
+            )
         })
     };
-    for (index, segment) in elf.segments().enumerate() {
-        if let Some(problem) = truncated(format!("loadable segment {index}"), segment.file_range())
-        {
+    let sections = header.sections(endian, &cache).map_err(incomplete)?;
+    let segments = header.program_headers(endian, &cache).map_err(incomplete)?;
+    for (index, segment) in segments.iter().enumerate() {
+        let range = segment.file_range(endian);
+        if let Some(problem) = truncated(&|| format!("loadable segment {index}"), range) {
             return Err(problem);
         }
     }
-    for section in elf.sections() {
-        if let Some(range) = section.file_range() {
-            let name = section.name().unwrap_or("?").to_owned();
-            if let Some(problem) = truncated(format!("section {name}"), range) {
+    for section in sections.iter() {
+        if let Some(range) = section.file_range(endian) {
+            let name = || {
+                let name = sections.section_name(endian, section).unwrap_or(b"?");
+                String::from_utf8_lossy(name).into_owned()
+            };
+            if let Some(problem) = truncated(&|| format!("section {}", name()), range) {
                 return Err(problem);
             }
         }
