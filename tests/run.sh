@@ -32,6 +32,8 @@ fi
 command -v cargo-deny >/dev/null 2>&1 || cargo install --locked cargo-deny
 cargo deny check licenses bans sources
 
+# One clean build: incremental compilation would only add its caches to the disk.
+export CARGO_INCREMENTAL=0
 cargo build --workspace --all-targets
 cargo test --workspace --no-fail-fast
 # The plugin template is its own workspace, built as a platform team builds it; its in-process

@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::api::{AttributeDetails, DataType, FunctionArgument, FunctionInvocation};
@@ -135,7 +134,7 @@ pub enum RegistryError {
         attribute: String,
         path: String,
         #[source]
-        source: regex::Error,
+        source: Box<regex_syntax::Error>,
     },
 }
 
@@ -165,8 +164,10 @@ impl PathRegistry {
         resource_types: &[&str],
         entry: PathVisitorInfo,
     ) -> Result<(), RegistryError> {
-        // Compiling a pattern costs far more than looking for it among the registered
-        // entries, and the Kubernetes registry repeats one pattern for every pod spec path.
+        // Parsed, not compiled: every start-up registers the Kubernetes paths, and compiling
+        // their patterns cost more than all the rest of building the registry (visitors compile
+        // a pattern when they use it). Each pattern once: the Kubernetes registry repeats one
+        // for every pod spec path.
         let accessor = &entry.embedded_accessor_config;
         let checked = self
             .attributes
@@ -175,11 +176,13 @@ impl PathRegistry {
             .flat_map(BTreeMap::values)
             .any(|registered| registered.embedded_accessor_config == *accessor);
         if !accessor.is_empty() && !checked {
-            Regex::new(accessor).map_err(|source| RegistryError::Accessor {
-                attribute: entry.attribute_name.clone(),
-                path: entry.path.clone(),
-                source,
-            })?;
+            regex_syntax::Parser::new()
+                .parse(accessor)
+                .map_err(|source| RegistryError::Accessor {
+                    attribute: entry.attribute_name.clone(),
+                    path: entry.path.clone(),
+                    source: Box::new(source),
+                })?;
         }
         let types = self.attributes.entry(attribute.to_owned()).or_default();
         for resource_type in resource_types {
@@ -678,6 +681,8 @@ impl PathRegistry {
 
 #[cfg(test)]
 mod tests {
+    use regex::Regex;
+
     use super::*;
 
     #[test]
