@@ -569,12 +569,10 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The wrapper server (this build's, as function pods run it) with `OTEL_*` set: its span
-/// continues the caller's trace and is the parent the function receives in TRACEPARENT.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_wrapper_servers_span_continues_the_callers_trace() {
-    let receiver = Receiver::default();
-    let endpoint = receiver.start().await;
+/// One call, under the caller's span, to this build's wrapper server (as function pods run it)
+/// with `otel` in its environment, running a function that prints its TRACEPARENT; the server
+/// (killed when the guard drops) and the TRACEPARENT the function printed.
+async fn traced_wrapper_server_call(otel: &[(&str, &str)]) -> (KillOnDrop, String) {
     let dir = scratch();
     let function = script(
         dir.path(),
@@ -582,15 +580,11 @@ async fn the_wrapper_servers_span_continues_the_callers_trace() {
         "echo \"TRACEPARENT=$TRACEPARENT\" >&2\ncat",
     );
     let port = free_port();
-    let _wrapper = KillOnDrop(
+    let wrapper = KillOnDrop(
         Command::new(krm_runner_tests::build_dir().join("wrapper-server"))
             .args(["--port", &port.to_string(), "--"])
             .arg(&function)
-            .envs([
-                ("OTEL_TRACES_EXPORTER", "otlp"),
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-            ])
+            .envs(otel.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -624,9 +618,15 @@ async fn the_wrapper_servers_span_continues_the_callers_trace() {
     let function_parent = log
         .trim()
         .strip_prefix("TRACEPARENT=")
-        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {log:?}"));
-    let spans = receiver.spans_of(&hex(CALLER_TRACE), 1).await;
-    let [wrapper] = spans.as_slice() else {
+        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {log:?}"))
+        .to_owned();
+    (wrapper, function_parent)
+}
+
+/// The wrapper server's spans of the caller's trace are its one server span, the child of the
+/// caller's span, and the function ran under it.
+fn assert_wrapper_span(spans: &[Span], function_parent: &str) {
+    let [wrapper] = spans else {
         panic!("one span expected, got {spans:?}");
     };
     assert_eq!(wrapper.name, "evaluator.FunctionEvaluator/EvaluateFunction");
@@ -646,6 +646,42 @@ async fn the_wrapper_servers_span_continues_the_callers_trace() {
         hex(fields[2]),
         wrapper.span_id,
         "the function runs under the wrapper's span"
+    );
+}
+
+/// The wrapper server with `OTEL_*` set: its span continues the caller's trace and is the
+/// parent the function receives in TRACEPARENT.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wrapper_servers_span_continues_the_callers_trace() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let (_wrapper, function_parent) = traced_wrapper_server_call(&[
+        ("OTEL_TRACES_EXPORTER", "otlp"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ])
+    .await;
+    assert_wrapper_span(
+        &receiver.spans_of(&hex(CALLER_TRACE), 1).await,
+        &function_parent,
+    );
+}
+
+/// The wrapper server exports over OTLP/HTTP with `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`,
+/// as the runner does.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wrapper_server_exports_over_http_protobuf_too() {
+    let (endpoint, receiver) = http_receiver();
+    let (_wrapper, function_parent) = traced_wrapper_server_call(&[
+        ("OTEL_TRACES_EXPORTER", "otlp"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ])
+    .await;
+    assert_wrapper_span(
+        &receiver.spans_of(&hex(CALLER_TRACE), 1).await,
+        &function_parent,
     );
 }
 
