@@ -6,7 +6,7 @@
 mod pod_world;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -53,7 +53,12 @@ impl TraceService for Receiver {
 impl Receiver {
     /// Serves on a loopback port until the test's runtime ends; returns its endpoint.
     async fn start(&self) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        self.start_on(Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// Serves on a port of `address` until the test's runtime ends; returns its endpoint.
+    async fn start_on(&self, address: IpAddr) -> String {
+        let listener = tokio::net::TcpListener::bind((address, 0)).await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(
             tonic::transport::Server::builder()
@@ -569,12 +574,10 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The wrapper server (this build's, as function pods run it) with `OTEL_*` set: its span
-/// continues the caller's trace and is the parent the function receives in TRACEPARENT.
-#[tokio::test(flavor = "multi_thread")]
-async fn the_wrapper_servers_span_continues_the_callers_trace() {
-    let receiver = Receiver::default();
-    let endpoint = receiver.start().await;
+/// One call, under the caller's span, to this build's wrapper server (as function pods run it)
+/// with `otel` in its environment, running a function that prints its TRACEPARENT; the server
+/// (killed when the guard drops) and the TRACEPARENT the function printed.
+async fn traced_wrapper_server_call(otel: &[(&str, &str)]) -> (KillOnDrop, String) {
     let dir = scratch();
     let function = script(
         dir.path(),
@@ -582,15 +585,11 @@ async fn the_wrapper_servers_span_continues_the_callers_trace() {
         "echo \"TRACEPARENT=$TRACEPARENT\" >&2\ncat",
     );
     let port = free_port();
-    let _wrapper = KillOnDrop(
+    let wrapper = KillOnDrop(
         Command::new(krm_runner_tests::build_dir().join("wrapper-server"))
             .args(["--port", &port.to_string(), "--"])
             .arg(&function)
-            .envs([
-                ("OTEL_TRACES_EXPORTER", "otlp"),
-                ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-                ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-            ])
+            .envs(otel.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -624,9 +623,15 @@ async fn the_wrapper_servers_span_continues_the_callers_trace() {
     let function_parent = log
         .trim()
         .strip_prefix("TRACEPARENT=")
-        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {log:?}"));
-    let spans = receiver.spans_of(&hex(CALLER_TRACE), 1).await;
-    let [wrapper] = spans.as_slice() else {
+        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {log:?}"))
+        .to_owned();
+    (wrapper, function_parent)
+}
+
+/// The wrapper server's spans of the caller's trace are its one server span, the child of the
+/// caller's span, and the function ran under it.
+fn assert_wrapper_span(spans: &[Span], function_parent: &str) {
+    let [wrapper] = spans else {
         panic!("one span expected, got {spans:?}");
     };
     assert_eq!(wrapper.name, "evaluator.FunctionEvaluator/EvaluateFunction");
@@ -646,6 +651,161 @@ async fn the_wrapper_servers_span_continues_the_callers_trace() {
         hex(fields[2]),
         wrapper.span_id,
         "the function runs under the wrapper's span"
+    );
+}
+
+/// The wrapper server with `OTEL_*` set: its span continues the caller's trace and is the
+/// parent the function receives in TRACEPARENT.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wrapper_servers_span_continues_the_callers_trace() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let (_wrapper, function_parent) = traced_wrapper_server_call(&[
+        ("OTEL_TRACES_EXPORTER", "otlp"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ])
+    .await;
+    assert_wrapper_span(
+        &receiver.spans_of(&hex(CALLER_TRACE), 1).await,
+        &function_parent,
+    );
+}
+
+/// The wrapper server exports over OTLP/HTTP with `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`,
+/// as the runner does.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wrapper_server_exports_over_http_protobuf_too() {
+    let (endpoint, receiver) = http_receiver();
+    let (_wrapper, function_parent) = traced_wrapper_server_call(&[
+        ("OTEL_TRACES_EXPORTER", "otlp"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ])
+    .await;
+    assert_wrapper_span(
+        &receiver.spans_of(&hex(CALLER_TRACE), 1).await,
+        &function_parent,
+    );
+}
+
+/// deploy/kubernetes's base pod template, in the function pods' namespace, with `env` added to
+/// the function container: where an operator configures the wrapper servers, as in Porch.
+fn base_pod_template_with_env(env: &[(&str, &str)]) -> serde_json::Value {
+    let path = krm_runner_tests::repo_root().join("deploy/kubernetes/pod-template.yaml");
+    let mut template: serde_json::Value =
+        yaml_serde::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    template["metadata"]["namespace"] = pod_world::NAMESPACE.into();
+    let function = template["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|container| container["name"] == "function")
+        .expect("a function container");
+    let variables = function["env"].as_array().cloned().unwrap_or_default();
+    function["env"] = variables
+        .into_iter()
+        .chain(
+            env.iter()
+                .map(|(name, value)| serde_json::json!({"name": name, "value": value})),
+        )
+        .collect();
+    template
+}
+
+/// The wrapper server inside a real function pod (the stand-in's, run by podman), given
+/// `OTEL_*` in the base pod template: its span joins the caller's trace under the runner's
+/// `pod.call` span, reaches the receiver from inside the pod, and is the parent the function
+/// receives in TRACEPARENT.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wrapper_server_in_a_function_pod_continues_the_trace() {
+    if !require_podman("wrapper server telemetry in a function pod") {
+        return;
+    }
+    let world = tokio::task::spawn_blocking(pod_world::pod_world)
+        .await
+        .unwrap();
+    let cluster = &world.cluster;
+    // The pod's containers have network namespaces of their own, so not this host's loopback:
+    // the receiver listens where they reach this host.
+    let receiver = Receiver::default();
+    let endpoint = receiver
+        .start_on(pod_world::host_address_for_pods(cluster))
+        .await;
+    let dir = scratch();
+    let template = dir.path().join("pod-template.json");
+    std::fs::write(
+        &template,
+        base_pod_template_with_env(&[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    pod_world::kubectl(cluster, &["create", "-f", template.to_str().unwrap()]);
+    let function = cluster
+        .push(
+            &pod_world::function_image(&[
+                "/bin/sh",
+                "-c",
+                "echo \"TRACEPARENT=$TRACEPARENT\" >&2; cat",
+            ]),
+            "krm/traced:v1",
+        )
+        .expect("function image");
+    let server = Server::start_with_env(
+        &pod_world::runner_config(cluster, &world.wrapper, ""),
+        &[],
+        &[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    );
+    const TRACE: &str = "33333333333333333333333333333333";
+    let log = traced_call(&server, &function, TRACE).await;
+
+    // The runner's call, route, evaluate, pod.lease and pod.call spans, and the wrapper's.
+    let spans = receiver.spans_of(&hex(TRACE), 6).await;
+    let names: Vec<&str> = spans.iter().map(|span| span.name.as_str()).collect();
+    let runner_call = spans
+        .iter()
+        .find(|span| span.parent_span_id == hex(CALLER_SPAN))
+        .unwrap_or_else(|| panic!("no span under the caller's among {names:?}"));
+    assert_eq!(
+        runner_call.name,
+        "evaluator.FunctionEvaluator/EvaluateFunction"
+    );
+    let pod_call = spans
+        .iter()
+        .find(|span| span.name == "pod.call")
+        .unwrap_or_else(|| panic!("no pod.call span among {names:?}"));
+    let wrapper = spans
+        .iter()
+        .find(|span| span.parent_span_id == pod_call.span_id)
+        .unwrap_or_else(|| {
+            panic!("no span under pod.call among {names:?}: the wrapper server exported none")
+        });
+    assert_eq!(wrapper.name, "evaluator.FunctionEvaluator/EvaluateFunction");
+    assert_eq!(wrapper.kind, SpanKind::Server as i32);
+    assert_eq!(string_attribute(wrapper, "krm.function.image"), function);
+    assert_eq!(
+        attribute(wrapper, "rpc.grpc.status_code"),
+        Some(Value::IntValue(0))
+    );
+    let function_parent = log
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("TRACEPARENT="))
+        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {log:?}"));
+    let fields: Vec<&str> = function_parent.split('-').collect();
+    assert_eq!(fields.get(1), Some(&TRACE), "{function_parent}");
+    assert_eq!(
+        hex(fields[2]),
+        wrapper.span_id,
+        "the function runs under the wrapper server's span"
     );
 }
 

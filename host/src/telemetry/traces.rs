@@ -11,9 +11,6 @@ use krm_plugin_api::{AttributeValue, TraceContext};
 use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
-use opentelemetry_http::hyper::HyperClient;
-use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
-use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
@@ -40,35 +37,15 @@ pub fn start(config: &TelemetryConfig) -> Result<(), TelemetryError> {
     if config.traces.exporter == TracesExporter::None {
         return Ok(());
     }
-    let exporter = match config.traces.protocol {
-        OtlpProtocol::Grpc => SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(
-                config
-                    .traces
-                    .endpoint
-                    .clone()
-                    .unwrap_or_else(|| "http://localhost:4317".to_owned()),
-            )
-            .build(),
-        OtlpProtocol::HttpProtobuf => {
-            let base = config
-                .traces
-                .endpoint
-                .as_deref()
-                .unwrap_or("http://localhost:4318");
-            SpanExporter::builder()
-                .with_http()
-                .with_http_client(OnRuntime::new())
-                .with_protocol(Protocol::HttpBinary)
-                .with_endpoint(format!("{}/v1/traces", base.trim_end_matches('/')))
-                .build()
-        }
-    }
-    .map_err(|error| TelemetryError::Exporter {
-        field: "telemetry.traces",
-        reason: error.to_string(),
-    })?;
+    let protocol = match config.traces.protocol {
+        OtlpProtocol::Grpc => krm_otlp_exporter::OtlpProtocol::Grpc,
+        OtlpProtocol::HttpProtobuf => krm_otlp_exporter::OtlpProtocol::HttpProtobuf,
+    };
+    let exporter = krm_otlp_exporter::span_exporter(protocol, config.traces.endpoint.as_deref())
+        .map_err(|error| TelemetryError::Exporter {
+            field: "telemetry.traces",
+            reason: error.to_string(),
+        })?;
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_resource(
@@ -94,37 +71,6 @@ pub fn start(config: &TelemetryConfig) -> Result<(), TelemetryError> {
         w3c,
     });
     Ok(())
-}
-
-/// How long one export over HTTP may take (OpenTelemetry's default export timeout).
-const HTTP_EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The OTLP/HTTP client: hyper's, run on the serving async runtime. The batch span processor
-/// exports from a thread of its own, where hyper's client (which needs a tokio runtime) cannot
-/// run by itself.
-#[derive(Debug)]
-struct OnRuntime {
-    client: HyperClient,
-    runtime: tokio::runtime::Handle,
-}
-
-impl OnRuntime {
-    fn new() -> Self {
-        Self {
-            client: HyperClient::with_default_connector(HTTP_EXPORT_TIMEOUT, None),
-            runtime: tokio::runtime::Handle::current(),
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl HttpClient for OnRuntime {
-    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
-        let client = self.client.clone();
-        self.runtime
-            .spawn(async move { client.send_bytes(request).await })
-            .await?
-    }
 }
 
 /// Sends the spans not yet exported; blocks, so call it from a blocking thread.

@@ -58,6 +58,27 @@ pub fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// The address this host has for the stand-in's pods: the gateway of podman's default network,
+/// which their containers are attached to. Each container has a network namespace of its own, so
+/// the host's loopback is not theirs; a server a pod must reach (a telemetry receiver, say)
+/// listens here.
+pub fn host_address_for_pods(cluster: &Cluster) -> std::net::IpAddr {
+    let node = cluster.standin.node().expect("the stand-in runs pods");
+    let gateway = node
+        .podman
+        .run_blocking(&[
+            "network",
+            "inspect",
+            "podman",
+            "--format",
+            "{{range .Subnets}}{{.Gateway}}{{end}}",
+        ])
+        .expect("podman network inspect podman");
+    gateway.trim().parse().unwrap_or_else(|_| {
+        panic!("podman's default network names no gateway address: {gateway:?}")
+    })
+}
+
 /// A docker config JSON file holding `registry`'s login, with `extra` entries after it.
 pub fn docker_config(registry: &LocalRegistry, extra: &str) -> String {
     use base64::Engine as _;

@@ -1,17 +1,18 @@
-//! The wrapper server's own span, exported over OTLP/gRPC when `OTEL_TRACES_EXPORTER=otlp`, as
+//! The wrapper server's own span, exported over OTLP when `OTEL_TRACES_EXPORTER=otlp`, as
 //! Porch's wrapper server does: one server span per call, continuing the caller's W3C
-//! `traceparent`, and the parent of the function process's spans. The OpenTelemetry SDK reads
-//! the rest of its settings (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`,
+//! `traceparent`, and the parent of the function process's spans. `OTEL_EXPORTER_OTLP_PROTOCOL`
+//! is `grpc` (the default) or `http/protobuf`, as for the runner; the OpenTelemetry SDK reads the
+//! rest of its settings (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`,
 //! `OTEL_TRACES_SAMPLER`, `OTEL_BSP_*`, ...) from the environment.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use krm_function_process::TraceContext;
+use krm_otlp_exporter::OtlpProtocol;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::SpanExporter;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
@@ -45,16 +46,13 @@ pub fn start() -> Result<(), String> {
             ));
         }
     }
-    if let Some(protocol) = variable("OTEL_EXPORTER_OTLP_PROTOCOL")
-        && protocol != "grpc"
-    {
-        return Err(format!(
-            "OTEL_EXPORTER_OTLP_PROTOCOL: {protocol:?}: the wrapper server exports over grpc only"
-        ));
-    }
-    let exporter = SpanExporter::builder()
-        .with_tonic()
-        .build()
+    let protocol = match variable("OTEL_EXPORTER_OTLP_PROTOCOL") {
+        None => OtlpProtocol::Grpc,
+        Some(name) => name
+            .parse()
+            .map_err(|error| format!("OTEL_EXPORTER_OTLP_PROTOCOL: {error}"))?,
+    };
+    let exporter = krm_otlp_exporter::span_exporter(protocol, None)
         .map_err(|error| format!("OTEL_EXPORTER_OTLP_ENDPOINT: {error}"))?;
     let mut resource = Resource::builder();
     if variable("OTEL_SERVICE_NAME").is_none() {
