@@ -110,18 +110,16 @@ impl Executor {
 
     /// The built-in functions and path registry of `toolchain`.
     pub fn built_in(toolchain: Toolchain) -> Self {
-        let (registry, built) = match toolchain {
-            Toolchain::KubernetesYaml => (
-                PathRegistry::kubernetes(),
-                functions::kubernetes as fn(&PathRegistry) -> _,
-            ),
-            Toolchain::AppConfigProperties => (
-                PathRegistry::properties(),
-                functions::properties as fn(&PathRegistry) -> _,
-            ),
+        let registry = match toolchain {
+            Toolchain::KubernetesYaml => PathRegistry::kubernetes(),
+            Toolchain::AppConfigProperties => PathRegistry::properties(),
         };
         let mut executor = Self::empty_for(toolchain, registry);
-        for function in built(&executor.registry) {
+        let built = match toolchain {
+            Toolchain::KubernetesYaml => functions::kubernetes(&executor.registry),
+            Toolchain::AppConfigProperties => functions::properties(),
+        };
+        for function in built {
             executor
                 .register(function)
                 .expect("built-in functions have unique names and valid outputs");

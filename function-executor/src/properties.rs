@@ -22,7 +22,7 @@ use std::ops::Range;
 use krm_plugin_api::quoted;
 use serde_json::Value;
 
-use crate::yaml::{New, block_entries};
+use crate::yaml::{New, block_entries, push_rendered};
 
 /// A properties file larger than this is refused.
 pub const MAX_PROPERTIES_BYTES: usize = 16 * 1024 * 1024;
@@ -32,6 +32,9 @@ pub const MAX_PROPERTIES: usize = 100_000;
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// A key with more dot-separated segments than this is refused (each is a level of the model).
 pub const MAX_KEY_SEGMENTS: usize = 64;
+/// YAML's limit on an implicit key, which each segment becomes in the model (quoted and
+/// escaped where it needs to be).
+pub const MAX_SEGMENT_CHARS: usize = 1024;
 
 /// What a resource is named and typed by, and the names used without them.
 pub const CONFIG_NAME_PATH: [&str; 2] = ["configHub", "configName"];
@@ -66,6 +69,11 @@ pub enum PropertiesError {
         quoted(.key)
     )]
     TooDeep { line: usize, key: String },
+    #[error(
+        "line {line}: key {} has a segment longer than {MAX_SEGMENT_CHARS} characters as a YAML key",
+        quoted(.key)
+    )]
+    LongSegment { line: usize, key: String },
     #[error("the data is not one mapping of properties: {0}")]
     NotAMapping(String),
 }
@@ -144,6 +152,13 @@ impl PropertiesFile {
             }
             if segments > MAX_KEY_SEGMENTS {
                 return Err(PropertiesError::TooDeep { line: number, key });
+            }
+            if key.split('.').any(|segment| {
+                let mut rendered = String::new();
+                push_rendered(&mut rendered, segment, false);
+                rendered.chars().count() > MAX_SEGMENT_CHARS
+            }) {
+                return Err(PropertiesError::LongSegment { line: number, key });
             }
             let LogicalSpan {
                 span,
@@ -639,6 +654,68 @@ new.key=\\ x#
         );
         let deep = format!("{}=1", vec!["k"; MAX_KEY_SEGMENTS + 1].join("."));
         assert!(error(deep).contains("more than 64 dot-separated segments"));
+        assert!(
+            error(format!("a.{}=1", "\u{1}".repeat(200)))
+                .contains("has a segment longer than 1024 characters as a YAML key")
+        );
+    }
+
+    #[test]
+    fn keys_and_values_that_mean_something_in_yaml_stay_plain_text() {
+        use crate::api::{FunctionArgument, FunctionInvocation, FunctionInvocationRequest};
+        let long_key = "k".repeat(1000);
+        let text = format!(
+            "{long_key}=1\nanchor=&a x\nalias=*a\ntag=!!int 3\nflow={{a: [b]}}\ndash=- x\nquote='\"\nnull=null\nTrue=True\nlines=a\\nb\\\\c\n"
+        );
+        let get = |key: &str| {
+            FunctionInvocation::new(
+                "get-string-path",
+                vec![
+                    FunctionArgument::positional("*"),
+                    FunctionArgument::positional(key),
+                ],
+            )
+        };
+        let mut request = FunctionInvocationRequest {
+            config_data: text.clone().into_bytes(),
+            function_invocations: [
+                "anchor", "alias", "tag", "flow", "dash", "quote", "null", "True", "lines",
+            ]
+            .map(get)
+            .to_vec(),
+            ..FunctionInvocationRequest::default()
+        };
+        request.context.toolchain_type = crate::api::APPCONFIG_PROPERTIES.to_owned();
+        let executor = crate::Executor::properties();
+        let response = executor.invoke(&request).unwrap();
+        assert!(response.success, "{:?}", response.error_messages);
+        let output: Value = serde_json::from_slice(&response.output).unwrap();
+        let values: Vec<&str> = output
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|attribute| attribute["Value"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            values,
+            [
+                "&a x", "*a", "!!int 3", "{a: [b]}", "- x", "'\"", "null", "True", "a\nb\\c"
+            ]
+        );
+        request.function_invocations = vec![FunctionInvocation::new(
+            "set-int-path",
+            vec![
+                FunctionArgument::positional("*"),
+                FunctionArgument::positional(long_key.as_str()),
+                FunctionArgument::positional(2),
+            ],
+        )];
+        let response = executor.invoke(&request).unwrap();
+        assert!(response.success, "{:?}", response.error_messages);
+        assert_eq!(
+            String::from_utf8(response.config_data).unwrap(),
+            text.replacen("=1\n", "=2\n", 1)
+        );
     }
 
     #[test]

@@ -131,7 +131,7 @@ pub const GENERIC_FOR_PROPERTIES: &[&str] = &[
 
 /// Every built-in function for AppConfig/Properties: the arbitrary-path getters and setters,
 /// the generic functions of [`GENERIC_FOR_PROPERTIES`] and its own `validate`.
-pub fn properties(_registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
+pub fn properties() -> Vec<Arc<dyn TypedFunction>> {
     let mut functions = path_visitor::arbitrary_paths();
     functions.extend(
         resources::functions()
