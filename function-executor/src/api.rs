@@ -243,6 +243,8 @@ impl Default for FunctionContext {
 
 /// The toolchain of Kubernetes resources in YAML.
 pub const KUBERNETES_YAML: &str = "Kubernetes/YAML";
+/// The toolchain of Java `.properties` files.
+pub const APPCONFIG_PROPERTIES: &str = "AppConfig/Properties";
 
 /// One argument: named, or positional when `ParameterName` is absent. The value is a string,
 /// an integer or a boolean.

@@ -15,8 +15,10 @@ use crate::api::{
 use crate::args;
 use crate::functions::{self, Call, Output, TypedFunction};
 use crate::mutations;
+use crate::properties::{PropertiesError, PropertiesFile};
 use crate::registry::PathRegistry;
 use crate::resource::OwnedUnit;
+use crate::toolchain::{Toolchain, UnknownToolchain};
 
 /// Config data larger than this is refused.
 pub const MAX_CONFIG_BYTES: usize = 64 * 1024 * 1024;
@@ -35,8 +37,19 @@ pub enum ExecutorError {
     NotText(#[source] std::str::Utf8Error),
     #[error("configuration data parsing error: {0}")]
     Unparsable(String),
-    #[error("toolchain {0:?} is not supported; supported: Kubernetes/YAML")]
-    Toolchain(String),
+    #[error(transparent)]
+    Toolchain(#[from] UnknownToolchain),
+    /// The request names a toolchain other than the one this executor serves.
+    #[error("this executor serves {served}, not {requested}")]
+    OtherToolchain {
+        requested: Toolchain,
+        served: Toolchain,
+    },
+    /// The properties file cannot be read, or the functions' result written back as one.
+    #[error("configuration data parsing error: {0}")]
+    Properties(#[source] PropertiesError),
+    #[error("the result cannot be written as properties: {0}")]
+    PropertiesResult(#[source] PropertiesError),
     /// The call ended before the sequence did; nothing of it is answered.
     #[error("{} at invocation {index} ({function}); no data changed", cancelled_text(*.reason))]
     Cancelled {
@@ -64,14 +77,21 @@ pub enum RegistrationError {
 
 /// The functions of one toolchain and the path registry they use.
 pub struct Executor {
+    toolchain: Toolchain,
     functions: BTreeMap<String, Arc<dyn TypedFunction>>,
     registry: Arc<PathRegistry>,
 }
 
 impl Executor {
-    /// An executor with no functions over `registry`.
+    /// A Kubernetes/YAML executor with no functions over `registry`.
     pub fn empty(registry: PathRegistry) -> Self {
+        Self::empty_for(Toolchain::KubernetesYaml, registry)
+    }
+
+    /// An executor of `toolchain` with no functions over `registry`.
+    pub fn empty_for(toolchain: Toolchain, registry: PathRegistry) -> Self {
         Self {
+            toolchain,
             functions: BTreeMap::new(),
             registry: Arc::new(registry),
         }
@@ -79,13 +99,37 @@ impl Executor {
 
     /// Every built-in Kubernetes/YAML function over the Kubernetes path registry.
     pub fn kubernetes() -> Self {
-        let mut executor = Self::empty(PathRegistry::kubernetes());
-        for function in functions::kubernetes(&executor.registry) {
+        Self::built_in(Toolchain::KubernetesYaml)
+    }
+
+    /// Every built-in AppConfig/Properties function (the generic ones ConfigHub registers
+    /// for it) over the properties path registry.
+    pub fn properties() -> Self {
+        Self::built_in(Toolchain::AppConfigProperties)
+    }
+
+    /// The built-in functions and path registry of `toolchain`.
+    pub fn built_in(toolchain: Toolchain) -> Self {
+        let registry = match toolchain {
+            Toolchain::KubernetesYaml => PathRegistry::kubernetes(),
+            Toolchain::AppConfigProperties => PathRegistry::properties(),
+        };
+        let mut executor = Self::empty_for(toolchain, registry);
+        let built = match toolchain {
+            Toolchain::KubernetesYaml => functions::kubernetes(&executor.registry),
+            Toolchain::AppConfigProperties => functions::properties(),
+        };
+        for function in built {
             executor
                 .register(function)
                 .expect("built-in functions have unique names and valid outputs");
         }
         executor
+    }
+
+    /// The toolchain whose data this executor works on.
+    pub fn toolchain(&self) -> Toolchain {
+        self.toolchain
     }
 
     /// Adds a function; names are unique.
@@ -152,9 +196,12 @@ impl Executor {
             }),
             None => Ok(()),
         };
-        let toolchain = &request.context.toolchain_type;
-        if !toolchain.is_empty() && toolchain != crate::api::KUBERNETES_YAML {
-            return Err(ExecutorError::Toolchain(toolchain.clone()));
+        let requested = Toolchain::from_name(&request.context.toolchain_type)?;
+        if requested != self.toolchain {
+            return Err(ExecutorError::OtherToolchain {
+                requested,
+                served: self.toolchain,
+            });
         }
         if request.config_data.len() > MAX_CONFIG_BYTES {
             return Err(ExecutorError::TooLarge {
@@ -170,7 +217,15 @@ impl Executor {
             .map_err(ExecutorError::NotText)?
             .to_owned();
         // Unparsable data is the request's fault, before any invocation runs.
-        let mut current = OwnedUnit::parse(text).map_err(ExecutorError::Unparsable)?;
+        let (model, native) = match self.toolchain {
+            Toolchain::KubernetesYaml => (text, None),
+            Toolchain::AppConfigProperties => {
+                let file = PropertiesFile::parse(text).map_err(ExecutorError::Properties)?;
+                (file.model(), Some(file))
+            }
+        };
+        let mut current =
+            OwnedUnit::parse_as(model, self.toolchain).map_err(ExecutorError::Unparsable)?;
 
         let mut run = Run {
             combine: request.combine_validation_results,
@@ -254,7 +309,7 @@ impl Executor {
                 && signature.mutating()
                 && new_text != current.text()
             {
-                let after = OwnedUnit::parse(new_text).map_err(|e| {
+                let after = OwnedUnit::parse_as(new_text, self.toolchain).map_err(|e| {
                     ExecutorError::Unparsable(format!(
                         "{} produced data that does not parse: {e}",
                         invocation.function_name
@@ -279,12 +334,31 @@ impl Executor {
         }
         mutations::order_by(&mut mutations, current.unit());
         let (output_type, output) = run.encoded();
+        let config_data = match native {
+            None => current.into_text().into_bytes(),
+            Some(_) if mutators.is_empty() => request.config_data.clone(),
+            Some(file) => {
+                let unit = current.unit();
+                let model = match unit.elements.as_slice() {
+                    [] => None,
+                    [element] => Some(unit.doc.to_json(element.root)),
+                    more => {
+                        return Err(ExecutorError::PropertiesResult(
+                            PropertiesError::NotAMapping(format!("{} documents", more.len())),
+                        ));
+                    }
+                };
+                file.write(model.as_ref())
+                    .map_err(ExecutorError::PropertiesResult)?
+                    .into_bytes()
+            }
+        };
         Ok(FunctionInvocationResponse {
             organization_id: request.context.organization_id.clone(),
             space_id: request.context.space_id.clone(),
             unit_id: request.context.unit_id.clone(),
             revision_id: request.context.revision_id.clone(),
-            config_data: current.into_text().into_bytes(),
+            config_data,
             output,
             output_type,
             success,

@@ -1,7 +1,9 @@
 //! ConfigHub's function model inside krm-runner: typed functions that read (readonly), change
 //! (mutating) or judge (validating) a unit of configuration, a path registry that turns an
 //! attribute ("the replicas of workload controllers") into paths per resource type, and an
-//! executor that runs a sequence of invocations over one multi-document YAML unit.
+//! executor that runs a sequence of invocations over one unit: multi-document YAML
+//! (Kubernetes/YAML), or a Java `.properties` file seen through its YAML model
+//! (AppConfig/Properties, [`properties`]).
 //!
 //! - [`api`]: the wire types, with the JSON field names of ConfigHub's `function/api`.
 //! - [`signature::TypedSignature`]: krm-runner's [`krm_plugin_api::FunctionSignature`]
@@ -24,9 +26,11 @@ pub mod functions;
 pub mod mutations;
 pub mod path;
 pub mod plugin;
+pub mod properties;
 pub mod registry;
 pub mod resource;
 pub mod signature;
+pub mod toolchain;
 
 // The builtin plugin's lossless YAML parser and editor, compiled here from the same files
 // until they move into a library crate both depend on (depending on the plugin crate itself
@@ -40,3 +44,4 @@ mod yaml;
 
 pub use executor::{Executor, ExecutorError};
 pub use signature::TypedSignature;
+pub use toolchain::Toolchain;

@@ -315,6 +315,37 @@ pub fn pod_spec_prefixes() -> Vec<(&'static str, &'static str)> {
 }
 
 impl PathRegistry {
+    /// The registry for AppConfig/Properties, ConfigHub's: the name of the one resource
+    /// (`configHub.configName`, what `set-default-names` would write) and the namespace it
+    /// refers to (`configHub.kubernetes.namespace`). `listpaths` shows it.
+    pub fn properties() -> Self {
+        let mut registry = Self::default();
+        let name = PathVisitorInfo::new(
+            attribute::DEFAULT_NAME,
+            "configHub.configName",
+            DataType::String,
+        )
+        .generated_by("set-default-names", DEFAULT_NAME_TEMPLATE);
+        let namespace = attribute::references_to("v1/Namespace");
+        for (attribute, entry) in [
+            (attribute::DEFAULT_NAME, name.clone()),
+            (attribute::GENERAL, name),
+            (
+                namespace.as_str(),
+                PathVisitorInfo::new(
+                    &namespace,
+                    "configHub.kubernetes.namespace",
+                    DataType::String,
+                ),
+            ),
+        ] {
+            registry
+                .register_as(attribute, &[ANY_RESOURCE_TYPE], entry)
+                .expect("no accessor to compile");
+        }
+        registry
+    }
+
     /// The registry for Kubernetes resources in YAML.
     pub fn kubernetes() -> Self {
         let mut registry = Self::default();

@@ -2,6 +2,7 @@
 //! lossless tree, with each document's resource identity.
 
 use crate::api::ResourceInfo;
+use crate::toolchain::Toolchain;
 use crate::yaml::{Doc, Kind, NodeId};
 
 /// The category ConfigHub gives Kubernetes objects.
@@ -35,14 +36,24 @@ pub struct Unit<'a> {
 }
 
 impl<'a> Unit<'a> {
+    /// A unit of Kubernetes resources.
     pub fn parse(text: &'a str) -> Result<Self, String> {
+        Self::parse_as(text, Toolchain::KubernetesYaml)
+    }
+
+    /// A unit of `toolchain`'s model, its resources identified as that toolchain does.
+    pub fn parse_as(text: &'a str, toolchain: Toolchain) -> Result<Self, String> {
         let doc = Doc::parse(text)?;
+        let identify = match toolchain {
+            Toolchain::KubernetesYaml => kubernetes_element,
+            Toolchain::AppConfigProperties => app_config_element,
+        };
         let elements = doc
             .roots
             .iter()
             .enumerate()
             .filter(|&(_, &root)| !doc.is_null(root))
-            .map(|(document, &root)| element(&doc, document, root))
+            .map(|(document, &root)| identify(&doc, document, root))
             .collect();
         Ok(Self { doc, elements })
     }
@@ -95,7 +106,11 @@ self_cell::self_cell!(
 
 impl OwnedUnit {
     pub fn parse(text: String) -> Result<Self, String> {
-        Self::try_new(text, |text| Unit::parse(text))
+        Self::parse_as(text, Toolchain::KubernetesYaml)
+    }
+
+    pub fn parse_as(text: String, toolchain: Toolchain) -> Result<Self, String> {
+        Self::try_new(text, |text| Unit::parse_as(text, toolchain))
     }
 
     pub fn unit(&self) -> &Unit<'_> {
@@ -125,7 +140,7 @@ fn separator_lines(src: &str, from: usize, to: usize) -> Vec<(usize, usize)> {
     lines
 }
 
-fn element(doc: &Doc, document: usize, root: NodeId) -> Element {
+fn kubernetes_element(doc: &Doc, document: usize, root: NodeId) -> Element {
     let mut element = Element {
         document,
         root,
@@ -154,6 +169,27 @@ fn element(doc: &Doc, document: usize, root: NodeId) -> Element {
         _ => None,
     };
     element
+}
+
+/// A properties file's one document: named by `configHub.configName`, typed by
+/// `configHub.configSchema`, with ConfigHub's stand-ins when they are absent.
+fn app_config_element(doc: &Doc, document: usize, root: NodeId) -> Element {
+    use crate::properties::{
+        CATEGORY_APP_CONFIG, CONFIG_NAME_PATH, CONFIG_SCHEMA_PATH, NO_NAME, NO_SCHEMA,
+    };
+    let name = doc.get_str(root, &CONFIG_NAME_PATH).unwrap_or(NO_NAME);
+    let resource_type = doc.get_str(root, &CONFIG_SCHEMA_PATH).unwrap_or(NO_SCHEMA);
+    Element {
+        document,
+        root,
+        info: ResourceInfo {
+            resource_name: name.to_owned(),
+            resource_name_without_scope: name.to_owned(),
+            resource_type: resource_type.to_owned(),
+            resource_category: CATEGORY_APP_CONFIG.to_owned(),
+        },
+        problem: (!doc.is_map(root)).then(|| "not a mapping".to_owned()),
+    }
 }
 
 /// Every scalar below `node` with its resolved path (keys escaped), in document order.

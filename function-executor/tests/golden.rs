@@ -1,5 +1,6 @@
 //! Golden cases: each `tests/golden/cases/NAME.json` is a request (an input file from
-//! `tests/golden/inputs/` and invocations, plus any request flags); its rendered response is
+//! `tests/golden/inputs/`, its toolchain when not Kubernetes/YAML, and invocations, plus any
+//! request flags); its rendered response is
 //! compared with `NAME.golden`. `KRM_UPDATE_GOLDEN=1 cargo test -p krm-function-executor
 //! --test golden` rewrites the golden files; review the diff before committing.
 //!
@@ -9,8 +10,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use krm_function_executor::Executor;
 use krm_function_executor::api::{FunctionInvocation, FunctionInvocationRequest, render_output};
+use krm_function_executor::{Executor, Toolchain};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -18,6 +19,9 @@ use serde::Deserialize;
 struct Case {
     /// A file in `tests/golden/inputs/`.
     input: String,
+    /// ConfigHub's toolchain name; Kubernetes/YAML when absent.
+    #[serde(default)]
+    toolchain: String,
     invocations: Vec<FunctionInvocation>,
     #[serde(default)]
     num_filters: usize,
@@ -50,6 +54,7 @@ fn request(case: &Case) -> FunctionInvocationRequest {
         function_invocations: case.invocations.clone(),
         ..FunctionInvocationRequest::default()
     };
+    request.context.toolchain_type = case.toolchain.clone();
     // fctl's fixed context.
     request.context.unit_display_name = "golden".into();
     request.context.unit_slug = "golden".into();
@@ -100,7 +105,7 @@ fn render(executor: &Executor, case: &Case) -> String {
 
 #[test]
 fn golden_cases() {
-    let executor = Executor::kubernetes();
+    let executors: Vec<Executor> = Toolchain::ALL.into_iter().map(Executor::built_in).collect();
     let update = std::env::var_os("KRM_UPDATE_GOLDEN").is_some_and(|v| v == "1");
     let cases_dir = golden_dir().join("cases");
     let mut names: Vec<PathBuf> = std::fs::read_dir(&cases_dir)
@@ -115,8 +120,18 @@ fn golden_cases() {
     for path in &names {
         let case: Case = serde_json::from_slice(&std::fs::read(path).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        invoked.extend(case.invocations.iter().map(|i| i.function_name.clone()));
-        let actual = render(&executor, &case);
+        let toolchain = Toolchain::from_name(&case.toolchain)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        invoked.extend(
+            case.invocations
+                .iter()
+                .map(|i| (toolchain, i.function_name.clone())),
+        );
+        let executor = executors
+            .iter()
+            .find(|executor| executor.toolchain() == toolchain)
+            .unwrap();
+        let actual = render(executor, &case);
         let golden = path.with_extension("golden");
         if update {
             std::fs::write(&golden, &actual).unwrap();
@@ -135,11 +150,16 @@ fn golden_cases() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    // One case per function at least.
-    let untested: Vec<_> = executor
-        .list()
-        .into_keys()
-        .filter(|name| !invoked.contains(name))
+    // One case per function of each toolchain at least.
+    let untested: Vec<_> = executors
+        .iter()
+        .flat_map(|executor| {
+            executor
+                .list()
+                .into_keys()
+                .map(|name| (executor.toolchain(), name))
+        })
+        .filter(|key| !invoked.contains(key))
         .collect();
     assert!(
         untested.is_empty(),

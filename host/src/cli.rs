@@ -86,7 +86,7 @@ pub enum Command {
 /// The toolchain of the config data, as ConfigHub names it.
 #[derive(Debug, Args)]
 pub struct ToolchainArg {
-    /// Toolchain of the config data (only Kubernetes/YAML so far).
+    /// Toolchain of the config data: Kubernetes/YAML or AppConfig/Properties.
     #[arg(long, value_name = "TOOLCHAIN", default_value = "Kubernetes/YAML")]
     pub toolchain: String,
 }

@@ -12,7 +12,7 @@ use krm_function_executor::api::{
     FunctionSignature, render_output,
 };
 use krm_function_executor::executor::MAX_CONFIG_BYTES;
-use krm_function_executor::{Executor, ExecutorError};
+use krm_function_executor::{Executor, ExecutorError, Toolchain};
 use krm_plugin_api::CancelReason;
 use krm_plugin_api::host::HostCallContext;
 
@@ -175,24 +175,27 @@ fn run_listpaths(
     Ok(0)
 }
 
-/// The executor of a toolchain, with the attributes `config` declares; only Kubernetes/YAML
-/// has one.
+/// The executor of a toolchain: Kubernetes/YAML's with the attributes `config` declares,
+/// AppConfig/Properties' builtin one.
 fn executor_for(toolchain: &ToolchainArg, config: &Config) -> anyhow::Result<Executor> {
-    if toolchain.toolchain != krm_function_executor::api::KUBERNETES_YAML {
-        return Err(BadInvocation::error(format!(
-            "--toolchain: {}",
-            ExecutorError::Toolchain(toolchain.toolchain.clone())
-        )));
+    let toolchain = Toolchain::from_name(&toolchain.toolchain)
+        .map_err(|unknown| BadInvocation::error(format!("--toolchain: {unknown}")))?;
+    match toolchain {
+        // The configuration's problems were reported before any command ran.
+        Toolchain::KubernetesYaml => config
+            .typed_executor()
+            .map_err(|problems| anyhow::anyhow!(problems.join("; "))),
+        Toolchain::AppConfigProperties => Ok(Executor::properties()),
     }
-    // The configuration's problems were reported before any command ran.
-    config
-        .typed_executor()
-        .map_err(|problems| anyhow::anyhow!(problems.join("; ")))
 }
 
-/// `executor` with the typed functions the plugins contribute; clashes and problems are
-/// logged as warnings, as at a server's start-up.
+/// `executor` with the typed functions the plugins contribute, when it is Kubernetes/YAML's
+/// (plugins' functions work on Kubernetes resources); clashes and problems are logged as
+/// warnings, as at a server's start-up.
 fn with_plugins(mut executor: Executor, plugins: StartPlugins<'_>) -> anyhow::Result<Executor> {
+    if executor.toolchain() != Toolchain::KubernetesYaml {
+        return Ok(executor);
+    }
     let runtime = plugins().map_err(|problems| BadInvocation::error(problems.join("\n")))?;
     for report in contributed::add(&mut executor, &runtime) {
         tracing::warn!("{report}");
@@ -269,7 +272,9 @@ fn run(
     }
     let response = response.map_err(|error| {
         let at_fault = match &error {
-            ExecutorError::Toolchain(_) => "--toolchain".to_owned(),
+            ExecutorError::Toolchain(_) | ExecutorError::OtherToolchain { .. } => {
+                "--toolchain".to_owned()
+            }
             ExecutorError::TooManyInvocations { .. } => "INVOCATIONS".to_owned(),
             _ => input_name(request.file),
         };

@@ -2,11 +2,12 @@
 //! ConfigHub's own client can call the runner) and over gRPC as `krmrunner.v1.FunctionExecutor`.
 //! Both go through [`TypedFunctions::invoke`], over one executor.
 //!
-//! HTTP routes (ConfigHub's, under `/function`): `GET ok` and `GET info` answer `"OK"`;
-//! `POST kubernetes` invokes (body FunctionInvocationRequest, reply FunctionInvocationResponse;
-//! 400 when the request cannot run at all); `GET kubernetes` lists the signatures;
-//! `GET kubernetes/paths` the path registry. `POST shutdown` is refused: the runner stops on
-//! SIGTERM, not at any HTTP client's request.
+//! HTTP routes (ConfigHub's, under `/function`): `GET ok` and `GET info` answer `"OK"`; per
+//! toolchain (`kubernetes` for Kubernetes/YAML, `properties` for AppConfig/Properties),
+//! `POST <toolchain>` invokes (body FunctionInvocationRequest, reply
+//! FunctionInvocationResponse; 400 when the request cannot run at all), `GET <toolchain>`
+//! lists the signatures and `GET <toolchain>/paths` the path registry. `POST shutdown` is
+//! refused: the runner stops on SIGTERM, not at any HTTP client's request.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +26,7 @@ use krm_function_executor::api::{
     FunctionArgument, FunctionContext, FunctionInvocation, FunctionInvocationRequest,
     FunctionInvocationResponse,
 };
-use krm_function_executor::{Executor, ExecutorError};
+use krm_function_executor::{Executor, ExecutorError, Toolchain};
 use krm_plugin_api::CancelReason;
 use krm_plugin_api::host::HostCallContext;
 use krm_runner_proto::krmrunner::v1 as pb;
@@ -44,9 +45,10 @@ use crate::runtime::{CancelOnDrop, Runtime};
 /// How long a client may take to send a request's headers.
 const HEADER_READ_LIMIT: Duration = Duration::from_secs(5);
 
-/// The executor and the bound on the requests it works on at once.
+/// The executor of each toolchain and the bound on the requests they work on at once.
 pub struct TypedFunctions {
-    executor: Executor,
+    kubernetes: Executor,
+    properties: Executor,
     /// Requests being received or run; each may hold up to `max_message_bytes` of body.
     working: Arc<Semaphore>,
 }
@@ -66,16 +68,26 @@ pub enum Refusal {
 }
 
 impl TypedFunctions {
-    /// `executor`'s functions (the builtin ones and those the configuration declares) and those
-    /// the evaluator plugins contribute; clashes and problems are logged, one warning each.
-    pub fn new(mut executor: Executor, runtime: &Runtime) -> Arc<Self> {
-        for report in contributed::add(&mut executor, runtime) {
+    /// Kubernetes/YAML: `kubernetes`' functions (the builtin ones and those the configuration
+    /// declares) and those the evaluator plugins contribute, clashes and problems logged, one
+    /// warning each; AppConfig/Properties: its builtin functions.
+    pub fn new(mut kubernetes: Executor, runtime: &Runtime) -> Arc<Self> {
+        for report in contributed::add(&mut kubernetes, runtime) {
             tracing::warn!("{report}");
         }
         Arc::new(Self {
-            executor,
+            kubernetes,
+            properties: Executor::properties(),
             working: Arc::new(Semaphore::new(IN_FLIGHT_MESSAGES)),
         })
+    }
+
+    /// The executor of `toolchain`.
+    pub fn executor(&self, toolchain: Toolchain) -> &Executor {
+        match toolchain {
+            Toolchain::KubernetesYaml => &self.kubernetes,
+            Toolchain::AppConfigProperties => &self.properties,
+        }
     }
 
     /// A place among the requests worked on, waiting for one up to [`RECEIVE_LIMIT`].
@@ -86,12 +98,13 @@ impl TypedFunctions {
             .map_err(|_| Refusal::Busy)
     }
 
-    /// Runs `request` on a blocking thread (the executor is CPU-bound), holding `permit`,
-    /// within `call`: its deadline cancels it, and the sequence then stops at its next
-    /// invocation (a plugin function watching its call stops sooner).
+    /// Runs `request` with the executor of `toolchain` on a blocking thread (the executor is
+    /// CPU-bound), holding `permit`, within `call`: its deadline cancels it, and the sequence
+    /// then stops at its next invocation (a plugin function watching its call stops sooner).
     async fn invoke(
         self: &Arc<Self>,
         permit: OwnedSemaphorePermit,
+        toolchain: Toolchain,
         request: FunctionInvocationRequest,
         call: Arc<HostCallContext>,
     ) -> Result<FunctionInvocationResponse, Refusal> {
@@ -100,7 +113,7 @@ impl TypedFunctions {
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
             typed
-                .executor
+                .executor(toolchain)
                 .invoke_within(&request, &running.as_call_context())
         });
         let expiry = async {
@@ -198,17 +211,27 @@ struct HttpState {
 }
 
 fn router(typed: Arc<TypedFunctions>, max_message_bytes: usize) -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/function/ok", get(ok))
         .route("/function/info", get(ok))
-        .route("/function/shutdown", post(shutdown))
-        .route("/function/kubernetes", get(list).post(invoke_http))
-        .route("/function/kubernetes/paths", get(paths))
-        .fallback(not_found)
-        .with_state(HttpState {
-            typed,
-            max_message_bytes,
-        })
+        .route("/function/shutdown", post(shutdown));
+    for toolchain in Toolchain::ALL {
+        let route = format!("/function/{}", toolchain.route());
+        router = router
+            .route(
+                &route,
+                get(move |state| list(state, toolchain))
+                    .post(move |state, headers, body| invoke_http(state, toolchain, headers, body)),
+            )
+            .route(
+                &format!("{route}/paths"),
+                get(move |state| paths(state, toolchain)),
+            );
+    }
+    router.fallback(not_found).with_state(HttpState {
+        typed,
+        max_message_bytes,
+    })
 }
 
 /// A JSON answer of at most `limit` bytes; a larger one is refused, naming the limit.
@@ -247,23 +270,33 @@ async fn shutdown() -> Response {
 }
 
 async fn not_found() -> Response {
+    let toolchains: Vec<String> = Toolchain::ALL
+        .iter()
+        .map(|toolchain| {
+            format!(
+                "GET and POST /function/{route}, GET /function/{route}/paths ({toolchain})",
+                route = toolchain.route()
+            )
+        })
+        .collect();
     error(
         StatusCode::NOT_FOUND,
-        "no such route; served: GET /function/ok, GET /function/info, GET and POST \
-         /function/kubernetes, GET /function/kubernetes/paths (Kubernetes/YAML is the only \
-         toolchain)",
+        format!(
+            "no such route; served: GET /function/ok, GET /function/info, {}",
+            toolchains.join(", ")
+        ),
     )
 }
 
-async fn list(State(state): State<HttpState>) -> Response {
-    match serde_json::to_vec(&state.typed.executor.list()) {
+async fn list(State(state): State<HttpState>, toolchain: Toolchain) -> Response {
+    match serde_json::to_vec(&state.typed.executor(toolchain).list()) {
         Ok(body) => bounded_json(body, state.max_message_bytes),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
-async fn paths(State(state): State<HttpState>) -> Response {
-    match serde_json::to_vec(state.typed.executor.registry()) {
+async fn paths(State(state): State<HttpState>, toolchain: Toolchain) -> Response {
+    match serde_json::to_vec(state.typed.executor(toolchain).registry()) {
         Ok(body) => bounded_json(body, state.max_message_bytes),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
@@ -271,6 +304,7 @@ async fn paths(State(state): State<HttpState>) -> Response {
 
 async fn invoke_http(
     State(state): State<HttpState>,
+    toolchain: Toolchain,
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Response {
@@ -324,7 +358,7 @@ async fn invoke_http(
             );
         }
     };
-    let request: FunctionInvocationRequest = match serde_json::from_slice(&bytes) {
+    let mut request: FunctionInvocationRequest = match serde_json::from_slice(&bytes) {
         Ok(request) => request,
         Err(e) => {
             return error(
@@ -333,7 +367,11 @@ async fn invoke_http(
             );
         }
     };
-    match state.typed.invoke(permit, request, call).await {
+    // The route names the toolchain; a body that names another one is refused by the executor.
+    if request.context.toolchain_type.is_empty() {
+        request.context.toolchain_type = toolchain.name().to_owned();
+    }
+    match state.typed.invoke(permit, toolchain, request, call).await {
         Ok(response) => match serde_json::to_vec(&response) {
             Ok(body) => bounded_json(body, limit),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
@@ -391,6 +429,7 @@ impl FunctionExecutor for GrpcExecutor {
         let call = HostCallContext::new(answer_by(&request));
         // A caller that goes away cancels the sequence.
         let _cancel_if_dropped = CancelOnDrop::new(call.clone());
+        let toolchain = toolchain_of(&request.get_ref().toolchain)?;
         let request = from_proto(request.into_inner())?;
         let permit = self
             .typed
@@ -399,7 +438,7 @@ impl FunctionExecutor for GrpcExecutor {
             .map_err(|refusal| Status::resource_exhausted(refusal.to_string()))?;
         let response = self
             .typed
-            .invoke(permit, request, call)
+            .invoke(permit, toolchain, request, call)
             .await
             .map_err(|refusal| match refusal {
                 Refusal::Executor(e @ ExecutorError::Cancelled { reason, .. }) => {
@@ -429,9 +468,10 @@ impl FunctionExecutor for GrpcExecutor {
 
     async fn list_typed_functions(
         &self,
-        _: tonic::Request<pb::ListTypedFunctionsRequest>,
+        request: tonic::Request<pb::ListTypedFunctionsRequest>,
     ) -> Result<tonic::Response<pb::JsonDocument>, Status> {
-        let json = serde_json::to_string(&self.typed.executor.list())
+        let toolchain = toolchain_of(&request.get_ref().toolchain)?;
+        let json = serde_json::to_string(&self.typed.executor(toolchain).list())
             .map_err(|e| Status::internal(e.to_string()))?;
         bounded(json.len(), self.max_message_bytes, "the function list")?;
         Ok(tonic::Response::new(pb::JsonDocument { json }))
@@ -439,13 +479,19 @@ impl FunctionExecutor for GrpcExecutor {
 
     async fn list_paths(
         &self,
-        _: tonic::Request<pb::ListPathsRequest>,
+        request: tonic::Request<pb::ListPathsRequest>,
     ) -> Result<tonic::Response<pb::JsonDocument>, Status> {
-        let json = serde_json::to_string(self.typed.executor.registry())
+        let toolchain = toolchain_of(&request.get_ref().toolchain)?;
+        let json = serde_json::to_string(self.typed.executor(toolchain).registry())
             .map_err(|e| Status::internal(e.to_string()))?;
         bounded(json.len(), self.max_message_bytes, "the path registry")?;
         Ok(tonic::Response::new(pb::JsonDocument { json }))
     }
+}
+
+/// The toolchain a gRPC request names (empty: Kubernetes/YAML).
+fn toolchain_of(name: &str) -> Result<Toolchain, Status> {
+    Toolchain::from_name(name).map_err(|unknown| Status::invalid_argument(unknown.to_string()))
 }
 
 fn from_proto(request: pb::InvokeRequest) -> Result<FunctionInvocationRequest, Status> {

@@ -117,6 +117,11 @@ fn command_line(case: &Value, input: &Path) -> Option<Vec<String>> {
     let invocations = case["invocations"].as_array()?;
     let num_filters = case.get("num_filters").and_then(Value::as_u64).unwrap_or(0);
     let stop = case.get("stop_on_error").and_then(Value::as_bool) == Some(true);
+    let toolchain = case
+        .get("toolchain")
+        .and_then(Value::as_str)
+        .map(|name| vec!["--toolchain".to_owned(), name.to_owned()])
+        .unwrap_or_default();
     let input = input.display().to_string();
     let all_strings = invocations.iter().all(|invocation| {
         invocation["Arguments"]
@@ -128,7 +133,9 @@ fn command_line(case: &Value, input: &Path) -> Option<Vec<String>> {
     // Command-line arguments are strings; other values go through doseq's JSON.
     if invocations.len() == 1 && num_filters == 0 && !stop && all_strings {
         let invocation = &invocations[0];
-        let mut line = vec!["do".to_owned(), input, "golden".to_owned(), "--".to_owned()];
+        let mut line = vec!["do".to_owned()];
+        line.extend(toolchain);
+        line.extend([input, "golden".to_owned(), "--".to_owned()]);
         line.push(invocation["FunctionName"].as_str()?.to_owned());
         for argument in invocation["Arguments"].as_array().into_iter().flatten() {
             let value = argument["Value"].as_str()?.to_owned();
@@ -139,7 +146,9 @@ fn command_line(case: &Value, input: &Path) -> Option<Vec<String>> {
         }
         return Some(line);
     }
-    let mut line = vec!["doseq".to_owned(), input, "golden".to_owned()];
+    let mut line = vec!["doseq".to_owned()];
+    line.extend(toolchain);
+    line.extend([input, "golden".to_owned()]);
     line.push(serde_json::to_string(invocations).ok()?);
     line.extend(["--num-filters".to_owned(), num_filters.to_string()]);
     if stop {
@@ -420,6 +429,13 @@ fn bad_invocations_exit_2_naming_the_thing_at_fault() {
         .unwrap();
     let huge = huge.display().to_string();
     let missing = dir.path().join("missing.yaml").display().to_string();
+    let bad_escape = dir.path().join("bad.properties");
+    std::fs::write(&bad_escape, "name=ok\nbroken=\\u12Z4\n").unwrap();
+    let bad_escape = bad_escape.display().to_string();
+    let huge_properties = dir.path().join("huge.properties");
+    std::fs::write(&huge_properties, "k=v\n".repeat(4 * 1024 * 1024 + 1)).unwrap();
+    let huge_properties = huge_properties.display().to_string();
+    let properties = ["--toolchain", "AppConfig/Properties"];
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
             vec!["do", &missing, "u", "get-replicas"],
@@ -473,8 +489,26 @@ fn bad_invocations_exit_2_naming_the_thing_at_fault() {
             "function name \"Bad Name\"",
         ),
         (
-            vec!["listpaths", "--toolchain", "AppConfig/Properties"],
-            "--toolchain: toolchain \"AppConfig/Properties\"",
+            vec!["listpaths", "--toolchain", "AppConfig/INI"],
+            "--toolchain: toolchain \"AppConfig/INI\" is not supported; supported: Kubernetes/YAML, AppConfig/Properties",
+        ),
+        (
+            [
+                &["do"],
+                &properties[..],
+                &[&bad_escape, "u", "get-string-path", "*", "name"],
+            ]
+            .concat(),
+            "bad.properties: configuration data parsing error: line 2: Malformed \\uxxxx encoding: not hex.",
+        ),
+        (
+            [
+                &["do"],
+                &properties[..],
+                &[&huge_properties, "u", "get-string-path", "*", "k"],
+            ]
+            .concat(),
+            "huge.properties: configuration data parsing error: properties data is 16777220 bytes, more than the limit of 16777216",
         ),
         (vec!["do", "-", "u"], "FUNCTION"),
     ];

@@ -137,10 +137,10 @@ fn http_refuses_bad_requests_clearly_and_keeps_serving() {
         ("POST", "/function/shutdown", Vec::new(), 403, "SIGTERM"),
         (
             "POST",
-            "/function/properties",
+            "/function/opentofu",
             Vec::new(),
             404,
-            "Kubernetes/YAML is the only toolchain",
+            "GET and POST /function/properties, GET /function/properties/paths (AppConfig/Properties)",
         ),
     ];
     for (method, path, body, expected, message) in cases {
@@ -319,7 +319,7 @@ async fn function_executor_over_grpc() {
     assert!(status.message().contains("context_json"), "{status:?}");
 
     let functions = client
-        .list_typed_functions(pb::ListTypedFunctionsRequest {})
+        .list_typed_functions(pb::ListTypedFunctionsRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -329,7 +329,7 @@ async fn function_executor_over_grpc() {
         "AttributeValueList"
     );
     let paths = client
-        .list_paths(pb::ListPathsRequest {})
+        .list_paths(pb::ListPathsRequest::default())
         .await
         .unwrap()
         .into_inner();
@@ -372,4 +372,155 @@ fn attributes_declared_in_the_configuration_are_served() {
         data.contains("  name: web # keep\n  namespace: shop\n  labels:\n    team: payments\n"),
         "{data}"
     );
+}
+
+const PROPERTIES: &str = "\
+# shop settings
+configHub.configName=shop
+configHub.configSchema=ShopApp
+db.host = localhost
+! the pool
+db.pool.size: 10
+";
+
+/// AppConfig/Properties on its own route and through the gRPC request's toolchain: the same
+/// executor, edits that keep the file's comments and order, and clear refusals.
+#[tokio::test(flavor = "multi_thread")]
+async fn properties_over_http_and_grpc() {
+    let (server, port) = start();
+    let mut request: Value = serde_json::from_slice(&invoke_body(
+        PROPERTIES,
+        json!([
+            {"FunctionName": "set-string-path", "Arguments": [{"Value": "ShopApp"}, {"Value": "db.host"}, {"Value": "db.prod"}]},
+            {"FunctionName": "get-int-path", "Arguments": [{"Value": "*"}, {"Value": "db.pool.size"}]},
+        ]),
+    ))
+    .unwrap();
+    // The route names the toolchain when the body does not.
+    request.as_object_mut().unwrap().remove("ToolchainType");
+    let (status, body) = http(
+        port,
+        "POST",
+        "/function/properties",
+        request.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let response: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(response["Success"], true, "{response}");
+    assert_eq!(
+        config_data(&response),
+        PROPERTIES.replace("db.host = localhost", "db.host=db.prod")
+    );
+    let output: Value = serde_json::from_slice(
+        &STANDARD
+            .decode(response["Output"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(output[0]["Value"], 10, "{output}");
+    assert_eq!(output[0]["ResourceName"], "shop");
+    assert_eq!(output[0]["ResourceType"], "ShopApp");
+    assert_eq!(output[0]["ResourceCategory"], "AppConfig");
+    assert_eq!(response["Mutators"], json!([0]));
+
+    let (status, body) = http(port, "GET", "/function/properties", b"");
+    assert_eq!(status, 200, "{body}");
+    let functions: Value = serde_json::from_str(&body).unwrap();
+    assert!(functions["set-bool-path"].is_object(), "{functions}");
+    assert!(functions.get("set-replicas").is_none(), "{functions}");
+    let (status, body) = http(port, "GET", "/function/properties/paths", b"");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("configHub.configName"), "{body}");
+
+    // A malformed escape names its line; a request for another toolchain on a route is refused.
+    let bad = invoke_body("a=1\nb=\\uZZZZ\n", json!([]));
+    let mut bad: Value = serde_json::from_slice(&bad).unwrap();
+    bad["ToolchainType"] = json!("AppConfig/Properties");
+    let (status, body) = http(
+        port,
+        "POST",
+        "/function/properties",
+        bad.to_string().as_bytes(),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("line 2: Malformed \\\\uxxxx encoding"),
+        "{body}"
+    );
+    let (status, body) = http(
+        port,
+        "POST",
+        "/function/kubernetes",
+        bad.to_string().as_bytes(),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("this executor serves Kubernetes/YAML, not AppConfig/Properties"),
+        "{body}"
+    );
+
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let string = |text: &str| pb::Argument {
+        parameter_name: String::new(),
+        value: Some(pb::argument::Value::StringValue(text.to_owned())),
+    };
+    let request = pb::InvokeRequest {
+        toolchain: "AppConfig/Properties".to_owned(),
+        config_data: PROPERTIES.as_bytes().to_vec(),
+        invocations: vec![pb::Invocation {
+            function_name: "set-bool-path".to_owned(),
+            arguments: vec![
+                string("ShopApp"),
+                string("db.ssl"),
+                pb::Argument {
+                    parameter_name: String::new(),
+                    value: Some(pb::argument::Value::BoolValue(true)),
+                },
+            ],
+        }],
+        ..Default::default()
+    };
+    let response = client.invoke(request.clone()).await.unwrap().into_inner();
+    assert!(response.success, "{:?}", response.error_messages);
+    assert_eq!(
+        String::from_utf8(response.config_data).unwrap(),
+        format!("{PROPERTIES}db.ssl=true\n")
+    );
+    let status = client
+        .invoke(pb::InvokeRequest {
+            toolchain: "AppConfig/INI".to_owned(),
+            ..request
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert_eq!(
+        status.message(),
+        "toolchain \"AppConfig/INI\" is not supported; supported: Kubernetes/YAML, AppConfig/Properties"
+    );
+    let functions = client
+        .list_typed_functions(pb::ListTypedFunctionsRequest {
+            toolchain: "AppConfig/Properties".to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let functions: Value = serde_json::from_str(&functions.json).unwrap();
+    assert!(functions["get-string-path"].is_object(), "{functions}");
+    assert!(functions.get("get-image").is_none(), "{functions}");
+    let paths = client
+        .list_paths(pb::ListPathsRequest {
+            toolchain: "AppConfig/Properties".to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        paths.json.contains("configHub.configName"),
+        "{}",
+        paths.json
+    );
+    server.terminate();
 }

@@ -115,6 +115,36 @@ pub trait TypedFunction: Send + Sync {
     fn run(&self, call: &Call) -> Result<Outcome, String>;
 }
 
+/// The generic functions that ConfigHub also registers for AppConfig/Properties and that read
+/// or change any YAML model, not Kubernetes objects in particular.
+pub const GENERIC_FOR_PROPERTIES: &[&str] = &[
+    "get-resources",
+    "get-resources-of-type",
+    "search-replace",
+    "where-filter",
+    "get-placeholders",
+    "no-placeholders",
+    "is-approved",
+    "cel-validate",
+    "yq",
+];
+
+/// Every built-in function for AppConfig/Properties: the arbitrary-path getters and setters,
+/// the generic functions of [`GENERIC_FOR_PROPERTIES`] and its own `validate`.
+pub fn properties() -> Vec<Arc<dyn TypedFunction>> {
+    let mut functions = path_visitor::arbitrary_paths();
+    functions.extend(
+        resources::functions()
+            .into_iter()
+            .chain(text::functions())
+            .chain(validation::functions())
+            .chain(expressions::functions())
+            .filter(|function| GENERIC_FOR_PROPERTIES.contains(&function.signature().name())),
+    );
+    functions.push(validation::properties_validate());
+    functions
+}
+
 /// Every built-in function for Kubernetes/YAML, over `registry`.
 pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
     let mut functions = path_visitor::kubernetes(registry);

@@ -880,6 +880,13 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
         .into_iter()
         .flat_map(|pair| pair.build(registry))
         .collect();
+    functions.extend(arbitrary_paths());
+    functions
+}
+
+/// `get-T-path` and `set-T-path` for strings, integers and booleans: every toolchain has them.
+pub fn arbitrary_paths() -> Vec<Arc<dyn TypedFunction>> {
+    let mut functions: Vec<Arc<dyn TypedFunction>> = Vec::new();
     for data_type in [DataType::String, DataType::Int, DataType::Bool] {
         for set in [false, true] {
             functions.push(Arc::new(ArbitraryPath::new(data_type, set)));
