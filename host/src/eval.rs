@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
-use krm_plugin_api::host::HostCallContext;
+use krm_plugin_loader::HostCallContext;
 use krm_runner_function_config::config_file;
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;

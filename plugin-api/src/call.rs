@@ -211,6 +211,7 @@ impl ResolveAnswer {
         serde_json::to_string(&answer).unwrap_or_default()
     }
 
+    #[cfg(feature = "host")]
     pub(crate) fn from_json(json: &str) -> Option<Result<Resolution, EvalError>> {
         if json.is_empty() {
             return None;

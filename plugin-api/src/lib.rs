@@ -42,7 +42,9 @@
 mod abi;
 mod call;
 mod decline;
-// The runner's loader, not the SDK: plugin authors never call it.
+// The runner's side of a call, for krm-plugin-loader and the test kit: plugin authors never
+// call it.
+#[cfg(feature = "host")]
 #[allow(missing_docs)]
 pub mod host;
 mod logging;

@@ -221,6 +221,7 @@ impl ConfigError {
         serde_json::to_string(&self.problems).unwrap_or_else(|_| self.to_string())
     }
 
+    #[cfg(feature = "host")]
     /// The problems a plugin reported; plain text (a plugin built before problems were a list)
     /// is one problem with no field.
     pub(crate) fn from_wire(text: &str) -> Self {

@@ -48,7 +48,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::host::{EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginLibrary};
+use crate::host::{EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginModule};
 use crate::{
     CancelReason, ConfigError, EvalError, EvalResponse, FunctionSignature, Plugin, ProbeOutcome,
     Resolution, Route,
@@ -101,8 +101,9 @@ impl PluginTester {
         instance: &str,
         config: serde_json::Value,
     ) -> Result<TestEvaluator, ConfigError> {
-        let library = PluginLibrary::in_process::<P>();
-        let built = Arc::new(library.build(instance, &config.to_string(), self.host.clone())?);
+        let module = PluginModule::linked_in::<P>();
+        let built =
+            Arc::new(module.build(P::NAME, instance, &config.to_string(), self.host.clone())?);
         let slot = EvaluatorSlot::new(instance);
         slot.fill(built.clone());
         lock(&self.host.slots).insert(instance.to_owned(), slot);

@@ -10,8 +10,8 @@ mod store;
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use krm_plugin_api::host::EvaluatorInstance;
 use krm_plugin_api::{Executor, Route};
+use krm_plugin_loader::EvaluatorInstance;
 use krm_runner_function_config::version::Constraint;
 use krm_runner_function_config::{self as fc, RoutingTable};
 
