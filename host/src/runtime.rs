@@ -451,7 +451,7 @@ pub struct Call {
 fn evaluate_traced(
     instance: &EvaluatorInstance,
     call: &Call,
-    route: Option<&krm_plugin_api::Route>,
+    route: Option<&krm_plugin_api::FunctionConfigRoute>,
     image: &str,
     resource_list: &[u8],
 ) -> Result<EvalResponse, EvalError> {

@@ -84,7 +84,7 @@ pub trait CallContextFfi: Send + Sync {
     fn on_cancel(&self, callback: CancelCallbackFfi_TO<'static, RBox<()>>);
     /// How many evaluators deep this call is (guards against chains that loop).
     fn depth(&self) -> u32;
-    /// Why the runner chose this evaluator, as JSON ([`crate::Route`]); empty when no
+    /// Why the runner chose this evaluator, as JSON ([`crate::FunctionConfigRoute`]); empty when no
     /// FunctionConfig routed the call.
     #[sabi(last_prefix_field)]
     fn route(&self) -> RString;

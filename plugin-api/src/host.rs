@@ -23,8 +23,8 @@ use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
     AttributeValue, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
-    FunctionSignature, Measurement, MeasurementKind, Probe, ProbeOutcome, Resolution, Route,
-    TraceContext, TypedFunctionSet,
+    FunctionConfigRoute, FunctionSignature, Measurement, MeasurementKind, Probe, ProbeOutcome,
+    Resolution, TraceContext, TypedFunctionSet,
 };
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
@@ -335,13 +335,13 @@ impl EvaluatorInstance {
     pub fn evaluate(
         &self,
         context: &HostCallContext,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
         let routed = RoutedContext {
             parent: context,
-            route: Route::to_json(route),
+            route: FunctionConfigRoute::to_json(route),
         };
         FAILED_BY.with_borrow_mut(Option::take);
         let outcome = from_ffi_result(self.evaluate_ffi(
@@ -358,10 +358,10 @@ impl EvaluatorInstance {
     }
 
     /// Tells the instance that calls for `image` are coming; it prepares in the background.
-    pub fn warm_up(&self, image: &str, route: Option<&Route>) {
+    pub fn warm_up(&self, image: &str, route: Option<&FunctionConfigRoute>) {
         self.inner.warm_up(
             RStr::from_str(image),
-            RStr::from_str(&Route::to_json(route)),
+            RStr::from_str(&FunctionConfigRoute::to_json(route)),
         );
     }
 
@@ -371,21 +371,21 @@ impl EvaluatorInstance {
         &self,
         image: &str,
         tag: &str,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
         let answer = self.inner.resolve(
             RStr::from_str(image),
             RStr::from_str(tag),
-            RStr::from_str(&Route::to_json(route)),
+            RStr::from_str(&FunctionConfigRoute::to_json(route)),
         );
         ResolveAnswer::from_json(answer.as_str())
     }
 
     /// What the instance would do with a call for `image` (see [`crate::Evaluator::probe`]).
-    pub fn probe(&self, image: &str, route: Option<&Route>) -> ProbeOutcome {
+    pub fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> ProbeOutcome {
         crate::plugin::probe_from_json(&self.inner.probe(
             RStr::from_str(image),
-            RStr::from_str(&Route::to_json(route)),
+            RStr::from_str(&FunctionConfigRoute::to_json(route)),
         ))
         .into_resolution(&self.name)
     }

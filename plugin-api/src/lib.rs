@@ -55,7 +55,8 @@ mod telemetry;
 pub mod testing;
 
 pub use call::{
-    CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,
+    CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionConfigExecutor,
+    FunctionConfigRoute, Resolution,
 };
 pub use decline::{Answer, Chain, Probe, ProbeOutcome, declined_message};
 pub use krm_function_process::{QUOTED_CHARS, Quoted, TraceContext, process, quoted, results};

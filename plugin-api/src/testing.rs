@@ -50,8 +50,8 @@ use std::time::{Duration, Instant};
 
 use crate::host::{EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginModule};
 use crate::{
-    CancelReason, ConfigError, EvalError, EvalResponse, FunctionSignature, Plugin, ProbeOutcome,
-    Resolution, Route,
+    CancelReason, ConfigError, EvalError, EvalResponse, FunctionConfigRoute, FunctionSignature,
+    Plugin, ProbeOutcome, Resolution,
 };
 
 /// The host a plugin under test is built by: runner settings and the instances built so far
@@ -140,7 +140,7 @@ impl TestEvaluator {
     }
 
     /// What a call for `image` would do (see [`crate::Evaluator::probe`]).
-    pub fn probe(&self, image: &str, route: Option<&Route>) -> ProbeOutcome {
+    pub fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> ProbeOutcome {
         self.instance.probe(image, route)
     }
 
@@ -149,7 +149,7 @@ impl TestEvaluator {
         &self,
         image: &str,
         tag: &str,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
         self.instance.resolve(image, tag, route)
     }
@@ -206,7 +206,7 @@ pub struct TestCall<'a> {
     image: &'a str,
     deadline: Option<Duration>,
     cancel: Option<(Duration, CancelReason)>,
-    route: Option<Route>,
+    route: Option<FunctionConfigRoute>,
     tag: String,
 }
 
@@ -226,7 +226,7 @@ impl TestCall<'_> {
     }
 
     /// The FunctionConfig route that chose this evaluator.
-    pub fn route(mut self, route: Route) -> Self {
+    pub fn route(mut self, route: FunctionConfigRoute) -> Self {
         self.route = Some(route);
         self
     }
