@@ -16,16 +16,15 @@ use krm_runner_function_config::GoExecutor;
 use krm_runner_function_config::version::{Constraint, sorted_versions};
 use serde::Deserialize;
 
-mod fast_yaml;
 mod functions;
 #[cfg(test)]
 mod proptests;
 mod rl;
 mod typed;
-mod yaml;
 
 use functions::{Ctx, Exit, FUNCTIONS, Function, Limits};
 use krm_plugin_api::ErrorKind;
+use krm_yaml_edit as yaml;
 use yaml::Stop;
 
 /// The runner's default `max_message_bytes`, for when it does not say.
