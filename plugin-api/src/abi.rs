@@ -8,6 +8,9 @@
 
 // The sabi_trait macro puts impls inside generated modules.
 #![allow(non_local_definitions)]
+// Parts of the contract only the runner's side reads (feature `host`): a plugin's own build
+// writes them but never reads them back.
+#![cfg_attr(not(feature = "host"), allow(dead_code))]
 
 use abi_stable::{
     StableAbi, declare_root_module_statics,

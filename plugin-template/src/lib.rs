@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Example,
-    FunctionSignature, Parameter, Plugin, Probe, FunctionConfigRoute, export_plugin,
+    FunctionConfigRoute, FunctionSignature, Parameter, Plugin, Probe, export_plugin,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
