@@ -21,9 +21,9 @@ mod types;
 mod validate;
 pub mod version;
 
-pub use load::{LoadError, load_paths};
+pub use load::{FunctionConfigLoadError, load_paths};
 pub use route::{
-    Conflict, Executor, ImageRef, LeftOut, Matched, NoMatch, Route, RoutingTable, Step,
+    Conflict, ImageRef, LeftOut, Matched, NoMatch, PlannedExecutor, RouteOutcome, RoutingTable,
 };
 pub use source::{InvalidObject, ObjectId, Source, Sourced};
 pub use types::{

@@ -21,7 +21,7 @@ const KIND: &str = "FunctionConfig";
 
 /// Why a file, or one document in it, yielded no FunctionConfig.
 #[derive(Debug, thiserror::Error)]
-pub enum LoadError {
+pub enum FunctionConfigLoadError {
     #[error("{}: no such file or directory", path.display())]
     Missing { path: PathBuf },
     #[error("{}: cannot read: {source}", path.display())]
@@ -77,22 +77,23 @@ pub enum LoadError {
 /// document: a missing path, an unreadable file, YAML that does not parse, a document that is
 /// not a `config.porch.kpt.dev/v1alpha1` `FunctionConfig`, a field of the wrong type, an unknown
 /// field, or a broken rule (see [`crate::validate`]).
-pub fn load_paths(paths: &[PathBuf]) -> (Vec<Sourced>, Vec<LoadError>) {
+pub fn load_paths(paths: &[PathBuf]) -> (Vec<Sourced>, Vec<FunctionConfigLoadError>) {
     let mut loaded = Vec::new();
     let mut errors = Vec::new();
     let mut read = HashSet::new();
-    let mut load_once = |file: &Path, loaded: &mut Vec<Sourced>, errors: &mut Vec<LoadError>| {
-        // A file named both on its own and through its directory would conflict with itself.
-        if read.insert(fs::canonicalize(file).unwrap_or_else(|_| file.to_owned())) {
-            load_file(file, loaded, errors);
-        }
-    };
+    let mut load_once =
+        |file: &Path, loaded: &mut Vec<Sourced>, errors: &mut Vec<FunctionConfigLoadError>| {
+            // A file named both on its own and through its directory would conflict with itself.
+            if read.insert(fs::canonicalize(file).unwrap_or_else(|_| file.to_owned())) {
+                load_file(file, loaded, errors);
+            }
+        };
     for path in paths {
         match fs::metadata(path) {
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                errors.push(LoadError::Missing { path: path.clone() })
+                errors.push(FunctionConfigLoadError::Missing { path: path.clone() })
             }
-            Err(source) => errors.push(LoadError::Read {
+            Err(source) => errors.push(FunctionConfigLoadError::Read {
                 path: path.clone(),
                 source,
             }),
@@ -102,7 +103,7 @@ pub fn load_paths(paths: &[PathBuf]) -> (Vec<Sourced>, Vec<LoadError>) {
                         load_once(&file, &mut loaded, &mut errors);
                     }
                 }
-                Err(source) => errors.push(LoadError::Read {
+                Err(source) => errors.push(FunctionConfigLoadError::Read {
                     path: path.clone(),
                     source,
                 }),
@@ -133,11 +134,11 @@ fn yaml_files_in(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn load_file(path: &Path, loaded: &mut Vec<Sourced>, errors: &mut Vec<LoadError>) {
+fn load_file(path: &Path, loaded: &mut Vec<Sourced>, errors: &mut Vec<FunctionConfigLoadError>) {
     let text = match config_file::read_text(path) {
         Ok(text) => text,
         Err(error) => {
-            errors.push(LoadError::File(error));
+            errors.push(FunctionConfigLoadError::File(error));
             return;
         }
     };
@@ -149,7 +150,7 @@ fn load_file(path: &Path, loaded: &mut Vec<Sourced>, errors: &mut Vec<LoadError>
         if let Some(error @ YamlError::TooDeep { document, .. }) = &too_deep
             && *document == document_number
         {
-            errors.push(LoadError::Yaml {
+            errors.push(FunctionConfigLoadError::Yaml {
                 path: path.to_owned(),
                 document: *document,
                 message: error.to_string(),
@@ -163,7 +164,7 @@ fn load_file(path: &Path, loaded: &mut Vec<Sourced>, errors: &mut Vec<LoadError>
             Ok(Value::Null) => continue,
             Ok(value) => value,
             Err(error) => {
-                errors.push(LoadError::Yaml {
+                errors.push(FunctionConfigLoadError::Yaml {
                     path: path.to_owned(),
                     document: document_number,
                     message: YamlError::Parse(error).to_string(),
@@ -178,7 +179,11 @@ fn load_file(path: &Path, loaded: &mut Vec<Sourced>, errors: &mut Vec<LoadError>
     }
 }
 
-fn decode(value: Value, path: &Path, document: usize) -> Result<Sourced, Box<LoadError>> {
+fn decode(
+    value: Value,
+    path: &Path,
+    document: usize,
+) -> Result<Sourced, Box<FunctionConfigLoadError>> {
     let text_field = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or_default();
     let (api_version, kind) = (text_field("apiVersion"), text_field("kind"));
     if api_version != API_VERSION || kind != KIND {
@@ -190,7 +195,7 @@ fn decode(value: Value, path: &Path, document: usize) -> Result<Sourced, Box<Loa
             Value::Sequence(_) => "a list".to_owned(),
             _ => "a scalar".to_owned(),
         };
-        return Err(Box::new(LoadError::NotFunctionConfig {
+        return Err(Box::new(FunctionConfigLoadError::NotFunctionConfig {
             path: path.to_owned(),
             document,
             found,
@@ -213,7 +218,7 @@ fn decode(value: Value, path: &Path, document: usize) -> Result<Sourced, Box<Loa
         serde_ignored::Deserializer::new(value, &mut note_unknown),
     )
     .map_err(|error| {
-        Box::new(LoadError::Decode {
+        Box::new(FunctionConfigLoadError::Decode {
             path: path.to_owned(),
             document,
             field: error.path().to_string(),
@@ -231,7 +236,7 @@ fn decode(value: Value, path: &Path, document: usize) -> Result<Sourced, Box<Loa
         Err(invalid) => invalid.errors,
     };
     unknown.extend(rule_errors);
-    Err(Box::new(LoadError::Invalid {
+    Err(Box::new(FunctionConfigLoadError::Invalid {
         path: path.to_owned(),
         document,
         errors: unknown,
@@ -310,7 +315,7 @@ spec:
         loaded.iter().map(|s| s.name()).collect()
     }
 
-    fn messages(errors: &[LoadError]) -> Vec<String> {
+    fn messages(errors: &[FunctionConfigLoadError]) -> Vec<String> {
         errors.iter().map(ToString::to_string).collect()
     }
 
@@ -450,7 +455,7 @@ spec:
         let (loaded, errors) = load_paths(std::slice::from_ref(&file));
         assert!(loaded.is_empty());
         let [
-            LoadError::Invalid {
+            FunctionConfigLoadError::Invalid {
                 errors: fields,
                 document: 1,
                 ..
@@ -585,7 +590,7 @@ spec:
         let (loaded, errors) = load_paths(std::slice::from_ref(&binary));
         assert!(loaded.is_empty());
         assert!(
-            matches!(&errors[..], [LoadError::File(error)] if error.path() == binary),
+            matches!(&errors[..], [FunctionConfigLoadError::File(error)] if error.path() == binary),
             "{:?}",
             messages(&errors)
         );

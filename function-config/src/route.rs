@@ -6,6 +6,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use krm_plugin_api::FunctionConfigExecutor;
+
 use crate::source::{ObjectId, Source, Sourced};
 use crate::types::PodExecutor;
 use crate::version::{Constraint, TagEntry};
@@ -51,27 +53,9 @@ fn trim_prefix(prefix: &str) -> &str {
     prefix.trim_end_matches('/')
 }
 
-/// The three executors of a FunctionConfig, in the order they are tried.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Executor {
-    Go,
-    Binary,
-    Pod,
-}
-
-impl fmt::Display for Executor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Executor::Go => "goExecutor",
-            Executor::Binary => "binaryExecutor",
-            Executor::Pod => "podExecutor",
-        })
-    }
-}
-
 /// One executor the matched FunctionConfig names for the requested tag.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Step {
+pub enum PlannedExecutor {
     /// Run the built-in function with this id (`goExecutor.id`, else `metadata.name`), as the
     /// image's `tag` (the requested one, or the one a requested constraint resolved to).
     Go { function_id: String, tag: String },
@@ -82,24 +66,24 @@ pub enum Step {
     Pod { settings: Arc<PodExecutor> },
 }
 
-impl Step {
-    pub fn executor(&self) -> Executor {
+impl PlannedExecutor {
+    pub fn executor(&self) -> FunctionConfigExecutor {
         match self {
-            Step::Go { .. } => Executor::Go,
-            Step::Binary { .. } => Executor::Binary,
-            Step::Pod { .. } => Executor::Pod,
+            PlannedExecutor::Go { .. } => FunctionConfigExecutor::GoExecutor,
+            PlannedExecutor::Binary { .. } => FunctionConfigExecutor::BinaryExecutor,
+            PlannedExecutor::Pod { .. } => FunctionConfigExecutor::PodExecutor,
         }
     }
 }
 
-impl fmt::Display for Step {
+impl fmt::Display for PlannedExecutor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::Go { function_id, .. } => {
+            PlannedExecutor::Go { function_id, .. } => {
                 write!(f, "goExecutor: built-in function {function_id}")
             }
-            Step::Binary { path, .. } => write!(f, "binaryExecutor: {}", path.display()),
-            Step::Pod { .. } => f.write_str("podExecutor"),
+            PlannedExecutor::Binary { path, .. } => write!(f, "binaryExecutor: {}", path.display()),
+            PlannedExecutor::Pod { .. } => f.write_str("podExecutor"),
         }
     }
 }
@@ -108,23 +92,23 @@ impl fmt::Display for Step {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeftOut {
     /// The FunctionConfig has no such section.
-    Absent(Executor),
+    Absent(FunctionConfigExecutor),
     /// The section does not list the requested tag.
     TagNotListed {
-        executor: Executor,
+        executor: FunctionConfigExecutor,
         tag: String,
         tags: Vec<String>,
     },
     /// None of the tags the section names satisfies the requested constraint.
     NoneSatisfies {
-        executor: Executor,
+        executor: FunctionConfigExecutor,
         constraint: String,
         tags: Vec<String>,
     },
 }
 
 impl LeftOut {
-    pub fn executor(&self) -> Executor {
+    pub fn executor(&self) -> FunctionConfigExecutor {
         match self {
             LeftOut::Absent(executor)
             | LeftOut::TagNotListed { executor, .. }
@@ -196,14 +180,14 @@ pub struct Matched {
     pub image: ImageRef,
     /// The executors to try, in order. The runner skips one that cannot run the function
     /// (built-in missing, binary missing, no pod evaluator) and says so itself.
-    pub plan: Vec<Step>,
+    pub plan: Vec<PlannedExecutor>,
     /// The executors not in the plan, each with its reason, in flow order.
     pub left_out: Vec<LeftOut>,
 }
 
 /// The answer of [`RoutingTable::route`].
 #[derive(Clone, Debug, PartialEq)]
-pub enum Route {
+pub enum RouteOutcome {
     NoMatch(NoMatch),
     Matched(Matched),
 }
@@ -329,7 +313,7 @@ impl RoutingTable {
     /// Porch (whose regex is anchored at the start only): with the catalog prefix,
     /// `…/krm-functions-catalog-evil/set-namespace` would otherwise be routed as the catalog's
     /// function — to a trusted local binary or built-in, or with the catalog's pod settings.
-    pub fn route(&self, image: &str) -> Route {
+    pub fn route(&self, image: &str) -> RouteOutcome {
         self.route_with(image, None)
     }
 
@@ -339,20 +323,20 @@ impl RoutingTable {
     /// constraint, the go and binary executors run the highest of the tags they name exactly
     /// that satisfies it; the pod executor is planned whenever it is configured, and resolves
     /// the constraint against the registry's tags (keeping to those its own `tags` admit).
-    pub fn route_with(&self, image: &str, constraint: Option<&Constraint>) -> Route {
+    pub fn route_with(&self, image: &str, constraint: Option<&Constraint>) -> RouteOutcome {
         let image = ImageRef::parse(image, &self.default_prefix);
         if let Some(digest) = &image.digest {
-            return Route::NoMatch(NoMatch::Digest {
+            return RouteOutcome::NoMatch(NoMatch::Digest {
                 digest: digest.clone(),
             });
         }
         let Some(entry) = self.entries.get(&image.name) else {
-            return Route::NoMatch(NoMatch::NoObject { name: image.name });
+            return RouteOutcome::NoMatch(NoMatch::NoObject { name: image.name });
         };
         if let Some(repos) = &entry.repos
             && !repos.contains(&image.repo)
         {
-            return Route::NoMatch(NoMatch::RepoNotListed {
+            return RouteOutcome::NoMatch(NoMatch::RepoNotListed {
                 object: entry.sourced.id(),
                 repo: image.repo,
                 prefixes: repos.clone(),
@@ -380,9 +364,9 @@ impl RoutingTable {
                 }),
         };
         match &spec.go_executor {
-            None => left_out.push(LeftOut::Absent(Executor::Go)),
-            Some(go) => match pick(Executor::Go, &entry.go_tags, &go.tags) {
-                Ok(tag) => plan.push(Step::Go {
+            None => left_out.push(LeftOut::Absent(FunctionConfigExecutor::GoExecutor)),
+            Some(go) => match pick(FunctionConfigExecutor::GoExecutor, &entry.go_tags, &go.tags) {
+                Ok(tag) => plan.push(PlannedExecutor::Go {
                     function_id: go
                         .id
                         .clone()
@@ -393,9 +377,13 @@ impl RoutingTable {
             },
         }
         match &spec.binary_executor {
-            None => left_out.push(LeftOut::Absent(Executor::Binary)),
-            Some(binary) => match pick(Executor::Binary, &entry.binary_tags, &binary.tags) {
-                Ok(tag) => plan.push(Step::Binary {
+            None => left_out.push(LeftOut::Absent(FunctionConfigExecutor::BinaryExecutor)),
+            Some(binary) => match pick(
+                FunctionConfigExecutor::BinaryExecutor,
+                &entry.binary_tags,
+                &binary.tags,
+            ) {
+                Ok(tag) => plan.push(PlannedExecutor::Binary {
                     path: self.functions_dir.join(&binary.path),
                     tag,
                 }),
@@ -403,18 +391,24 @@ impl RoutingTable {
             },
         }
         match &entry.pod {
-            None => left_out.push(LeftOut::Absent(Executor::Pod)),
-            Some(pod) if pod.tags.is_empty() || constraint.is_some() => plan.push(Step::Pod {
-                settings: Arc::clone(pod),
-            }),
-            Some(pod) => match pick(Executor::Pod, &entry.pod_tags, &pod.tags) {
-                Ok(_) => plan.push(Step::Pod {
+            None => left_out.push(LeftOut::Absent(FunctionConfigExecutor::PodExecutor)),
+            Some(pod) if pod.tags.is_empty() || constraint.is_some() => {
+                plan.push(PlannedExecutor::Pod {
+                    settings: Arc::clone(pod),
+                })
+            }
+            Some(pod) => match pick(
+                FunctionConfigExecutor::PodExecutor,
+                &entry.pod_tags,
+                &pod.tags,
+            ) {
+                Ok(_) => plan.push(PlannedExecutor::Pod {
                     settings: Arc::clone(pod),
                 }),
                 Err(reason) => left_out.push(reason),
             },
         }
-        Route::Matched(Matched {
+        RouteOutcome::Matched(Matched {
             object: entry.sourced.id(),
             image,
             plan,

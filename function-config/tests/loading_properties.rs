@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use krm_runner_function_config::config_file::{self, MAX_YAML_DEPTH, YamlError};
-use krm_runner_function_config::{LoadError, load_paths};
+use krm_runner_function_config::{FunctionConfigLoadError, load_paths};
 use proptest::prelude::*;
 
 const SAMPLE: &str = "\
@@ -73,7 +73,7 @@ fn load_and_check(content: &[u8]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn check_error(error: &LoadError, file: &Path) -> Result<(), TestCaseError> {
+fn check_error(error: &FunctionConfigLoadError, file: &Path) -> Result<(), TestCaseError> {
     let message = error.to_string();
     let file = file.display().to_string();
     prop_assert!(message.starts_with(&file), "names the file: {message}");
@@ -83,14 +83,18 @@ fn check_error(error: &LoadError, file: &Path) -> Result<(), TestCaseError> {
         message.len()
     );
     let names_the_place = match error {
-        LoadError::File(_) => message.contains("not UTF-8 text"),
-        LoadError::Yaml { .. } => message.contains(", document ") && message.contains("line "),
-        LoadError::NotFunctionConfig { .. } => message.contains(", document "),
-        LoadError::Decode { field, .. } => message.contains(", document ") && !field.is_empty(),
-        LoadError::Invalid { errors, .. } => {
+        FunctionConfigLoadError::File(_) => message.contains("not UTF-8 text"),
+        FunctionConfigLoadError::Yaml { .. } => {
+            message.contains(", document ") && message.contains("line ")
+        }
+        FunctionConfigLoadError::NotFunctionConfig { .. } => message.contains(", document "),
+        FunctionConfigLoadError::Decode { field, .. } => {
+            message.contains(", document ") && !field.is_empty()
+        }
+        FunctionConfigLoadError::Invalid { errors, .. } => {
             message.contains(", document ") && errors.iter().all(|e| !e.field.is_empty())
         }
-        LoadError::Missing { .. } | LoadError::Read { .. } => false,
+        FunctionConfigLoadError::Missing { .. } | FunctionConfigLoadError::Read { .. } => false,
     };
     prop_assert!(names_the_place, "names the document and place: {message}");
     Ok(())

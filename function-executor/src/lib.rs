@@ -32,15 +32,8 @@ pub mod resource;
 pub mod signature;
 pub mod toolchain;
 
-// The builtin plugin's lossless YAML parser and editor, compiled here from the same files
-// until they move into a library crate both depend on (depending on the plugin crate itself
-// would pull in its Kubernetes dependencies). Not every helper is used here.
-#[allow(dead_code)]
-#[path = "../../plugins/builtin/src/fast_yaml.rs"]
-mod fast_yaml;
-#[allow(dead_code)]
-#[path = "../../plugins/builtin/src/yaml.rs"]
-mod yaml;
+// The lossless YAML parser and editor the builtin plugin edits with too.
+use krm_yaml_edit as yaml;
 
 pub use executor::{Executor, ExecutorError};
 pub use signature::TypedSignature;

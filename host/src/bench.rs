@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use krm_plugin_api::host::HostCallContext;
+use krm_plugin_loader::HostCallContext;
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{

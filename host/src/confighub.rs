@@ -14,7 +14,7 @@ use krm_function_executor::api::{
 use krm_function_executor::executor::MAX_CONFIG_BYTES;
 use krm_function_executor::{Executor, ExecutorError, Toolchain};
 use krm_plugin_api::CancelReason;
-use krm_plugin_api::host::HostCallContext;
+use krm_plugin_loader::HostCallContext;
 
 use crate::cli::{DoArgs, DoSeqArgs, ToolchainArg};
 use crate::config::Config;

@@ -28,7 +28,7 @@ use krm_function_executor::api::{
 };
 use krm_function_executor::{Executor, ExecutorError, Toolchain};
 use krm_plugin_api::CancelReason;
-use krm_plugin_api::host::HostCallContext;
+use krm_plugin_loader::HostCallContext;
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_server::{
     FunctionExecutor, FunctionExecutorServer,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
-use krm_plugin_api::host::{EvaluatorInstance, HostCallContext};
+use krm_plugin_loader::{EvaluatorInstance, HostCallContext};
 use krm_runner_function_config::config_file;
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use krm_plugin_api::host::PluginLibrary;
+use krm_plugin_loader::PluginLibrary;
 use serde_json::{Map, Value};
 
 use crate::config::Config;

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use krm_plugin_api::host::{
-    EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan, PluginLibrary,
-};
 use krm_plugin_api::process::{self, CallInFlight};
 use krm_plugin_api::{
     CancelReason, Chain, ErrorKind, EvalError, EvalResponse, FunctionSignature, Measurement,
     ProbeOutcome, TraceContext,
+};
+use krm_plugin_loader::{
+    EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan, PluginLibrary,
 };
 use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;
@@ -584,7 +584,7 @@ pub struct Call {
 fn evaluate_traced(
     instance: &EvaluatorInstance,
     call: &Call,
-    route: Option<&krm_plugin_api::Route>,
+    route: Option<&krm_plugin_api::FunctionConfigRoute>,
     image: &str,
     resource_list: &[u8],
 ) -> Result<EvalResponse, EvalError> {

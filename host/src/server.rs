@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use krm_plugin_api::host::HostCallContext;
 use krm_plugin_api::process;
 use krm_plugin_api::{CancelReason, EvalError, quoted};
+use krm_plugin_loader::HostCallContext;
 use krm_runner_proto::evaluator::function_evaluator_server::{
     FunctionEvaluator, FunctionEvaluatorServer,
 };

@@ -8,6 +8,9 @@
 
 // The sabi_trait macro puts impls inside generated modules.
 #![allow(non_local_definitions)]
+// Parts of the contract only the runner's side reads (feature `host`): a plugin's own build
+// writes them but never reads them back.
+#![cfg_attr(not(feature = "host"), allow(dead_code))]
 
 use abi_stable::{
     StableAbi, declare_root_module_statics,
@@ -84,7 +87,7 @@ pub trait CallContextFfi: Send + Sync {
     fn on_cancel(&self, callback: CancelCallbackFfi_TO<'static, RBox<()>>);
     /// How many evaluators deep this call is (guards against chains that loop).
     fn depth(&self) -> u32;
-    /// Why the runner chose this evaluator, as JSON ([`crate::Route`]); empty when no
+    /// Why the runner chose this evaluator, as JSON ([`crate::FunctionConfigRoute`]); empty when no
     /// FunctionConfig routed the call.
     #[sabi(last_prefix_field)]
     fn route(&self) -> RString;

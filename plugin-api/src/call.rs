@@ -211,6 +211,7 @@ impl ResolveAnswer {
         serde_json::to_string(&answer).unwrap_or_default()
     }
 
+    #[cfg(feature = "host")]
     pub(crate) fn from_json(json: &str) -> Option<Result<Resolution, EvalError>> {
         if json.is_empty() {
             return None;
@@ -230,21 +231,21 @@ impl ResolveAnswer {
 /// (the builtin its function id, exec its binary path, pod its pool limits).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Route {
+pub struct FunctionConfigRoute {
     /// The FunctionConfig, as `namespace/name` (cluster) or `name (file)` (files).
     pub function_config: String,
     /// The executor section of the FunctionConfig that chose the evaluator.
-    pub executor: Executor,
+    pub executor: FunctionConfigExecutor,
     /// That executor's section of the FunctionConfig's spec (`goExecutor`, `binaryExecutor`
     /// or `podExecutor`), with a relative binary path made absolute. Read it with
-    /// [`Route::settings`] into the matching type of `krm-runner-function-config`.
+    /// [`FunctionConfigRoute::settings`] into the matching type of `krm-runner-function-config`.
     pub settings: serde_json::Value,
 }
 
-/// The three executors of a FunctionConfig.
+/// The three executors of a FunctionConfig, in the order the runner tries them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum Executor {
+pub enum FunctionConfigExecutor {
     /// `goExecutor`: a function compiled into an evaluator (the builtins).
     GoExecutor,
     /// `binaryExecutor`: an executable on the runner's disk.
@@ -253,7 +254,14 @@ pub enum Executor {
     PodExecutor,
 }
 
-impl Executor {
+impl std::fmt::Display for FunctionConfigExecutor {
+    /// The field name, as in messages about a FunctionConfig (`goExecutor: not configured`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.field())
+    }
+}
+
+impl FunctionConfigExecutor {
     /// The executor's field name in a FunctionConfig spec.
     pub fn field(self) -> &'static str {
         match self {
@@ -264,7 +272,7 @@ impl Executor {
     }
 }
 
-impl Route {
+impl FunctionConfigRoute {
     /// The executor's settings as `T`; an `Internal` error naming the FunctionConfig if they
     /// do not fit (the runner validated them, so this means mismatched versions).
     pub fn settings<T: serde::de::DeserializeOwned>(&self) -> Result<T, EvalError> {
@@ -411,8 +419,8 @@ impl<'a> CallContext<'a> {
     }
 
     /// Why the runner chose this evaluator, when a FunctionConfig routed the call.
-    pub fn route(&self) -> Option<Route> {
-        Route::from_json(self.inner.route().as_str())
+    pub fn route(&self) -> Option<FunctionConfigRoute> {
+        FunctionConfigRoute::from_json(self.inner.route().as_str())
     }
 
     /// The version constraint the caller sent with an untagged image (Porch's request field

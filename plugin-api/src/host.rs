@@ -1,19 +1,17 @@
-//! The runner's side: loading plugin libraries, building instances and calling them. Only the
-//! `krm-runner` host (and tests that embed it) use this module.
+//! The runner's side of a call: building instances from a plugin's root module and calling
+//! them under a context the runner owns. `krm-plugin-loader` (the runner's loader) and the test
+//! kit use it; plugins never do.
 
-use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use abi_stable::{
-    library::{LibraryError, RawLibrary, lib_header_from_raw_library},
+    library::{LibHeader, LibraryError},
     sabi_trait::TD_Opaque,
     sabi_types::RRef,
     std_types::{RArc, RBox, ROption, RResult, RSlice, RStr, RString},
 };
-use serde::Deserialize;
 
 use crate::abi::{
     AttributeValueFfi, CallContextFfi, CallContextFfi_TO, CallContextRef, CancelCallbackFfi_TO,
@@ -24,253 +22,54 @@ use crate::abi::{
 use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
-    ABI_VERSION, AttributeValue, CallContext, CancelReason, ConfigError, ErrorKind, EvalError,
-    EvalResponse, FunctionSignature, Measurement, MeasurementKind, PLUGIN_API_VERSION, Probe,
-    ProbeOutcome, Resolution, Route, TraceContext, TypedFunctionSet,
+    AttributeValue, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
+    FunctionConfigRoute, FunctionSignature, Measurement, MeasurementKind, Probe, ProbeOutcome,
+    Resolution, TraceContext, TypedFunctionSet,
 };
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
-pub const MAX_CALL_DEPTH: u32 = 16;
+const MAX_CALL_DEPTH: u32 = 16;
 
-/// A plugin as it describes itself.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct PluginInfo {
-    pub name: String,
-    pub version: String,
-    pub description: String,
-    pub abi_version: u32,
-    pub plugin_api_version: String,
-    /// Built with `panic = "unwind"`, so the SDK can contain its panics. Plugins built before
-    /// this was reported are taken to be.
-    #[serde(default = "built_to_unwind")]
-    pub panic_unwind: bool,
-}
+/// A plugin's root module, reached through the ABI: what builds its instances. The loader
+/// (`krm-plugin-loader`) takes it from a library file, the test kit from a plugin linked in.
+#[derive(Clone, Copy)]
+pub struct PluginModule(PluginModuleRef);
 
-fn built_to_unwind() -> bool {
-    true
-}
-
-/// Why a library could not be used as a plugin.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    #[error("{path}: cannot load plugin library: {reason}", path = .path.display())]
-    Open { path: PathBuf, reason: String },
-    /// Refused before loading: not a complete ELF shared library (truncated, damaged or some
-    /// other file), which mapping could turn into a crash of the runner.
-    #[error("{path}: not a loadable plugin library: {reason}", path = .path.display())]
-    Damaged { path: PathBuf, reason: String },
-    #[error("{path}: not a krm-runner plugin (it exports no krm_runner_plugin_info)", path = .path.display())]
-    NotAPlugin { path: PathBuf },
-    /// The short form of abi_stable's layout report, naming both sides' versions.
-    #[error(
-        "{path}: plugin {plugin} was built against plugin ABI {their_abi} (krm-plugin-api {their_api}), \
-         but this runner speaks plugin ABI {ABI_VERSION} (krm-plugin-api {PLUGIN_API_VERSION}); \
-         rebuild the plugin against krm-plugin-api {PLUGIN_API_VERSION} ({detail})",
-        path = .path.display()
-    )]
-    Incompatible {
-        path: PathBuf,
-        plugin: String,
-        their_abi: u32,
-        their_api: String,
-        detail: String,
-    },
-    #[error("{path}: plugin failed to initialise: {reason}", path = .path.display())]
-    Init { path: PathBuf, reason: String },
-    /// A panic in a plugin built to abort would end the runner instead of failing one call.
-    #[error(
-        "{path}: plugin {plugin} was built with panic = \"abort\", so any panic in it would end \
-         the runner; build it with panic = \"unwind\" (the default: remove `panic = \"abort\"` \
-         from its Cargo profile)",
-        path = .path.display()
-    )]
-    AbortsOnPanic { path: PathBuf, plugin: String },
-}
-
-/// Checks that `path` is a whole ELF shared library before the dynamic loader maps it: the
-/// loader maps segments by their headers, and touching a mapped page past the end of a
-/// truncated file raises SIGBUS, which would kill the runner instead of failing the load. Every
-/// loadable segment and every section with contents must lie within the file. (A file changed
-/// between this check and the load is not covered: plugin files are the operator's.)
-fn check_library_file(path: &Path) -> Result<(), String> {
-    use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
-
-    let file = std::fs::File::open(path).map_err(|error| format!("cannot open: {error}"))?;
-    let metadata = file
-        .metadata()
-        .map_err(|error| format!("cannot read: {error}"))?;
-    if !metadata.is_file() {
-        return Err("not a regular file".to_owned());
-    }
-    let length = metadata.len();
-    let cache = object::ReadCache::new(file);
-    // Only the headers are read: the symbol tables a full parse reads are megabytes in a large
-    // plugin, and this check runs on every start-up.
-    let incomplete = |error: object::Error| format!("not a complete ELF file ({error})");
-    let header =
-        object::elf::FileHeader64::<object::Endianness>::parse(&cache).map_err(incomplete)?;
-    let endian = header.endian().map_err(incomplete)?;
-    let kind = header.e_type(endian);
-    if kind != object::elf::ET_DYN {
-        return Err(format!("an ELF file of type {kind}, not a shared library"));
-    }
-    let truncated = |what: &dyn Fn() -> String, (offset, size): (u64, u64)| {
-        let end = offset.saturating_add(size);
-        (end > length).then(|| {
-            format!(
-                "truncated: {} ends at byte {end}, but the file has {length} bytes",
-                what()
-            )
-        })
-    };
-    let sections = header.sections(endian, &cache).map_err(incomplete)?;
-    let segments = header.program_headers(endian, &cache).map_err(incomplete)?;
-    for (index, segment) in segments.iter().enumerate() {
-        let range = segment.file_range(endian);
-        if let Some(problem) = truncated(&|| format!("loadable segment {index}"), range) {
-            return Err(problem);
-        }
-    }
-    for section in sections.iter() {
-        if let Some(range) = section.file_range(endian) {
-            let name = || {
-                let name = sections.section_name(endian, section).unwrap_or(b"?");
-                String::from_utf8_lossy(name).into_owned()
-            };
-            if let Some(problem) = truncated(&|| format!("section {}", name()), range) {
-                return Err(problem);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A loaded plugin library. Libraries are never unloaded: evaluators and their threads may
-/// outlive any handle to them.
-pub struct PluginLibrary {
-    path: PathBuf,
-    info: PluginInfo,
-    module: PluginModuleRef,
-    /// Plugins built before config schemas were exported have none.
-    config_schema: Option<extern "C" fn() -> *const c_char>,
-}
-
-impl PluginLibrary {
-    /// Loads the library at `path`, checks that it speaks this runner's ABI and initialises it.
-    /// Each file is loaded through its own library header, so any number of plugins coexist.
-    pub fn load(path: &Path) -> Result<Self, LoadError> {
-        check_library_file(path).map_err(|reason| LoadError::Damaged {
-            path: path.to_owned(),
-            reason,
-        })?;
-        let raw = RawLibrary::load_at(path).map_err(|error| LoadError::Open {
-            path: path.to_owned(),
-            reason: short_library_error(&error),
-        })?;
-        let info = read_info(&raw, path)?;
-        // SAFETY: looked up by name and typed as the SDK's export macro defines it.
-        let config_schema = unsafe {
-            raw.get::<extern "C" fn() -> *const c_char>(b"krm_runner_plugin_config_schema\0")
-        }
-        .ok()
-        .map(|symbol| *symbol);
-        if !info.panic_unwind {
-            return Err(LoadError::AbortsOnPanic {
-                path: path.to_owned(),
-                plugin: format!("{} {}", info.name, info.version),
-            });
-        }
-        // SAFETY: `raw` exports this crate's root-module header (checked by `read_info`); the
-        // header's layout and version checks are abi_stable's, and the library stays mapped
-        // (forgotten below) for as long as the header is used.
-        let header = unsafe { lib_header_from_raw_library(&raw) }
-            .map_err(|error| incompatible(path, &info, short_library_error(&error)))?;
-        // Keep the library mapped for the life of the process.
-        std::mem::forget(raw);
-        let module = header
-            .init_root_module::<PluginModuleRef>()
-            .map_err(|error| match error {
-                LibraryError::RootModule { err, .. } => LoadError::Init {
-                    path: path.to_owned(),
-                    reason: err.to_string(),
-                },
-                other => incompatible(path, &info, short_library_error(&other)),
-            })?;
-        if info.abi_version != ABI_VERSION {
-            return Err(incompatible(path, &info, "ABI version differs".to_owned()));
-        }
-        let described = (module.info())();
-        if described.name.as_str() != info.name {
-            return Err(LoadError::Init {
-                path: path.to_owned(),
-                reason: format!(
-                    "plugin describes itself as {:?} through the ABI but {:?} outside it",
-                    described.name, info.name
-                ),
-            });
-        }
-        Ok(Self {
-            path: path.to_owned(),
-            info,
-            module,
-            config_schema,
-        })
+impl PluginModule {
+    /// The module behind a loaded library's header, after abi_stable's layout and version
+    /// checks.
+    pub fn from_library_header(header: &'static LibHeader) -> Result<Self, LibraryError> {
+        header.init_root_module::<PluginModuleRef>().map(Self)
     }
 
-    /// Plugin `P` linked into this process, as if loaded from a file: for the test kit.
-    #[cfg(feature = "testing")]
-    pub(crate) fn in_process<P: crate::Plugin>() -> Self {
-        Self {
-            path: PathBuf::from(format!("<{} linked in>", P::NAME)),
-            info: PluginInfo {
-                name: P::NAME.to_owned(),
-                version: P::VERSION.to_owned(),
-                description: P::DESCRIPTION.to_owned(),
-                abi_version: ABI_VERSION,
-                plugin_api_version: PLUGIN_API_VERSION.to_owned(),
-                panic_unwind: cfg!(panic = "unwind"),
-            },
-            module: crate::plugin::root_module::<P>(),
-            // The exported schema is cached once per library: linked in, several plugins share
-            // the process, so none is offered here.
-            config_schema: None,
-        }
+    /// Plugin `P` linked into this process, as if loaded from a file.
+    pub fn linked_in<P: crate::Plugin>() -> Self {
+        Self(crate::plugin::root_module::<P>())
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The name the plugin gives through the ABI.
+    pub fn name(&self) -> String {
+        (self.0.info())().name.into_string()
     }
 
-    pub fn info(&self) -> &PluginInfo {
-        &self.info
-    }
-
-    /// The JSON schema of the plugin's `config:` section; `None` from a plugin built before
-    /// schemas were exported.
-    pub fn config_schema(&self) -> Option<serde_json::Value> {
-        let describe = self.config_schema?;
-        // SAFETY: the export macro returns a pointer to a static NUL-terminated string.
-        let text = unsafe { CStr::from_ptr(describe()) }.to_string_lossy();
-        serde_json::from_str(&text).ok()
-    }
-
-    /// Builds the instance `instance` from its `config:` section (JSON text). The error holds
-    /// every problem the plugin reported, each naming the field at fault.
+    /// Builds the instance `instance` of plugin `plugin` from its `config:` section (JSON
+    /// text). The error holds every problem the plugin reported, each naming the field at fault.
     pub fn build(
         &self,
+        plugin: &str,
         instance: &str,
         config_json: &str,
         services: Arc<dyn HostServices>,
     ) -> Result<EvaluatorInstance, ConfigError> {
         let host: HostArc = HostFfi_TO::from_ptr(
             RArc::new(HostAdapter {
-                plugin: self.info.name.clone(),
+                plugin: plugin.to_owned(),
                 instance: instance.to_owned(),
                 services,
             }),
             TD_Opaque,
         );
-        let build = self.module.build();
+        let build = self.0.build();
         match build(RStr::from_str(instance), RStr::from_str(config_json), host) {
             RResult::ROk(inner) => Ok(EvaluatorInstance {
                 name: instance.to_owned(),
@@ -279,59 +78,6 @@ impl PluginLibrary {
             RResult::RErr(problems) => Err(ConfigError::from_wire(problems.as_str())),
         }
     }
-}
-
-fn read_info(raw: &RawLibrary, path: &Path) -> Result<PluginInfo, LoadError> {
-    // SAFETY: the symbol is looked up by name and typed as the SDK's export macro defines it
-    // (`extern "C" fn() -> *const c_char`); a library without it is refused as not a plugin.
-    let describe =
-        unsafe { raw.get::<extern "C" fn() -> *const c_char>(b"krm_runner_plugin_info\0") }
-            .map_err(|_| LoadError::NotAPlugin {
-                path: path.to_owned(),
-            })?;
-    // SAFETY: the export macro returns a pointer to a static NUL-terminated string.
-    let text = unsafe { CStr::from_ptr(describe()) }
-        .to_string_lossy()
-        .into_owned();
-    serde_json::from_str(&text).map_err(|error| LoadError::Init {
-        path: path.to_owned(),
-        reason: format!("unreadable plugin description {text:?}: {error}"),
-    })
-}
-
-fn incompatible(path: &Path, info: &PluginInfo, detail: String) -> LoadError {
-    LoadError::Incompatible {
-        path: path.to_owned(),
-        plugin: format!("{} {}", info.name, info.version),
-        their_abi: info.abi_version,
-        their_api: info.plugin_api_version.clone(),
-        detail,
-    }
-}
-
-/// abi_stable's errors can run to hundreds of lines (a full layout diff); keep the first line.
-fn short_library_error(error: &LibraryError) -> String {
-    let text = match error {
-        LibraryError::AbiInstability(_) => {
-            let full = error.to_string();
-            let first = full
-                .lines()
-                .find(|line| !line.trim().is_empty())
-                .unwrap_or("");
-            format!("abi_stable: type layouts differ: {}", first.trim())
-        }
-        other => other.to_string(),
-    };
-    let mut line = text.lines().map(str::trim).collect::<Vec<_>>().join(" ");
-    if line.len() > 300 {
-        let cut = (0..=300)
-            .rev()
-            .find(|i| line.is_char_boundary(*i))
-            .unwrap_or(0);
-        line.truncate(cut);
-        line.push_str("...");
-    }
-    line
 }
 
 /// What the runner offers the plugins it builds.
@@ -589,13 +335,13 @@ impl EvaluatorInstance {
     pub fn evaluate(
         &self,
         context: &HostCallContext,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
         let routed = RoutedContext {
             parent: context,
-            route: Route::to_json(route),
+            route: FunctionConfigRoute::to_json(route),
         };
         FAILED_BY.with_borrow_mut(Option::take);
         let outcome = from_ffi_result(self.evaluate_ffi(
@@ -612,10 +358,10 @@ impl EvaluatorInstance {
     }
 
     /// Tells the instance that calls for `image` are coming; it prepares in the background.
-    pub fn warm_up(&self, image: &str, route: Option<&Route>) {
+    pub fn warm_up(&self, image: &str, route: Option<&FunctionConfigRoute>) {
         self.inner.warm_up(
             RStr::from_str(image),
-            RStr::from_str(&Route::to_json(route)),
+            RStr::from_str(&FunctionConfigRoute::to_json(route)),
         );
     }
 
@@ -625,21 +371,21 @@ impl EvaluatorInstance {
         &self,
         image: &str,
         tag: &str,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
         let answer = self.inner.resolve(
             RStr::from_str(image),
             RStr::from_str(tag),
-            RStr::from_str(&Route::to_json(route)),
+            RStr::from_str(&FunctionConfigRoute::to_json(route)),
         );
         ResolveAnswer::from_json(answer.as_str())
     }
 
     /// What the instance would do with a call for `image` (see [`crate::Evaluator::probe`]).
-    pub fn probe(&self, image: &str, route: Option<&Route>) -> ProbeOutcome {
+    pub fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> ProbeOutcome {
         crate::plugin::probe_from_json(&self.inner.probe(
             RStr::from_str(image),
-            RStr::from_str(&Route::to_json(route)),
+            RStr::from_str(&FunctionConfigRoute::to_json(route)),
         ))
         .into_resolution(&self.name)
     }

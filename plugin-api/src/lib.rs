@@ -42,7 +42,9 @@
 mod abi;
 mod call;
 mod decline;
-// The runner's loader, not the SDK: plugin authors never call it.
+// The runner's side of a call, for krm-plugin-loader and the test kit: plugin authors never
+// call it.
+#[cfg(feature = "host")]
 #[allow(missing_docs)]
 pub mod host;
 mod logging;
@@ -53,7 +55,8 @@ mod telemetry;
 pub mod testing;
 
 pub use call::{
-    CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, Executor, Resolution, Route,
+    CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionConfigExecutor,
+    FunctionConfigRoute, Resolution,
 };
 pub use decline::{Answer, Chain, Probe, ProbeOutcome, declined_message};
 pub use krm_function_process::{QUOTED_CHARS, Quoted, TraceContext, process, quoted, results};

@@ -20,8 +20,8 @@ use crate::abi::{
 };
 use crate::call::ResolveAnswer;
 use crate::{
-    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionSignature, Probe,
-    ProbeOutcome, Resolution, Route, panic_message,
+    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionConfigRoute,
+    FunctionSignature, Probe, ProbeOutcome, Resolution, panic_message,
 };
 
 /// A plugin: a named factory of evaluators, one per configured instance.
@@ -98,7 +98,7 @@ pub trait Evaluator: Send + Sync + 'static {
 
     /// Calls for `image` are coming (the runner warms what its FunctionConfigs ask for, once
     /// they are read): start preparing in the background and return at once. Log failures.
-    fn warm_up(&self, image: &str, route: Option<&Route>) {
+    fn warm_up(&self, image: &str, route: Option<&FunctionConfigRoute>) {
         let _ = (image, route);
     }
 
@@ -111,7 +111,7 @@ pub trait Evaluator: Send + Sync + 'static {
         &self,
         image: &str,
         tag: &str,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
         let _ = (image, tag, route);
         None
@@ -121,7 +121,7 @@ pub trait Evaluator: Send + Sync + 'static {
     /// anything: serve, decline (with the reason the call's NOT_FOUND would give), or, by
     /// default, unknown. `krm-runner functions --resolve` shows it; decide it with the same
     /// code `evaluate` uses, so the two always agree.
-    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+    fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
         let _ = (image, route);
         Probe::Unknown
     }
@@ -221,6 +221,7 @@ impl ConfigError {
         serde_json::to_string(&self.problems).unwrap_or_else(|_| self.to_string())
     }
 
+    #[cfg(feature = "host")]
     /// The problems a plugin reported; plain text (a plugin built before problems were a list)
     /// is one problem with no field.
     pub(crate) fn from_wire(text: &str) -> Self {
@@ -331,10 +332,10 @@ impl EvaluatorHandle {
     }
 
     /// What the instance would do with a call for `image` (see [`Evaluator::probe`]).
-    pub fn probe(&self, image: &str, route: Option<&Route>) -> ProbeOutcome {
+    pub fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> ProbeOutcome {
         probe_from_json(&self.inner.probe(
             RStr::from_str(image),
-            RStr::from_str(&Route::to_json(route)),
+            RStr::from_str(&FunctionConfigRoute::to_json(route)),
         ))
         .into_resolution(&self.name)
     }
@@ -440,7 +441,7 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
     }
 
     fn resolve(&self, image: RStr<'_>, tag: RStr<'_>, route: RStr<'_>) -> RString {
-        let route = Route::from_json(route.as_str());
+        let route = FunctionConfigRoute::from_json(route.as_str());
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             self.0.resolve(image.as_str(), tag.as_str(), route.as_ref())
         }))
@@ -456,7 +457,7 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
     }
 
     fn probe(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
-        let route = Route::from_json(route.as_str());
+        let route = FunctionConfigRoute::from_json(route.as_str());
         let probe = catch_unwind(AssertUnwindSafe(|| {
             self.0.probe(image.as_str(), route.as_ref())
         }))
@@ -505,7 +506,7 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
     }
 
     fn warm_up(&self, image: RStr<'_>, route: RStr<'_>) {
-        let route = Route::from_json(route.as_str());
+        let route = FunctionConfigRoute::from_json(route.as_str());
         if let Err(panic) = catch_unwind(AssertUnwindSafe(|| {
             self.0.warm_up(image.as_str(), route.as_ref())
         })) {

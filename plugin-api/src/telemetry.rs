@@ -90,6 +90,7 @@ impl AttributeValue {
         }
     }
 
+    #[cfg(feature = "host")]
     pub(crate) fn from_ffi(value: AttributeValueFfi) -> Self {
         match value {
             AttributeValueFfi::Str(text) => Self::String(text.into_string()),
@@ -109,6 +110,7 @@ impl MeasurementKind {
         }
     }
 
+    #[cfg(feature = "host")]
     pub(crate) fn from_ffi(kind: MeasurementKindFfi) -> Self {
         match kind {
             MeasurementKindFfi::CounterAdd => Self::CounterAdd,

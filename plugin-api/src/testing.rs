@@ -48,10 +48,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::host::{EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginLibrary};
+use crate::host::{EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, PluginModule};
 use crate::{
-    CancelReason, ConfigError, EvalError, EvalResponse, FunctionSignature, Plugin, ProbeOutcome,
-    Resolution, Route,
+    CancelReason, ConfigError, EvalError, EvalResponse, FunctionConfigRoute, FunctionSignature,
+    Plugin, ProbeOutcome, Resolution,
 };
 
 /// The host a plugin under test is built by: runner settings and the instances built so far
@@ -101,8 +101,9 @@ impl PluginTester {
         instance: &str,
         config: serde_json::Value,
     ) -> Result<TestEvaluator, ConfigError> {
-        let library = PluginLibrary::in_process::<P>();
-        let built = Arc::new(library.build(instance, &config.to_string(), self.host.clone())?);
+        let module = PluginModule::linked_in::<P>();
+        let built =
+            Arc::new(module.build(P::NAME, instance, &config.to_string(), self.host.clone())?);
         let slot = EvaluatorSlot::new(instance);
         slot.fill(built.clone());
         lock(&self.host.slots).insert(instance.to_owned(), slot);
@@ -139,7 +140,7 @@ impl TestEvaluator {
     }
 
     /// What a call for `image` would do (see [`crate::Evaluator::probe`]).
-    pub fn probe(&self, image: &str, route: Option<&Route>) -> ProbeOutcome {
+    pub fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> ProbeOutcome {
         self.instance.probe(image, route)
     }
 
@@ -148,7 +149,7 @@ impl TestEvaluator {
         &self,
         image: &str,
         tag: &str,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
         self.instance.resolve(image, tag, route)
     }
@@ -205,7 +206,7 @@ pub struct TestCall<'a> {
     image: &'a str,
     deadline: Option<Duration>,
     cancel: Option<(Duration, CancelReason)>,
-    route: Option<Route>,
+    route: Option<FunctionConfigRoute>,
     tag: String,
 }
 
@@ -225,7 +226,7 @@ impl TestCall<'_> {
     }
 
     /// The FunctionConfig route that chose this evaluator.
-    pub fn route(mut self, route: Route) -> Self {
+    pub fn route(mut self, route: FunctionConfigRoute) -> Self {
         self.route = Some(route);
         self
     }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Example,
-    FunctionSignature, Parameter, Plugin, Probe, Route, export_plugin,
+    FunctionConfigRoute, FunctionSignature, Parameter, Plugin, Probe, export_plugin,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -110,7 +110,7 @@ impl Evaluator for Stamp {
         Ok(EvalResponse::new(stamped, log.into_bytes()))
     }
 
-    fn probe(&self, image: &str, _route: Option<&Route>) -> Probe {
+    fn probe(&self, image: &str, _route: Option<&FunctionConfigRoute>) -> Probe {
         if self.serves(image) {
             Probe::Serves
         } else {

@@ -29,17 +29,17 @@ fn table(objects: Vec<Sourced>) -> RoutingTable {
     table
 }
 
-fn matched(route: Route) -> Matched {
+fn matched(route: RouteOutcome) -> Matched {
     match route {
-        Route::Matched(matched) => matched,
-        Route::NoMatch(reason) => panic!("no match: {reason}"),
+        RouteOutcome::Matched(matched) => matched,
+        RouteOutcome::NoMatch(reason) => panic!("no match: {reason}"),
     }
 }
 
-fn no_match(route: Route) -> NoMatch {
+fn no_match(route: RouteOutcome) -> NoMatch {
     match route {
-        Route::NoMatch(reason) => reason,
-        Route::Matched(matched) => panic!("matched {}", matched.object),
+        RouteOutcome::NoMatch(reason) => reason,
+        RouteOutcome::Matched(matched) => panic!("matched {}", matched.object),
     }
 }
 
@@ -117,7 +117,7 @@ fn executors_are_planned_in_flow_order_for_the_tags_they_list() {
             "{tag}"
         );
     }
-    let Step::Pod { settings } = &matched(table.route(&image("v9"))).plan[0] else {
+    let PlannedExecutor::Pod { settings } = &matched(table.route(&image("v9"))).plan[0] else {
         panic!("not a pod step");
     };
     assert_eq!(settings.max_parallel_executions, Some(2));
@@ -171,7 +171,7 @@ fn absent_sections_and_pod_tag_lists_are_explained() {
     );
     assert_eq!(
         matched(table.route("binary-abs:v1")).plan,
-        [Step::Binary {
+        [PlannedExecutor::Binary {
             path: PathBuf::from("/usr/bin/fn"),
             tag: "v1".to_owned(),
         }]
@@ -191,8 +191,12 @@ fn a_missing_tag_is_the_empty_tag() {
     assert_eq!(route.image.tag, "");
     // Only the pod executor with its empty (= every tag) list takes an untagged image...
     assert_eq!(
-        route.plan.iter().map(Step::executor).collect::<Vec<_>>(),
-        [Executor::Pod]
+        route
+            .plan
+            .iter()
+            .map(PlannedExecutor::executor)
+            .collect::<Vec<_>>(),
+        [FunctionConfigExecutor::PodExecutor]
     );
     // ...or a list naming the empty tag.
     assert_eq!(
@@ -261,7 +265,7 @@ fn the_repository_must_equal_a_prefix() {
             json!({"image": "private", "prefixes": ["example.com/fns"], "podExecutor": {}}),
         ),
     ]);
-    let matches = |image: &str| matches!(table.route(image), Route::Matched(_));
+    let matches = |image: &str| matches!(table.route(image), RouteOutcome::Matched(_));
     for image in [
         "default-only:v1",
         "ghcr.io/kptdev/krm-functions-catalog/default-only:v1",
@@ -342,7 +346,7 @@ fn conflicts_prefer_files_then_names_whatever_the_arrival_order() {
             "b-set-labels"
         );
         assert!(
-            matches!(table.route("set-labels:v1.0.26"), Route::Matched(m) if m.plan.is_empty())
+            matches!(table.route("set-labels:v1.0.26"), RouteOutcome::Matched(m) if m.plan.is_empty())
         );
         let ignored: Vec<_> = conflicts.iter().map(|c| c.ignored.to_string()).collect();
         assert_eq!(
@@ -420,7 +424,7 @@ fn relative_binary_paths_resolve_against_the_functions_directory() {
         DEFAULT_PREFIX,
         Path::new("relative/functions"),
     );
-    let Step::Binary { path, .. } = &matched(table.route("rel:v1")).plan[0] else {
+    let PlannedExecutor::Binary { path, .. } = &matched(table.route("rel:v1")).plan[0] else {
         panic!("not a binary step");
     };
     assert!(path.is_absolute(), "{}", path.display());
@@ -446,16 +450,37 @@ fn executor_tags_are_constraints() {
         matched(table.route(image))
             .plan
             .iter()
-            .map(Step::executor)
+            .map(PlannedExecutor::executor)
             .collect::<Vec<_>>()
     };
     // A requested tag falls under the entries admitting its version...
-    assert_eq!(executors("fn:v1.1.0"), [Executor::Go, Executor::Pod]);
-    assert_eq!(executors("fn:v1.2.5"), [Executor::Binary, Executor::Pod]);
+    assert_eq!(
+        executors("fn:v1.1.0"),
+        [
+            FunctionConfigExecutor::GoExecutor,
+            FunctionConfigExecutor::PodExecutor
+        ]
+    );
+    assert_eq!(
+        executors("fn:v1.2.5"),
+        [
+            FunctionConfigExecutor::BinaryExecutor,
+            FunctionConfigExecutor::PodExecutor
+        ]
+    );
     // ...`*` admits any release, `latest` only itself, pre-releases none unless named.
-    assert_eq!(executors("fn:v7.0.0"), [Executor::Pod]);
-    assert_eq!(executors("fn:latest"), [Executor::Binary]);
-    assert_eq!(executors("fn:v1.2.5-rc.1"), Vec::<Executor>::new());
+    assert_eq!(
+        executors("fn:v7.0.0"),
+        [FunctionConfigExecutor::PodExecutor]
+    );
+    assert_eq!(
+        executors("fn:latest"),
+        [FunctionConfigExecutor::BinaryExecutor]
+    );
+    assert_eq!(
+        executors("fn:v1.2.5-rc.1"),
+        Vec::<FunctionConfigExecutor>::new()
+    );
     let (_, left_out) = explain(&table, "fn:main");
     assert_eq!(left_out[2], r#"podExecutor: tag "main" not among ["*"]"#);
 }
@@ -479,15 +504,15 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
     assert_eq!(
         caret.plan,
         [
-            Step::Go {
+            PlannedExecutor::Go {
                 function_id: "fn".into(),
                 tag: "v1.1.0".into()
             },
-            Step::Binary {
+            PlannedExecutor::Binary {
                 path: PathBuf::from("/opt/functions/fn"),
                 tag: "v1.2.7".into()
             },
-            Step::Pod {
+            PlannedExecutor::Pod {
                 settings: Arc::new(serde_json::from_value(json!({"tags": ["~1.2"]})).unwrap())
             },
         ]
@@ -495,7 +520,7 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
     let patch = route(">= 1.2.3, < 1.2.7");
     assert_eq!(
         patch.plan[0],
-        Step::Binary {
+        PlannedExecutor::Binary {
             path: PathBuf::from("/opt/functions/fn"),
             tag: "v1.2.3".into()
         }
@@ -507,5 +532,5 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
     // Only a constraint naming a pre-release picks one.
     let rc = route("2.0.0-rc.1");
     assert_eq!(rc.plan.len(), 2, "{:?}", rc.plan);
-    assert!(matches!(&rc.plan[0], Step::Binary { tag, .. } if tag == "v2.0.0-rc.1"));
+    assert!(matches!(&rc.plan[0], PlannedExecutor::Binary { tag, .. } if tag == "v2.0.0-rc.1"));
 }

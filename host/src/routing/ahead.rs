@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
-use krm_plugin_api::{ErrorKind, Executor, Route};
+use krm_plugin_api::{ErrorKind, FunctionConfigExecutor, FunctionConfigRoute};
 use krm_runner_function_config::ObjectId;
 use krm_runner_function_config::version::TagEntry;
 
@@ -23,7 +23,7 @@ pub struct Report {
     pub generation: Option<i64>,
     /// The repository the FunctionConfig's image lives in (first prefix, or the default one).
     pub image: String,
-    pub executor: Executor,
+    pub executor: FunctionConfigExecutor,
     /// The tag entry as written; `None` for a podExecutor listing no tags (any tag).
     pub tag: Option<String>,
     pub resolved: Option<String>,
@@ -91,7 +91,7 @@ impl Router {
                 let instance = self.executors[0].1.as_ref();
                 for tag in &go.tags {
                     let (resolved, state) = match instance {
-                        None => (None, self.skipped(Executor::GoExecutor)),
+                        None => (None, self.skipped(FunctionConfigExecutor::GoExecutor)),
                         Some(_) if !self.builtin_functions.contains(&id) => (
                             None,
                             State::Failed {
@@ -104,7 +104,7 @@ impl Router {
                         }
                     };
                     reports.push(report(
-                        Executor::GoExecutor,
+                        FunctionConfigExecutor::GoExecutor,
                         Some(tag),
                         resolved,
                         None,
@@ -116,7 +116,7 @@ impl Router {
                 let path = table.functions_dir().join(&binary.path);
                 for tag in &binary.tags {
                     let (resolved, state) = if self.executors[1].1.is_none() {
-                        (None, self.skipped(Executor::BinaryExecutor))
+                        (None, self.skipped(FunctionConfigExecutor::BinaryExecutor))
                     } else if !is_executable(&path) {
                         (
                             None,
@@ -132,7 +132,7 @@ impl Router {
                         local_tag(tag, |_| None)
                     };
                     reports.push(report(
-                        Executor::BinaryExecutor,
+                        FunctionConfigExecutor::BinaryExecutor,
                         Some(tag),
                         resolved,
                         None,
@@ -141,19 +141,25 @@ impl Router {
                 }
             }
             if let Some(pod) = &spec.pod_executor {
-                let route = Route {
+                let route = FunctionConfigRoute {
                     function_config: object.to_string(),
-                    executor: Executor::PodExecutor,
+                    executor: FunctionConfigExecutor::PodExecutor,
                     settings: to_json(pod),
                 };
                 let Some(instance) = self.executors[2].1.as_ref() else {
-                    let state = self.skipped(Executor::PodExecutor);
-                    reports.push(report(Executor::PodExecutor, None, None, None, state));
+                    let state = self.skipped(FunctionConfigExecutor::PodExecutor);
+                    reports.push(report(
+                        FunctionConfigExecutor::PodExecutor,
+                        None,
+                        None,
+                        None,
+                        state,
+                    ));
                     continue;
                 };
                 if pod.tags.is_empty() {
                     reports.push(report(
-                        Executor::PodExecutor,
+                        FunctionConfigExecutor::PodExecutor,
                         None,
                         None,
                         None,
@@ -203,7 +209,7 @@ impl Router {
                         }
                     }
                     reports.push(report(
-                        Executor::PodExecutor,
+                        FunctionConfigExecutor::PodExecutor,
                         Some(tag),
                         resolved,
                         digest,
@@ -215,7 +221,7 @@ impl Router {
         reports
     }
 
-    fn skipped(&self, executor: Executor) -> State {
+    fn skipped(&self, executor: FunctionConfigExecutor) -> State {
         let name = self.instance_name(executor);
         State::Skipped(if name.is_empty() {
             format!(

@@ -10,8 +10,8 @@ mod store;
 use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use krm_plugin_api::host::EvaluatorInstance;
-use krm_plugin_api::{Executor, Route};
+use krm_plugin_api::{FunctionConfigExecutor, FunctionConfigRoute};
+use krm_plugin_loader::EvaluatorInstance;
 use krm_runner_function_config::version::Constraint;
 use krm_runner_function_config::{self as fc, RoutingTable};
 
@@ -79,7 +79,11 @@ pub async fn start_sources(
 
 /// The evaluator instances standing for the three executors, and the routing table in force.
 pub struct Router {
-    executors: [(Executor, Option<Arc<EvaluatorInstance>>, String); 3],
+    executors: [(
+        FunctionConfigExecutor,
+        Option<Arc<EvaluatorInstance>>,
+        String,
+    ); 3],
     /// The functions the goExecutor instance implements, by the names a goExecutor id may give.
     builtin_functions: Vec<String>,
     table: RwLock<Arc<RoutingTable>>,
@@ -90,9 +94,9 @@ pub struct Router {
 }
 
 /// One evaluator to try, and why.
-pub struct Step {
+pub struct RoutedEvaluator {
     pub instance: Arc<EvaluatorInstance>,
-    pub route: Route,
+    pub route: FunctionConfigRoute,
     /// The image to hand it: the requested one, or, when the runner resolved the call's
     /// constraint against the executor's tags, the image with the chosen tag.
     pub image: String,
@@ -103,7 +107,7 @@ pub struct Step {
 /// What a call will try, in order, before the served chain.
 #[derive(Default)]
 pub struct Plan {
-    pub steps: Vec<Step>,
+    pub steps: Vec<RoutedEvaluator>,
     /// For a call with a tag constraint: the matched FunctionConfig's executors none of whose
     /// tags satisfies it, each with its reason (for the NOT_FOUND answer).
     pub unsatisfied: Vec<String>,
@@ -114,7 +118,7 @@ pub struct Explanation {
     /// The FunctionConfig that matched, or why none did.
     pub matched: Result<String, String>,
     /// Each executor in order: the instance that would run, or why it is skipped.
-    pub executors: Vec<(Executor, Result<String, String>)>,
+    pub executors: Vec<(FunctionConfigExecutor, Result<String, String>)>,
 }
 
 impl Router {
@@ -123,14 +127,17 @@ impl Router {
         names: &crate::config::ExecutorInstances,
         instance: impl Fn(&str) -> Option<Arc<EvaluatorInstance>>,
     ) -> Self {
-        let pick = |executor: Executor, name: &str| {
+        let pick = |executor: FunctionConfigExecutor, name: &str| {
             let found = (!name.is_empty()).then(|| instance(name)).flatten();
             (executor, found, name.to_owned())
         };
         let executors = [
-            pick(Executor::GoExecutor, &names.go_executor),
-            pick(Executor::BinaryExecutor, &names.binary_executor),
-            pick(Executor::PodExecutor, &names.pod_executor),
+            pick(FunctionConfigExecutor::GoExecutor, &names.go_executor),
+            pick(
+                FunctionConfigExecutor::BinaryExecutor,
+                &names.binary_executor,
+            ),
+            pick(FunctionConfigExecutor::PodExecutor, &names.pod_executor),
         ];
         let builtin_functions = executors[0]
             .1
@@ -159,12 +166,12 @@ impl Router {
     }
 
     /// The evaluator instance configured for `executor` (empty: none).
-    pub fn instance_name(&self, executor: Executor) -> &str {
+    pub fn instance_name(&self, executor: FunctionConfigExecutor) -> &str {
         &self.executors[executor as usize].2
     }
 
     /// Executor names configured but not built: their sections are skipped.
-    pub fn missing_instances(&self) -> Vec<(Executor, &str)> {
+    pub fn missing_instances(&self) -> Vec<(FunctionConfigExecutor, &str)> {
         self.executors
             .iter()
             .filter(|(_, instance, name)| instance.is_none() && !name.is_empty())
@@ -191,7 +198,7 @@ impl Router {
     /// The evaluators a call for `image` (under the tag `constraint`, if any) tries before
     /// the served chain.
     pub fn plan(&self, image: &str, constraint: Option<&Constraint>) -> Plan {
-        let fc::Route::Matched(matched) = self.table().route_with(image, constraint) else {
+        let fc::RouteOutcome::Matched(matched) = self.table().route_with(image, constraint) else {
             return Plan::default();
         };
         let steps = matched
@@ -201,12 +208,11 @@ impl Router {
                 let planned = Planned::new(&matched, step);
                 let instance = self.runnable(&planned).ok()?;
                 let resolved_tag = match step {
-                    fc::Step::Go { tag, .. } | fc::Step::Binary { tag, .. } => {
-                        constraint.map(|_| tag)
-                    }
-                    fc::Step::Pod { .. } => None,
+                    fc::PlannedExecutor::Go { tag, .. }
+                    | fc::PlannedExecutor::Binary { tag, .. } => constraint.map(|_| tag),
+                    fc::PlannedExecutor::Pod { .. } => None,
                 };
-                Some(Step {
+                Some(RoutedEvaluator {
                     instance,
                     route: planned.route,
                     image: resolved_tag
@@ -226,17 +232,19 @@ impl Router {
 
     pub fn explain(&self, image: &str, constraint: Option<&Constraint>) -> Explanation {
         let matched = match self.table().route_with(image, constraint) {
-            fc::Route::NoMatch(reason) => {
+            fc::RouteOutcome::NoMatch(reason) => {
                 return Explanation {
                     matched: Err(reason.to_string()),
                     executors: Vec::new(),
                 };
             }
-            fc::Route::Matched(matched) => matched,
+            fc::RouteOutcome::Matched(matched) => matched,
         };
         // The crate's messages start with the executor's name, which the caller prints.
-        let unlabelled = |executor: fc::Executor, text: String| match executor {
-            fc::Executor::Pod if text == executor.to_string() => "the image in pods".to_owned(),
+        let unlabelled = |executor: FunctionConfigExecutor, text: String| match executor {
+            FunctionConfigExecutor::PodExecutor if text == executor.to_string() => {
+                "the image in pods".to_owned()
+            }
             _ => text
                 .strip_prefix(&format!("{executor}: "))
                 .map(str::to_owned)
@@ -248,8 +256,10 @@ impl Router {
             .map(|step| {
                 let planned = Planned::new(&matched, step);
                 let mut what = unlabelled(step.executor(), step.to_string());
-                if let (Some(_), fc::Step::Go { tag, .. } | fc::Step::Binary { tag, .. }) =
-                    (constraint, step)
+                if let (
+                    Some(_),
+                    fc::PlannedExecutor::Go { tag, .. } | fc::PlannedExecutor::Binary { tag, .. },
+                ) = (constraint, step)
                 {
                     what = format!("{what} as tag {tag:?}");
                 }
@@ -261,10 +271,7 @@ impl Router {
             })
             .chain(matched.left_out.iter().map(|left_out| {
                 let executor = left_out.executor();
-                (
-                    to_api(executor),
-                    Err(unlabelled(executor, left_out.to_string())),
-                )
+                (executor, Err(unlabelled(executor, left_out.to_string())))
             }))
             .collect();
         executors.sort_by_key(|(executor, _)| *executor as u8);
@@ -293,14 +300,14 @@ impl Router {
             None => return Err(format!("no evaluator instance named {name:?} is running")),
         };
         match planned.step {
-            fc::Step::Go { function_id, .. } => {
+            fc::PlannedExecutor::Go { function_id, .. } => {
                 if !self.builtin_functions.contains(function_id) {
                     return Err(format!(
                         "evaluator {name:?} has no function {function_id:?} compiled in"
                     ));
                 }
             }
-            fc::Step::Binary { path, .. } => {
+            fc::PlannedExecutor::Binary { path, .. } => {
                 if !is_executable(path) {
                     return Err(format!(
                         "binary {} is missing or not executable",
@@ -308,7 +315,7 @@ impl Router {
                     ));
                 }
             }
-            fc::Step::Pod { .. } => {}
+            fc::PlannedExecutor::Pod { .. } => {}
         }
         Ok(instance)
     }
@@ -326,13 +333,13 @@ impl Router {
                 continue;
             }
             let function_config = match table.route(&image) {
-                fc::Route::Matched(matched) => matched.object.to_string(),
-                fc::Route::NoMatch(_) => continue,
+                fc::RouteOutcome::Matched(matched) => matched.object.to_string(),
+                fc::RouteOutcome::NoMatch(_) => continue,
             };
             tracing::info!(image, function_config, "warming up");
-            let route = Route {
+            let route = FunctionConfigRoute {
                 function_config,
-                executor: Executor::PodExecutor,
+                executor: FunctionConfigExecutor::PodExecutor,
                 settings: to_json(&settings),
             };
             pod.warm_up(&image, Some(&route));
@@ -342,41 +349,33 @@ impl Router {
 
 /// One step of a matched FunctionConfig's plan, as the evaluator will be told it.
 struct Planned<'a> {
-    step: &'a fc::Step,
-    route: Route,
+    step: &'a fc::PlannedExecutor,
+    route: FunctionConfigRoute,
 }
 
 impl<'a> Planned<'a> {
     /// The executor's section of the spec, narrowed to the tag it runs, with the builtin's
     /// id and the binary's absolute path filled in.
-    fn new(matched: &fc::Matched, step: &'a fc::Step) -> Self {
+    fn new(matched: &fc::Matched, step: &'a fc::PlannedExecutor) -> Self {
         let settings = match step {
-            fc::Step::Go { function_id, tag } => to_json(&fc::GoExecutor {
+            fc::PlannedExecutor::Go { function_id, tag } => to_json(&fc::GoExecutor {
                 tags: vec![tag.clone()],
                 id: Some(function_id.clone()),
             }),
-            fc::Step::Binary { path, tag } => to_json(&fc::BinaryExecutor {
+            fc::PlannedExecutor::Binary { path, tag } => to_json(&fc::BinaryExecutor {
                 tags: vec![tag.clone()],
                 path: path.display().to_string(),
             }),
-            fc::Step::Pod { settings } => to_json(&**settings),
+            fc::PlannedExecutor::Pod { settings } => to_json(&**settings),
         };
         Self {
             step,
-            route: Route {
+            route: FunctionConfigRoute {
                 function_config: matched.object.to_string(),
-                executor: to_api(step.executor()),
+                executor: step.executor(),
                 settings,
             },
         }
-    }
-}
-
-fn to_api(executor: fc::Executor) -> Executor {
-    match executor {
-        fc::Executor::Go => Executor::GoExecutor,
-        fc::Executor::Binary => Executor::BinaryExecutor,
-        fc::Executor::Pod => Executor::PodExecutor,
     }
 }
 

@@ -3,7 +3,7 @@
 //! An object the runner does not apply (invalid, or losing a conflict) gets conditions saying
 //! why, next to `status.error`.
 
-use krm_plugin_api::Executor;
+use krm_plugin_api::FunctionConfigExecutor;
 use krm_runner_function_config::{ConditionStatus, ExecutorStatus, FunctionConfigStatus};
 
 use super::{Report, State};
@@ -20,7 +20,7 @@ const RESOLUTION_FAILURES: [&str; 2] = ["NoVersion", "ResolveFailed"];
 pub fn worked_out(
     previous: &FunctionConfigStatus,
     reports: &[&Report],
-    evaluator: impl Fn(Executor) -> String,
+    evaluator: impl Fn(FunctionConfigExecutor) -> String,
     generation: Option<i64>,
 ) -> FunctionConfigStatus {
     let mut status = previous.clone();
@@ -148,7 +148,12 @@ mod tests {
 
     use super::*;
 
-    fn report(executor: Executor, tag: &str, resolved: Option<&str>, state: State) -> Report {
+    fn report(
+        executor: FunctionConfigExecutor,
+        tag: &str,
+        resolved: Option<&str>,
+        state: State,
+    ) -> Report {
         Report {
             object: ObjectId {
                 namespace: Some("fns".into()),
@@ -173,8 +178,18 @@ mod tests {
 
     #[test]
     fn resolved_tags_make_the_object_ready() {
-        let range = report(Executor::PodExecutor, "~1.1", Some("v1.1.5"), State::Ready);
-        let exact = report(Executor::BinaryExecutor, "v1", Some("v1"), State::Ready);
+        let range = report(
+            FunctionConfigExecutor::PodExecutor,
+            "~1.1",
+            Some("v1.1.5"),
+            State::Ready,
+        );
+        let exact = report(
+            FunctionConfigExecutor::BinaryExecutor,
+            "v1",
+            Some("v1"),
+            State::Ready,
+        );
         let status = worked_out(
             &FunctionConfigStatus::default(),
             &[&exact, &range],
@@ -221,7 +236,7 @@ mod tests {
             message: message.into(),
         };
         let missing = report(
-            Executor::BinaryExecutor,
+            FunctionConfigExecutor::BinaryExecutor,
             "v1",
             None,
             failed(
@@ -248,7 +263,7 @@ mod tests {
         assert_eq!(status.executors.as_ref().unwrap()[0].evaluator, None);
 
         let none = report(
-            Executor::PodExecutor,
+            FunctionConfigExecutor::PodExecutor,
             "^3",
             None,
             failed("NoVersion", "no version satisfies"),
@@ -272,7 +287,7 @@ mod tests {
     #[test]
     fn only_skipped_executors_are_not_ready() {
         let skipped = report(
-            Executor::PodExecutor,
+            FunctionConfigExecutor::PodExecutor,
             "v1",
             None,
             State::Skipped("no instance stands for podExecutor".into()),
@@ -290,7 +305,12 @@ mod tests {
 
     #[test]
     fn a_refused_object_says_why_and_lists_no_executors() {
-        let ready = report(Executor::PodExecutor, "v1", Some("v1"), State::Ready);
+        let ready = report(
+            FunctionConfigExecutor::PodExecutor,
+            "v1",
+            Some("v1"),
+            State::Ready,
+        );
         let applied = worked_out(
             &FunctionConfigStatus::default(),
             &[&ready],

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use krm_runner_function_config::{
-    Conflict, LoadError, ObjectId, RoutingTable, Sourced, load_paths,
+    Conflict, FunctionConfigLoadError, ObjectId, RoutingTable, Sourced, load_paths,
 };
 
 use super::Router;
@@ -190,7 +190,7 @@ impl Store {
 fn read_files(config: &FunctionConfigs) -> Result<Vec<Sourced>, Vec<String>> {
     let (objects, mut errors) = load_paths(&config.paths);
     if config.paths_are_default {
-        errors.retain(|error| !matches!(error, LoadError::Missing { .. }));
+        errors.retain(|error| !matches!(error, FunctionConfigLoadError::Missing { .. }));
     }
     if errors.is_empty() {
         Ok(objects)

@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use krm_plugin_api::host::{HostCallContext, HostSpan};
 use krm_plugin_api::{AttributeValue, TraceContext};
+use krm_plugin_loader::{HostCallContext, HostSpan};
 use opentelemetry::propagation::{Extractor, TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};

@@ -9,23 +9,22 @@
 use std::collections::BTreeMap;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Executor,
-    FunctionSignature, Plugin, Probe, Resolution, Route,
+    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
+    FunctionConfigExecutor, FunctionConfigRoute, FunctionSignature, Plugin, Probe, Resolution,
 };
 use krm_runner_function_config::GoExecutor;
 use krm_runner_function_config::version::{Constraint, sorted_versions};
 use serde::Deserialize;
 
-mod fast_yaml;
 mod functions;
 #[cfg(test)]
 mod proptests;
 mod rl;
 mod typed;
-mod yaml;
 
 use functions::{Ctx, Exit, FUNCTIONS, Function, Limits};
 use krm_plugin_api::ErrorKind;
+use krm_yaml_edit as yaml;
 use yaml::Stop;
 
 /// The runner's default `max_message_bytes`, for when it does not say.
@@ -205,9 +204,9 @@ impl Builtin {
     fn choose(
         &self,
         image: &str,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
     ) -> Result<Result<Chosen<'_>, String>, EvalError> {
-        let routed = route.filter(|route| route.executor == Executor::GoExecutor);
+        let routed = route.filter(|route| route.executor == FunctionConfigExecutor::GoExecutor);
         let Some(route) = routed else {
             return Ok(match self.find(image) {
                 Ok(function) => Ok(Chosen::Catalog(function)),
@@ -302,7 +301,7 @@ impl Evaluator for Builtin {
         let route = context.route();
         let go_routed = route
             .as_ref()
-            .is_some_and(|route| route.executor == Executor::GoExecutor);
+            .is_some_and(|route| route.executor == FunctionConfigExecutor::GoExecutor);
         let chosen = match context.requested_tag() {
             Some(tag) if !go_routed => match self.resolve_tag(image, &tag) {
                 Some(resolved) => {
@@ -345,7 +344,7 @@ impl Evaluator for Builtin {
         &self,
         image: &str,
         tag: &str,
-        _route: Option<&Route>,
+        _route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
         Some(
             self.resolve_tag(image, tag)?
@@ -353,7 +352,7 @@ impl Evaluator for Builtin {
         )
     }
 
-    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+    fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
         match self.choose(image, route) {
             Ok(Err(reason)) => Probe::Declines(reason),
             // A call that fails does not fall through either.

@@ -274,7 +274,7 @@ fn limits() -> Limits {
 /// The fast path's tree is the general parser's, or the fast path declines.
 fn same_tree_or_declined(src: &str) -> Result<(), TestCaseError> {
     let general = Doc::parse_general(src);
-    if let Some(fast) = crate::fast_yaml::parse(src, &Stop::default()) {
+    if let Some(fast) = crate::yaml::fast::parse(src, &Stop::default()) {
         let general = general.as_ref().map_err(|e| {
             TestCaseError::fail(format!(
                 "fast path accepted what saphyr refuses ({e}): {src:?}"
@@ -309,7 +309,7 @@ proptest! {
 
     #[test]
     fn fast_path_takes_streams_of_documents_it_takes_alone(stream in stream()) {
-        let alone = |src: &str| crate::fast_yaml::parse(src, &Stop::default()).is_some();
+        let alone = |src: &str| crate::yaml::fast::parse(src, &Stop::default()).is_some();
         if stream.documents.iter().all(|document| alone(document)) {
             prop_assert!(alone(&stream.text()), "declined {:?}", stream.text());
         }

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use krm_plugin_api::process::OutputLimits;
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
-    Executor, Plugin, Probe, Resolution, Route, export_plugin,
+    FunctionConfigExecutor, FunctionConfigRoute, Plugin, Probe, Resolution, export_plugin,
 };
 use krm_runner_function_config::version::{Constraint, sorted_versions};
 use krm_runner_function_config::{BinaryExecutor, ImageRef};
@@ -112,7 +112,7 @@ impl Evaluator for Exec {
     ) -> Result<EvalResponse, EvalError> {
         if let Some(route) = context
             .route()
-            .filter(|route| route.executor == Executor::BinaryExecutor)
+            .filter(|route| route.executor == FunctionConfigExecutor::BinaryExecutor)
         {
             let binary: BinaryExecutor = route.settings()?;
             let function = Function {
@@ -146,13 +146,14 @@ impl Evaluator for Exec {
         &self,
         image: &str,
         tag: &str,
-        _route: Option<&Route>,
+        _route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
         self.resolve_tag(image, tag)
     }
 
-    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
-        let routed = route.is_some_and(|route| route.executor == Executor::BinaryExecutor);
+    fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
+        let routed =
+            route.is_some_and(|route| route.executor == FunctionConfigExecutor::BinaryExecutor);
         if routed || self.functions.contains_key(image) {
             Probe::Serves
         } else {

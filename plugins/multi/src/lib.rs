@@ -12,7 +12,7 @@ use std::ops::ControlFlow;
 
 use krm_plugin_api::{
     BuildContext, CallContext, Chain, ConfigError, EvalError, EvalResponse, Evaluator,
-    EvaluatorHandle, Plugin, Probe, ProbeOutcome, Route, export_plugin,
+    EvaluatorHandle, FunctionConfigRoute, Plugin, Probe, ProbeOutcome, export_plugin,
 };
 use serde::Deserialize;
 
@@ -46,7 +46,7 @@ impl Evaluator for Multi {
         Err(chain.all_declined(image))
     }
 
-    fn probe(&self, image: &str, route: Option<&Route>) -> Probe {
+    fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
         let mut declined = Vec::new();
         for evaluator in &self.chain {
             let mut resolution = evaluator.probe(image, route);

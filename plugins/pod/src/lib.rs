@@ -23,8 +23,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator, Plugin,
-    Probe, Resolution, Route, TraceContext, export_plugin,
+    BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
+    FunctionConfigRoute, Plugin, Probe, Resolution, TraceContext, export_plugin,
 };
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use tonic::Code;
@@ -82,7 +82,7 @@ impl Evaluator for PodEvaluator {
         &self,
         image: &str,
         tag: &str,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
         let image = resolve(image, &self.pool.settings.default_image_prefix);
         Some(
@@ -92,11 +92,11 @@ impl Evaluator for PodEvaluator {
     }
 
     /// Any image can run in a pod: calls never fall through from here.
-    fn probe(&self, _image: &str, _route: Option<&Route>) -> Probe {
+    fn probe(&self, _image: &str, _route: Option<&FunctionConfigRoute>) -> Probe {
         Probe::Serves
     }
 
-    fn warm_up(&self, image: &str, route: Option<&Route>) {
+    fn warm_up(&self, image: &str, route: Option<&FunctionConfigRoute>) {
         let _runtime = self.runtime.enter();
         self.pool.warm_up(
             &resolve(image, &self.pool.settings.default_image_prefix),

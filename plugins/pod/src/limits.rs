@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use krm_plugin_api::{EvalError, Route};
+use krm_plugin_api::{EvalError, FunctionConfigRoute};
 use krm_runner_function_config::{PodExecutor, TemplateOverrides};
 use sha2::{Digest, Sha256};
 
@@ -60,7 +60,7 @@ impl Limits {
     }
 
     /// The settings a `podExecutor` route carries; an error names its FunctionConfig.
-    pub fn from_route(route: &Route, defaults: &Self) -> Result<Self, EvalError> {
+    pub fn from_route(route: &FunctionConfigRoute, defaults: &Self) -> Result<Self, EvalError> {
         let pod = route.settings::<PodExecutor>()?;
         Self::from_pod_executor(&pod, defaults).map_err(|error| {
             EvalError::internal(format!(
@@ -146,9 +146,9 @@ mod tests {
 
     #[test]
     fn a_bad_route_names_its_function_config() {
-        let route = Route {
+        let route = FunctionConfigRoute {
             function_config: "fns/identity".into(),
-            executor: krm_plugin_api::Executor::PodExecutor,
+            executor: krm_plugin_api::FunctionConfigExecutor::PodExecutor,
             settings: json!({"timeToLive": "soon"}),
         };
         let error = Limits::from_route(&route, &defaults()).unwrap_err();

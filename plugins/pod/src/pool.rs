@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use krm_plugin_api::{ErrorKind, EvalError, Executor, Route, Telemetry};
+use krm_plugin_api::{
+    ErrorKind, EvalError, FunctionConfigExecutor, FunctionConfigRoute, Telemetry,
+};
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 use rand::Rng;
 use tokio::sync::Notify;
@@ -219,10 +221,10 @@ impl Pool {
     pub fn settle(
         self: &Arc<Self>,
         image: &str,
-        route: Option<&Route>,
+        route: Option<&FunctionConfigRoute>,
     ) -> Result<Arc<Limits>, EvalError> {
         // Another executor's route (a delegating evaluator's) says nothing about pods.
-        let route = route.filter(|route| route.executor == Executor::PodExecutor);
+        let route = route.filter(|route| route.executor == FunctionConfigExecutor::PodExecutor);
         let told_by = route.map(|route| &route.settings);
         let mut retired = Vec::new();
         let limits = {
@@ -703,7 +705,7 @@ impl Pool {
 
     /// Starts one pod for `image` with `route`'s settings (or the image's own without one) if
     /// it has none, in the background; failures are logged.
-    pub fn warm_up(self: &Arc<Self>, image: &str, route: Option<&Route>) {
+    pub fn warm_up(self: &Arc<Self>, image: &str, route: Option<&FunctionConfigRoute>) {
         let limits = match self.settle(image, route) {
             Ok(limits) => limits,
             Err(error) => {

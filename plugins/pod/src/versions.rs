@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
-use krm_plugin_api::{ErrorKind, EvalError, Executor, Resolution, Route};
+use krm_plugin_api::{
+    ErrorKind, EvalError, FunctionConfigExecutor, FunctionConfigRoute, Resolution,
+};
 use krm_runner_function_config::PodExecutor;
 use krm_runner_function_config::version::{Constraint, TagEntry, sorted_versions};
 
@@ -17,11 +19,12 @@ pub async fn resolve_tag(
     pool: &Arc<Pool>,
     repository: &str,
     tag: &str,
-    route: Option<&Route>,
+    route: Option<&FunctionConfigRoute>,
 ) -> Result<Resolution, EvalError> {
     let constraint =
         Constraint::parse(tag).map_err(|error| EvalError::invalid_input(error.to_string()))?;
-    let admitted = match route.filter(|route| route.executor == Executor::PodExecutor) {
+    let admitted = match route.filter(|route| route.executor == FunctionConfigExecutor::PodExecutor)
+    {
         Some(route) => {
             let pod: PodExecutor = route.settings()?;
             let entries = pod

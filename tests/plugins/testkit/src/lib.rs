@@ -35,8 +35,8 @@ use krm_function_executor::registry::PathRegistry;
 use krm_function_executor::signature::ParameterBuilder;
 use krm_function_executor::{Executor, TypedSignature};
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Plugin, Route,
-    Telemetry, TypedFunctionSet, export_plugin,
+    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
+    FunctionConfigRoute, Plugin, Telemetry, TypedFunctionSet, export_plugin,
 };
 use serde::Deserialize;
 
@@ -112,7 +112,7 @@ impl Evaluator for Testkit {
         }
     }
 
-    fn warm_up(&self, image: &str, route: Option<&Route>) {
+    fn warm_up(&self, image: &str, route: Option<&FunctionConfigRoute>) {
         let route = serde_json::to_string(&route).unwrap_or_default();
         tracing::warn!("testkit warm-up {image} {route}");
     }

@@ -1,4 +1,4 @@
-//! A fast path for [`Doc::parse`](crate::yaml::Doc::parse): a line-oriented parser for the
+//! A fast path for [`Doc::parse`](crate::Doc::parse): a line-oriented parser for the
 //! plain block YAML that tools write (streams of documents separated by `---` and `...`
 //! lines, block mappings and sequences, single-line plain and quoted scalars, literal block
 //! scalars, comments, blank lines). It builds exactly the tree the saphyr-based parser builds
@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use crate::yaml::{Doc, Kind, Node, NodeId, Stop, Style};
+use crate::{Doc, Kind, Node, NodeId, Stop, Style};
 
 /// Nesting deeper than this goes to the general parser (which refuses it).
 const MAX_DEPTH: usize = 256;

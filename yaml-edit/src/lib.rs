@@ -1,0 +1,25 @@
+//! Lossless YAML editing: parse once into a tree that remembers byte spans, then change the
+//! original text only at those spans. Whatever no function touched stays byte-identical, with
+//! its comments, quoting and blank lines, by construction.
+//!
+//! [`Doc::parse`] takes the line-oriented [`fast`] path for the plain block YAML tools write and
+//! the general parser for everything else; [`Editor`] queues changes at the tree's spans and
+//! writes the result once. Shared by the `builtin` plugin and the ConfigHub function executor.
+
+mod edit;
+// Public for property tests that hold the fast path to the general parser's trees.
+pub mod fast;
+mod limits;
+mod new;
+mod parse;
+mod scalar;
+mod tree;
+
+pub use edit::{Editor, apply_edits, scalar_edit};
+pub use limits::{ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, STOPPED, Stop};
+pub use new::{New, block_entries, block_items};
+pub use scalar::{double_quoted, needs_quotes, push_rendered, resolve_plain, untyped_scalar};
+pub use tree::{Doc, Kind, Node, NodeId, Style, line_col};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,34 @@
+//! What a parse refuses, and how a call that ended stops one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Nesting deeper than this is refused rather than risking the stack on hostile input.
+pub const MAX_DEPTH: usize = 512;
+
+/// More aliases than this in one input are refused (a ResourceList rarely needs any).
+pub const MAX_ALIASES: usize = 10_000;
+
+/// Aliases may make a document at most twice its own size plus this much when expanded (size:
+/// one per node plus the bytes of its scalar value). Every walk through aliases (a
+/// functionConfig read as JSON, a value copied elsewhere) is bounded by that size, so an alias
+/// bomb is refused at parse time instead of expanding into gigabytes.
+pub const ALIAS_EXPANSION_ALLOWANCE: u64 = 1_000_000;
+
+/// Tells long work that its call is over (cancelled, or past its deadline): parses and
+/// functions check it as they go and give up.
+#[derive(Clone, Default)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    pub fn request(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn requested(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The parse error when [`Stop`] was requested.
+pub const STOPPED: &str = "stopped: the call ended";

@@ -1,0 +1,143 @@
+//! New content written into a document, rendered in flow or block style.
+
+use crate::{double_quoted, push_rendered};
+
+/// New content to write into a document.
+#[derive(Debug, Clone, PartialEq)]
+pub enum New {
+    /// A string; quoted when needed to stay a string.
+    Str(String),
+    /// A scalar written as is (numbers, booleans; must be valid plain YAML).
+    Plain(String),
+    Map(Vec<(String, New)>),
+    Seq(Vec<New>),
+}
+
+impl New {
+    pub fn str(value: impl Into<String>) -> Self {
+        New::Str(value.into())
+    }
+
+    /// About how many bytes the value takes once written.
+    pub fn approx_len(&self) -> usize {
+        match self {
+            New::Str(s) | New::Plain(s) => s.len() + 2,
+            New::Map(entries) => entries
+                .iter()
+                .map(|(k, v)| k.len() + 4 + v.approx_len())
+                .sum(),
+            New::Seq(items) => items.iter().map(|v| v.approx_len() + 4).sum(),
+        }
+    }
+
+    /// Renders as the value of a block-mapping entry whose key sits at `indent`: either
+    /// ` scalar` for the same line or `\n...` lines for collections.
+    fn block_value(&self, indent: usize, out: &mut String) {
+        match self {
+            New::Str(s) => {
+                out.push(' ');
+                push_rendered(out, s, false);
+                out.push('\n');
+            }
+            New::Plain(s) => {
+                out.push(' ');
+                out.push_str(s);
+                out.push('\n');
+            }
+            New::Map(entries) if entries.is_empty() => out.push_str(" {}\n"),
+            New::Seq(items) if items.is_empty() => out.push_str(" []\n"),
+            New::Map(entries) => {
+                out.push('\n');
+                block_entries(entries, indent + 2, out);
+            }
+            New::Seq(items) => {
+                out.push('\n');
+                block_items(items, indent, out);
+            }
+        }
+    }
+
+    /// Like [`New::flow`], but strings are quoted only when they need it (block context).
+    pub fn flow_plain(&self, out: &mut String) {
+        self.write_flow(out, false);
+    }
+
+    /// Flow style with every string double-quoted: valid JSON as well as YAML.
+    pub fn flow(&self, out: &mut String) {
+        self.write_flow(out, true);
+    }
+
+    fn write_flow(&self, out: &mut String, quote_strings: bool) {
+        let string = |out: &mut String, s: &str| {
+            if quote_strings {
+                out.push_str(&double_quoted(s));
+            } else {
+                push_rendered(out, s, false);
+            }
+        };
+        match self {
+            New::Str(s) => string(out, s),
+            New::Plain(s) => out.push_str(s),
+            New::Map(entries) => {
+                out.push('{');
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    string(out, k);
+                    out.push_str(": ");
+                    v.write_flow(out, quote_strings);
+                }
+                out.push('}');
+            }
+            New::Seq(items) => {
+                out.push('[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    v.write_flow(out, quote_strings);
+                }
+                out.push(']');
+            }
+        }
+    }
+}
+
+/// Block-mapping lines (each ending in a newline) at `indent`.
+pub fn block_entries(entries: &[(String, New)], indent: usize, out: &mut String) {
+    for (key, value) in entries {
+        push_indent(out, indent);
+        push_rendered(out, key, false);
+        out.push(':');
+        value.block_value(indent, out);
+    }
+}
+
+/// Block-sequence lines at `indent` (the dash's column).
+pub fn block_items(items: &[New], indent: usize, out: &mut String) {
+    for item in items {
+        push_indent(out, indent);
+        out.push('-');
+        match item {
+            New::Map(entries) if !entries.is_empty() => {
+                // The first entry continues the dash's line.
+                out.push(' ');
+                let mark = out.len();
+                block_entries(entries, indent + 2, out);
+                out.drain(mark..mark + indent + 2);
+            }
+            New::Seq(items) if !items.is_empty() => {
+                out.push(' ');
+                let mark = out.len();
+                block_items(items, indent + 2, out);
+                out.drain(mark..mark + indent + 2);
+            }
+            other => other.block_value(indent, out),
+        }
+    }
+}
+
+pub(crate) fn push_indent(out: &mut String, n: usize) {
+    out.extend(std::iter::repeat_n(' ', n));
+}

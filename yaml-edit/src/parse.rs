@@ -1,0 +1,472 @@
+//! The general parser (saphyr's events), which takes any YAML the fast path declines.
+
+use saphyr_parser::{Event, Parser, ScalarStyle};
+
+use crate::{
+    ALIAS_EXPANSION_ALLOWANCE, Doc, Kind, MAX_ALIASES, MAX_DEPTH, Node, NodeId, STOPPED, Stop,
+    Style, line_col,
+};
+
+/// How often (in parser events) the general parser looks at its [`Stop`].
+const STOP_CHECK_EVENTS: usize = 1024;
+
+/// saphyr refuses a tab as the only separator after a mapping's `:` (`key:<TAB>value`), which
+/// YAML allows (tabs may separate tokens within a line) and kpt reads.
+const TAB_AFTER_COLON: &str = "':' must be followed by a valid YAML whitespace";
+
+enum Open {
+    Map(NodeId, Vec<(NodeId, NodeId)>, Option<NodeId>),
+    Seq(NodeId, Vec<NodeId>),
+}
+
+impl<'a> Doc<'a> {
+    pub fn parse(src: &'a str) -> Result<Self, String> {
+        Self::parse_until(src, &Stop::default())
+    }
+
+    /// Parses `src`, giving up with [`STOPPED`] once `stop` is requested. Duplicate keys,
+    /// recursive aliases, alias bombs and nesting deeper than [`MAX_DEPTH`] are errors.
+    pub fn parse_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
+        let doc = match crate::fast::parse(src, stop) {
+            Some(doc) => {
+                #[cfg(debug_assertions)]
+                doc.assert_same_as_general();
+                doc
+            }
+            None => Self::parse_general_until(src, stop)?,
+        };
+        if stop.requested() {
+            return Err(STOPPED.into());
+        }
+        doc.check_unique_keys()?;
+        Ok(doc)
+    }
+
+    /// Refuses a mapping that holds one key twice (as Go's yaml.v3, and so kpt, does): which of
+    /// the two values counts would otherwise depend on who reads it.
+    pub fn check_unique_keys(&self) -> Result<(), String> {
+        /// Up to this many entries, comparing every pair is cheaper than hashing.
+        const LINEAR: usize = 16;
+        let mut seen: std::collections::HashMap<&str, NodeId> = Default::default();
+        for node in &self.nodes {
+            let Kind::Map(entries) = &node.kind else {
+                continue;
+            };
+            let duplicate = if entries.len() <= LINEAR {
+                entries.iter().enumerate().find_map(|(i, &(key, _))| {
+                    let text = self.str(key)?;
+                    entries[..i]
+                        .iter()
+                        .find(|&&(earlier, _)| self.str(earlier) == Some(text))
+                        .map(|&(earlier, _)| (earlier, key))
+                })
+            } else {
+                seen.clear();
+                entries.iter().find_map(|&(key, _)| {
+                    let earlier = *seen.entry(self.str(key)?).or_insert(key);
+                    (earlier != key).then_some((earlier, key))
+                })
+            };
+            if let Some((first, again)) = duplicate {
+                let (line, col) = line_col(self.src, self.nodes[again].start);
+                let (first_line, first_col) = line_col(self.src, self.nodes[first].start);
+                return Err(format!(
+                    "duplicate mapping key {:?} at line {line} column {col} (first at line {first_line} column {first_col})",
+                    self.str(again).unwrap_or_default()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the fast parser's tree against the general parser's.
+    #[cfg(debug_assertions)]
+    pub(crate) fn assert_same_as_general(&self) {
+        let general = Self::parse_general(self.src).unwrap_or_else(|e| {
+            panic!(
+                "fast parser accepted what saphyr rejects ({e}): {:?}",
+                self.src
+            )
+        });
+        assert_eq!(self.roots, general.roots, "roots of {:?}", self.src);
+        assert_eq!(
+            self.nodes.len(),
+            general.nodes.len(),
+            "node count of {:?}",
+            self.src
+        );
+        for (i, (a, b)) in self.nodes.iter().zip(&general.nodes).enumerate() {
+            assert_eq!(a, b, "node {i} of {:?}", self.src);
+        }
+    }
+
+    /// The general parser (saphyr events) alone, to check the fast path against it.
+    #[cfg(any(test, debug_assertions))]
+    pub fn parse_general(src: &'a str) -> Result<Self, String> {
+        Self::parse_general_until(src, &Stop::default())
+    }
+
+    fn parse_general_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
+        match Self::parse_events(src, src, stop) {
+            Err(error) if error.starts_with(TAB_AFTER_COLON) => {
+                Self::parse_tab_separated(src, stop)
+            }
+            parsed => parsed,
+        }
+    }
+
+    /// Parses `src` with every tab that directly follows a `:` read as a space (same length,
+    /// so every offset holds). A tab that turns out to sit inside a scalar (a quoted or block
+    /// scalar holding `:<TAB>`) is content, not a separator: it is restored and the text parsed
+    /// again, which settles it since tabs in separators do not change where scalars end.
+    fn parse_tab_separated(src: &'a str, stop: &Stop) -> Result<Self, String> {
+        let bytes = src.as_bytes();
+        let mut tabs: Vec<usize> = (1..bytes.len())
+            .filter(|&i| bytes[i] == b'\t' && bytes[i - 1] == b':')
+            .collect();
+        for _ in 0..3 {
+            let mut spaced = bytes.to_vec();
+            for &i in &tabs {
+                spaced[i] = b' ';
+            }
+            let spaced = String::from_utf8(spaced).map_err(|e| e.to_string())?;
+            let doc = Self::parse_events(&spaced, src, stop)?;
+            // `tabs` is sorted: each scalar finds the tabs inside it by binary search.
+            let mut in_scalars: Vec<usize> = Vec::new();
+            for node in &doc.nodes {
+                if matches!(node.kind, Kind::Scalar { .. }) {
+                    let first = tabs.partition_point(|&tab| tab < node.start);
+                    let after = tabs.partition_point(|&tab| tab < node.end);
+                    in_scalars.extend_from_slice(&tabs[first..after.max(first)]);
+                }
+            }
+            if in_scalars.is_empty() {
+                return Ok(doc);
+            }
+            in_scalars.sort_unstable();
+            tabs.retain(|tab| in_scalars.binary_search(tab).is_err());
+        }
+        Self::parse_events(src, src, stop)
+    }
+
+    /// Builds the tree from saphyr's events over `scanned`, a text with the same offsets as
+    /// `src` (the document kept for editing).
+    fn parse_events(scanned: &str, src: &'a str, stop: &Stop) -> Result<Self, String> {
+        // saphyr reports character offsets; map them to bytes only when the text needs it.
+        let char_to_byte: Option<Vec<usize>> = if src.is_ascii() {
+            None
+        } else {
+            let mut table: Vec<usize> = src.char_indices().map(|(i, _)| i).collect();
+            table.push(src.len());
+            Some(table)
+        };
+        let byte = |index: usize| match &char_to_byte {
+            None => index.min(src.len()),
+            Some(table) => table.get(index).copied().unwrap_or(src.len()),
+        };
+        let mut doc = Doc {
+            src,
+            nodes: Vec::new(),
+            roots: Vec::new(),
+        };
+        let mut anchors: std::collections::HashMap<usize, NodeId> = Default::default();
+        let mut stack: Vec<Open> = Vec::new();
+        let mut expansion = Expansion::default();
+        let mut parser = Parser::new_from_str(scanned);
+        let mut events = 0usize;
+        while let Some(next) = parser.next_event() {
+            events += 1;
+            if events.is_multiple_of(STOP_CHECK_EVENTS) && stop.requested() {
+                return Err(STOPPED.into());
+            }
+            let (event, span) = next.map_err(|e| e.to_string())?;
+            let (start, end) = (byte(span.start.index()), byte(span.end.index()));
+            let col = span.start.col();
+            let finished = match event {
+                Event::StreamEnd => break,
+                Event::StreamStart
+                | Event::DocumentStart(_)
+                | Event::DocumentEnd
+                | Event::Nothing => None,
+                Event::Scalar(value, style, anchor, tag) => {
+                    let style = match style {
+                        ScalarStyle::Plain => Style::Plain,
+                        ScalarStyle::SingleQuoted => Style::Single,
+                        ScalarStyle::DoubleQuoted => Style::Double,
+                        _ => Style::Block,
+                    };
+                    // saphyr's span of a quoted scalar can run over a trailing comment.
+                    let end = match style {
+                        Style::Single => quoted_end(src, start, b'\'').unwrap_or(end),
+                        Style::Double => quoted_end(src, start, b'"').unwrap_or(end),
+                        _ => end,
+                    };
+                    expansion.scalar(value.len());
+                    let id = doc.push(Node {
+                        kind: Kind::Scalar {
+                            value: std::borrow::Cow::Owned(value.into_owned()),
+                            style,
+                            tagged: tag.is_some(),
+                        },
+                        start,
+                        end,
+                        col,
+                        flow: false,
+                        parent: None,
+                    });
+                    if anchor > 0 {
+                        anchors.insert(anchor, id);
+                    }
+                    Some(id)
+                }
+                Event::Alias(anchor) => {
+                    let target = *anchors.get(&anchor).ok_or_else(|| {
+                        let (line, col) = line_col(src, start);
+                        format!("unknown alias at line {line} column {col}")
+                    })?;
+                    expansion.alias(target, src, start)?;
+                    Some(doc.push(Node {
+                        kind: Kind::Alias(target),
+                        start,
+                        end,
+                        col,
+                        flow: false,
+                        parent: None,
+                    }))
+                }
+                Event::MappingStart(anchor, _) | Event::SequenceStart(anchor, _) => {
+                    if stack.len() >= MAX_DEPTH {
+                        return Err(format!("nesting deeper than {MAX_DEPTH} levels"));
+                    }
+                    let is_map = matches!(event, Event::MappingStart(..));
+                    expansion.open();
+                    let flow = end > start
+                        && matches!(src.as_bytes().get(end - 1), Some(b'{') | Some(b'['));
+                    // A block collection starts at its first entry; the span may cover an
+                    // anchor or tag before it, which belongs to the parent line.
+                    let (start, col) = if flow { (end - 1, col) } else { (end, col) };
+                    let id = doc.push(Node {
+                        kind: if is_map {
+                            Kind::Map(Vec::new())
+                        } else {
+                            Kind::Seq(Vec::new())
+                        },
+                        start,
+                        end: start,
+                        col,
+                        flow,
+                        parent: None,
+                    });
+                    if anchor > 0 {
+                        anchors.insert(anchor, id);
+                    }
+                    stack.push(if is_map {
+                        Open::Map(id, Vec::new(), None)
+                    } else {
+                        Open::Seq(id, Vec::new())
+                    });
+                    None
+                }
+                Event::MappingEnd | Event::SequenceEnd => {
+                    let (id, kind) = match stack.pop() {
+                        Some(Open::Map(id, entries, _)) => (id, Kind::Map(entries)),
+                        Some(Open::Seq(id, items)) => (id, Kind::Seq(items)),
+                        None => return Err("unbalanced collection end".into()),
+                    };
+                    let node_end = if doc.nodes[id].flow {
+                        // The closing bracket (the event's span may run over a comment).
+                        (start + 1).min(end)
+                    } else {
+                        let last = match &kind {
+                            Kind::Map(entries) => entries.last().map(|&(_, v)| v),
+                            Kind::Seq(items) => items.last().copied(),
+                            _ => None,
+                        };
+                        last.map_or(doc.nodes[id].start, |last| doc.nodes[last].end)
+                    };
+                    expansion.close(id, &kind);
+                    let node = &mut doc.nodes[id];
+                    node.kind = kind;
+                    node.end = node_end.max(node.start);
+                    // A block collection's start is its first child (the event may sit on an
+                    // anchor, or be empty in indentless sequences).
+                    if !node.flow
+                        && let Some(first) = first_child(&node.kind)
+                    {
+                        let (first_start, first_col) =
+                            (doc.nodes[first].start, doc.nodes[first].col);
+                        let node = &mut doc.nodes[id];
+                        node.start = first_start;
+                        node.col = if matches!(node.kind, Kind::Seq(_)) {
+                            // The dash sits two columns before the item in `- item`.
+                            column_of(src, seq_dash(src, first_start)).unwrap_or(first_col)
+                        } else {
+                            first_col
+                        };
+                        if matches!(node.kind, Kind::Seq(_)) {
+                            node.start = seq_dash(src, first_start);
+                        }
+                    }
+                    Some(id)
+                }
+            };
+            if let Some(id) = finished {
+                doc.nodes[id].parent = match stack.last() {
+                    Some(Open::Map(parent, ..) | Open::Seq(parent, _)) => Some(*parent),
+                    None => None,
+                };
+                match stack.last_mut() {
+                    Some(Open::Map(_, entries, pending)) => match pending.take() {
+                        Some(key) => entries.push((key, id)),
+                        None => *pending = Some(id),
+                    },
+                    Some(Open::Seq(_, items)) => items.push(id),
+                    None => doc.roots.push(id),
+                }
+            }
+        }
+        expansion.check(&doc.roots)?;
+        Ok(doc)
+    }
+
+    fn push(&mut self, node: Node<'a>) -> NodeId {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+}
+
+/// End (exclusive) of the quoted scalar whose opening quote is at or after `start`.
+fn quoted_end(src: &str, start: usize, quote: u8) -> Option<usize> {
+    let bytes = src.as_bytes();
+    let open = start + bytes.get(start..)?.iter().position(|&b| b == quote)?;
+    let mut i = open + 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' if quote == b'"' => i += 2,
+            b if b == quote => {
+                if quote == b'\'' && bytes.get(i + 1) == Some(&b'\'') {
+                    i += 2;
+                } else {
+                    return Some(i + 1);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Sizes of the nodes as they would be with every alias replaced by a copy of its anchored
+/// node, computed as the parse goes (nodes are numbered in event order, so `sizes[id]`).
+#[derive(Default)]
+struct Expansion {
+    /// Expanded size of each finished node; `u64::MAX` while a collection is open.
+    sizes: Vec<u64>,
+    /// The document's own size, each node counted once.
+    own: u64,
+    aliases: usize,
+}
+
+impl Expansion {
+    fn scalar(&mut self, value_len: usize) {
+        let size = 1 + value_len as u64;
+        self.own += size;
+        self.sizes.push(size);
+    }
+
+    fn open(&mut self) {
+        self.own += 1;
+        self.sizes.push(u64::MAX);
+    }
+
+    fn close(&mut self, id: NodeId, kind: &Kind) {
+        let children: u64 = match kind {
+            Kind::Map(entries) => entries
+                .iter()
+                .map(|&(k, v)| self.sizes[k].saturating_add(self.sizes[v]))
+                .fold(0, u64::saturating_add),
+            Kind::Seq(items) => items
+                .iter()
+                .map(|&i| self.sizes[i])
+                .fold(0, u64::saturating_add),
+            _ => 0,
+        };
+        self.sizes[id] = children.saturating_add(1);
+    }
+
+    fn alias(&mut self, target: NodeId, src: &str, at: usize) -> Result<(), String> {
+        let (line, col) = line_col(src, at);
+        self.aliases += 1;
+        if self.aliases > MAX_ALIASES {
+            return Err(format!(
+                "more than {MAX_ALIASES} aliases (the last at line {line} column {col})"
+            ));
+        }
+        let size = self.sizes[target];
+        if size == u64::MAX {
+            return Err(format!(
+                "the alias at line {line} column {col} refers to a node that contains it"
+            ));
+        }
+        self.own += 1;
+        self.sizes.push(size);
+        Ok(())
+    }
+
+    fn check(&self, roots: &[NodeId]) -> Result<(), String> {
+        if self.aliases == 0 {
+            return Ok(());
+        }
+        let expanded = roots
+            .iter()
+            .map(|&r| self.sizes[r])
+            .fold(0, u64::saturating_add);
+        let limit = self
+            .own
+            .saturating_mul(2)
+            .saturating_add(ALIAS_EXPANSION_ALLOWANCE);
+        if expanded > limit {
+            return Err(format!(
+                "its aliases expand it beyond {limit} (twice its size plus {ALIAS_EXPANSION_ALLOWANCE}, counting one per node plus the bytes of each scalar): refused as an alias bomb"
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn first_child(kind: &Kind) -> Option<NodeId> {
+    match kind {
+        Kind::Map(entries) => entries.first().map(|&(k, _)| k),
+        Kind::Seq(items) => items.first().copied(),
+        _ => None,
+    }
+}
+
+/// The `-` indicator of the block sequence item starting at `item`.
+fn seq_dash(src: &str, item: usize) -> usize {
+    let head = &src.as_bytes()[..item.min(src.len())];
+    let mut i = head.len();
+    while i > 0 {
+        match head[i - 1] {
+            b' ' | b'\t' | b'\n' | b'\r' => i -= 1,
+            b'-' => return i - 1,
+            // Anchors or tags before the item: keep looking further back on the line.
+            _ => {
+                let line_start = head[..i]
+                    .iter()
+                    .rposition(|&b| b == b'\n')
+                    .map_or(0, |p| p + 1);
+                return head[line_start..i]
+                    .iter()
+                    .position(|&b| b == b'-')
+                    .map_or(item, |p| line_start + p);
+            }
+        }
+    }
+    item
+}
+
+fn column_of(src: &str, pos: usize) -> Option<usize> {
+    let line_start = src[..pos.min(src.len())].rfind('\n').map_or(0, |p| p + 1);
+    src.get(line_start..pos).map(|s| s.chars().count())
+}

@@ -1,0 +1,142 @@
+//! Plain scalars: how YAML reads them, and how to write a value so it reads back the same.
+
+/// YAML 1.2 core-schema resolution of a plain scalar (as Go's yaml.v3 decodes it, roughly).
+pub fn resolve_plain(value: &str) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        _ => {}
+    }
+    if let Ok(i) = value.parse::<i64>() {
+        return Value::from(i);
+    }
+    if looks_float(value)
+        && let Ok(f) = value.parse::<f64>()
+        && let Some(n) = serde_json::Number::from_f64(f)
+    {
+        return Value::Number(n);
+    }
+    Value::String(value.to_owned())
+}
+
+fn looks_float(value: &str) -> bool {
+    let v = value.strip_prefix(['-', '+']).unwrap_or(value);
+    !v.is_empty()
+        && v.bytes().any(|b| b.is_ascii_digit())
+        && v.bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'))
+        && v.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_digit() || b == b'.')
+}
+
+/// Would a plain scalar with this text read back as something other than the same string?
+/// Mirrors what Go's yaml.v3 quotes when it writes a string (it also quotes YAML 1.1 booleans,
+/// octals and timestamps for old readers).
+pub fn needs_quotes(value: &str) -> bool {
+    if plainly_safe(value) {
+        return false;
+    }
+    if value.is_empty() || value.trim() != value {
+        return true;
+    }
+    if !resolve_plain(value).is_string() {
+        return true;
+    }
+    let lower = value.to_ascii_lowercase();
+    if matches!(
+        lower.as_str(),
+        "y" | "n" | "yes" | "no" | "on" | "off" | ".inf" | "-.inf" | "+.inf" | ".nan"
+    ) {
+        return true;
+    }
+    let b = value.as_bytes();
+    // Hex/octal/binary numbers, and dates/timestamps.
+    if b[0].is_ascii_digit() || b[0] == b'-' || b[0] == b'+' || b[0] == b'.' {
+        let body = value.trim_start_matches(['-', '+']);
+        if body.starts_with("0x") || body.starts_with("0o") || body.starts_with("0b") {
+            return true;
+        }
+        if body
+            .bytes()
+            .all(|c| c.is_ascii_digit() || c == b'_' || c == b'.' || c == b':')
+        {
+            return true;
+        }
+        if value.len() >= 10
+            && b[..4].iter().all(u8::is_ascii_digit)
+            && b[4] == b'-'
+            && b[7] == b'-'
+            && b[5..7].iter().all(u8::is_ascii_digit)
+        {
+            return true;
+        }
+    }
+    if crate::fast::is_indicator(b[0]) && !(b[0] == b'-' && b.len() > 1 && b[1] != b' ') {
+        return true;
+    }
+    value.contains(": ")
+        || value.contains(" #")
+        || value.ends_with(':')
+        || value.chars().any(|c| c.is_control() || c == '\u{feff}')
+}
+
+/// The common case answered without allocating: a word that starts with a letter and holds
+/// only letters, digits and `-_./`, and is none of the YAML 1.1 booleans or nulls.
+fn plainly_safe(value: &str) -> bool {
+    let b = value.as_bytes();
+    b.first().is_some_and(u8::is_ascii_alphabetic)
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'/'))
+        && !["y", "n", "yes", "no", "on", "off", "true", "false", "null"]
+            .iter()
+            .any(|word| word.eq_ignore_ascii_case(value))
+}
+
+pub fn double_quoted(value: &str) -> String {
+    // JSON string syntax is valid YAML double-quoted syntax.
+    serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// Appends a string rendered as a scalar that reads back as the same string, quoted the way Go's
+/// yaml.v3 does: double quotes for strings that would resolve to another type, single quotes
+/// for ones that only need protecting from YAML syntax. In flow collections (JSON input)
+/// strings are always double-quoted, so JSON stays JSON.
+pub fn push_rendered(out: &mut String, value: &str, flow: bool) {
+    if flow {
+        out.push_str(&double_quoted(value));
+        return;
+    }
+    if !needs_quotes(value) {
+        out.push_str(value);
+        return;
+    }
+    let resolves_to_other = value.is_empty()
+        || !resolve_plain(value).is_string()
+        || value.trim() != value
+        || value.chars().any(|c| c.is_control());
+    if resolves_to_other || value.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
+        out.push_str(&double_quoted(value));
+    } else {
+        out.push('\'');
+        out.push_str(&value.replace('\'', "''"));
+        out.push('\'');
+    }
+}
+
+/// A scalar whose tag was cleared, as kyaml writes it: plain (so `3` reads back as a number)
+/// unless plain text could not hold it.
+pub fn untyped_scalar(value: &str) -> String {
+    if value.is_empty() || plain_unsafe(value) {
+        double_quoted(value)
+    } else {
+        value.to_owned()
+    }
+}
+
+pub(crate) fn plain_unsafe(value: &str) -> bool {
+    // Text that would not even parse back as one plain scalar.
+    value.contains('\n') || (needs_quotes(value) && resolve_plain(value).is_string())
+}

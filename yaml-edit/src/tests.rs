@@ -1,0 +1,214 @@
+use super::*;
+
+fn edit(src: &str, f: impl FnOnce(&Doc, &mut Editor)) -> String {
+    let doc = Doc::parse(src).unwrap();
+    let mut editor = Editor::default();
+    f(&doc, &mut editor);
+    editor.finish(&doc)
+}
+
+#[test]
+fn spans_and_insertions_keep_everything_else() {
+    let src = "a: 1 # one\nm:\n  k: v   # keep\n\n  # trailing\nz: 'q'\n";
+    let out = edit(src, |doc, ed| {
+        let root = doc.roots[0];
+        let m = doc.get(root, "m").unwrap();
+        ed.ensure_map(doc, m, &[], &[("nk".into(), "3".into())], true);
+        ed.set_scalar(doc, doc.get(root, "z").unwrap(), "it's", true);
+    });
+    assert_eq!(
+        out,
+        "a: 1 # one\nm:\n  k: v   # keep\n  nk: \"3\"\n\n  # trailing\nz: 'it''s'\n"
+    );
+}
+
+#[test]
+fn creates_missing_and_null_maps_once() {
+    let src = "metadata:\n  name: x\nspec:\n";
+    let out = edit(src, |doc, ed| {
+        let root = doc.roots[0];
+        let md = doc.get(root, "metadata").unwrap();
+        ed.ensure_map(doc, md, &["labels"], &[("a".into(), "b".into())], true);
+        ed.ensure_map(doc, md, &["labels"], &[("c".into(), "true".into())], true);
+        ed.ensure_map(doc, root, &["spec", "x"], &[("d".into(), "e".into())], true);
+    });
+    assert_eq!(
+        out,
+        "metadata:\n  name: x\n  labels:\n    a: b\n    c: \"true\"\nspec:\n  x:\n    d: e\n"
+    );
+}
+
+#[test]
+fn flow_maps_stay_flow() {
+    let src = "{\"metadata\": {\"name\": \"x\"}, \"l\": {}}";
+    let out = edit(src, |doc, ed| {
+        let root = doc.roots[0];
+        let md = doc.get(root, "metadata").unwrap();
+        ed.ensure_map(doc, md, &["labels"], &[("a".into(), "b".into())], true);
+        ed.ensure_map(doc, root, &["l"], &[("c".into(), "d".into())], true);
+    });
+    assert_eq!(
+        out,
+        "{\"metadata\": {\"name\": \"x\", \"labels\": {\"a\": \"b\"}}, \"l\": {\"c\": \"d\"}}"
+    );
+}
+
+#[test]
+fn non_ascii_offsets() {
+    let src = "é: \"ü\"\nk: v\n";
+    let out = edit(src, |doc, ed| {
+        ed.set_scalar(doc, doc.get(doc.roots[0], "k").unwrap(), "ö", true);
+    });
+    assert_eq!(out, "é: \"ü\"\nk: ö\n");
+}
+
+#[test]
+fn sequence_nodes_start_at_the_dash() {
+    let src = "a:\n  - x\n  - y\nb:\n- p: 1\n  q: 2\n";
+    let doc = Doc::parse(src).unwrap();
+    let a = doc.get(doc.roots[0], "a").unwrap();
+    assert_eq!(&src[doc.node(a).start..doc.node(a).end], "- x\n  - y");
+    assert_eq!(doc.node(a).col, 2);
+    let b = doc.get(doc.roots[0], "b").unwrap();
+    assert_eq!(doc.node(b).col, 0);
+    let item = doc.items(b)[0];
+    assert_eq!(doc.node(item).col, 2);
+}
+
+#[test]
+fn quoted_and_flow_spans_stop_before_comments() {
+    let src = "a: \"1\" # c\nb: 'it''s' # d\nc: [x] # e\nd: {y: z} # f\n";
+    let doc = Doc::parse(src).unwrap();
+    let text = |k: &str| {
+        let n = doc.node(doc.get(doc.roots[0], k).unwrap());
+        &src[n.start..n.end]
+    };
+    assert_eq!(text("a"), "\"1\"");
+    assert_eq!(text("b"), "'it''s'");
+    assert_eq!(text("c"), "[x]");
+    assert_eq!(text("d"), "{y: z}");
+}
+
+fn laughs(levels: usize) -> String {
+    let mut src = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+    for level in 1..levels {
+        let items = vec![format!("*a{}", level - 1); 9].join(", ");
+        src.push_str(&format!("a{level}: &a{level} [{items}]\n"));
+    }
+    src
+}
+
+#[test]
+fn alias_expansion_is_bounded() {
+    // Three levels (729 copies) are fine; eight (43 million) are a bomb.
+    assert!(Doc::parse(&laughs(3)).is_ok());
+    let error = Doc::parse(&laughs(8)).err().unwrap();
+    assert!(error.contains("refused as an alias bomb"), "{error}");
+    // One big anchored scalar copied many times is a bomb too.
+    let big = format!(
+        "a: &a {}\nb: [{}]\n",
+        "x".repeat(100_000),
+        vec!["*a"; 30].join(", ")
+    );
+    assert!(Doc::parse(&big).err().unwrap().contains("alias bomb"));
+    let many = format!("a: &a x\nb: [{}]\n", vec!["*a"; MAX_ALIASES + 1].join(", "));
+    let error = Doc::parse(&many).err().unwrap();
+    assert!(error.starts_with("more than 10000 aliases"), "{error}");
+}
+
+#[test]
+fn recursive_aliases_are_refused() {
+    for src in ["a: &a [*a]\n", "a: &a {b: *a}\n", "- &x\n  - *x\n"] {
+        let error = Doc::parse(src).err().unwrap();
+        assert!(
+            error.contains("refers to a node that contains it"),
+            "{src:?}: {error}"
+        );
+    }
+}
+
+#[test]
+fn duplicate_keys_are_refused_with_their_position() {
+    for (src, expected) in [
+        (
+            "a: 1\nb: 2\na: 3\n",
+            "duplicate mapping key \"a\" at line 3 column 1 (first at line 1 column 1)",
+        ),
+        (
+            "m: {k: 1, 'k': 2}\n",
+            "duplicate mapping key \"k\" at line 1 column 11 (first at line 1 column 5)",
+        ),
+        (
+            "x:\n  - é: 1\n    é: 2\n",
+            "duplicate mapping key \"é\" at line 3 column 5 (first at line 2 column 5)",
+        ),
+    ] {
+        assert_eq!(Doc::parse(src).err().as_deref(), Some(expected), "{src:?}");
+    }
+    let wide: String = (0..100).map(|i| format!("k{i}: v\n")).collect();
+    assert!(Doc::parse(&wide).is_ok());
+    let error = Doc::parse(&format!("{wide}k7: again\n")).err().unwrap();
+    assert!(
+        error.starts_with("duplicate mapping key \"k7\" at line 101"),
+        "{error}"
+    );
+}
+
+#[test]
+fn tab_separators_parse_and_tabs_in_scalars_stay() {
+    let src = "a:\tb\nc: \"x:\ty\"\nd: |\n  e:\tf\ng:\t[h]\n";
+    let doc = Doc::parse(src).unwrap();
+    let root = doc.roots[0];
+    assert_eq!(doc.get_str(root, &["a"]), Some("b"));
+    assert_eq!(doc.get_str(root, &["c"]), Some("x:\ty"));
+    assert_eq!(doc.get_str(root, &["d"]), Some("e:\tf\n"));
+    assert_eq!(doc.src, src);
+}
+
+#[test]
+fn a_requested_stop_ends_the_parse() {
+    let stop = Stop::default();
+    stop.request();
+    let block: String = (0..3000).map(|i| format!("k{i}: v\n")).collect();
+    let flow = format!("[{}]", vec!["x"; 3000].join(", "));
+    for src in [block, flow] {
+        assert_eq!(
+            Doc::parse_until(&src, &stop).err().as_deref(),
+            Some(STOPPED)
+        );
+    }
+}
+
+#[test]
+fn values_that_are_not_strings_are_replaced_not_skipped() {
+    let src = "m:\n  k: {a: b}\n  l:\n    - x\n  s: &s old\n  t: *s\n";
+    let out = edit(src, |doc, ed| {
+        let m = doc.get(doc.roots[0], "m").unwrap();
+        let entries =
+            [("k", "v"), ("l", "w"), ("t", "new")].map(|(k, v)| (k.to_owned(), v.to_owned()));
+        assert_eq!(ed.ensure_map(doc, m, &[], &entries, true), 3);
+    });
+    assert_eq!(out, "m:\n  k: v\n  l: w\n  s: &s old\n  t: new\n");
+}
+
+#[test]
+fn quoting_rules() {
+    for s in [
+        "",
+        "3",
+        "true",
+        "yes",
+        "null",
+        "1.5",
+        "0x1f",
+        "2024-01-01",
+        "a: b",
+        "-x ",
+        "#c",
+    ] {
+        assert!(needs_quotes(s), "{s}");
+    }
+    for s in ["abc", "nginx:1.2", "a-b", "-x", "foo.bar/baz"] {
+        assert!(!needs_quotes(s), "{s}");
+    }
+}
