@@ -403,16 +403,7 @@ async fn pod_leases_are_spans_and_the_pool_is_measured() {
         .await
         .unwrap();
     let cluster = &world.cluster;
-    let function = cluster
-        .push(
-            &pod_world::function_image(&[
-                "/bin/sh",
-                "-c",
-                "echo \"TRACEPARENT=$TRACEPARENT\" >&2; cat",
-            ]),
-            "krm/traced:v1",
-        )
-        .expect("function image");
+    let function = push_traced_function(cluster);
     let metrics_port = free_port().to_string();
     let server = Server::start_with_env(
         &pod_world::runner_config(cluster, &world.wrapper, ""),
@@ -692,6 +683,20 @@ async fn the_wrapper_server_exports_over_http_protobuf_too() {
 
 /// deploy/kubernetes's base pod template, in the function pods' namespace, with `env` added to
 /// the function container: where an operator configures the wrapper servers, as in Porch.
+/// Pushes a function that logs the `TRACEPARENT` it was given and echoes its input; its image.
+fn push_traced_function(cluster: &krm_kube_standin::fixture::Cluster) -> String {
+    cluster
+        .push(
+            &pod_world::function_image(&[
+                "/bin/sh",
+                "-c",
+                "echo \"TRACEPARENT=$TRACEPARENT\" >&2; cat",
+            ]),
+            "krm/traced:v1",
+        )
+        .expect("function image")
+}
+
 fn base_pod_template_with_env(env: &[(&str, &str)]) -> serde_json::Value {
     let path = krm_runner_tests::repo_root().join("deploy/kubernetes/pod-template.yaml");
     let mut template: serde_json::Value =
@@ -746,16 +751,7 @@ async fn the_wrapper_server_in_a_function_pod_continues_the_trace() {
     )
     .unwrap();
     pod_world::kubectl(cluster, &["create", "-f", template.to_str().unwrap()]);
-    let function = cluster
-        .push(
-            &pod_world::function_image(&[
-                "/bin/sh",
-                "-c",
-                "echo \"TRACEPARENT=$TRACEPARENT\" >&2; cat",
-            ]),
-            "krm/traced:v1",
-        )
-        .expect("function image");
+    let function = push_traced_function(cluster);
     let server = Server::start_with_env(
         &pod_world::runner_config(cluster, &world.wrapper, ""),
         &[],
