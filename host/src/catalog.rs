@@ -19,6 +19,11 @@ impl Catalog {
         Self { entries }
     }
 
+    /// Adds the functions of more instances, after those already listed.
+    pub fn extend(&mut self, entries: Vec<(String, FunctionSignature)>) {
+        self.entries.extend(entries);
+    }
+
     /// The function named `name`, by short name or else by any image it answers to.
     pub fn find(&self, name: &str) -> Option<&(String, FunctionSignature)> {
         self.find_by_name(name).or_else(|| {

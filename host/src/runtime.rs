@@ -301,13 +301,13 @@ impl<'c> Instances<'c> {
     }
 }
 
-/// Every function the `built` instances implement themselves, with the instance's name, in
-/// instance order.
-fn functions_of(
-    built: &BTreeMap<String, Arc<EvaluatorInstance>>,
+/// Every function the given instances implement themselves, with the instance's name, in the
+/// order given.
+fn functions_of<'i>(
+    instances: impl IntoIterator<Item = (&'i String, &'i Arc<EvaluatorInstance>)>,
 ) -> Vec<(String, FunctionSignature)> {
-    built
-        .iter()
+    instances
+        .into_iter()
         .flat_map(|(name, instance)| {
             instance
                 .functions()
@@ -326,6 +326,7 @@ pub fn function_instance(
     name: &str,
 ) -> Result<Result<Arc<EvaluatorInstance>, Catalog>, Vec<String>> {
     let mut instances = Instances::new(config, Purpose::Serve);
+    let mut catalog = Catalog::default();
     for candidate in instances.enabled() {
         instances.build_with_delegates(&candidate);
         if !instances.problems.is_empty() {
@@ -334,15 +335,12 @@ pub fn function_instance(
         let Some(instance) = instances.built.get(&candidate) else {
             continue;
         };
-        let own = Catalog::new(functions_of(&BTreeMap::from([(
-            candidate.clone(),
-            instance.clone(),
-        )])));
-        if own.find_by_name(name).is_some() {
+        catalog.extend(functions_of([(&candidate, instance)]));
+        // The instances before this one implement no function of that name.
+        if catalog.find_by_name(name).is_some() {
             return Ok(Ok(instance.clone()));
         }
     }
-    let catalog = Catalog::new(functions_of(&instances.built));
     Ok(match catalog.find(name) {
         Some((instance, _)) => Ok(instances.built[instance].clone()),
         None => Err(catalog),

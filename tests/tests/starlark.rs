@@ -73,13 +73,7 @@ fn starlark_run(source: &str) -> String {
 #[test]
 fn fn_starlark_edits_only_what_the_program_changed() {
     let input = resource_list(SET_NAMESPACE);
-    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeding_run(&input);
     let expected = input
         .replace(
             "      tier: 'front'\n",
@@ -323,6 +317,17 @@ fn with_archives(function_config: &str) -> String {
 
 /// The message of the one error result `krm-runner fn starlark` gives for `source`, which must
 /// fail with exit status 1.
+/// `krm-runner fn starlark` over `input`, which must succeed; its stdout.
+fn succeeding_run(input: &str) -> String {
+    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
 fn error_message(input: &str) -> String {
     let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
     assert_eq!(
@@ -343,13 +348,7 @@ fn fn_starlark_reads_and_writes_csv_with_starlibs_library() {
     let input = resource_list(&starlark_run(
         "load('encoding/csv.star', 'csv')\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"ConfigMap\":\n    rows = csv.read_all(\"name;port\\n# skipped\\nweb;80\\napi;\\\"8080\\\"\\n\", comma=\";\", comment=\"#\", skip=1)\n    r[\"data\"][\"ports\"] = csv.write_all([[n, int(p) + 1] for n, p in rows])\n",
     ));
-    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeding_run(&input);
     assert_eq!(
         stdout,
         input.replace(
@@ -370,13 +369,7 @@ fn fn_starlark_reads_and_writes_csv_with_starlibs_library() {
 fn fn_starlark_reads_a_zip_archive_from_binary_data_and_refuses_a_bomb() {
     let source = "load('zipfile.star', 'ZipFile')\nload('encoding/base64.star', 'base64')\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"metadata\"][\"name\"] == \"archives\":\n    z = ZipFile(base64.decode(r[\"binaryData\"][\"conf.zip\"]))\n    r[\"data\"] = {\"names\": \",\".join(z.namelist()), \"app\": z.open(\"conf/app.properties\").read()}\n";
     let input = with_archives(&starlark_run(source));
-    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeding_run(&input);
     assert!(
         stdout.contains(
             "  data:\n    app: \"color=blue\\nsize=3\\n\"\n    names: conf/,conf/app.properties,README\n"
@@ -420,13 +413,7 @@ fn fn_starlark_explains_while_and_the_refused_libraries() {
 fn fn_starlark_queries_html_with_starlibs_html_and_bsoup() {
     let source = "load('html.star', 'html')\nload('bsoup.star', 'bsoup')\npage = '<html><body><div id=\"images\"><img src=\"nginx:1.27\" class=\"app main\"><img src=\"redis:7\"></div></body></html>'\nimages = html(page).find('#images img')\nsoup = bsoup.parseHtml(page)\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"Deployment\":\n    r[\"spec\"][\"template\"][\"spec\"][\"containers\"][0][\"image\"] = images.first().attr(\"src\")\n  if r[\"kind\"] == \"ConfigMap\":\n    r[\"data\"][\"cache\"] = soup.find_all(\"img\")[1].attrs()[\"src\"]\n    r[\"data\"][\"main\"] = str(soup.find(\"\", {\"class\": \"main\"}))\n";
     let input = resource_list(&starlark_run(source));
-    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeding_run(&input);
     assert_eq!(
         stdout,
         input
@@ -459,13 +446,7 @@ for r in ctx.resource_list["items"]:
     r["data"]["metres"] = str(geo.Point(0, 0).distanceGeodesic(geo.Point(1, 0)))
 "#;
     let input = resource_list(&starlark_run(source));
-    let output = run_cli(&["fn", "starlark"], &[], input.as_bytes());
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeding_run(&input);
     assert_eq!(
         stdout,
         input.replace(

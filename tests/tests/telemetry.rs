@@ -156,6 +156,13 @@ fn serve_otlp_http(stream: TcpStream, receiver: &Receiver) {
     }
 }
 
+/// The `TRACEPARENT` a function printed into its log (`echo TRACEPARENT=$TRACEPARENT`).
+fn function_traceparent(log: &str) -> &str {
+    log.split_whitespace()
+        .find_map(|word| word.strip_prefix("TRACEPARENT="))
+        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {log:?}"))
+}
+
 fn attribute(span: &Span, key: &str) -> Option<Value> {
     span.attributes
         .iter()
@@ -235,10 +242,7 @@ async fn a_callers_trace_continues_through_the_runner_into_the_function() {
 
     // The function's environment: the caller's trace, a parent span of the runner's.
     let log = String::from_utf8_lossy(&response.log).into_owned();
-    let function_parent = log
-        .split_whitespace()
-        .find_map(|word| word.strip_prefix("TRACEPARENT="))
-        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {log:?}"));
+    let function_parent = function_traceparent(&log);
     let fields: Vec<&str> = function_parent.split('-').collect();
     assert_eq!(fields.len(), 4, "{function_parent}");
     assert_eq!(
@@ -462,10 +466,7 @@ async fn pod_leases_are_spans_and_the_pool_is_measured() {
         .expect("a pod.call span");
     assert_eq!(call.parent_span_id, evaluate.span_id);
     assert_eq!(string_attribute(call, "krm.pod.name"), pod);
-    let function_parent = cold_log
-        .split_whitespace()
-        .find_map(|word| word.strip_prefix("TRACEPARENT="))
-        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {cold_log:?}"));
+    let function_parent = function_traceparent(&cold_log);
     let fields: Vec<&str> = function_parent.split('-').collect();
     assert_eq!(fields.get(1), Some(&COLD_TRACE), "{function_parent}");
     assert_eq!(
@@ -792,10 +793,7 @@ async fn the_wrapper_server_in_a_function_pod_continues_the_trace() {
         attribute(wrapper, "rpc.grpc.status_code"),
         Some(Value::IntValue(0))
     );
-    let function_parent = log
-        .split_whitespace()
-        .find_map(|word| word.strip_prefix("TRACEPARENT="))
-        .unwrap_or_else(|| panic!("no TRACEPARENT in the function's log: {log:?}"));
+    let function_parent = function_traceparent(&log);
     let fields: Vec<&str> = function_parent.split('-').collect();
     assert_eq!(fields.get(1), Some(&TRACE), "{function_parent}");
     assert_eq!(
