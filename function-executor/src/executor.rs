@@ -15,7 +15,7 @@ use crate::api::{
 use crate::args;
 use crate::functions::{self, Call, Output, TypedFunction};
 use crate::mutations;
-use crate::properties::{PropertiesError, PropertiesFile};
+use crate::properties::PropertiesError;
 use crate::registry::PathRegistry;
 use crate::resource::OwnedUnit;
 use crate::toolchain::{Toolchain, UnknownToolchain};
@@ -217,13 +217,10 @@ impl Executor {
             .map_err(ExecutorError::NotText)?
             .to_owned();
         // Unparsable data is the request's fault, before any invocation runs.
-        let (model, native) = match self.toolchain {
-            Toolchain::KubernetesYaml => (text, None),
-            Toolchain::AppConfigProperties => {
-                let file = PropertiesFile::parse(text).map_err(ExecutorError::Properties)?;
-                (file.model(), Some(file))
-            }
-        };
+        let (model, native) = self
+            .toolchain
+            .read(text)
+            .map_err(ExecutorError::Properties)?;
         let mut current =
             OwnedUnit::parse_as(model, self.toolchain).map_err(ExecutorError::Unparsable)?;
 
@@ -281,6 +278,7 @@ impl Executor {
                 arguments: &arguments,
                 context: &request.context,
                 registry: &self.registry,
+                toolchain: self.toolchain,
                 cancellation: call,
             };
             let ran = function.run(&invocation_call);
@@ -315,6 +313,19 @@ impl Executor {
                         invocation.function_name
                     ))
                 })?;
+                // What the toolchain's format cannot hold is this invocation's failure, and
+                // none of it is applied.
+                if let Err(problem) = native.check(after.unit()) {
+                    run.messages.push(format!(
+                        "{}: the result cannot be written as {}: {problem}",
+                        invocation.function_name, self.toolchain
+                    ));
+                    success = false;
+                    if request.stop_on_error {
+                        break;
+                    }
+                    continue;
+                }
                 mutations::merge(
                     &mut mutations,
                     mutations::diff(current.unit(), after.unit(), index),
@@ -334,24 +345,13 @@ impl Executor {
         }
         mutations::order_by(&mut mutations, current.unit());
         let (output_type, output) = run.encoded();
-        let config_data = match native {
-            None => current.into_text().into_bytes(),
-            Some(_) if mutators.is_empty() => request.config_data.clone(),
-            Some(file) => {
-                let unit = current.unit();
-                let model = match unit.elements.as_slice() {
-                    [] => None,
-                    [element] => Some(unit.doc.to_json(element.root)),
-                    more => {
-                        return Err(ExecutorError::PropertiesResult(
-                            PropertiesError::NotAMapping(format!("{} documents", more.len())),
-                        ));
-                    }
-                };
-                file.write(model.as_ref())
-                    .map_err(ExecutorError::PropertiesResult)?
-                    .into_bytes()
-            }
+        let config_data = if mutators.is_empty() {
+            request.config_data.clone()
+        } else {
+            native
+                .write(current.unit())
+                .map_err(ExecutorError::PropertiesResult)?
+                .into_bytes()
         };
         Ok(FunctionInvocationResponse {
             organization_id: request.context.organization_id.clone(),

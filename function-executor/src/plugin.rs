@@ -108,6 +108,7 @@ impl TypedFunctionSet for PluginFunctions {
             arguments: &arguments,
             context: &request.context,
             registry: self.executor.registry(),
+            toolchain: self.executor.toolchain(),
             cancellation: context,
         };
         match typed.run(&call) {

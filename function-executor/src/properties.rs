@@ -207,8 +207,14 @@ impl PropertiesFile {
 
     /// The file after the functions left the model as `model` (the JSON form of its one
     /// document; `None` when it has none): changed values rewritten in place, removed
-    /// properties dropped, new ones appended, everything else as it was.
-    pub fn write(&self, model: Option<&Value>) -> Result<String, PropertiesError> {
+    /// properties dropped, new ones appended, everything else as it was. A property with a
+    /// comment in `comments` (the model's line comments, by key) gets it as a `#` line just
+    /// above it, in place of the comment line that was there, if any.
+    pub fn write(
+        &self,
+        model: Option<&Value>,
+        comments: &HashMap<String, String>,
+    ) -> Result<String, PropertiesError> {
         let mut now = Vec::new();
         match model {
             None | Some(Value::Null) => {}
@@ -226,7 +232,27 @@ impl PropertiesFile {
         let mut out = String::with_capacity(self.text.len());
         let mut copied = 0;
         for (index, entry) in self.entries.iter().enumerate() {
-            out.push_str(&self.text[copied..entry.span.start]);
+            let comment = comments
+                .get(entry.key.as_str())
+                .filter(|_| self.effective[&entry.key] == index);
+            let comment_line = comment
+                .and_then(|_| self.comment_line_before(entry.span.start))
+                .filter(|line| line.start >= copied);
+            match &comment_line {
+                Some(line) => out.push_str(&self.text[copied..line.start]),
+                None => out.push_str(&self.text[copied..entry.span.start]),
+            }
+            match (comment, comment_line) {
+                (Some(comment), Some(line)) if line.text == *comment => {
+                    out.push_str(&self.text[line.whole]);
+                }
+                (Some(comment), line) => {
+                    out.push_str(&self.text[entry.indent.clone()]);
+                    push_comment(&mut out, comment);
+                    out.push_str(line.map_or(terminator, |line| &self.text[line.terminator]));
+                }
+                (None, _) => {}
+            }
             copied = entry.span.end;
             let original = &self.text[entry.span.clone()];
             match values.get(entry.key.as_str()) {
@@ -248,11 +274,76 @@ impl PropertiesFile {
             out.push_str(terminator);
         }
         for (key, value) in added {
+            if let Some(comment) = comments.get(key) {
+                push_comment(&mut out, comment);
+                out.push_str(terminator);
+            }
             push_line(&mut out, key, value);
             out.push_str(terminator);
         }
         Ok(out)
     }
+
+    /// The comment line (`#` or `!`) just above the line starting at `start`, if there is one.
+    fn comment_line_before(&self, start: usize) -> Option<CommentLine> {
+        let before = &self.text[..start];
+        let line_end = before.trim_end_matches(['\n', '\r']).len();
+        // Exactly one terminator: a blank line in between parts the comment from the property.
+        if !matches!(&before[line_end..], "\n" | "\r" | "\r\n") {
+            return None;
+        }
+        let line_start = before[..line_end]
+            .rfind(['\n', '\r'])
+            .map_or(0, |at| at + 1);
+        let previous = before[..line_start]
+            .strip_suffix('\n')
+            .or_else(|| before[..line_start].strip_suffix('\r'))
+            .map(|rest| rest.strip_suffix('\r').unwrap_or(rest));
+        // A line that goes on a value with a trailing backslash is not a comment.
+        if previous.is_some_and(ends_in_odd_backslashes) {
+            return None;
+        }
+        let content = self.text[line_start..line_end].trim_start_matches([' ', '\t', '\u{c}']);
+        let text = content.strip_prefix(['#', '!'])?;
+        Some(CommentLine {
+            start: line_start,
+            text: text.trim().to_owned(),
+            whole: line_start..start,
+            terminator: line_end..start,
+        })
+    }
+}
+
+/// A comment line: where it starts, its text, its bytes and its terminator.
+struct CommentLine {
+    start: usize,
+    text: String,
+    whole: Range<usize>,
+    terminator: Range<usize>,
+}
+
+/// `# comment`, one line (a comment cannot continue).
+fn push_comment(out: &mut String, comment: &str) {
+    out.push_str("# ");
+    out.push_str(&comment.replace(['\n', '\r'], " "));
+}
+
+/// The line comments of a model's scalars (`key: value # comment`), by property key.
+pub fn comments(doc: &crate::yaml::Doc, root: crate::yaml::NodeId) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for (path, node) in crate::resource::scalars(doc, root) {
+        if let Some(comment) = doc.line_comment(doc.node(node).end)
+            && !comment.is_empty()
+        {
+            let key: Vec<String> = path
+                .split('.')
+                .map(crate::path::unescape)
+                .filter(|segment| !segment.is_empty())
+                .collect();
+            out.insert(key.join("."), comment.to_owned());
+        }
+    }
+    out
 }
 
 /// A mapping of the model being built, keys in the order they first appear.
@@ -555,7 +646,11 @@ log.web=DEBUG
     #[test]
     fn writing_an_unchanged_model_gives_the_file_back_byte_for_byte() {
         let file = PropertiesFile::parse(FILE.to_owned()).unwrap();
-        assert_eq!(file.write(Some(&model_json(&file))).unwrap(), FILE);
+        assert_eq!(
+            file.write(Some(&model_json(&file)), &HashMap::new())
+                .unwrap(),
+            FILE
+        );
     }
 
     #[test]
@@ -568,7 +663,7 @@ log.web=DEBUG
         json["database"].as_object_mut().unwrap().remove("host");
         json["new"] = serde_json::json!({"key": " x#"});
         assert_eq!(
-            file.write(Some(&json)).unwrap(),
+            file.write(Some(&json), &HashMap::new()).unwrap(),
             "\
 # Database settings
 database.port: 5432
@@ -589,10 +684,10 @@ new.key=\\ x#
         let file = PropertiesFile::parse(text.to_owned()).unwrap();
         let mut json = model_json(&file);
         assert_eq!(json["port"], 7);
-        assert_eq!(file.write(Some(&json)).unwrap(), text);
+        assert_eq!(file.write(Some(&json), &HashMap::new()).unwrap(), text);
         json["ratio"] = Value::from(2.25);
         assert_eq!(
-            file.write(Some(&json)).unwrap(),
+            file.write(Some(&json), &HashMap::new()).unwrap(),
             "port=007\nratio=2.25\nbig=1.0\n"
         );
     }
@@ -606,11 +701,14 @@ new.key=\\ x#
         json["a"] = Value::from(3);
         json["c"] = Value::from("new");
         assert_eq!(
-            file.write(Some(&json)).unwrap(),
+            file.write(Some(&json), &HashMap::new()).unwrap(),
             "a=1\r\nb=x\r\na=3\r\nc=new\r\n"
         );
         json.as_object_mut().unwrap().remove("a");
-        assert_eq!(file.write(Some(&json)).unwrap(), "b=x\r\nc=new\r\n");
+        assert_eq!(
+            file.write(Some(&json), &HashMap::new()).unwrap(),
+            "b=x\r\nc=new\r\n"
+        );
     }
 
     #[test]
@@ -719,11 +817,72 @@ new.key=\\ x#
     }
 
     #[test]
+    fn a_comment_goes_on_its_own_line_above_the_property_in_place_of_the_one_there() {
+        let file = PropertiesFile::parse(FILE.to_owned()).unwrap();
+        let json = model_json(&file);
+        let comments: HashMap<String, String> = [
+            // Below a comment line: replaces it.
+            ("database.host", "the primary"),
+            ("app.name", "shown in titles"),
+            // Below a property: a new line, with the property's indentation.
+            ("database.ssl.enabled", "secure"),
+            // The same text as the comment there: kept as it is written.
+            ("database.port", "unchanged"),
+            // The empty key stands for its parent.
+            ("log", "root level"),
+            ("added", "new"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let text = FILE.replace("database.port: 5432", "!unchanged\ndatabase.port: 5432");
+        let file = PropertiesFile::parse(text).unwrap();
+        let mut json = json;
+        json["added"] = Value::from(1);
+        assert_eq!(
+            file.write(Some(&json), &comments).unwrap(),
+            "\
+# the primary
+database.host = localhost
+!unchanged
+database.port: 5432
+  # secure
+  database.ssl.enabled=true
+
+# shown in titles
+app.name=My\\
+    Application
+# root level
+log=INFO
+log.web=DEBUG
+# new
+added=1
+"
+        );
+    }
+
+    #[test]
+    fn a_comment_line_is_replaced_only_when_it_is_one_and_right_above() {
+        let text = "a=x\\\n#y\nb=1\n#c\n\nd=2\n";
+        let file = PropertiesFile::parse(text.to_owned()).unwrap();
+        assert_eq!(model_json(&file)["a"], "x#y");
+        let comments = HashMap::from([
+            ("b".to_owned(), "note".to_owned()),
+            ("d".to_owned(), "after a blank line".to_owned()),
+        ]);
+        assert_eq!(
+            file.write(Some(&model_json(&file)), &comments).unwrap(),
+            "a=x\\\n#y\n# note\nb=1\n#c\n\n# after a blank line\nd=2\n"
+        );
+    }
+
+    #[test]
     fn an_empty_file_is_an_empty_mapping() {
         let file = PropertiesFile::parse("# nothing\n".to_owned()).unwrap();
         assert_eq!(file.model(), "{}\n");
         assert_eq!(
-            file.write(Some(&serde_json::json!({"a": true}))).unwrap(),
+            file.write(Some(&serde_json::json!({"a": true})), &HashMap::new())
+                .unwrap(),
             "# nothing\na=true\n"
         );
     }

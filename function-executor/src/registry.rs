@@ -250,6 +250,8 @@ pub mod attribute {
     pub const GENERAL: &str = "attribute-value";
     pub const PROVIDED: &str = "provided-value";
     pub const DEFAULT_NAME: &str = "default-name";
+    /// Values that usually come from other units (ConfigHub's needed values).
+    pub const NEEDED: &str = "needed-value";
     /// References to resources of a type, by name: `resource-name/<type>`.
     pub fn references_to(resource_type: &str) -> String {
         format!("resource-name/{resource_type}")
@@ -326,18 +328,28 @@ impl PathRegistry {
             DataType::String,
         )
         .generated_by("set-default-names", DEFAULT_NAME_TEMPLATE);
-        let namespace = attribute::references_to("v1/Namespace");
+        // The namespace the application runs in: needed from elsewhere, and set as a
+        // namespace reference is (set-references-of-type v1/Namespace NAME).
+        let mut namespace = PathVisitorInfo::new(
+            attribute::NAMESPACE_REFERENCE,
+            "configHub.kubernetes.namespace",
+            DataType::String,
+        )
+        .with_functions(None, &["set-references-of-type"]);
+        if let Some(setter) = namespace
+            .info
+            .as_mut()
+            .and_then(|info| info.setter_invocations.first_mut())
+        {
+            setter
+                .arguments
+                .push(FunctionArgument::named("resource-type", "v1/Namespace"));
+        }
         for (attribute, entry) in [
             (attribute::DEFAULT_NAME, name.clone()),
             (attribute::GENERAL, name),
-            (
-                namespace.as_str(),
-                PathVisitorInfo::new(
-                    &namespace,
-                    "configHub.kubernetes.namespace",
-                    DataType::String,
-                ),
-            ),
+            (attribute::NAMESPACE_REFERENCE, namespace.clone()),
+            (attribute::NEEDED, namespace),
         ] {
             registry
                 .register_as(attribute, &[ANY_RESOURCE_TYPE], entry)

@@ -1,7 +1,13 @@
 //! The toolchains (ConfigHub's `ToolchainType`): which native format a unit's config data is
 //! in, and so how it becomes the YAML model the functions work on and how it is written back.
+//! This is the one place where native data and the model meet: the executor reads the unit
+//! and writes it back through it, and so do the functions that take or give native data
+//! (`compute-mutations`' previous data, `get-resources`' native bodies).
 
 use krm_plugin_api::quoted;
+
+use crate::properties::{CATEGORY_APP_CONFIG, CONFIG_NAME_PATH, PropertiesError, PropertiesFile};
+use crate::resource::{CATEGORY_RESOURCE, Element, Unit};
 
 /// A toolchain the executor serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,6 +59,131 @@ impl Toolchain {
     /// The names of every toolchain served, for messages.
     pub fn supported() -> String {
         Self::ALL.map(Toolchain::name).join(", ")
+    }
+}
+
+/// Where `ensure-context` records the unit in each resource (ConfigHub's `ContextPath`): a
+/// mapping and the keys of the unit's slug, the space's ID and the revision number.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextKeys {
+    pub mapping: &'static [&'static str],
+    pub unit_slug: &'static str,
+    pub space_id: &'static str,
+    /// Only ever removed: ConfigHub does not write it (it would change every revision).
+    pub revision_num: &'static str,
+}
+
+/// A unit's data in its toolchain's own format, kept so that the model the functions leave
+/// can be written back over it.
+#[derive(Debug)]
+pub enum NativeData {
+    /// The model is the data.
+    Yaml,
+    Properties(PropertiesFile),
+}
+
+impl Toolchain {
+    /// The data type of an argument in the toolchain's own format.
+    pub fn data_type(self) -> crate::api::DataType {
+        match self {
+            Toolchain::KubernetesYaml => crate::api::DataType::Yaml,
+            Toolchain::AppConfigProperties => crate::api::DataType::Properties,
+        }
+    }
+
+    /// The category of its resources (ConfigHub's `DefaultResourceCategory`).
+    pub fn default_category(self) -> &'static str {
+        match self {
+            Toolchain::KubernetesYaml => CATEGORY_RESOURCE,
+            Toolchain::AppConfigProperties => CATEGORY_APP_CONFIG,
+        }
+    }
+
+    /// Where a resource's name without scope is (what `replicate` makes unique).
+    pub fn name_path(self) -> &'static [&'static str] {
+        match self {
+            Toolchain::KubernetesYaml => &["metadata", "name"],
+            Toolchain::AppConfigProperties => &CONFIG_NAME_PATH,
+        }
+    }
+
+    pub fn context_keys(self) -> ContextKeys {
+        match self {
+            Toolchain::KubernetesYaml => ContextKeys {
+                mapping: &["metadata", "annotations"],
+                unit_slug: "confighub.com/UnitSlug",
+                space_id: "confighub.com/SpaceID",
+                revision_num: "confighub.com/RevisionNum",
+            },
+            Toolchain::AppConfigProperties => ContextKeys {
+                mapping: &["configHub"],
+                unit_slug: "unitSlug",
+                space_id: "spaceID",
+                revision_num: "revisionNum",
+            },
+        }
+    }
+
+    /// Reads native `text`: the model the functions work on, and what writes it back.
+    pub fn read(self, text: String) -> Result<(String, NativeData), PropertiesError> {
+        match self {
+            Toolchain::KubernetesYaml => Ok((text, NativeData::Yaml)),
+            Toolchain::AppConfigProperties => {
+                let file = PropertiesFile::parse(text)?;
+                Ok((file.model(), NativeData::Properties(file)))
+            }
+        }
+    }
+
+    /// The model of native `text` (an argument in the toolchain's own format).
+    pub fn model_of(self, text: &str) -> Result<String, PropertiesError> {
+        self.read(text.to_owned()).map(|(model, _)| model)
+    }
+
+    /// One resource of `unit` in the toolchain's own format, on its own.
+    pub fn native_text(self, unit: &Unit, element: &Element) -> Result<String, PropertiesError> {
+        match self {
+            Toolchain::KubernetesYaml => Ok(unit.element_text(element).to_owned()),
+            Toolchain::AppConfigProperties => PropertiesFile::parse(String::new())?.write(
+                Some(&unit.doc.to_json(element.root)),
+                &crate::properties::comments(&unit.doc, element.root),
+            ),
+        }
+    }
+}
+
+impl NativeData {
+    /// Whether the toolchain's format can hold `unit`: a properties file holds one mapping.
+    pub fn check(&self, unit: &Unit) -> Result<(), PropertiesError> {
+        match self {
+            NativeData::Yaml => Ok(()),
+            NativeData::Properties(_) => match unit.elements.as_slice() {
+                [] => Ok(()),
+                [element] if unit.doc.is_map(element.root) => Ok(()),
+                [_] => Err(PropertiesError::NotAMapping(
+                    "the document is not a mapping".into(),
+                )),
+                more => Err(PropertiesError::NotAMapping(format!(
+                    "{} documents; a properties file holds one resource",
+                    more.len()
+                ))),
+            },
+        }
+    }
+
+    /// The data after the functions left the model as `unit`.
+    pub fn write(&self, unit: &Unit) -> Result<String, PropertiesError> {
+        let NativeData::Properties(file) = self else {
+            return Ok(unit.doc.src.to_owned());
+        };
+        self.check(unit)?;
+        match unit.elements.first() {
+            None => file.write(None, &Default::default()),
+            Some(element) => file.write(
+                Some(&unit.doc.to_json(element.root)),
+                &crate::properties::comments(&unit.doc, element.root),
+            ),
+        }
     }
 }
 

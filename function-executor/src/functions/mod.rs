@@ -12,6 +12,7 @@ use crate::args::Arguments;
 use crate::registry::PathRegistry;
 use crate::resource::Unit;
 use crate::signature::TypedSignature;
+use crate::toolchain::Toolchain;
 
 pub mod containers;
 pub mod expressions;
@@ -23,14 +24,24 @@ pub mod unit;
 pub mod validation;
 
 /// What a function gets: the parsed unit, the checked arguments, the request's context, the
-/// path registry, and the call's deadline and cancellation (a long function may stop when the
-/// call is cancelled; the executor checks it between invocations).
+/// path registry, the toolchain (whose format native-data arguments are in, and which says
+/// where a resource keeps its name and context), and the call's deadline and cancellation (a
+/// long function may stop when the call is cancelled; the executor checks it between
+/// invocations).
 pub struct Call<'c, 'a, 'k> {
     pub unit: &'c Unit<'a>,
     pub arguments: &'c Arguments,
     pub context: &'c FunctionContext,
     pub registry: &'c PathRegistry,
+    pub toolchain: Toolchain,
     pub cancellation: &'c CallContext<'k>,
+}
+
+impl Call<'_, '_, '_> {
+    /// `text` parsed as a unit of the call's toolchain's model.
+    pub fn parse_model<'t>(&self, text: &'t str) -> Result<Unit<'t>, String> {
+        Unit::parse_as(text, self.toolchain)
+    }
 }
 
 /// What a function returns.
@@ -115,23 +126,39 @@ pub trait TypedFunction: Send + Sync {
     fn run(&self, call: &Call) -> Result<Outcome, String>;
 }
 
-/// The generic functions that ConfigHub also registers for AppConfig/Properties and that read
-/// or change any YAML model, not Kubernetes objects in particular.
+/// The generic functions ConfigHub's `generic.RegisterStandardFunctions` registers, which it
+/// registers for AppConfig/Properties too; each works on the YAML model of any toolchain.
 pub const GENERIC_FOR_PROPERTIES: &[&str] = &[
     "get-resources",
     "get-resources-of-type",
-    "search-replace",
-    "where-filter",
+    "set-references-of-type",
     "get-placeholders",
     "no-placeholders",
-    "is-approved",
+    "search-replace",
+    "set-path-comment",
+    "set-default-names",
+    "get-attributes",
+    "set-attributes",
+    "get-needed",
+    "get-provided",
     "cel-validate",
+    "where-filter",
     "yq",
+    "is-approved",
+    "ensure-context",
+    "get-details",
+    "upsert-resource",
+    "delete-resource",
+    "compute-mutations",
+    "patch-mutations",
+    "reset",
+    "replicate",
 ];
 
 /// Every built-in function for AppConfig/Properties: the arbitrary-path getters and setters,
 /// the generic functions of [`GENERIC_FOR_PROPERTIES`] and its own `validate`.
 pub fn properties() -> Vec<Arc<dyn TypedFunction>> {
+    let toolchain = Toolchain::AppConfigProperties;
     let mut functions = path_visitor::arbitrary_paths();
     functions.extend(
         resources::functions()
@@ -139,6 +166,8 @@ pub fn properties() -> Vec<Arc<dyn TypedFunction>> {
             .chain(text::functions())
             .chain(validation::functions())
             .chain(expressions::functions())
+            .chain(unit::functions(toolchain))
+            .chain(patch::functions())
             .filter(|function| GENERIC_FOR_PROPERTIES.contains(&function.signature().name())),
     );
     functions.push(validation::properties_validate());
@@ -151,7 +180,7 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
     functions.extend(resources::functions());
     functions.extend(text::functions());
     functions.extend(validation::functions());
-    functions.extend(unit::functions());
+    functions.extend(unit::functions(Toolchain::KubernetesYaml));
     functions.extend(containers::functions());
     functions.extend(expressions::functions());
     functions.extend(patch::functions());

@@ -320,7 +320,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
             }
             MutationType::Add | MutationType::Replace => {
                 let mut text = mutation.resource_mutation_info.value.clone();
-                let replacement = Unit::parse(&text).map_err(|e| {
+                let replacement = call.parse_model(&text).map_err(|e| {
                     format!(
                         "{PATCH}: the value of {} {} does not parse: {e}",
                         key.0, key.1
@@ -347,11 +347,14 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
             path_patches.insert(position, (key, mutation));
         }
     }
-    let mut current = OwnedUnit::parse(if whole_edits > 0 {
-        editor.finish(doc)
-    } else {
-        doc.src.to_owned()
-    })?;
+    let mut current = OwnedUnit::parse_as(
+        if whole_edits > 0 {
+            editor.finish(doc)
+        } else {
+            doc.src.to_owned()
+        },
+        call.toolchain,
+    )?;
     let changed_whole = whole_edits > 0;
 
     let mut problems = Vec::new();
@@ -379,7 +382,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
         for (segments, path, record) in writes {
             if batch.iter().any(|done| related(done, &segments)) {
                 let text = std::mem::take(&mut editor).finish(&current.unit().doc);
-                current = OwnedUnit::parse(text)?;
+                current = OwnedUnit::parse_as(text, call.toolchain)?;
                 batch.clear();
             }
             let unit = current.unit();
@@ -402,7 +405,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
                     batch.push(segments);
                     if moves {
                         let text = std::mem::take(&mut editor).finish(&current.unit().doc);
-                        current = OwnedUnit::parse(text)?;
+                        current = OwnedUnit::parse_as(text, call.toolchain)?;
                         batch.clear();
                     }
                 }
@@ -411,7 +414,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
         }
         if !batch.is_empty() {
             let text = editor.finish(&current.unit().doc);
-            current = OwnedUnit::parse(text)?;
+            current = OwnedUnit::parse_as(text, call.toolchain)?;
         }
     }
     if !problems.is_empty() {

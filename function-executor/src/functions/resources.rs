@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::api::{DataType, FunctionOutput, OutputType, Resource, ResourceInfo};
 use crate::functions::{Call, Outcome, Output, TypedFunction};
-use crate::resource::{Element, Unit};
+use crate::resource::Element;
 use crate::signature::{ParameterBuilder, TypedFacet, TypedSignature};
 
 /// A signature of a custom (not path-visitor) function.
@@ -95,7 +95,15 @@ fn get_resources(call: &Call) -> Result<Outcome, String> {
             "none" => String::new(),
             "json" => serde_json::to_string(&call.unit.doc.to_json(element.root))
                 .map_err(|e| format!("{}: cannot render as JSON: {e}", info.resource_name))?,
-            // Kubernetes' native form is the YAML itself.
+            "native" => call
+                .toolchain
+                .native_text(call.unit, element)
+                .map_err(|e| {
+                    format!(
+                        "{}: cannot render as {}: {e}",
+                        info.resource_name, call.toolchain
+                    )
+                })?,
             _ => call.unit.element_text(element).to_owned(),
         };
         resources.push(Resource {
@@ -147,7 +155,10 @@ fn upsert_resource(call: &Call) -> Result<Outcome, String> {
         .iter()
         .find(|r| wanted(&r.info))
         .ok_or_else(|| format!("resource-list has no {resource_type} {resource_name}"))?;
-    let body = Unit::parse(&resource.resource_body)
+    // The body is the YAML model, as get-resources gives it by default (ConfigHub parses it
+    // as YAML whatever the toolchain).
+    let body = call
+        .parse_model(&resource.resource_body)
         .map_err(|e| format!("the body of {resource_type} {resource_name} does not parse: {e}"))?;
     match body.elements.as_slice() {
         [element] if element.checked_info().is_ok_and(&wanted) => {}
@@ -190,7 +201,7 @@ fn replicate(call: &Call) -> Result<Outcome, String> {
     let category = call
         .arguments
         .str("resource-category")
-        .unwrap_or(crate::resource::CATEGORY_RESOURCE);
+        .unwrap_or(call.toolchain.default_category());
     let replicas = call
         .arguments
         .get("replicas")
@@ -211,15 +222,20 @@ fn replicate(call: &Call) -> Result<Outcome, String> {
         return Ok(Outcome::text(format!("{}{}", &src[..start], &src[end..])));
     }
     let text = call.unit.element_text(element);
-    let copy = Unit::parse(text).map_err(|e| format!("{}: {e}", info.resource_name))?;
+    let copy = call
+        .parse_model(text)
+        .map_err(|e| format!("{}: {e}", info.resource_name))?;
+    let name_path = call.toolchain.name_path();
     let name_node = copy
         .elements
         .first()
-        .and_then(|e| copy.doc.get_path(e.root, &["metadata", "name"]));
+        .and_then(|e| copy.doc.get_path(e.root, name_path));
     let Some(name_node) = name_node else {
         return Err(format!(
-            "{} {}: no metadata.name to make unique",
-            info.resource_type, info.resource_name
+            "{} {}: no {} to make unique",
+            info.resource_type,
+            info.resource_name,
+            name_path.join(".")
         ));
     };
     let mut copies = Vec::with_capacity(replicas);

@@ -14,8 +14,8 @@ use crate::functions::{Call, Outcome, Output, TypedFunction};
 use crate::mutations;
 use crate::path::{self, UnresolvedPath};
 use crate::registry::{CLUSTER_SCOPED_TYPES, PathVisitorInfo, attribute};
-use crate::resource::Unit;
 use crate::signature::ParameterBuilder;
+use crate::toolchain::Toolchain;
 use crate::yaml::{Editor, Kind};
 
 fn get_attributes(call: &Call) -> Result<Outcome, String> {
@@ -44,21 +44,26 @@ fn is_placeholder(value: &serde_json::Value) -> bool {
     }
 }
 
-/// The values of `attribute_name` that still hold a placeholder.
-fn needed(call: &Call, attribute_name: &str) -> Result<Outcome, String> {
-    let entries_for =
-        |info: &ResourceInfo| call.registry.paths_for(attribute_name, &info.resource_type);
+/// The values of the attributes named that still hold a placeholder.
+fn needed(call: &Call, attribute_names: &[&str]) -> Result<Outcome, String> {
+    let entries_for = |info: &ResourceInfo| {
+        attribute_names
+            .iter()
+            .flat_map(|name| call.registry.paths_for(name, &info.resource_type))
+            .collect()
+    };
     let mut found = get(call, &entries_for, &[], None)?;
     found.retain(|attribute| is_placeholder(&attribute.value));
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
+/// The general attributes and the registered needed values that still hold a placeholder.
 fn get_needed(call: &Call) -> Result<Outcome, String> {
-    needed(call, attribute::GENERAL)
+    needed(call, &[attribute::GENERAL, attribute::NEEDED])
 }
 
 fn get_needed_namespaces(call: &Call) -> Result<Outcome, String> {
-    needed(call, attribute::NAMESPACE_REFERENCE)
+    needed(call, &[attribute::NAMESPACE_REFERENCE])
 }
 
 fn get_provided(call: &Call) -> Result<Outcome, String> {
@@ -330,10 +335,6 @@ fn ensure_namespaces(call: &Call) -> Result<Outcome, String> {
     })
 }
 
-/// The annotations that tie a resource to its unit and space.
-pub const UNIT_SLUG_ANNOTATION: &str = "confighub.com/UnitSlug";
-pub const SPACE_ID_ANNOTATION: &str = "confighub.com/SpaceID";
-
 /// The span of a block-mapping entry's lines, when the entry starts its own line.
 pub(crate) fn entry_lines(
     doc: &crate::yaml::Doc,
@@ -353,6 +354,8 @@ pub(crate) fn entry_lines(
     })
 }
 
+/// Records the unit's slug and the space's ID in every resource, where the toolchain keeps
+/// them ([`Toolchain::context_keys`]), or removes them (and any revision number).
 fn ensure_context(call: &Call) -> Result<Outcome, String> {
     let add = call
         .arguments
@@ -360,9 +363,10 @@ fn ensure_context(call: &Call) -> Result<Outcome, String> {
         .and_then(ArgValue::as_bool)
         .unwrap_or(true);
     let doc = &call.unit.doc;
+    let keys = call.toolchain.context_keys();
     let context = [
-        (UNIT_SLUG_ANNOTATION, call.context.unit_slug.clone()),
-        (SPACE_ID_ANNOTATION, call.context.space_id.clone()),
+        (keys.unit_slug, call.context.unit_slug.clone()),
+        (keys.space_id, call.context.space_id.clone()),
     ];
     let mut editor = Editor::default();
     let mut edits = 0;
@@ -372,22 +376,17 @@ fn ensure_context(call: &Call) -> Result<Outcome, String> {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), v.clone()))
                 .collect();
-            edits += editor.ensure_map(
-                doc,
-                element.root,
-                &["metadata", "annotations"],
-                &entries,
-                true,
-            );
+            edits += editor.ensure_map(doc, element.root, keys.mapping, &entries, true);
             continue;
         }
-        let Some(annotations) = doc.get_path(element.root, &["metadata", "annotations"]) else {
+        let Some(mapping) = doc.get_path(element.root, keys.mapping) else {
             continue;
         };
+        let removed = [keys.unit_slug, keys.space_id, keys.revision_num];
         let ours: Vec<_> = doc
-            .entries(annotations)
+            .entries(mapping)
             .iter()
-            .filter(|&&(k, _)| context.iter().any(|(name, _)| doc.str(k) == Some(*name)))
+            .filter(|&&(k, _)| doc.str(k).is_some_and(|key| removed.contains(&key)))
             .copied()
             .collect();
         if ours.is_empty() {
@@ -395,15 +394,22 @@ fn ensure_context(call: &Call) -> Result<Outcome, String> {
         }
         let unwritable = || {
             format!(
-                "{} {}: metadata.annotations is not written one entry per line; not edited",
-                info.resource_type, info.resource_name
+                "{} {}: {} is not written one entry per line; not edited",
+                info.resource_type,
+                info.resource_name,
+                keys.mapping.join(".")
             )
         };
-        if ours.len() == doc.entries(annotations).len() {
-            // Nothing else is annotated: the map goes too.
-            let metadata = doc.get(element.root, "metadata").unwrap_or(element.root);
-            let (key, _) = doc.entry(metadata, "annotations").ok_or_else(unwritable)?;
-            let (start, end) = entry_lines(doc, key, annotations).ok_or_else(unwritable)?;
+        if ours.len() == doc.entries(mapping).len() {
+            // Nothing else is in the mapping: the mapping goes too.
+            let Some((last, parent_path)) = keys.mapping.split_last() else {
+                return Err(unwritable());
+            };
+            let parent = doc
+                .get_path(element.root, parent_path)
+                .unwrap_or(element.root);
+            let (key, _) = doc.entry(parent, last).ok_or_else(unwritable)?;
+            let (start, end) = entry_lines(doc, key, mapping).ok_or_else(unwritable)?;
             editor.replace(start, end, String::new());
         } else {
             for (key, value) in ours {
@@ -467,6 +473,8 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
     })
 }
 
+/// The mutations from the previous data, in the toolchain's own format unless
+/// `alreadyConverted` says it is the model already, to the current data.
 fn compute_mutations(call: &Call) -> Result<Outcome, String> {
     let previous = call.arguments.str("config-doc-list").unwrap_or_default();
     let index = call
@@ -474,8 +482,21 @@ fn compute_mutations(call: &Call) -> Result<Outcome, String> {
         .get("functionIndex")
         .and_then(ArgValue::as_int)
         .unwrap_or_default();
-    let before =
-        Unit::parse(previous).map_err(|e| format!("config-doc-list does not parse: {e}"))?;
+    let already_converted = call
+        .arguments
+        .get("alreadyConverted")
+        .and_then(ArgValue::as_bool)
+        .unwrap_or(false);
+    let model = if already_converted {
+        previous.to_owned()
+    } else {
+        call.toolchain
+            .model_of(previous)
+            .map_err(|e| format!("config-doc-list is not {} data: {e}", call.toolchain))?
+    };
+    let before = call
+        .parse_model(&model)
+        .map_err(|e| format!("config-doc-list does not parse: {e}"))?;
     let index = usize::try_from(index).map_err(|_| format!("functionIndex {index} is negative"))?;
     let mut changes = mutations::diff(&before, call.unit, index);
     mutations::order_by(&mut changes, call.unit);
@@ -486,7 +507,13 @@ fn compute_mutations(call: &Call) -> Result<Outcome, String> {
     )))
 }
 
-pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
+/// The functions over whole units; `toolchain` decides the format of compute-mutations'
+/// previous data.
+pub fn functions(toolchain: Toolchain) -> Vec<Arc<dyn TypedFunction>> {
+    let ensure_context_description = match toolchain {
+        Toolchain::KubernetesYaml => "Add (or, with false, remove) the annotations confighub.com/UnitSlug and confighub.com/SpaceID on every resource".to_owned(),
+        Toolchain::AppConfigProperties => "Add (or, with false, remove) the properties configHub.unitSlug and configHub.spaceID".to_owned(),
+    };
     let string = DataType::String;
     vec![
         Arc::new(Custom {
@@ -625,7 +652,7 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
         Arc::new(Custom {
             signature: custom(
                 "ensure-context",
-                "Add (or, with false, remove) the annotations confighub.com/UnitSlug and confighub.com/SpaceID on every resource",
+                &ensure_context_description,
                 vec![
                     ParameterBuilder::new(
                         "add-context",
@@ -664,7 +691,11 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                 "compute-mutations",
                 "Compute the mutations from the given previous data to the current data",
                 vec![
-                    ParameterBuilder::new("config-doc-list", DataType::Yaml, "Previous data"),
+                    ParameterBuilder::new(
+                        "config-doc-list",
+                        toolchain.data_type(),
+                        "Previous data, in the toolchain's own format",
+                    ),
                     ParameterBuilder::new(
                         "functionIndex",
                         DataType::Int,
@@ -674,7 +705,7 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                     ParameterBuilder::new(
                         "alreadyConverted",
                         DataType::Bool,
-                        "The previous data is already YAML",
+                        "The previous data is already the YAML model",
                     )
                     .optional(),
                 ],
