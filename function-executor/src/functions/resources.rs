@@ -354,7 +354,7 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                     ParameterBuilder::new(
                         "resource-category",
                         string,
-                        "Category of the resource (default Resource)",
+                        "Category of the resource (default: Resource for Kubernetes, AppConfig for properties)",
                     )
                     .optional(),
                 ],

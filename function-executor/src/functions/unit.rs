@@ -657,7 +657,7 @@ pub fn functions(toolchain: Toolchain) -> Vec<Arc<dyn TypedFunction>> {
                     ParameterBuilder::new(
                         "add-context",
                         DataType::Bool,
-                        "Add the annotations (true) or remove them (false)",
+                        "Add the context (true) or remove it (false)",
                     )
                     .example("true"),
                 ],
