@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use krm_plugin_api::{FunctionSignature, Parameter};
+use krm_plugin_api::{FunctionSignature, Parameter, pick_function};
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_catalog_server::FunctionCatalog;
 use tonic::{Request, Response, Status};
@@ -19,25 +19,9 @@ impl Catalog {
         Self { entries }
     }
 
-    /// Adds the functions of more instances, after those already listed.
-    pub fn extend(&mut self, entries: Vec<(String, FunctionSignature)>) {
-        self.entries.extend(entries);
-    }
-
-    /// The function named `name`, by short name or else by any image it answers to.
+    /// The function `name` picks (see [`pick_function`]).
     pub fn find(&self, name: &str) -> Option<&(String, FunctionSignature)> {
-        self.find_by_name(name).or_else(|| {
-            self.entries
-                .iter()
-                .find(|(_, signature)| signature.images.iter().any(|image| image == name))
-        })
-    }
-
-    /// The function whose short name is `name`.
-    pub fn find_by_name(&self, name: &str) -> Option<&(String, FunctionSignature)> {
-        self.entries
-            .iter()
-            .find(|(_, signature)| signature.name == name)
+        pick_function(&self.entries, name, |(_, signature)| signature)
     }
 
     pub fn names(&self) -> Vec<&str> {

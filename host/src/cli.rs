@@ -278,7 +278,9 @@ impl Cli {
     /// Parses the process arguments, accepting Go's single-dash long flags (`-port 9445`).
     /// Usage errors exit 2, as Go's flag package does.
     pub fn parse_args() -> Self {
-        let matches = command().get_matches_from(normalize_go_flags(std::env::args_os()));
+        let command = command();
+        let args = normalize_go_flags(&command, std::env::args_os());
+        let matches = command.get_matches_from(args);
         Self::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
     }
 }
@@ -331,18 +333,16 @@ pub fn command() -> clap::Command {
 }
 
 /// Go's flag package takes `-name` for long flags; clap wants `--name`.
-pub fn normalize_go_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
-    let command = Cli::command();
-    let mut longs: Vec<String> = command
-        .get_arguments()
-        .filter_map(|arg| arg.get_long().map(str::to_owned))
+pub fn normalize_go_flags(
+    command: &clap::Command,
+    args: impl IntoIterator<Item = OsString>,
+) -> Vec<OsString> {
+    let longs: std::collections::HashSet<&str> = command
+        .get_subcommands()
+        .flat_map(clap::Command::get_arguments)
+        .chain(command.get_arguments())
+        .filter_map(clap::Arg::get_long)
         .collect();
-    for sub in command.get_subcommands() {
-        longs.extend(
-            sub.get_arguments()
-                .filter_map(|arg| arg.get_long().map(str::to_owned)),
-        );
-    }
     let mut after_separator = false;
     args.into_iter()
         .map(|arg| {
@@ -357,7 +357,7 @@ pub fn normalize_go_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsStr
             match text.strip_prefix('-') {
                 Some(rest) if !rest.starts_with('-') => {
                     let name = rest.split('=').next().unwrap_or(rest);
-                    if name.len() > 1 && longs.iter().any(|long| long == name) {
+                    if name.len() > 1 && longs.contains(name) {
                         OsString::from(format!("-{text}"))
                     } else {
                         arg
@@ -527,7 +527,7 @@ mod tests {
             "--",
             "-port",
         ];
-        let normalized = normalize_go_flags(args.iter().map(OsString::from));
+        let normalized = normalize_go_flags(&command(), args.iter().map(OsString::from));
         let normalized: Vec<_> = normalized.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(
             normalized,

@@ -201,9 +201,9 @@ pub struct Sources {
     pub skip_system_file: bool,
 }
 
-/// Builds the layered figment. `flags` holds only the keys set on the command line. A file that
-/// cannot be used is left out and reported, with every other such file.
-pub fn layered(sources: &Sources, flags: Dict) -> (Figment, Vec<String>) {
+/// Builds the layered figment, without the command line's layer (see [`with_flags`]). A file
+/// that cannot be used is left out and reported, with every other such file.
+pub fn layered(sources: &Sources) -> (Figment, Vec<String>) {
     let mut problems = Vec::new();
     let mut figment = embedded();
     if !sources.skip_system_file && Path::new(SYSTEM_CONFIG_FILE).exists() {
@@ -223,12 +223,16 @@ pub fn layered(sources: &Sources, flags: Dict) -> (Figment, Vec<String>) {
             .ignore(&["config"])
             .map(|key| key.as_str().to_ascii_lowercase().into()),
     );
-    figment = figment.merge(Named::new(
+    (figment, problems)
+}
+
+/// The top layer: `flags` holds only the keys set on the command line.
+pub fn with_flags(figment: Figment, flags: Dict) -> Figment {
+    figment.merge(Named::new(
         "command line",
         None,
         Serialized::from(flags, Profile::Default),
-    ));
-    (figment, problems)
+    ))
 }
 
 fn embedded() -> Figment {
@@ -605,7 +609,7 @@ mod tests {
             skip_system_file: true,
             config_file: file_text.map(|_| file.clone()),
         };
-        let (figment, mut problems) = layered(&sources, Dict::new());
+        let (figment, mut problems) = layered(&sources);
         let (config, more) = extract(&figment);
         problems.extend(more);
         let file = file.display().to_string();

@@ -238,11 +238,10 @@ struct Loaded {
 }
 
 fn load_config(cli: &Cli, sources: &Sources) -> Loaded {
-    // The flags' meaning depends on the configured instances: the layers are read twice, and
-    // the problems reported are the second reading's.
-    let (without_flags, _) = config::layered(sources, Default::default());
+    // The flags' meaning depends on the configured instances, which the layers below them say.
+    let (without_flags, mut problems) = config::layered(sources);
     let (flags, warnings) = cli::flag_layer(&cli.flags, &config::instance_names(&without_flags));
-    let (figment, mut problems) = config::layered(sources, flags);
+    let figment = config::with_flags(without_flags, flags);
     let (config, more) = config::extract(&figment);
     problems.extend(more);
     Loaded {

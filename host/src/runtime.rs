@@ -9,7 +9,7 @@ use std::time::Instant;
 use krm_plugin_api::process::{self, CallInFlight};
 use krm_plugin_api::{
     CancelReason, Chain, ErrorKind, EvalError, EvalResponse, FunctionSignature, Measurement,
-    ProbeOutcome, TraceContext,
+    NameMatch, ProbeOutcome, TraceContext,
 };
 use krm_plugin_loader::{
     EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan, PluginLibrary,
@@ -318,33 +318,38 @@ fn functions_of<'i>(
 }
 
 /// The instance that runs `krm-runner fn NAME`, picked as [`Catalog::find`] picks it, but
-/// building only the instances it takes to know: in name order, each with its delegates,
-/// until one implements a function of that name. An image name, or a name nothing
-/// implements, needs them all. `Ok(Err(catalog))` when none implements it.
+/// building only the instances it takes to know, in name order, each with its delegates: up to
+/// the first that has a function of that short name (asked for that one function, not its
+/// list). An image name, or a name nothing implements, needs them all. `Ok(Err(catalog))`
+/// when none implements it.
 pub fn function_instance(
     config: &Config,
     name: &str,
 ) -> Result<Result<Arc<EvaluatorInstance>, Catalog>, Vec<String>> {
     let mut instances = Instances::new(config, Purpose::Serve);
-    let mut catalog = Catalog::default();
-    for candidate in instances.enabled() {
-        instances.build_with_delegates(&candidate);
+    let mut by_image = None;
+    let enabled = instances.enabled();
+    for candidate in &enabled {
+        instances.build_with_delegates(candidate);
         if !instances.problems.is_empty() {
             return Err(instances.problems);
         }
-        let Some(instance) = instances.built.get(&candidate) else {
+        let Some(instance) = instances.built.get(candidate) else {
             continue;
         };
-        catalog.extend(functions_of([(&candidate, instance)]));
-        // The instances before this one implement no function of that name.
-        if catalog.find_by_name(name).is_some() {
-            return Ok(Ok(instance.clone()));
+        match instance.function(name).and_then(|f| f.matched_by(name)) {
+            Some(NameMatch::ShortName) => return Ok(Ok(instance.clone())),
+            Some(NameMatch::Image) if by_image.is_none() => by_image = Some(instance.clone()),
+            _ => {}
         }
     }
-    Ok(match catalog.find(name) {
-        Some((instance, _)) => Ok(instances.built[instance].clone()),
-        None => Err(catalog),
-    })
+    Ok(by_image.ok_or_else(|| {
+        Catalog::new(functions_of(
+            enabled
+                .iter()
+                .filter_map(|name| Some((name, instances.built.get(name)?))),
+        ))
+    }))
 }
 
 impl Runtime {

@@ -177,6 +177,14 @@ pub trait EvaluatorFfi: Send + Sync {
             log: RVec::new(),
         })
     }
+
+    /// The function `name` picks among those the evaluator implements itself, as JSON (a
+    /// [`crate::FunctionSignature`], or `null`). Empty from plugins built before this method:
+    /// the runner then picks among `functions`.
+    fn function(&self, name: RStr<'_>) -> RString {
+        let _ = name;
+        RString::new()
+    }
 }
 
 pub type EvaluatorBox = EvaluatorFfi_TO<'static, RBox<()>>;

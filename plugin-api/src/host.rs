@@ -293,6 +293,13 @@ impl EvaluatorFfi for SlotEvaluator {
         }
     }
 
+    fn function(&self, name: RStr<'_>) -> RString {
+        match self.0.state.get() {
+            Some(SlotState::Ready(instance)) => instance.inner.function(name),
+            _ => RString::from("null"),
+        }
+    }
+
     fn warm_up(&self, image: RStr<'_>, route: RStr<'_>) {
         if let Some(SlotState::Ready(instance)) = self.0.state.get() {
             instance.inner.warm_up(image, route);
@@ -393,6 +400,19 @@ impl EvaluatorInstance {
     /// The functions the instance implements itself, with their signatures.
     pub fn functions(&self) -> Vec<FunctionSignature> {
         serde_json::from_str(self.inner.functions().as_str()).unwrap_or_default()
+    }
+
+    /// The function `name` picks among those the instance implements itself (see
+    /// [`crate::pick_function`]), found without listing them all when the plugin can.
+    pub fn function(&self, name: &str) -> Option<FunctionSignature> {
+        let answer = self.inner.function(RStr::from_str(name));
+        if answer.is_empty() {
+            return crate::pick_function(self.functions(), name, |signature| signature);
+        }
+        serde_json::from_str(answer.as_str()).unwrap_or_else(|error| {
+            tracing::error!(instance = %self.name, "unreadable function answer ({error}): {answer}");
+            None
+        })
     }
 
     fn evaluate_ffi(

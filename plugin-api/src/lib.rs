@@ -63,7 +63,9 @@ pub use krm_function_process::{QUOTED_CHARS, Quoted, TraceContext, process, quot
 pub use plugin::{
     BuildContext, ConfigError, ConfigProblem, Evaluator, EvaluatorHandle, Plugin, TypedFunctionSet,
 };
-pub use signature::{Example, FunctionSignature, Parameter, ParameterType};
+pub use signature::{
+    Example, FunctionSignature, NameMatch, Parameter, ParameterType, pick_function,
+};
 pub use telemetry::{AttributeValue, Measurement, MeasurementKind, Span, Telemetry};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.

@@ -96,6 +96,13 @@ pub trait Evaluator: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The function `name` picks among [`functions`](Self::functions) (see
+    /// [`crate::pick_function`]): what `krm-runner fn NAME` looks for. Override it when finding
+    /// one costs less than listing them all, e.g. when some are built on first use.
+    fn function(&self, name: &str) -> Option<FunctionSignature> {
+        crate::pick_function(self.functions(), name, |signature| signature)
+    }
+
     /// Calls for `image` are coming (the runner warms what its FunctionConfigs ask for, once
     /// they are read): start preparing in the background and return at once. Log failures.
     fn warm_up(&self, image: &str, route: Option<&FunctionConfigRoute>) {
@@ -438,6 +445,19 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
     fn functions(&self) -> RString {
         let signatures = catch_unwind(AssertUnwindSafe(|| self.0.functions())).unwrap_or_default();
         RString::from(serde_json::to_string(&signatures).unwrap_or_else(|_| "[]".to_owned()))
+    }
+
+    fn function(&self, name: RStr<'_>) -> RString {
+        let signature = catch_unwind(AssertUnwindSafe(|| self.0.function(name.as_str())))
+            .unwrap_or_else(|panic| {
+                tracing::error!(
+                    "evaluator panicked while looking for function {:?}: {}",
+                    name.as_str(),
+                    panic_message(&*panic)
+                );
+                None
+            });
+        RString::from(serde_json::to_string(&signature).unwrap_or_else(|_| "null".to_owned()))
     }
 
     fn resolve(&self, image: RStr<'_>, tag: RStr<'_>, route: RStr<'_>) -> RString {

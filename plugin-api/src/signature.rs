@@ -28,6 +28,47 @@ pub struct FunctionSignature {
     pub examples: Vec<Example>,
 }
 
+impl FunctionSignature {
+    /// Whether `name` is this function's short name (the better match) or one of its images.
+    pub fn matched_by(&self, name: &str) -> Option<NameMatch> {
+        if self.name == name {
+            Some(NameMatch::ShortName)
+        } else if self.images.iter().any(|image| image == name) {
+            Some(NameMatch::Image)
+        } else {
+            None
+        }
+    }
+}
+
+/// How a name picks a function: a short name beats an image, wherever the two are listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NameMatch {
+    /// The function's short name, e.g. `set-namespace`.
+    ShortName,
+    /// One of the images it answers to.
+    Image,
+}
+
+/// The item `name` picks among `items` (in order; `signature` gives each one's signature):
+/// the first whose short name it is, else the first with it among its images. How the
+/// runner's function catalog and `krm-runner fn NAME` choose.
+pub fn pick_function<T>(
+    items: impl IntoIterator<Item = T>,
+    name: &str,
+    signature: impl Fn(&T) -> &FunctionSignature,
+) -> Option<T> {
+    let mut by_image = None;
+    for item in items {
+        match signature(&item).matched_by(name) {
+            Some(NameMatch::ShortName) => return Some(item),
+            Some(NameMatch::Image) if by_image.is_none() => by_image = Some(item),
+            _ => {}
+        }
+    }
+    by_image
+}
+
 /// A ResourceList a function is given and the one it answers with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Example {

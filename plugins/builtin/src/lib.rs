@@ -7,10 +7,12 @@
 //! function does not change comes back byte-identical.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
     FunctionConfigExecutor, FunctionConfigRoute, FunctionSignature, Plugin, Probe, Resolution,
+    pick_function,
 };
 use krm_runner_function_config::GoExecutor;
 use krm_runner_function_config::version::{Constraint, sorted_versions};
@@ -83,7 +85,8 @@ pub struct Builtin {
     served: Vec<Served>,
     prefixes: Vec<String>,
     max_output_bytes: usize,
-    typed: typed::Typed,
+    /// Built on first use: a call of a catalog function never needs it.
+    typed: OnceLock<typed::Typed>,
 }
 
 impl Builtin {
@@ -135,8 +138,12 @@ impl Builtin {
             served,
             prefixes,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
-            typed: typed::Typed::new(),
+            typed: OnceLock::new(),
         })
+    }
+
+    fn typed(&self) -> &typed::Typed {
+        self.typed.get_or_init(typed::Typed::new)
     }
 
     /// `image` without a recognised prefix, and whether it had one.
@@ -210,7 +217,7 @@ impl Builtin {
         let Some(route) = routed else {
             return Ok(match self.find(image) {
                 Ok(function) => Ok(Chosen::Catalog(function)),
-                Err(reason) => self.typed.find(image).map(Chosen::Typed).ok_or(reason),
+                Err(reason) => self.typed().find(image).map(Chosen::Typed).ok_or(reason),
             });
         };
         // The runner checked that the FunctionConfig's id names one of ours.
@@ -219,7 +226,7 @@ impl Builtin {
         if let Some(served) = self.served.iter().find(|served| served.function.name == id) {
             return Ok(Ok(Chosen::Catalog(served.function)));
         }
-        Ok(self.typed.find(&id).map(Chosen::Typed).ok_or_else(|| {
+        Ok(self.typed().find(&id).map(Chosen::Typed).ok_or_else(|| {
             format!(
                 "FunctionConfig {}: goExecutor id {id:?} is not one of its functions",
                 route.function_config
@@ -325,7 +332,7 @@ impl Evaluator for Builtin {
         };
         let outcome = match chosen {
             Chosen::Catalog(function) => run(function, resource_list, &limits),
-            Chosen::Typed(name) => self.typed.run(name, resource_list, &limits, context),
+            Chosen::Typed(name) => self.typed().run(name, resource_list, &limits, context),
         };
         // Whatever the work did once the call ended, the answer is why it ended.
         match context.cancel_reason() {
@@ -336,8 +343,17 @@ impl Evaluator for Builtin {
 
     fn functions(&self) -> Vec<FunctionSignature> {
         let mut signatures: Vec<_> = self.served.iter().map(|s| self.signature(s)).collect();
-        signatures.extend(self.typed.signatures());
+        signatures.extend(self.typed().signatures());
         signatures
+    }
+
+    fn function(&self, name: &str) -> Option<FunctionSignature> {
+        // A catalog function's short name comes first in the list, and is found without
+        // building the typed functions.
+        if let Some(served) = self.served.iter().find(|s| s.function.name == name) {
+            return Some(self.signature(served));
+        }
+        pick_function(self.functions(), name, |signature| signature)
     }
 
     fn resolve(
@@ -551,6 +567,32 @@ mod tests {
     }
 
     #[test]
+    fn one_function_is_found_as_the_list_would_pick_it_without_building_more() {
+        let b = builtin(serde_json::json!({}), None);
+        let ns = b.function("set-namespace").unwrap();
+        assert_eq!(ns.name, "set-namespace");
+        assert!(
+            b.typed.get().is_none(),
+            "a catalog function's name built the typed functions"
+        );
+        let signatures = b.functions();
+        for name in [
+            "set-namespace",
+            "gcr.io/kpt-fn/set-namespace:v0.4.1",
+            "set-replicas",
+            "confighub/set-image",
+            "no-such-function",
+        ] {
+            assert_eq!(
+                b.function(name),
+                pick_function(signatures.clone(), name, |s| s),
+                "{name}"
+            );
+        }
+        assert_eq!(b.function("set-replicas").unwrap().name, "set-replicas");
+    }
+
+    #[test]
     fn typed_functions_answer_to_their_names_and_catalog_functions_keep_theirs() {
         let b = builtin(serde_json::json!({}), None);
         let signatures = b.functions();
@@ -573,13 +615,13 @@ mod tests {
             );
             let typed = format!("confighub/{clash}");
             assert_eq!(images(&typed), [typed.as_str()]);
-            assert_eq!(b.typed.find(&typed), Some(clash));
-            assert_eq!(b.typed.find(clash), None);
+            assert_eq!(b.typed().find(&typed), Some(clash));
+            assert_eq!(b.typed().find(clash), None);
             assert_eq!(b.lookup(clash).map(|f| f.name), Some(clash));
         }
-        assert_eq!(b.typed.find("set-replicas"), Some("set-replicas"));
-        assert_eq!(b.typed.find("gcr.io/kpt-fn/set-replicas"), None);
-        assert_eq!(b.typed.find("confighub/no-such-function"), None);
+        assert_eq!(b.typed().find("set-replicas"), Some("set-replicas"));
+        assert_eq!(b.typed().find("gcr.io/kpt-fn/set-replicas"), None);
+        assert_eq!(b.typed().find("confighub/no-such-function"), None);
         assert!(matches!(
             b.probe("confighub/get-image", None),
             Probe::Serves
