@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
 use krm_plugin_loader::{EvaluatorInstance, HostCallContext};
 use krm_runner_function_config::config_file;
+use krm_yaml_edit::{Doc, Editor, NodeId};
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
@@ -253,49 +254,39 @@ fn config_map(pairs: &[String]) -> anyhow::Result<String> {
 /// than re-serialised, so its comments and formatting reach the function.
 pub fn resource_list(input: &str, function_config: Option<&str>) -> anyhow::Result<String> {
     let documents = split_documents(input);
-    let mut parsed = Vec::with_capacity(documents.len());
+    let mut lists = Vec::new();
     for (index, document) in documents.iter().enumerate() {
-        let value = config_file::from_yaml::<yaml_serde::Value>(document).map_err(|error| {
+        let doc = Doc::parse(document).map_err(|error| {
             anyhow::anyhow!("input document {}: not valid YAML: {error}", index + 1)
         })?;
-        match &value {
-            yaml_serde::Value::Mapping(map) => {
-                for key in ["apiVersion", "kind"] {
-                    if !map.get(key).is_some_and(yaml_serde::Value::is_string) {
-                        bail!(
-                            "input document {}: not a KRM resource (no {key})",
-                            index + 1
-                        );
-                    }
-                }
-            }
-            _ => bail!("input document {}: not a YAML mapping", index + 1),
-        }
-        parsed.push(value);
-    }
-    let is_resource_list = |value: &yaml_serde::Value| {
-        value.get("kind").and_then(|k| k.as_str()) == Some("ResourceList")
-    };
-    if let [single] = parsed.as_slice()
-        && is_resource_list(single)
-    {
-        return match function_config {
-            None => Ok(documents[0].clone()),
-            Some(config) => {
-                let mut list = single.clone();
-                let config: yaml_serde::Value = yaml_serde::from_str(config)?;
-                if let yaml_serde::Value::Mapping(map) = &mut list {
-                    map.insert("functionConfig".into(), config);
-                }
-                Ok(yaml_serde::to_string(&list)?)
-            }
+        let root = doc.roots.first().copied().filter(|&root| doc.is_map(root));
+        let Some(root) = root else {
+            bail!("input document {}: not a YAML mapping", index + 1);
         };
+        for key in ["apiVersion", "kind"] {
+            if doc.get_str(root, &[key]).is_none() {
+                bail!(
+                    "input document {}: not a KRM resource (no {key})",
+                    index + 1
+                );
+            }
+        }
+        if doc.get_str(root, &["kind"]) == Some("ResourceList") {
+            lists.push((index, doc, root));
+        }
     }
-    if let Some(index) = parsed.iter().position(is_resource_list) {
-        bail!(
+    match lists.as_slice() {
+        [] => {}
+        [(_, list, root)] if documents.len() == 1 => {
+            return match function_config {
+                None => Ok(documents[0].clone()),
+                Some(config) => with_function_config(list, *root, config),
+            };
+        }
+        [(index, ..), ..] => bail!(
             "input document {}: a ResourceList must be the only document",
             index + 1
-        );
+        ),
     }
     let mut text = String::from("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:");
     if documents.is_empty() {
@@ -310,6 +301,22 @@ pub fn resource_list(input: &str, function_config: Option<&str>) -> anyhow::Resu
         push_indented(&mut text, config, "  ");
     }
     Ok(text)
+}
+
+/// `list` with `config` as its functionConfig, in place of any it has; every other byte of the
+/// list is kept.
+fn with_function_config(list: &Doc, root: NodeId, config: &str) -> anyhow::Result<String> {
+    let config = Doc::parse(config).map_err(|error| anyhow::anyhow!("functionConfig: {error}"))?;
+    let [config_root] = config.roots.as_slice() else {
+        bail!("functionConfig: not one YAML document");
+    };
+    let value = config.to_new(*config_root);
+    let mut editor = Editor::default();
+    match list.get(root, "functionConfig") {
+        Some(existing) => editor.replace_node(list, existing, &value),
+        None => editor.insert(list, root, "functionConfig", value),
+    }
+    Ok(editor.finish(list))
 }
 
 fn push_indented(out: &mut String, document: &str, first_prefix: &str) {
@@ -375,6 +382,26 @@ mod tests {
     }
 
     #[test]
+    fn a_resource_list_gets_the_function_config_in_place_keeping_every_other_byte() {
+        let config = "apiVersion: v1\nkind: ConfigMap\ndata:\n  namespace: prod\n";
+        let list = "# the package\napiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1 # inline\n  kind: ConfigMap\n  metadata: {name: a}\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  data: {namespace: old}\nresults: []\n";
+        let replaced = resource_list(list, Some(config)).unwrap();
+        assert_eq!(
+            replaced,
+            list.replace("data: {namespace: old}", "data:\n    namespace: prod"),
+        );
+        let without = list.split("functionConfig:").next().unwrap();
+        let inserted = resource_list(without, Some(config)).unwrap();
+        assert!(inserted.starts_with(without), "{inserted}");
+        let parsed: yaml_serde::Value = yaml_serde::from_str(&inserted).unwrap();
+        assert_eq!(parsed["functionConfig"]["data"]["namespace"], "prod");
+        let flow = "{apiVersion: config.kubernetes.io/v1, kind: ResourceList, items: []}\n";
+        let parsed: yaml_serde::Value =
+            yaml_serde::from_str(&resource_list(flow, Some(config)).unwrap()).unwrap();
+        assert_eq!(parsed["functionConfig"]["data"]["namespace"], "prod");
+    }
+
+    #[test]
     fn rejects_non_krm_and_broken_yaml() {
         assert!(
             resource_list("a: [", None)
@@ -393,6 +420,12 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("no apiVersion")
+        );
+        assert!(
+            resource_list("apiVersion: v1\nkind: A\nkind: B\n", None)
+                .unwrap_err()
+                .to_string()
+                .contains("not valid YAML")
         );
     }
 }
