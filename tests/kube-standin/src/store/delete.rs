@@ -75,29 +75,23 @@ impl Store {
             .get(&g, ns, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(def, name))?;
-        if let Some(uid) = &opts.uid
-            && meta_str(&current, "uid") != Some(uid.as_str())
-        {
-            return Err(ApiError::conflict(
-                def,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&current, "uid").unwrap_or("")
-                ),
-            ));
-        }
-        if let Some(rv) = &opts.resource_version
-            && meta_str(&current, "resourceVersion") != Some(rv.as_str())
-        {
-            return Err(ApiError::conflict(
-                def,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta_str(&current, "resourceVersion").unwrap_or("")
-                ),
-            ));
+        let preconditions = [
+            ("uid", "UID", &opts.uid),
+            ("resourceVersion", "ResourceVersion", &opts.resource_version),
+        ];
+        for (field, label, wanted) in preconditions {
+            if let Some(wanted) = wanted
+                && meta_str(&current, field) != Some(wanted.as_str())
+            {
+                return Err(ApiError::conflict(
+                    def,
+                    name,
+                    &format!(
+                        "Precondition failed: {label} in precondition: {wanted}, {label} in object meta: {}",
+                        meta_str(&current, field).unwrap_or("")
+                    ),
+                ));
+            }
         }
         let is_pod = g == pods_gr();
         let graceful_pod = is_pod
@@ -220,5 +214,54 @@ impl Store {
             },
         );
         // A pod with finalizers keeps deletionGracePeriodSeconds = 0 and waits for them.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::gr;
+    use serde_json::json;
+
+    #[test]
+    fn failed_preconditions_name_the_field_and_keep_the_object() {
+        let store = Store::new();
+        let def = store.resolve("", "v1", "configmaps").unwrap();
+        let c = store
+            .create_internal(
+                &gr("", "configmaps"),
+                json!({"metadata": {"name": "c", "namespace": "default"}}),
+            )
+            .unwrap();
+        let uid = meta_str(&c, "uid").unwrap().to_string();
+        let rv = meta_str(&c, "resourceVersion").unwrap().to_string();
+        let wrong_uid = DeleteOptions {
+            uid: Some("not-the-uid".into()),
+            ..Default::default()
+        };
+        let err = store.delete(&def, "default", "c", &wrong_uid).unwrap_err();
+        assert_eq!(err.code, 409);
+        assert!(
+            err.message.contains(&format!(
+                "UID in precondition: not-the-uid, UID in object meta: {uid}"
+            )),
+            "{}",
+            err.message
+        );
+        let stale_rv = DeleteOptions {
+            uid: Some(uid),
+            resource_version: Some("1".into()),
+            ..Default::default()
+        };
+        let err = store.delete(&def, "default", "c", &stale_rv).unwrap_err();
+        assert_eq!(err.code, 409);
+        assert!(
+            err.message.contains(&format!(
+                "ResourceVersion in precondition: 1, ResourceVersion in object meta: {rv}"
+            )),
+            "{}",
+            err.message
+        );
+        assert!(store.get(&def, "default", "c").is_ok());
     }
 }
