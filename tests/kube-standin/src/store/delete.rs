@@ -220,48 +220,37 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::gr;
-    use serde_json::json;
+    use crate::store::store_with_configmaps;
 
     #[test]
     fn failed_preconditions_name_the_field_and_keep_the_object() {
-        let store = Store::new();
-        let def = store.resolve("", "v1", "configmaps").unwrap();
-        let c = store
-            .create_internal(
-                &gr("", "configmaps"),
-                json!({"metadata": {"name": "c", "namespace": "default"}}),
-            )
-            .unwrap();
-        let uid = meta_str(&c, "uid").unwrap().to_string();
-        let rv = meta_str(&c, "resourceVersion").unwrap().to_string();
-        let wrong_uid = DeleteOptions {
-            uid: Some("not-the-uid".into()),
-            ..Default::default()
-        };
-        let err = store.delete(&def, "default", "c", &wrong_uid).unwrap_err();
-        assert_eq!(err.code, 409);
-        assert!(
-            err.message.contains(&format!(
-                "UID in precondition: not-the-uid, UID in object meta: {uid}"
-            )),
-            "{}",
-            err.message
-        );
-        let stale_rv = DeleteOptions {
-            uid: Some(uid),
-            resource_version: Some("1".into()),
-            ..Default::default()
-        };
-        let err = store.delete(&def, "default", "c", &stale_rv).unwrap_err();
-        assert_eq!(err.code, 409);
-        assert!(
-            err.message.contains(&format!(
-                "ResourceVersion in precondition: 1, ResourceVersion in object meta: {rv}"
-            )),
-            "{}",
-            err.message
-        );
+        let (store, def, created) = store_with_configmaps(&["c"]);
+        let uid = meta_str(&created[0], "uid").unwrap().to_string();
+        let rv = meta_str(&created[0], "resourceVersion")
+            .unwrap()
+            .to_string();
+        let cases = [
+            (
+                DeleteOptions {
+                    uid: Some("not-the-uid".into()),
+                    ..Default::default()
+                },
+                format!("UID in precondition: not-the-uid, UID in object meta: {uid}"),
+            ),
+            (
+                DeleteOptions {
+                    uid: Some(uid.clone()),
+                    resource_version: Some("1".into()),
+                    ..Default::default()
+                },
+                format!("ResourceVersion in precondition: 1, ResourceVersion in object meta: {rv}"),
+            ),
+        ];
+        for (opts, expected) in cases {
+            let err = store.delete(&def, "default", "c", &opts).unwrap_err();
+            assert_eq!(err.code, 409, "{}", err.message);
+            assert!(err.message.contains(&expected), "{}", err.message);
+        }
         assert!(store.get(&def, "default", "c").is_ok());
     }
 }

@@ -78,21 +78,11 @@ fn decode_hex(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::gr;
-    use serde_json::json;
+    use crate::store::store_with_configmaps;
 
     #[test]
     fn continue_tokens_page_through_every_match_once() {
-        let store = Store::new();
-        let def = store.resolve("", "v1", "configmaps").unwrap();
-        for i in 0..5 {
-            store
-                .create_internal(
-                    &gr("", "configmaps"),
-                    json!({"metadata": {"name": format!("c{i}"), "namespace": "default"}}),
-                )
-                .unwrap();
-        }
+        let (store, def, _) = store_with_configmaps(&["c0", "c1", "c2", "c3", "c4"]);
         let (labels, fields) = (LabelSelector::default(), FieldSelector::default());
         let mut names = Vec::new();
         let mut cont: Option<String> = None;

@@ -307,6 +307,26 @@ impl Store {
     }
 }
 
+/// A fresh store holding one ConfigMap per name in namespace `default`, with the ConfigMap type
+/// and the created objects, for unit tests that need a few plain objects.
+#[cfg(test)]
+fn store_with_configmaps(names: &[&str]) -> (Store, Arc<ResourceDef>, Vec<Value>) {
+    let store = Store::new();
+    let def = store.resolve("", "v1", "configmaps").expect("configmaps");
+    let created = names
+        .iter()
+        .map(|name| {
+            store
+                .create_internal(
+                    &def.gr(),
+                    json!({"metadata": {"name": name, "namespace": "default"}}),
+                )
+                .expect("created")
+        })
+        .collect();
+    (store, def, created)
+}
+
 /// A JSON object with a string map, for building labels.
 pub fn string_map(pairs: &[(&str, &str)]) -> Map<String, Value> {
     pairs
