@@ -8,6 +8,8 @@ use super::probe::Probe;
 use super::{Ctr, Flow, NodeAgent, PodRun, container_name, set_condition};
 use crate::util;
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -95,133 +97,20 @@ impl NodeAgent {
             }
         };
 
-        // Images.
-        let mut images: Vec<(String, String)> = Vec::new();
-        for c in inits.iter().chain(&mains) {
-            let image = c["image"].as_str().unwrap_or("").to_string();
-            let pull = c["imagePullPolicy"]
-                .as_str()
-                .unwrap_or("IfNotPresent")
-                .to_string();
-            if !images.iter().any(|(i, _)| *i == image) {
-                images.push((image, pull));
-            }
+        if let Flow::Deleting = self.pull_images(run, notify, &spec, &inits, &mains).await {
+            return;
         }
-        for (image, pull) in &images {
-            let mut backoff = Duration::from_secs(1);
-            loop {
-                // Read at every attempt, as the kubelet does: the secret may appear later.
-                let authfiles = self.pull_authfiles(run, &spec);
-                match self.ensure_image(image, pull, &authfiles).await {
-                    Ok(()) => break,
-                    Err(e) => {
-                        tracing::info!(pod = %run.name, %image, "pull failed: {e}");
-                        let msg = e.to_string();
-                        self.update_status(run, |st| {
-                            for key in ["initContainerStatuses", "containerStatuses"] {
-                                if let Some(cs) = st.get_mut(key).and_then(Value::as_array_mut) {
-                                    for c in cs.iter_mut().filter(|c| c["image"] == image.as_str()) {
-                                        c["state"] = json!({"waiting": {"reason": "ErrImagePull", "message": msg}});
-                                    }
-                                }
-                            }
-                        });
-                        if let Flow::Deleting = self.pause(run, notify, backoff).await {
-                            return;
-                        }
-                        backoff = (backoff * 2).min(Duration::from_secs(10));
-                    }
-                }
-            }
+        if let Flow::Deleting = self
+            .refuse_root_containers(run, notify, &pod, &inits, &mains)
+            .await
+        {
+            return;
         }
-
-        // runAsNonRoot is enforced as the kubelet does: against runAsUser, else the image's USER.
-        for (key, list) in [
-            ("initContainerStatuses", &inits),
-            ("containerStatuses", &mains),
-        ] {
-            for (i, c) in list.iter().enumerate() {
-                if let Some(msg) = self.non_root_violation(&pod, c).await {
-                    tracing::info!(pod = %run.name, "{msg}");
-                    self.update_status(run, |st| {
-                        st[key][i]["state"] =
-                            json!({"waiting": {"reason": "CreateContainerConfigError", "message": msg}});
-                    });
-                    while let Flow::Continue = self.pause(run, notify, Duration::from_secs(5)).await
-                    {
-                    }
-                    return;
-                }
-            }
-        }
-
-        // Init containers, in order, to completion.
-        for (i, c) in inits.iter().enumerate() {
-            let cname = container_name(
-                &self.instance,
-                &run.name,
-                &run.uid,
-                c["name"].as_str().unwrap_or(""),
-            );
-            let mut restarts = 0i64;
-            loop {
-                self.remove_leftover_container(&cname).await;
-                let started_at = util::now_rfc3339();
-                self.update_status(run, |st| {
-                    st["initContainerStatuses"][i]["state"] =
-                        json!({"running": {"startedAt": started_at}});
-                    st["initContainerStatuses"][i]["restartCount"] = restarts.into();
-                });
-                let args = match self.run_args(run, &pod, c, &cname, None, &volumes) {
-                    Ok(a) => a,
-                    Err(m) => {
-                        return self
-                            .fail_pod(run, notify, "CreateContainerConfigError", &m)
-                            .await;
-                    }
-                };
-                if !run.created.contains(&cname) {
-                    run.created.push(cname.clone());
-                }
-                let code = match self.podman.run(&args, Duration::from_secs(60)).await {
-                    Ok(_) => match self.wait_exit(run, notify, &cname).await {
-                        Some(code) => code,
-                        None => return, // deleting
-                    },
-                    Err(e) => {
-                        tracing::info!(pod = %run.name, "init container did not start: {e}");
-                        128
-                    }
-                };
-                let reason = if code == 0 { "Completed" } else { "Error" };
-                let finished = util::now_rfc3339();
-                self.update_status(run, |st| {
-                    st["initContainerStatuses"][i]["state"] = json!({"terminated": {
-                        "exitCode": code, "reason": reason, "startedAt": started_at, "finishedAt": finished}});
-                    st["initContainerStatuses"][i]["ready"] = (code == 0).into();
-                });
-                if code == 0 {
-                    break;
-                }
-                if policy == "Never" {
-                    return self
-                        .fail_pod(
-                            run,
-                            notify,
-                            "Init:Error",
-                            &format!("init container {} exited with {code}", c["name"]),
-                        )
-                        .await;
-                }
-                restarts += 1;
-                let backoff = Duration::from_secs((restarts as u64).min(10));
-                if let Flow::Deleting = self.pause(run, notify, backoff).await {
-                    return;
-                }
-            }
-        }
-        if !inits.is_empty() {
-            self.update_status(run, |st| set_condition(st, "Initialized", true));
+        if let Flow::Deleting = self
+            .run_init_containers(run, notify, &pod, &inits, &policy, &volumes)
+            .await
+        {
+            return;
         }
 
         // Containers.
@@ -294,6 +183,169 @@ impl NodeAgent {
                 return;
             }
         }
+    }
+
+    /// Pulls each distinct image of the pod once, retrying with back-off (and the pull secrets
+    /// read again, as the kubelet does) and showing ErrImagePull on the containers meanwhile.
+    async fn pull_images(
+        &self,
+        run: &PodRun,
+        notify: &Notify,
+        spec: &Value,
+        inits: &[Value],
+        mains: &[Value],
+    ) -> Flow {
+        let mut images: Vec<(String, String)> = Vec::new();
+        for c in inits.iter().chain(mains) {
+            let image = c["image"].as_str().unwrap_or("").to_string();
+            let pull = c["imagePullPolicy"]
+                .as_str()
+                .unwrap_or("IfNotPresent")
+                .to_string();
+            if !images.iter().any(|(i, _)| *i == image) {
+                images.push((image, pull));
+            }
+        }
+        for (image, pull) in &images {
+            let mut backoff = Duration::from_secs(1);
+            loop {
+                // Read at every attempt, as the kubelet does: the secret may appear later.
+                let authfiles = self.pull_authfiles(run, spec);
+                match self.ensure_image(image, pull, &authfiles).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        tracing::info!(pod = %run.name, %image, "pull failed: {e}");
+                        let msg = e.to_string();
+                        self.update_status(run, |st| {
+                            for key in ["initContainerStatuses", "containerStatuses"] {
+                                if let Some(cs) = st.get_mut(key).and_then(Value::as_array_mut) {
+                                    for c in cs.iter_mut().filter(|c| c["image"] == image.as_str()) {
+                                        c["state"] = json!({"waiting": {"reason": "ErrImagePull", "message": msg}});
+                                    }
+                                }
+                            }
+                        });
+                        if let Flow::Deleting = self.pause(run, notify, backoff).await {
+                            return Flow::Deleting;
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                    }
+                }
+            }
+        }
+        Flow::Continue
+    }
+
+    /// runAsNonRoot is enforced as the kubelet does: against runAsUser, else the image's USER. A
+    /// container that breaks it holds the pod in CreateContainerConfigError until deletion.
+    async fn refuse_root_containers(
+        &self,
+        run: &PodRun,
+        notify: &Notify,
+        pod: &Value,
+        inits: &[Value],
+        mains: &[Value],
+    ) -> Flow {
+        for (key, list) in [
+            ("initContainerStatuses", &inits),
+            ("containerStatuses", &mains),
+        ] {
+            for (i, c) in list.iter().enumerate() {
+                if let Some(msg) = self.non_root_violation(pod, c).await {
+                    tracing::info!(pod = %run.name, "{msg}");
+                    self.update_status(run, |st| {
+                        st[key][i]["state"] =
+                            json!({"waiting": {"reason": "CreateContainerConfigError", "message": msg}});
+                    });
+                    while let Flow::Continue = self.pause(run, notify, Duration::from_secs(5)).await
+                    {
+                    }
+                    return Flow::Deleting;
+                }
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Runs the init containers in order, each to completion: a failed one is retried with
+    /// back-off unless the restartPolicy is Never, which fails the pod.
+    async fn run_init_containers(
+        &self,
+        run: &mut PodRun,
+        notify: &Notify,
+        pod: &Value,
+        inits: &[Value],
+        policy: &str,
+        volumes: &HashMap<String, PathBuf>,
+    ) -> Flow {
+        for (i, c) in inits.iter().enumerate() {
+            let cname = container_name(
+                &self.instance,
+                &run.name,
+                &run.uid,
+                c["name"].as_str().unwrap_or(""),
+            );
+            let mut restarts = 0i64;
+            loop {
+                self.remove_leftover_container(&cname).await;
+                let started_at = util::now_rfc3339();
+                self.update_status(run, |st| {
+                    st["initContainerStatuses"][i]["state"] =
+                        json!({"running": {"startedAt": started_at}});
+                    st["initContainerStatuses"][i]["restartCount"] = restarts.into();
+                });
+                let args = match self.run_args(run, pod, c, &cname, None, volumes) {
+                    Ok(a) => a,
+                    Err(m) => {
+                        self.fail_pod(run, notify, "CreateContainerConfigError", &m)
+                            .await;
+                        return Flow::Deleting;
+                    }
+                };
+                if !run.created.contains(&cname) {
+                    run.created.push(cname.clone());
+                }
+                let code = match self.podman.run(&args, Duration::from_secs(60)).await {
+                    Ok(_) => match self.wait_exit(run, notify, &cname).await {
+                        Some(code) => code,
+                        None => return Flow::Deleting,
+                    },
+                    Err(e) => {
+                        tracing::info!(pod = %run.name, "init container did not start: {e}");
+                        128
+                    }
+                };
+                let reason = if code == 0 { "Completed" } else { "Error" };
+                let finished = util::now_rfc3339();
+                self.update_status(run, |st| {
+                    st["initContainerStatuses"][i]["state"] = json!({"terminated": {
+                        "exitCode": code, "reason": reason, "startedAt": started_at, "finishedAt": finished}});
+                    st["initContainerStatuses"][i]["ready"] = (code == 0).into();
+                });
+                if code == 0 {
+                    break;
+                }
+                if policy == "Never" {
+                    self.fail_pod(
+                        run,
+                        notify,
+                        "Init:Error",
+                        &format!("init container {} exited with {code}", c["name"]),
+                    )
+                    .await;
+                    return Flow::Deleting;
+                }
+                restarts += 1;
+                let backoff = Duration::from_secs((restarts as u64).min(10));
+                if let Flow::Deleting = self.pause(run, notify, backoff).await {
+                    return Flow::Deleting;
+                }
+            }
+        }
+        if !inits.is_empty() {
+            self.update_status(run, |st| set_condition(st, "Initialized", true));
+        }
+        Flow::Continue
     }
 
     /// Removes a container left under `cname` by an earlier attempt, so that the name is free
