@@ -1,7 +1,8 @@
 //! Pod addresses: one loopback address 127.0.0.N per pod, held with a lock file so that no two
 //! stand-ins (even in different processes) use one at the same time.
 
-use super::*;
+use crate::util;
+use std::net::Ipv4Addr;
 
 /// A pod IP held for as long as this value lives.
 #[derive(Debug)]

@@ -1,7 +1,14 @@
 //! A container spec as podman arguments: command, env, mounts, security context, published
 //! ports, and the pod's volumes as host directories.
 
-use super::*;
+use super::{INSTANCE_LABEL, NodeAgent, POD_UID_LABEL, PodRun};
+use crate::util;
+use base64::Engine;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub(super) enum VolumeError {
     Unsupported(String),

@@ -1,7 +1,12 @@
 //! Pulling a pod's images: loopback registries only, over plain HTTP, with the credentials of
 //! the pod's `imagePullSecrets`.
 
-use super::*;
+use super::{NodeAgent, PodRun};
+use base64::Engine;
+use serde_json::Value;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::time::Duration;
 
 pub(super) fn is_loopback_host(image: &str) -> bool {
     let first = image.split('/').next().unwrap_or("");

@@ -1,7 +1,12 @@
 //! What the API server does to an object before storing it: defaults, validation, cluster IPs,
 //! Secrets' `stringData`.
 
-use super::*;
+use super::Inner;
+use crate::error::ApiError;
+use crate::resources::ResourceDef;
+use crate::util;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 pub(super) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()

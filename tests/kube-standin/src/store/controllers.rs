@@ -2,7 +2,14 @@
 //! endpoints and EndpointSlices for services, garbage collection of owned objects, namespace
 //! termination.
 
-use super::*;
+use super::delete::finalizers_empty;
+use super::{DeleteOptions, Gr, Inner, Store, gr, pods_gr};
+use crate::resources::ResourceDef;
+use crate::selector::LabelSelector;
+use crate::util::{self, meta_mut, meta_str};
+use serde_json::{Value, json};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 /// Label the EndpointSlice controller puts on the slices it manages.
 pub const SLICE_MANAGED_BY: &str = "endpointslice-controller.k8s.io";
