@@ -14,7 +14,7 @@
 use crate::error::ApiError;
 use crate::resources::{self, ResourceDef};
 use crate::util::meta_mut;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
@@ -325,12 +325,4 @@ fn store_with_configmaps(names: &[&str]) -> (Store, Arc<ResourceDef>, Vec<Value>
         })
         .collect();
     (store, def, created)
-}
-
-/// A JSON object with a string map, for building labels.
-pub fn string_map(pairs: &[(&str, &str)]) -> Map<String, Value> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
-        .collect()
 }
