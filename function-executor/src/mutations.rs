@@ -1,7 +1,8 @@
 //! Per-resource, per-path mutation records: what one invocation changed (a diff of the unit
 //! before and after), merged over a sequence.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
@@ -80,7 +81,8 @@ struct TreeDiff<'d> {
     /// depends on the parent's indentation).
     verbatim: bool,
     index: i64,
-    path: Vec<String>,
+    /// Keys (escaped) from the resource's root to the node being compared.
+    path: Vec<Cow<'d, str>>,
     out: BTreeMap<String, MutationInfo>,
 }
 
@@ -98,7 +100,7 @@ fn verbatim(doc: &Doc) -> bool {
     })
 }
 
-impl TreeDiff<'_> {
+impl<'d> TreeDiff<'d> {
     fn written_alike(&self, before: NodeId, after: NodeId) -> bool {
         let (a, b) = (self.old.node(before), self.new.node(after));
         self.verbatim
@@ -153,7 +155,7 @@ impl TreeDiff<'_> {
             }
             (Kind::Seq(a), Kind::Seq(b)) => {
                 for i in 0..a.len().max(b.len()) {
-                    self.path.push(i.to_string());
+                    self.path.push(i.to_string().into());
                     match (a.get(i), b.get(i)) {
                         (Some(&was), Some(&now)) => self.nodes(was, now, depth + 1),
                         (Some(&was), None) => self.record(MutationType::Delete, &old.to_json(was)),
@@ -180,18 +182,22 @@ impl TreeDiff<'_> {
     }
 }
 
+/// Marks the end of a chain of resources of one identity in [`diff`].
+const NONE_LEFT: usize = usize::MAX;
+
 /// What invocation `index` changed, going from `before` to `after`, in the order of `after`
 /// (removed resources last).
 pub fn diff(before: &Unit, after: &Unit, index: usize) -> Vec<ResourceMutation> {
     let index = i64::try_from(index).unwrap_or(i64::MAX);
     // Each resource of `after` is matched with the first resource of `before` of the same
-    // identity not matched yet.
-    let mut unmatched: HashMap<(&str, &str), VecDeque<usize>> = HashMap::new();
-    for (i, element) in before.elements.iter().enumerate() {
-        unmatched
-            .entry(identity(&element.info))
-            .or_default()
-            .push_back(i);
+    // identity not matched yet: `unmatched` holds that first one, `later_alike` the next
+    // resource of the same identity after each.
+    let mut unmatched: HashMap<(&str, &str), usize> = HashMap::with_capacity(before.elements.len());
+    let mut later_alike = vec![NONE_LEFT; before.elements.len()];
+    for (i, element) in before.elements.iter().enumerate().rev() {
+        if let Some(later) = unmatched.insert(identity(&element.info), i) {
+            later_alike[i] = later;
+        }
     }
     let mut matched_before = vec![false; before.elements.len()];
     let verbatim = verbatim(&before.doc) && verbatim(&after.doc);
@@ -199,7 +205,12 @@ pub fn diff(before: &Unit, after: &Unit, index: usize) -> Vec<ResourceMutation> 
     for element in &after.elements {
         let matched = unmatched
             .get_mut(&identity(&element.info))
-            .and_then(VecDeque::pop_front);
+            .filter(|first| **first != NONE_LEFT)
+            .map(|first| {
+                let matched = *first;
+                *first = later_alike[matched];
+                matched
+            });
         match matched {
             Some(i) => {
                 matched_before[i] = true;
@@ -262,21 +273,32 @@ fn is_within(path: &str, ancestor: &str) -> bool {
 /// Adds `newer` to `merged`: a later change to a path replaces the earlier one (and what was
 /// recorded below it); a resource added in the sequence stays added.
 pub fn merge(merged: &mut Vec<ResourceMutation>, newer: Vec<ResourceMutation>) {
-    let mut positions: HashMap<(String, String), usize> = HashMap::with_capacity(merged.len());
-    for (i, mutation) in merged.iter().enumerate() {
-        let (resource_type, name) = identity(&mutation.resource);
-        positions
-            .entry((resource_type.to_owned(), name.to_owned()))
-            .or_insert(i);
-    }
-    for mutation in newer {
-        let (resource_type, name) = identity(&mutation.resource);
-        let key = (resource_type.to_owned(), name.to_owned());
-        let Some(&position) = positions.get(&key) else {
-            positions.insert(key, merged.len());
+    // Where each newer record goes: the first record of its resource, which may be one
+    // appended from `newer` itself. Worked out on borrowed identities before anything moves.
+    let targets: Vec<usize> = {
+        let mut positions: HashMap<(&str, &str), usize> =
+            HashMap::with_capacity(merged.len() + newer.len());
+        for (i, mutation) in merged.iter().enumerate() {
+            positions.entry(identity(&mutation.resource)).or_insert(i);
+        }
+        let mut appended = merged.len();
+        newer
+            .iter()
+            .map(|mutation| {
+                *positions
+                    .entry(identity(&mutation.resource))
+                    .or_insert_with(|| {
+                        appended += 1;
+                        appended - 1
+                    })
+            })
+            .collect()
+    };
+    for (mutation, position) in newer.into_iter().zip(targets) {
+        if position == merged.len() {
             merged.push(mutation);
             continue;
-        };
+        }
         let existing = &mut merged[position];
         existing.resource = mutation.resource;
         let kept_add = existing.resource_mutation_info.mutation_type == MutationType::Add

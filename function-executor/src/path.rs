@@ -16,6 +16,8 @@
 //! `@key:param`); array elements are never created. Without upsert, paths that do not exist
 //! resolve to nothing.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use crate::yaml::{Doc, Kind, NodeId};
@@ -188,12 +190,13 @@ pub fn unescape(segment: &str) -> String {
     segment.replace("~1", ".").replace("~0", "~")
 }
 
-/// A key written as one path segment: `~` -> `~0`, `.` -> `~1`.
-pub fn escape(key: &str) -> String {
+/// A key written as one path segment: `~` -> `~0`, `.` -> `~1` (borrowed when there is
+/// nothing to escape, as for nearly every key: paths are built for every resource).
+pub fn escape(key: &str) -> Cow<'_, str> {
     if !key.contains(['.', '~']) {
-        return key.to_owned();
+        return Cow::Borrowed(key);
     }
-    key.replace('~', "~0").replace('.', "~1")
+    Cow::Owned(key.replace('~', "~0").replace('.', "~1"))
 }
 
 /// One concrete location the path resolved to.
@@ -235,13 +238,13 @@ struct Walk<'d, 'a, 'o> {
     segments: &'d [Segment],
     upsert: bool,
     out: &'o mut Vec<Resolved>,
-    keys: Vec<String>,
+    keys: Vec<Cow<'d, str>>,
     arguments: Vec<(String, Value)>,
     /// Aliases on the way to the current node.
     aliases: usize,
 }
 
-impl Walk<'_, '_, '_> {
+impl<'d> Walk<'d, '_, '_> {
     fn visit(&mut self, node: NodeId, at: usize) {
         let segments = self.segments;
         let Some(segment) = segments.get(at) else {
@@ -287,7 +290,7 @@ impl Walk<'_, '_, '_> {
                 } else {
                     for (index, &item) in doc.items(node).iter().enumerate() {
                         let bound = field.as_ref().and_then(|f| self.field_value(item, f));
-                        self.step_value(item, at, index.to_string(), bind.as_deref(), bound);
+                        self.step_value(item, at, index.to_string().into(), bind.as_deref(), bound);
                     }
                 }
             }
@@ -315,7 +318,7 @@ impl Walk<'_, '_, '_> {
                         });
                 if let Some((index, &item)) = found {
                     let bound = self.field_value(item, field);
-                    self.step_value(item, at, index.to_string(), bind.as_deref(), bound);
+                    self.step_value(item, at, index.to_string().into(), bind.as_deref(), bound);
                 }
             }
         }
@@ -325,7 +328,13 @@ impl Walk<'_, '_, '_> {
         self.doc.get(item, field).map(|v| self.doc.to_json(v))
     }
 
-    fn step(&mut self, child: NodeId, at: usize, key: String, bind: Option<(&String, &String)>) {
+    fn step(
+        &mut self,
+        child: NodeId,
+        at: usize,
+        key: Cow<'d, str>,
+        bind: Option<(&String, &String)>,
+    ) {
         let bound = bind.map(|(name, value)| (name.as_str(), Value::String(value.clone())));
         match bound {
             Some((name, value)) => self.step_value(child, at, key, Some(name), Some(value)),
@@ -337,7 +346,7 @@ impl Walk<'_, '_, '_> {
         &mut self,
         child: NodeId,
         at: usize,
-        key: String,
+        key: Cow<'d, str>,
         bind: Option<&str>,
         value: Option<Value>,
     ) {

@@ -160,8 +160,9 @@ fn kubernetes_element(doc: &Doc, document: usize, root: NodeId) -> Element {
     let namespace = doc
         .get_str(root, &["metadata", "namespace"])
         .unwrap_or_default();
-    element.info.resource_type = format!("{api_version}/{kind}");
-    element.info.resource_name = format!("{namespace}/{name}");
+    // Built by hand rather than with `format!`: every element of every parse is identified.
+    element.info.resource_type = joined(api_version, kind);
+    element.info.resource_name = joined(namespace, name);
     element.info.resource_name_without_scope = name.to_owned();
     element.problem = match (api_version.is_empty(), kind.is_empty()) {
         (true, _) => Some("no apiVersion".to_owned()),
@@ -169,6 +170,15 @@ fn kubernetes_element(doc: &Doc, document: usize, root: NodeId) -> Element {
         _ => None,
     };
     element
+}
+
+/// `first/second`.
+fn joined(first: &str, second: &str) -> String {
+    let mut out = String::with_capacity(first.len() + 1 + second.len());
+    out.push_str(first);
+    out.push('/');
+    out.push_str(second);
+    out
 }
 
 /// A properties file's one document: named by `configHub.configName`, typed by
@@ -211,7 +221,7 @@ fn collect_scalars(
         Kind::Scalar { .. } => out.push((keys.join("."), node)),
         Kind::Map(entries) => {
             for &(key, value) in entries {
-                keys.push(crate::path::escape(doc.str(key).unwrap_or_default()));
+                keys.push(crate::path::escape(doc.str(key).unwrap_or_default()).into_owned());
                 collect_scalars(doc, value, keys, out);
                 keys.pop();
             }

@@ -43,7 +43,9 @@ pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
         src,
         stop,
         b,
-        nodes: Vec::with_capacity(src.len() / 10),
+        // Block YAML holds a node for every 7-10 bytes: enough room that the vector of a
+        // large text is not copied while it grows (the pages not used are never touched).
+        nodes: Vec::with_capacity(src.len() / 6 + 16),
         entries: Vec::new(),
         items: Vec::new(),
         pos: 0,
@@ -57,6 +59,20 @@ pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
         roots,
     })
 }
+
+/// The bytes a plain key's scan stops at: its `:`, the line's end, and what the fast path
+/// leaves to the general parser (`#`, flow indicators, tabs). The rest are skipped by one
+/// lookup each: keys are most of what a parse reads.
+static KEY_STOPS: [bool; 256] = {
+    let mut stops = [false; 256];
+    let mut i = 0;
+    let set = b":\n#{}[],\t";
+    while i < set.len() {
+        stops[set[i] as usize] = true;
+        i += 1;
+    }
+    stops
+};
 
 /// A YAML blank (space or tab), a line break or the end: what ends a `:` or `-` indicator.
 fn is_space_or_end(b: &[u8], i: usize) -> bool {
@@ -273,6 +289,9 @@ impl<'a> P<'a, '_> {
             c if is_indicator(c) => Ok(None),
             _ => {
                 for (i, &c) in b[at..].iter().enumerate() {
+                    if !KEY_STOPS[usize::from(c)] {
+                        continue;
+                    }
                     match c {
                         b':' if is_space_or_end(b, at + i + 1) => {
                             if b[at + i - 1] == b' ' {
@@ -280,9 +299,9 @@ impl<'a> P<'a, '_> {
                             }
                             return Ok(Some((at + i, at + i)));
                         }
+                        b':' => {}
                         b'\n' => return Ok(None),
-                        b'#' | b'{' | b'}' | b'[' | b']' | b',' | b'\t' => return Err(()),
-                        _ => {}
+                        _ => return Err(()),
                     }
                 }
                 Ok(None)
@@ -436,17 +455,15 @@ impl<'a> P<'a, '_> {
                 // A plain scalar: up to a comment or the end of the line.
                 let mut end = eol;
                 let line = &b[q..eol];
-                let mut prev_space = false;
                 for (i, &c) in line.iter().enumerate() {
                     match c {
-                        b'#' if prev_space => {
+                        b'#' if i > 0 && is_blank(line[i - 1]) => {
                             end = q + i;
                             break;
                         }
                         b':' if is_space_or_end(b, q + i + 1) => return Err(()),
                         _ => {}
                     }
-                    prev_space = is_blank(c);
                 }
                 while end > q && is_blank(b[end - 1]) {
                     end -= 1;

@@ -52,6 +52,10 @@ impl<'a> Doc<'a> {
             let Kind::Map(entries) = &node.kind else {
                 continue;
             };
+            // Most mappings of a resource hold one entry.
+            if entries.len() < 2 {
+                continue;
+            }
             let duplicate = if entries.len() <= LINEAR {
                 entries.iter().enumerate().find_map(|(i, &(key, _))| {
                     let text = self.str(key)?;

@@ -1,24 +1,50 @@
 //! Plain scalars: how YAML reads them, and how to write a value so it reads back the same.
 
-/// YAML 1.2 core-schema resolution of a plain scalar (as Go's yaml.v3 decodes it, roughly).
-pub fn resolve_plain(value: &str) -> serde_json::Value {
-    use serde_json::Value;
+/// What a plain scalar's text resolves to (YAML 1.2 core schema, as Go's yaml.v3 decodes it,
+/// roughly).
+enum Resolved {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(serde_json::Number),
+    Str,
+}
+
+fn resolve(value: &str) -> Resolved {
     match value {
-        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
-        "true" | "True" | "TRUE" => return Value::Bool(true),
-        "false" | "False" | "FALSE" => return Value::Bool(false),
+        "" | "~" | "null" | "Null" | "NULL" => return Resolved::Null,
+        "true" | "True" | "TRUE" => return Resolved::Bool(true),
+        "false" | "False" | "FALSE" => return Resolved::Bool(false),
         _ => {}
     }
     if let Ok(i) = value.parse::<i64>() {
-        return Value::from(i);
+        return Resolved::Int(i);
     }
     if looks_float(value)
         && let Ok(f) = value.parse::<f64>()
         && let Some(n) = serde_json::Number::from_f64(f)
     {
-        return Value::Number(n);
+        return Resolved::Float(n);
     }
-    Value::String(value.to_owned())
+    Resolved::Str
+}
+
+/// YAML 1.2 core-schema resolution of a plain scalar (as Go's yaml.v3 decodes it, roughly).
+pub fn resolve_plain(value: &str) -> serde_json::Value {
+    use serde_json::Value;
+    match resolve(value) {
+        Resolved::Null => Value::Null,
+        Resolved::Bool(b) => Value::Bool(b),
+        Resolved::Int(i) => Value::from(i),
+        Resolved::Float(n) => Value::Number(n),
+        Resolved::Str => Value::String(value.to_owned()),
+    }
+}
+
+/// Whether a plain scalar with this text reads as a string (without copying it into a value:
+/// asked of every string written).
+fn resolves_to_string(value: &str) -> bool {
+    matches!(resolve(value), Resolved::Str)
 }
 
 fn looks_float(value: &str) -> bool {
@@ -42,14 +68,15 @@ pub fn needs_quotes(value: &str) -> bool {
     if value.is_empty() || value.trim() != value {
         return true;
     }
-    if !resolve_plain(value).is_string() {
+    if !resolves_to_string(value) {
         return true;
     }
-    let lower = value.to_ascii_lowercase();
-    if matches!(
-        lower.as_str(),
-        "y" | "n" | "yes" | "no" | "on" | "off" | ".inf" | "-.inf" | "+.inf" | ".nan"
-    ) {
+    if [
+        "y", "n", "yes", "no", "on", "off", ".inf", "-.inf", "+.inf", ".nan",
+    ]
+    .iter()
+    .any(|word| word.eq_ignore_ascii_case(value))
+    {
         return true;
     }
     let b = value.as_bytes();
@@ -114,7 +141,7 @@ pub fn push_rendered(out: &mut String, value: &str, flow: bool) {
         return;
     }
     let resolves_to_other = value.is_empty()
-        || !resolve_plain(value).is_string()
+        || !resolves_to_string(value)
         || value.trim() != value
         || value.chars().any(|c| c.is_control());
     if resolves_to_other || value.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
@@ -138,5 +165,5 @@ pub fn untyped_scalar(value: &str) -> String {
 
 pub(crate) fn plain_unsafe(value: &str) -> bool {
     // Text that would not even parse back as one plain scalar.
-    value.contains('\n') || (needs_quotes(value) && resolve_plain(value).is_string())
+    value.contains('\n') || (needs_quotes(value) && resolves_to_string(value))
 }

@@ -73,17 +73,26 @@ fn containers<'u>(
     let name = if container == "*" {
         "*".to_owned()
     } else {
-        path::escape(container)
+        path::escape(container).into_owned()
     };
+    let prefixes = pod_spec_prefixes();
+    // Each lookup is parsed once per call (a unit holds many resources of few types), and
+    // only for the types the unit holds.
+    let mut lookups: Vec<Option<UnresolvedPath>> = vec![None; prefixes.len()];
     let mut containers = Vec::new();
     for (element, info) in identified(call)? {
-        for (resource_type, pod_spec) in pod_spec_prefixes() {
+        for (&(resource_type, pod_spec), lookup) in prefixes.iter().zip(&mut lookups) {
             if info.resource_type != resource_type {
                 continue;
             }
-            let lookup = UnresolvedPath::parse(&format!("{pod_spec}.containers.?name={name}"))
-                .map_err(|e| e.to_string())?;
-            for found in path::resolve(&call.unit.doc, element.root, &lookup, false) {
+            let lookup = match lookup {
+                Some(lookup) => lookup,
+                None => lookup.insert(
+                    UnresolvedPath::parse(&format!("{pod_spec}.containers.?name={name}"))
+                        .map_err(|e| e.to_string())?,
+                ),
+            };
+            for found in path::resolve(&call.unit.doc, element.root, lookup, false) {
                 if let Some(node) = found.node {
                     containers.push((info, found, node));
                 }

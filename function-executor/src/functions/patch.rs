@@ -256,7 +256,10 @@ fn protected(predicates: Option<&ResourceMutation>, path: &[String]) -> bool {
         return false;
     };
     (1..=path.len()).any(|n| {
-        let prefix: Vec<String> = path[..n].iter().map(|s| crate::path::escape(s)).collect();
+        let prefix: Vec<String> = path[..n]
+            .iter()
+            .map(|s| crate::path::escape(s).into_owned())
+            .collect();
         predicates
             .path_mutation_map
             .get(&prefix.join("."))

@@ -227,19 +227,18 @@ pub fn get<'r>(
     if !problems.is_empty() {
         return Err(problems.join("; "));
     }
-    values.sort_by(|a, b| {
+    // Sorted through their positions: the values themselves are large to move.
+    fn sort_key(v: &AttributeValue) -> (&str, &str, &str) {
         (
-            &a.resource.resource_type,
-            &a.resource.resource_name,
-            &a.path,
+            &v.resource.resource_type,
+            &v.resource.resource_name,
+            &v.path,
         )
-            .cmp(&(
-                &b.resource.resource_type,
-                &b.resource.resource_name,
-                &b.path,
-            ))
-    });
-    Ok(values)
+    }
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| sort_key(&values[a]).cmp(&sort_key(&values[b])));
+    let mut slots: Vec<Option<AttributeValue>> = values.into_iter().map(Some).collect();
+    Ok(order.into_iter().filter_map(|i| slots[i].take()).collect())
 }
 
 fn line_comment(doc: &Doc, node: NodeId) -> String {

@@ -139,14 +139,15 @@ fn run(ctx: &mut Ctx) -> Exit {
 }
 
 /// A namespace-valued field the visitor may change.
-struct Site {
+struct Site<'d> {
     node: Option<NodeId>,
     /// Where to create it when missing: (map, key path).
     parent: NodeId,
     path: &'static [&'static str],
-    current: String,
-    origin: String,
-    id: Option<String>,
+    current: &'d str,
+    origin: &'d str,
+    /// The object a matching origin is reported on (named only when it is).
+    id: Option<NodeId>,
 }
 
 fn transform(ctx: &mut Ctx, config: &Config) {
@@ -154,21 +155,6 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     let doc = ctx.doc();
     let objects = ctx.non_local_items();
     let new_ns = config.namespace.as_str();
-
-    // depends-on targets as they are before the change.
-    let mut before: HashSet<String> = HashSet::new();
-    for &o in &objects {
-        let obj = rl.obj(o);
-        if is_namespaced(&obj) {
-            before.insert(format!(
-                "{}/namespaces/{}/{}/{}",
-                obj.group(),
-                obj.namespace(),
-                obj.kind(),
-                obj.name()
-            ));
-        }
-    }
 
     // Origins: refuse ambiguous replace-all.
     let mut results = Vec::new();
@@ -222,9 +208,9 @@ fn transform(ctx: &mut Ctx, config: &Config) {
                         node: doc.get(md, "name"),
                         parent: md,
                         path: &["name"],
-                        current: obj.name().to_owned(),
-                        origin: origin_name.to_owned(),
-                        id: Some(obj.short_string()),
+                        current: obj.name(),
+                        origin: origin_name,
+                        id: Some(o),
                     });
                 }
             }
@@ -255,8 +241,8 @@ fn transform(ctx: &mut Ctx, config: &Config) {
                                 node: Some(ns),
                                 parent: s,
                                 path: &["namespace"],
-                                current: doc.str(ns).unwrap_or_default().to_owned(),
-                                origin: String::new(),
+                                current: doc.str(ns).unwrap_or_default(),
+                                origin: "",
                                 id: None,
                             });
                         }
@@ -282,9 +268,9 @@ fn transform(ctx: &mut Ctx, config: &Config) {
             node: doc.get(md, "namespace"),
             parent: md,
             path: &["namespace"],
-            current: obj.namespace().to_owned(),
-            origin: origin.to_owned(),
-            id: Some(obj.short_string()),
+            current: obj.namespace(),
+            origin,
+            id: Some(o),
         });
     }
 
@@ -298,9 +284,9 @@ fn transform(ctx: &mut Ctx, config: &Config) {
             continue;
         }
         let current = if site.current.is_empty() {
-            "default".to_owned()
+            "default"
         } else {
-            site.current.clone()
+            site.current
         };
         if current == new_ns {
             continue;
@@ -311,14 +297,16 @@ fn transform(ctx: &mut Ctx, config: &Config) {
             if config.matcher == site.origin {
                 results.push(FnResult::info(format!(
                     "[{}] has matching origin {}",
-                    site.id.clone().unwrap_or_default(),
+                    site.id
+                        .map(|o| rl.obj(o).short_string())
+                        .unwrap_or_default(),
                     site.origin
                 )));
             }
             config.matcher == current || config.matcher == site.origin
         };
         if change {
-            old.insert(current);
+            old.insert(current.to_owned());
             count += 1;
             match site
                 .node
@@ -349,14 +337,34 @@ fn transform(ctx: &mut Ctx, config: &Config) {
         ))
     });
 
-    // depends-on: only a single namespaced reference to an object of the input.
+    // depends-on: only a single namespaced reference to an object of the input, as the
+    // objects were before the change (the document is; the edits are only queued). Worked
+    // out only when some object depends on another.
+    let depending: Vec<(NodeId, &str)> = objects
+        .iter()
+        .filter_map(|&o| Some((o, rl.obj(o).annotation(DEPENDS_ON)?)))
+        .collect();
+    let before: HashSet<String> = if depending.is_empty() {
+        HashSet::new()
+    } else {
+        objects
+            .iter()
+            .map(|&o| rl.obj(o))
+            .filter(is_namespaced)
+            .map(|obj| {
+                format!(
+                    "{}/namespaces/{}/{}/{}",
+                    obj.group(),
+                    obj.namespace(),
+                    obj.kind(),
+                    obj.name()
+                )
+            })
+            .collect()
+    };
     let mut count = 0;
     let mut old = BTreeSet::new();
-    for &o in &objects {
-        let obj = rl.obj(o);
-        let Some(value) = obj.annotation(DEPENDS_ON) else {
-            continue;
-        };
+    for (o, value) in depending {
         let segments: Vec<&str> = value.split('/').collect();
         if segments.len() != 5 || segments[1] != "namespaces" || !before.contains(value) {
             continue;
@@ -384,16 +392,13 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     ctx.results.extend(results);
 }
 
-fn namespace_site(doc: &crate::yaml::Doc, service: NodeId) -> Site {
+fn namespace_site<'d>(doc: &'d crate::yaml::Doc, service: NodeId) -> Site<'d> {
     Site {
         node: doc.get(service, "namespace"),
         parent: service,
         path: &["namespace"],
-        current: doc
-            .get_str(service, &["namespace"])
-            .unwrap_or_default()
-            .to_owned(),
-        origin: String::new(),
+        current: doc.get_str(service, &["namespace"]).unwrap_or_default(),
+        origin: "",
         id: None,
     }
 }
