@@ -508,16 +508,28 @@ pub fn render_output(
         return Ok(None);
     }
     let rendered = match output_type {
-        OutputType::ValidationResult => typed::<ValidationResult>(output)?,
+        // The executor writes these from their types (`functions::Output::to_json`; a plugin's
+        // are read into them first), so they are re-indented as they stream instead of read
+        // back: the largest outputs (an attribute per resource) are these.
+        OutputType::ValidationResult
+        | OutputType::AttributeValueList
+        | OutputType::ResourceInfoList
+        | OutputType::ResourceList => indented(output)?,
         OutputType::ValidationResultList => typed::<Vec<ValidationResult>>(output)?,
-        OutputType::AttributeValueList => typed::<Vec<AttributeValue>>(output)?,
-        OutputType::ResourceInfoList => typed::<Vec<ResourceInfo>>(output)?,
-        OutputType::ResourceList => typed::<Vec<Resource>>(output)?,
         OutputType::ResourceMutationList => typed::<Vec<ResourceMutation>>(output)?,
         OutputType::Yaml => serde_json::from_slice::<YamlPayload>(output)?.payload,
         OutputType::PatchMap | OutputType::Json | OutputType::Opaque => typed::<Value>(output)?,
     };
     Ok(Some(rendered))
+}
+
+/// JSON text indented by two spaces, its fields in the order they come.
+fn indented(json: &[u8]) -> Result<String, serde_json::Error> {
+    let mut reader = serde_json::Deserializer::from_slice(json);
+    let mut text = Vec::with_capacity(json.len() * 2);
+    serde_transcode::transcode(&mut reader, &mut serde_json::Serializer::pretty(&mut text))?;
+    reader.end()?;
+    Ok(String::from_utf8(text).expect("serde_json writes UTF-8"))
 }
 
 mod base64_bytes {
