@@ -73,6 +73,7 @@ fn main() -> ExitCode {
         if !problems.is_empty() {
             return report(&problems);
         }
+        keep_freed_heap();
         return exit_code(typed.run(&config, &|| Runtime::start(&config, Purpose::Serve)));
     }
     if let Some(Command::Plugins {
@@ -104,6 +105,7 @@ fn main() -> ExitCode {
         if !problems.is_empty() {
             return report(&problems);
         }
+        keep_freed_heap();
         // Only the instances it takes to find the function start (see `function_instance`).
         let instance = match runtime::function_instance(&config, name) {
             Ok(instance) => instance,
@@ -148,7 +150,10 @@ fn main() -> ExitCode {
     let code = run_async(async {
         match &cli.command {
             None | Some(Command::Serve) => serve(runtime, &config).await.map(|()| 0),
-            Some(Command::Eval(args)) => eval::run(&runtime, args, config.max_message_bytes).await,
+            Some(Command::Eval(args)) => {
+                keep_freed_heap();
+                eval::run(&runtime, args, config.max_message_bytes).await
+            }
             Some(Command::Plugins { .. }) => {
                 print_plugins(&runtime);
                 Ok(0)
@@ -175,6 +180,21 @@ fn main() -> ExitCode {
         krm_plugin_api::process::kill_orphans_now();
     }
     code
+}
+
+/// For a process that runs one call and exits: glibc's allocator keeps the heap it frees (no
+/// trimming) and serves large buffers from it (no mmap per buffer), so that each parse tree
+/// and output of a sequence reuses the pages the last one touched instead of faulting in fresh
+/// ones (5% of the CPU of `doseq` and of `fn` at 1,000 objects). A server keeps the defaults,
+/// which give memory back.
+fn keep_freed_heap() {
+    const LARGEST_FROM_THE_HEAP: libc::c_int = 32 << 20;
+    const KEPT_FREE: libc::c_int = 256 << 20;
+    // SAFETY: mallopt only sets glibc's allocator thresholds; it takes the allocator's lock.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, LARGEST_FROM_THE_HEAP);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_FREE);
+    }
 }
 
 /// Makes this process the reaper of the orphans of the functions it runs, so that it can end
