@@ -188,6 +188,26 @@ impl Executor {
         request: &FunctionInvocationRequest,
         call: &CallContext<'_>,
     ) -> Result<FunctionInvocationResponse, ExecutorError> {
+        self.run(request, call, MutationRecords::Kept)
+    }
+
+    /// [`invoke_within`](Self::invoke_within) for a caller that reads no mutation records
+    /// (`krm-runner do` and `doseq` print none): the response's `mutations` stay empty, which
+    /// spares diffing every resource an invocation changed; `mutators` are still listed.
+    pub fn invoke_within_unrecorded(
+        &self,
+        request: &FunctionInvocationRequest,
+        call: &CallContext<'_>,
+    ) -> Result<FunctionInvocationResponse, ExecutorError> {
+        self.run(request, call, MutationRecords::Skipped)
+    }
+
+    fn run(
+        &self,
+        request: &FunctionInvocationRequest,
+        call: &CallContext<'_>,
+        records: MutationRecords,
+    ) -> Result<FunctionInvocationResponse, ExecutorError> {
         let stop_if_cancelled = |index: usize, function: &str| match call.cancel_reason() {
             Some(reason) => Err(ExecutorError::Cancelled {
                 reason,
@@ -326,10 +346,12 @@ impl Executor {
                     }
                     continue;
                 }
-                mutations::merge(
-                    &mut mutations,
-                    mutations::diff(current.unit(), after.unit(), index),
-                );
+                if records == MutationRecords::Kept {
+                    mutations::merge(
+                        &mut mutations,
+                        mutations::diff(current.unit(), after.unit(), index),
+                    );
+                }
                 mutators.push(index);
                 current = after;
             }
@@ -367,6 +389,13 @@ impl Executor {
             error_messages: run.messages,
         })
     }
+}
+
+/// Whether a response lists what each invocation changed, per resource and path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MutationRecords {
+    Kept,
+    Skipped,
 }
 
 /// How ConfigHub names the unit in messages: its ID, and the revision's when there is one.

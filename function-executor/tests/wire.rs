@@ -195,3 +195,30 @@ fn every_signature_converts_losslessly() {
         assert_eq!(typed.typed, original.typed, "{name}");
     }
 }
+
+#[test]
+fn an_unrecorded_run_differs_only_by_its_mutation_records() {
+    let request: FunctionInvocationRequest = serde_json::from_value(json!({
+        "ToolchainType": "Kubernetes/YAML",
+        "ConfigData": STANDARD.encode(UNIT),
+        "FunctionInvocations": [
+            {"FunctionName": "set-replicas", "Arguments": [{"Value": 3}]},
+            {"FunctionName": "get-replicas", "Arguments": null}
+        ]
+    }))
+    .unwrap();
+    let executor = Executor::kubernetes();
+    let call = krm_plugin_api::CallContext::detached();
+    let recorded = executor.invoke_within(&request, &call).unwrap();
+    let unrecorded = executor.invoke_within_unrecorded(&request, &call).unwrap();
+    assert!(!recorded.mutations.is_empty());
+    assert!(unrecorded.mutations.is_empty());
+    assert_eq!(unrecorded.mutators, [0]);
+    assert_eq!(
+        FunctionInvocationResponse {
+            mutations: Vec::new(),
+            ..recorded
+        },
+        unrecorded
+    );
+}

@@ -266,7 +266,8 @@ fn run(
             expiring.cancel(CancelReason::DeadlineExceeded);
         });
     }
-    let response = executor.invoke_within(&invocation, &call.as_call_context());
+    // fctl's layout shows no mutation records.
+    let response = executor.invoke_within_unrecorded(&invocation, &call.as_call_context());
     if let Err(error @ ExecutorError::Cancelled { .. }) = response {
         return Err(anyhow::anyhow!("{error} (--timeout)"));
     }
