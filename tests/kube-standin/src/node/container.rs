@@ -10,6 +10,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// A security context setting of container `c`: its own, else the pod's.
+fn security_setting<'a>(pod: &'a Value, c: &'a Value, key: &str) -> Option<&'a Value> {
+    let set = |context: Option<&'a Value>| context?.get(key).filter(|v| !v.is_null());
+    set(c.get("securityContext")).or_else(|| set(pod.pointer("/spec/securityContext")))
+}
+
 pub(super) enum VolumeError {
     Unsupported(String),
     Missing(String),
@@ -18,17 +24,7 @@ pub(super) enum VolumeError {
 impl NodeAgent {
     /// The kubelet's runAsNonRoot check, or `None` when the container may start.
     pub(super) async fn non_root_violation(&self, pod: &Value, c: &Value) -> Option<String> {
-        let psc = pod
-            .pointer("/spec/securityContext")
-            .cloned()
-            .unwrap_or_default();
-        let csc = c.get("securityContext").cloned().unwrap_or_default();
-        let pick = |k: &str| {
-            csc.get(k)
-                .filter(|v| !v.is_null())
-                .or_else(|| psc.get(k).filter(|v| !v.is_null()))
-                .cloned()
-        };
+        let pick = |k: &str| security_setting(pod, c, k);
         if pick("runAsNonRoot").and_then(|v| v.as_bool()) != Some(true) {
             return None;
         }
@@ -229,18 +225,10 @@ impl NodeAgent {
                 a.push(format!("{ip}:{port}:{port}/{proto}"));
             }
         }
-        // Security context: the container's settings override the pod's.
-        let psc = pod
-            .pointer("/spec/securityContext")
-            .cloned()
-            .unwrap_or_default();
-        let csc = c.get("securityContext").cloned().unwrap_or_default();
-        let pick = |k: &str| {
-            csc.get(k)
-                .filter(|v| !v.is_null())
-                .or_else(|| psc.get(k).filter(|v| !v.is_null()))
-                .cloned()
-        };
+        // Security context: the container's settings override the pod's; the rest are the
+        // container's alone.
+        let pick = |k: &str| security_setting(pod, c, k);
+        let csc = &c["securityContext"];
         match (
             pick("runAsUser").and_then(|v| v.as_i64()),
             pick("runAsGroup").and_then(|v| v.as_i64()),

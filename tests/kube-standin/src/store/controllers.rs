@@ -378,44 +378,34 @@ impl Inner {
             self.reconcile_owned(&slg, ns, &slice_name, slice);
         }
         // Endpoints and slices of services that are gone (or lost their selector).
-        let stale_eps: Vec<String> = self
+        self.delete_where(&epg, ns, |name, _| {
+            !wanted.contains(name) && !services.iter().any(|s| meta_str(s, "name") == Some(name))
+        });
+        self.delete_where(&slg, ns, |_, v| {
+            v.pointer("/metadata/labels/endpointslice.kubernetes.io~1managed-by")
+                .and_then(Value::as_str)
+                == Some(SLICE_MANAGED_BY)
+                && !v
+                    .pointer("/metadata/labels/kubernetes.io~1service-name")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| wanted.contains(s))
+        });
+    }
+
+    /// Removes the objects of `gr` in namespace `ns` that `stale` picks (by name and object).
+    fn delete_where(&mut self, gr: &Gr, ns: &str, stale: impl Fn(&str, &Value) -> bool) {
+        let names: Vec<String> = self
             .objects
-            .get(&epg)
+            .get(gr)
             .map(|m| {
                 m.iter()
-                    .filter(|((n, name), _)| {
-                        n == ns
-                            && !wanted.contains(name)
-                            && !services.iter().any(|s| meta_str(s, "name") == Some(name))
-                    })
+                    .filter(|((n, name), v)| n == ns && stale(name, v))
                     .map(|((_, name), _)| name.clone())
                     .collect()
             })
             .unwrap_or_default();
-        for name in stale_eps {
-            self.commit(&epg, ns, &name, None);
-        }
-        let stale_slices: Vec<String> = self
-            .objects
-            .get(&slg)
-            .map(|m| {
-                m.iter()
-                    .filter(|((n, _), v)| {
-                        n == ns
-                            && v.pointer("/metadata/labels/endpointslice.kubernetes.io~1managed-by")
-                                .and_then(Value::as_str)
-                                == Some(SLICE_MANAGED_BY)
-                            && !v
-                                .pointer("/metadata/labels/kubernetes.io~1service-name")
-                                .and_then(Value::as_str)
-                                .is_some_and(|s| wanted.contains(s))
-                    })
-                    .map(|((_, name), _)| name.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
-        for name in stale_slices {
-            self.commit(&slg, ns, &name, None);
+        for name in names {
+            self.commit(gr, ns, &name, None);
         }
     }
 }
