@@ -278,8 +278,9 @@ impl Cli {
     /// Parses the process arguments, accepting Go's single-dash long flags (`-port 9445`).
     /// Usage errors exit 2, as Go's flag package does.
     pub fn parse_args() -> Self {
-        let command = command();
-        let args = normalize_go_flags(&command, std::env::args_os());
+        let args: Vec<OsString> = std::env::args_os().collect();
+        let command = command_for(&args);
+        let args = normalize_go_flags(&command, args);
         let matches = command.get_matches_from(args);
         Self::from_arg_matches(&matches).unwrap_or_else(|error| error.exit())
     }
@@ -312,22 +313,29 @@ const SERVER_FLAGS: &[&str] = &[
     "function_pod_template",
 ];
 
-/// The command line's definition, with the server flags hidden from the help of subcommands
-/// other than `serve`: each gets hidden copies, which clap's propagation of global flags then
-/// leaves in place.
-pub fn command() -> clap::Command {
+/// The command line's definition for `args`, with the server flags hidden from the help of
+/// subcommands other than `serve`: each subcommand `args` names gets hidden copies, which clap's
+/// propagation of global flags then leaves in place. Only a command line naming a subcommand
+/// prints its help, and copying every server flag into every subcommand was most of the cost
+/// of parsing a command line, so the others are left alone.
+pub fn command_for(args: &[OsString]) -> clap::Command {
     let command = Cli::command();
     let hidden: Vec<clap::Arg> = command
         .get_arguments()
         .filter(|arg| SERVER_FLAGS.contains(&arg.get_id().as_str()))
         .map(|arg| arg.clone().hide(true))
         .collect();
-    let others: Vec<String> = command
+    let named: Vec<String> = command
         .get_subcommands()
+        .filter(|sub| sub.get_name() != "serve")
+        .filter(|sub| {
+            std::iter::once(sub.get_name())
+                .chain(sub.get_all_aliases())
+                .any(|name| args.iter().any(|arg| arg == name))
+        })
         .map(|sub| sub.get_name().to_owned())
-        .filter(|name| name != "serve")
         .collect();
-    others.into_iter().fold(command, |command, name| {
+    named.into_iter().fold(command, |command, name| {
         command.mut_subcommand(name, |sub| sub.args(hidden.clone()))
     })
 }
@@ -527,7 +535,8 @@ mod tests {
             "--",
             "-port",
         ];
-        let normalized = normalize_go_flags(&command(), args.iter().map(OsString::from));
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        let normalized = normalize_go_flags(&command_for(&args), args);
         let normalized: Vec<_> = normalized.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(
             normalized,
