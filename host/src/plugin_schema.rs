@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use krm_plugin_loader::PluginLibrary;
+use krm_plugin_loader::{LayoutChecks, PluginLibrary};
 use serde_json::{Map, Value};
 
 use crate::config::Config;
@@ -21,8 +21,8 @@ pub fn describe(config: &Config, name: &str) -> Result<String, String> {
         .map_or(name, |instance| instance.plugin.as_str());
     let path = locate_plugin(plugin, &search_dirs(config))
         .map_err(|problem| format!("--config-schema {name}: {problem}"))?;
-    let library =
-        PluginLibrary::load(&path).map_err(|error| format!("--config-schema {name}: {error}"))?;
+    let library = PluginLibrary::load(&path, &LayoutChecks::in_user_cache())
+        .map_err(|error| format!("--config-schema {name}: {error}"))?;
     let info = library.info();
     let schema = library.config_schema().ok_or_else(|| {
         format!(

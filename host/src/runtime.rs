@@ -12,7 +12,8 @@ use krm_plugin_api::{
     NameMatch, ProbeOutcome, TraceContext,
 };
 use krm_plugin_loader::{
-    EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan, PluginLibrary,
+    EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan, LayoutChecks,
+    PluginLibrary,
 };
 use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;
@@ -155,6 +156,7 @@ pub enum Purpose {
 struct Instances<'c> {
     config: &'c Config,
     dirs: Vec<PathBuf>,
+    layout_checks: LayoutChecks,
     disabled: BTreeSet<&'c str>,
     libraries: HashMap<PathBuf, Arc<PluginLibrary>>,
     /// Each instance's library, once loaded; `None` when it could not be.
@@ -191,6 +193,7 @@ impl<'c> Instances<'c> {
         Self {
             config,
             dirs: search_dirs(config),
+            layout_checks: LayoutChecks::in_user_cache(),
             disabled,
             libraries: HashMap::new(),
             loaded: BTreeMap::new(),
@@ -223,8 +226,18 @@ impl<'c> Instances<'c> {
                 let key = std::fs::canonicalize(&path).unwrap_or(path.clone());
                 match self.libraries.get(&key) {
                     Some(library) => Some(library.clone()),
-                    None => match PluginLibrary::load(&path) {
+                    None => match PluginLibrary::load(&path, &self.layout_checks) {
                         Ok(library) => {
+                            let layout_check = if library.layout_check_remembered() {
+                                "remembered"
+                            } else {
+                                "done"
+                            };
+                            tracing::debug!(
+                                plugin = %path.display(),
+                                layout_check = %layout_check,
+                                "plugin loaded"
+                            );
                             let library = Arc::new(library);
                             self.libraries.insert(key, library.clone());
                             Some(library)

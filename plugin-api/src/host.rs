@@ -42,6 +42,20 @@ impl PluginModule {
         header.init_root_module::<PluginModuleRef>().map(Self)
     }
 
+    /// The module behind a loaded library's header, after abi_stable's version checks but
+    /// without its layout check, which walks every type of the ABI.
+    ///
+    /// # Safety
+    /// The library's layouts must have passed [`Self::from_library_header`]'s check against
+    /// this very executable before: the same files, unchanged since.
+    pub unsafe fn from_library_header_checked_before(
+        header: &'static LibHeader,
+    ) -> Result<Self, LibraryError> {
+        // SAFETY: the caller vouches that the layout check this skips has passed for these
+        // same files.
+        unsafe { header.init_root_module_with_unchecked_layout::<PluginModuleRef>() }.map(Self)
+    }
+
     /// Plugin `P` linked into this process, as if loaded from a file.
     pub fn linked_in<P: crate::Plugin>() -> Self {
         Self(crate::plugin::root_module::<P>())

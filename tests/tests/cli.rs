@@ -175,6 +175,54 @@ fn plugin_built_against_the_previous_abi_is_refused_in_one_paragraph() {
     );
 }
 
+/// A plugin's layout check is remembered per file (see `krm_plugin_loader::LayoutChecks`): the
+/// second load of the same file skips it, and a file rewritten in place (same path and inode)
+/// is checked again. The debug log says which.
+#[test]
+fn a_layout_check_is_remembered_for_the_same_file_only() {
+    let dir = scratch();
+    let cache = dir.path().join("cache");
+    let library = dir.path().join("libkrm_plugin_testkit.so");
+    let built = build_dir().join("libkrm_plugin_testkit.so");
+    std::fs::copy(&built, &library).unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "log_level: debug\nevaluators:\n  kit:\n    plugin: {}\n",
+            library.display()
+        ),
+    );
+    let env = [("XDG_CACHE_HOME", cache.to_str().unwrap())];
+    let layout_check = || {
+        let output = run_cli(&["--config-file", &config, "plugins"], &env, b"");
+        assert!(output.status.success(), "{}", stderr(&output));
+        let log = stderr(&output);
+        let loaded = log
+            .lines()
+            .find(|line| {
+                line.contains("plugin loaded") && line.contains(&*library.to_string_lossy())
+            })
+            .unwrap_or_else(|| panic!("no debug line for {}: {log}", library.display()))
+            .to_owned();
+        ["remembered", "done"]
+            .into_iter()
+            .find(|how| loaded.contains(&format!("layout_check={how}")))
+            .unwrap_or_else(|| panic!("{loaded}"))
+    };
+    assert_eq!(layout_check(), "done", "first load");
+    assert_eq!(layout_check(), "remembered", "same file");
+    let remembered = std::fs::read_dir(cache.join("krm-runner/checked-layouts"))
+        .expect("markers are written under XDG_CACHE_HOME")
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+        .any(|marker| marker.contains(&format!("library {}\n", library.display())));
+    assert!(remembered, "a marker names {}", library.display());
+
+    // The same bytes written again: the file's change time moves, so it is checked again.
+    std::fs::write(&library, std::fs::read(&built).unwrap()).unwrap();
+    assert_eq!(layout_check(), "done", "rewritten in place");
+    assert_eq!(layout_check(), "remembered", "rewritten file, second load");
+}
+
 #[test]
 fn config_layers_file_then_env_then_flags() {
     let dir = scratch();

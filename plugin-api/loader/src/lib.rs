@@ -17,6 +17,9 @@ use serde::Deserialize;
 pub use krm_plugin_api::host::{
     EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan,
 };
+pub use layout_checks::LayoutChecks;
+
+mod layout_checks;
 
 /// A plugin as it describes itself.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -87,8 +90,9 @@ pub enum PluginLoadError {
 /// loader maps segments by their headers, and touching a mapped page past the end of a
 /// truncated file raises SIGBUS, which would kill the runner instead of failing the load. Every
 /// loadable segment and every section with contents must lie within the file. (A file changed
-/// between this check and the load is not covered: plugin files are the operator's.)
-fn check_library_file(path: &Path) -> Result<(), String> {
+/// between this check and the load is not covered: plugin files are the operator's.) Returns
+/// the file's metadata.
+fn check_library_file(path: &Path) -> Result<std::fs::Metadata, String> {
     use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 
     let file = std::fs::File::open(path).map_err(|error| format!("cannot open: {error}"))?;
@@ -138,7 +142,7 @@ fn check_library_file(path: &Path) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    Ok(metadata)
 }
 
 /// A loaded plugin library. Libraries are never unloaded: evaluators and their threads may
@@ -147,6 +151,8 @@ pub struct PluginLibrary {
     path: PathBuf,
     info: PluginInfo,
     module: PluginModule,
+    /// abi_stable's layout check was skipped, remembered as passed for these same files.
+    layout_check_remembered: bool,
     /// Plugins built before config schemas were exported have none.
     config_schema: Option<extern "C" fn() -> *const c_char>,
 }
@@ -154,11 +160,14 @@ pub struct PluginLibrary {
 impl PluginLibrary {
     /// Loads the library at `path`, checks that it speaks this runner's ABI and initialises it.
     /// Each file is loaded through its own library header, so any number of plugins coexist.
-    pub fn load(path: &Path) -> Result<Self, PluginLoadError> {
-        check_library_file(path).map_err(|reason| PluginLoadError::Damaged {
+    /// abi_stable's layout check is skipped when `checks` remembers it passing for these same
+    /// files, and remembered when it passes.
+    pub fn load(path: &Path, checks: &LayoutChecks) -> Result<Self, PluginLoadError> {
+        let file = check_library_file(path).map_err(|reason| PluginLoadError::Damaged {
             path: path.to_owned(),
             reason,
         })?;
+        let marker = checks.marker(path, &file);
         let raw = RawLibrary::load_at(path).map_err(|error| PluginLoadError::Open {
             path: path.to_owned(),
             reason: short_library_error(&error),
@@ -183,13 +192,30 @@ impl PluginLibrary {
             .map_err(|error| incompatible(path, &info, short_library_error(&error)))?;
         // Keep the library mapped for the life of the process.
         std::mem::forget(raw);
-        let module = PluginModule::from_library_header(header).map_err(|error| match error {
+        // The marker was made from the file as it was before loading: it is trusted only if
+        // the file that was mapped is still that one.
+        let checked_before = marker.as_ref().is_some_and(|marker| {
+            marker.checked_before()
+                && std::fs::metadata(path).is_ok_and(|now| marker.still_describes(&now))
+        });
+        let module = if checked_before {
+            // SAFETY: the layout check passed before for this executable and this library,
+            // neither changed since (the marker matches both files' identities, taken before
+            // and after mapping).
+            unsafe { PluginModule::from_library_header_checked_before(header) }
+        } else {
+            PluginModule::from_library_header(header)
+        }
+        .map_err(|error| match error {
             LibraryError::RootModule { err, .. } => PluginLoadError::Init {
                 path: path.to_owned(),
                 reason: err.to_string(),
             },
             other => incompatible(path, &info, short_library_error(&other)),
         })?;
+        if !checked_before && let Some(marker) = &marker {
+            marker.remember();
+        }
         if info.abi_version != ABI_VERSION {
             return Err(incompatible(path, &info, "ABI version differs".to_owned()));
         }
@@ -207,6 +233,7 @@ impl PluginLibrary {
             path: path.to_owned(),
             info,
             module,
+            layout_check_remembered: checked_before,
             config_schema,
         })
     }
@@ -219,6 +246,12 @@ impl PluginLibrary {
     /// The plugin as it describes itself.
     pub fn info(&self) -> &PluginInfo {
         &self.info
+    }
+
+    /// Whether loading skipped abi_stable's layout check because [`LayoutChecks`] remembered
+    /// it passing for these same files.
+    pub fn layout_check_remembered(&self) -> bool {
+        self.layout_check_remembered
     }
 
     /// The JSON schema of the plugin's `config:` section; `None` from a plugin built before
