@@ -674,6 +674,42 @@ mod tests {
     }
 
     #[test]
+    fn go_executor_names_one_instance_or_several_in_order() {
+        let go = |yaml: &str| {
+            let (config, problems) = load(Some(&format!(
+                "function_configs:\n  executors: {{goExecutor: {yaml}}}\n"
+            )));
+            match config {
+                Some(config) if problems.is_empty() => {
+                    Ok(config.function_configs.executors.go_executor.0)
+                }
+                _ => Err(problems.join("\n")),
+            }
+        };
+        assert_eq!(
+            load(None)
+                .0
+                .unwrap()
+                .function_configs
+                .executors
+                .go_executor
+                .0,
+            ["builtin", "starlark"]
+        );
+        assert_eq!(go("builtin").unwrap(), ["builtin"]);
+        assert_eq!(go("[starlark, builtin]").unwrap(), ["starlark", "builtin"]);
+        assert_eq!(go("\"\"").unwrap(), Vec::<String>::new());
+        assert_eq!(go("[]").unwrap(), Vec::<String>::new());
+        for refused in ["[builtin, \"\"]", "{a: b}", "[[builtin]]"] {
+            let problems = go(refused).expect_err(refused);
+            assert!(
+                problems.starts_with("function_configs.executors.goExecutor"),
+                "{refused}: {problems}"
+            );
+        }
+    }
+
+    #[test]
     fn every_problem_is_reported_each_naming_its_key() {
         let (config, problems) = load(Some(
             "listen: [not, an, address]
