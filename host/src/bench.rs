@@ -155,7 +155,7 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A `krm-runner serve` child on loopback: the embedded default chain (builtin, then exec),
+/// A `krm-runner serve` child on loopback: the embedded default chain (builtin, starlark, exec),
 /// with exec mapping `bench/cat` to `/bin/cat`.
 struct BenchServer {
     child: std::process::Child,
@@ -260,7 +260,9 @@ impl BenchServer {
 
     async fn idle_rss(&self) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        println!("\n## Idle runner memory (builtin, exec and multi plugins loaded, no call yet)");
+        println!(
+            "\n## Idle runner memory (builtin, starlark, exec and multi plugins loaded, no call yet)"
+        );
         println!("| measure | value |\n|---|---|");
         println!("| VmRSS | {:.1} MiB |", resident_mib(self.child.id())?);
         Ok(())
@@ -304,7 +306,7 @@ impl BenchServer {
         );
         println!("| path | p50 | p99 | calls/s |\n|---|---|---|---|");
         println!(
-            "| gRPC -> multi -> (builtin declines) -> exec -> /bin/cat | {} | {} | {grpc_rate:.0} |",
+            "| gRPC -> multi -> (builtin, starlark decline) -> exec -> /bin/cat | {} | {} | {grpc_rate:.0} |",
             ms(grpc_p50),
             ms(grpc_p99)
         );
@@ -452,21 +454,25 @@ async fn telemetry(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     outcome
 }
 
-/// The builtin transformations and their kustomize equivalents. Block style throughout, as
-/// kpt writes ResourceLists (the builtins parse block YAML on a fast path). The starlark case
-/// is a program doing set-namespace's job, to compare with the native function.
-const BUILTIN_CASES: [(&str, &str, &str); 3] = [
+/// The catalog transformations, the instance running each, and their kustomize equivalents.
+/// Block style throughout, as kpt writes ResourceLists (the builtins parse block YAML on a fast
+/// path). The starlark case (the `starlark` plugin) is a program doing set-namespace's job, to
+/// compare with the native function.
+const BUILTIN_CASES: [(&str, &str, &str, &str); 3] = [
     (
+        "builtin",
         "set-namespace",
         "data:\n    namespace: prod",
         "namespace: prod\n",
     ),
     (
         "starlark",
+        "starlark",
         "data:\n    source: |\n      for r in ctx.resource_list[\"items\"]:\n        r[\"metadata\"][\"namespace\"] = \"prod\"",
         "namespace: prod\n",
     ),
     (
+        "builtin",
         "set-labels",
         "data:\n    color: blue",
         "labels:\n- pairs: {color: blue}\n  includeSelectors: true\n  includeTemplates: true\n",
@@ -476,10 +482,6 @@ const BUILTIN_CASES: [(&str, &str, &str); 3] = [
 async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> anyhow::Result<()> {
     let runtime = Runtime::start(base, Purpose::Serve)
         .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
-    let instance = runtime
-        .instance("builtin")
-        .context("the builtin instance")?
-        .clone();
     let have_kubectl = Command::new("kubectl")
         .arg("version")
         .arg("--client")
@@ -494,7 +496,10 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
     for &size in &args.sizes {
         let deployments = deployments(size);
         let runs = (2000 / size.max(1)).clamp(3, 50);
-        for (function, config, kustomization) in BUILTIN_CASES {
+        for (instance, function, config, kustomization) in BUILTIN_CASES {
+            let instance = runtime
+                .instance(instance)
+                .with_context(|| format!("the {instance} instance"))?;
             let input = format!(
                 "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{}functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  {config}\n",
                 indent_items(&deployments)
@@ -581,7 +586,7 @@ async fn versions(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> 
         .instance("builtin")
         .context("the builtin instance")?
         .clone();
-    let (_, config, _) = BUILTIN_CASES[0];
+    let (_, _, config, _) = BUILTIN_CASES[0];
     let input = format!(
         "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{}functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  {config}\n",
         indent_items(&deployments(10))

@@ -142,10 +142,13 @@ impl Default for ClusterSource {
     }
 }
 
+/// The instances standing for each executor (empty: none).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct ExecutorInstances {
-    pub go_executor: String,
+    /// The in-process instances, in order: a goExecutor id runs on the first that implements
+    /// the function (the catalog's functions are split between `builtin` and `starlark`).
+    pub go_executor: InstanceNames,
     pub binary_executor: String,
     pub pod_executor: String,
 }
@@ -153,10 +156,51 @@ pub struct ExecutorInstances {
 impl Default for ExecutorInstances {
     fn default() -> Self {
         Self {
-            go_executor: "builtin".to_owned(),
+            go_executor: InstanceNames(vec!["builtin".to_owned(), "starlark".to_owned()]),
             binary_executor: "exec".to_owned(),
             pod_executor: "pod".to_owned(),
         }
+    }
+}
+
+/// Instance names, written as one name or a list of them; `""` or `[]` is none.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct InstanceNames(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for InstanceNames {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Names;
+        impl<'de> serde::de::Visitor<'de> for Names {
+            type Value = InstanceNames;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an instance name or a list of instance names")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<InstanceNames, E> {
+                Ok(InstanceNames(
+                    Some(name.to_owned())
+                        .filter(|n| !n.is_empty())
+                        .into_iter()
+                        .collect(),
+                ))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<InstanceNames, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    if name.is_empty() {
+                        return Err(serde::de::Error::invalid_value(
+                            serde::de::Unexpected::Str(""),
+                            &"an instance name",
+                        ));
+                    }
+                    names.push(name);
+                }
+                Ok(InstanceNames(names))
+            }
+        }
+        deserializer.deserialize_any(Names)
     }
 }
 
@@ -630,6 +674,42 @@ mod tests {
     }
 
     #[test]
+    fn go_executor_names_one_instance_or_several_in_order() {
+        let go = |yaml: &str| {
+            let (config, problems) = load(Some(&format!(
+                "function_configs:\n  executors: {{goExecutor: {yaml}}}\n"
+            )));
+            match config {
+                Some(config) if problems.is_empty() => {
+                    Ok(config.function_configs.executors.go_executor.0)
+                }
+                _ => Err(problems.join("\n")),
+            }
+        };
+        assert_eq!(
+            load(None)
+                .0
+                .unwrap()
+                .function_configs
+                .executors
+                .go_executor
+                .0,
+            ["builtin", "starlark"]
+        );
+        assert_eq!(go("builtin").unwrap(), ["builtin"]);
+        assert_eq!(go("[starlark, builtin]").unwrap(), ["starlark", "builtin"]);
+        assert_eq!(go("\"\"").unwrap(), Vec::<String>::new());
+        assert_eq!(go("[]").unwrap(), Vec::<String>::new());
+        for refused in ["[builtin, \"\"]", "{a: b}", "[[builtin]]"] {
+            let problems = go(refused).expect_err(refused);
+            assert!(
+                problems.starts_with("function_configs.executors.goExecutor"),
+                "{refused}: {problems}"
+            );
+        }
+    }
+
+    #[test]
     fn every_problem_is_reported_each_naming_its_key() {
         let (config, problems) = load(Some(
             "listen: [not, an, address]
@@ -670,7 +750,7 @@ function_configs:
     }
 
     /// Plugins get their settings as JSON text; serde_json's `arbitrary_precision` (on in the
-    /// workspace build, for the starlark interpreter) must not change the numbers in it.
+    /// workspace build, for the starlark plugin's interpreter) must not change the numbers in it.
     #[test]
     fn plugin_settings_keep_their_numbers() {
         let (config, _) = load(Some(

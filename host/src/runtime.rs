@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use krm_plugin_api::process::{self, CallInFlight};
 use krm_plugin_api::{
-    CancelReason, Chain, ErrorKind, EvalError, EvalResponse, FunctionSignature, Measurement,
-    NameMatch, ProbeOutcome, TraceContext,
+    CancelReason, Chain, ErrorKind, EvalError, EvalResponse, FunctionConfigExecutor,
+    FunctionSignature, Measurement, NameMatch, ProbeOutcome, TraceContext,
 };
 use krm_plugin_loader::{
     EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan, LayoutChecks,
@@ -444,9 +444,16 @@ impl Runtime {
         }
         reports.sort_by_key(|r| (r.position.unwrap_or(usize::MAX), r.name.clone()));
         for (executor, name) in router.missing_instances() {
+            let skipped = match executor {
+                // Its functions may be another listed instance's.
+                FunctionConfigExecutor::GoExecutor => {
+                    "sections naming a function no other instance listed implements"
+                }
+                _ => "sections",
+            };
             tracing::warn!(
                 "function_configs.executors.{}: no evaluator instance named {name:?}; \
-                 FunctionConfigs' {} sections are skipped",
+                 FunctionConfigs' {} {skipped} are skipped",
                 executor.field(),
                 executor.field()
             );

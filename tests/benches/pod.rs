@@ -12,8 +12,8 @@
 //! through a `cat` symlink to /bin/busybox.
 //!
 //! ```sh
-//! cargo build --release -p krm-runner -p krm-plugin-builtin -p krm-plugin-exec \
-//!     -p krm-plugin-multi -p krm-plugin-pod -p krm-plugin-testkit
+//! cargo build --release -p krm-runner -p krm-plugin-builtin -p krm-plugin-starlark \
+//!     -p krm-plugin-exec -p krm-plugin-multi -p krm-plugin-pod -p krm-plugin-testkit
 //! cargo bench -p krm-runner-tests --bench pod [-- COLD_STARTS WARM_CALLS]
 //! ```
 

@@ -320,9 +320,17 @@ fn plugins_lists_instances_in_chain_order() {
         .collect();
     assert_eq!(rows[0][..3], ["default", "0", "multi"], "{text}");
     assert_eq!(rows[1][..3], ["builtin", "1", "builtin"], "{text}");
-    assert_eq!(rows[2][..3], ["exec", "2", "exec"], "{text}");
+    assert_eq!(rows[2][..3], ["starlark", "2", "starlark"], "{text}");
+    assert_eq!(rows[3][..3], ["exec", "3", "exec"], "{text}");
     assert!(
-        rows[2].last().unwrap().ends_with("libkrm_plugin_exec.so"),
+        rows[2]
+            .last()
+            .unwrap()
+            .ends_with("libkrm_plugin_starlark.so"),
+        "{text}"
+    );
+    assert!(
+        rows[3].last().unwrap().ends_with("libkrm_plugin_exec.so"),
         "{text}"
     );
 }
@@ -549,7 +557,7 @@ fn porch_exec_map_is_validated_as_such() {
 }
 
 /// Plugin settings reach the plugin as JSON text, read with serde_json's `arbitrary_precision`
-/// on (the builtin's starlark interpreter turns it on for the workspace build): a number that
+/// on (the starlark plugin's interpreter turns it on for the workspace build): a number that
 /// does not fit its setting is still named with its value and what was expected.
 #[test]
 fn plugin_setting_numbers_that_do_not_fit_are_named() {

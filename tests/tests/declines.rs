@@ -162,7 +162,13 @@ fn eval_lists_the_reasons_and_exits_1() {
         stderr.contains("krm-runner eval: function \"gcr.io/kpt-fn/set-namespace:v0.1\" not found: builtin: set-namespace is reproduced for tags "),
         "{stderr}"
     );
-    assert!(stderr.contains(", not v0.1; exec: "), "{stderr}");
+    assert!(
+        stderr.contains(
+            ", not v0.1; starlark: \"set-namespace\" is not one of its functions (`krm-runner \
+             functions` lists them); exec: "
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]

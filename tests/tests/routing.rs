@@ -1,5 +1,5 @@
 //! FunctionConfig routing through the real runner: FunctionConfig files on disk, the real
-//! builtin and exec plugins, and the testkit plugin standing in for the pod evaluator (it
+//! builtin, starlark and exec plugins, and the testkit plugin standing in for the pod evaluator (it
 //! answers any call a FunctionConfig routes to it and logs the route it was given, so the
 //! tests see the per-image pod settings the runner passes on). The cluster source runs against
 //! the Kubernetes API stand-in, driven with the real `kubectl`.
@@ -229,6 +229,123 @@ fn resolve_explains_unmatched_images_and_tags() {
         text.contains(r#"does not list repository "other.example/fns""#),
         "{text}"
     );
+}
+
+/// A runner whose goExecutor is the embedded default's in-process instances, `builtin` then
+/// `starlark`, with FunctionConfigs for starlark and for a function neither implements.
+fn in_process_config(dir: &Path) -> String {
+    write_function_configs(
+        dir,
+        "fns.yaml",
+        r#"apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: starlark}
+spec:
+  image: starlark
+  prefixes: [example.com/fns]
+  goExecutor: {tags: [v1]}
+---
+apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: mystery}
+spec:
+  image: mystery
+  prefixes: [example.com/fns]
+  goExecutor: {tags: [v1]}
+"#,
+    );
+    let path = dir.join("runner.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "function_configs:\n  paths: [\"{}\"]\n  executors: {{podExecutor: \"\"}}\n",
+            dir.join("fc").display()
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn go_executor_ids_run_on_the_first_in_process_instance_implementing_them() {
+    let dir = scratch();
+    let config = in_process_config(dir.path());
+    let cli = |args: &[&str]| {
+        let args: Vec<&str> = ["--config-file", config.as_str()]
+            .iter()
+            .chain(args)
+            .copied()
+            .collect();
+        let output = run_cli(&args, &[], b"");
+        (
+            output.status.code(),
+            String::from_utf8(output.stdout).unwrap(),
+        )
+    };
+
+    let (code, text) = cli(&["functions", "--resolve", "example.com/fns/starlark:v1"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(
+            r#"goExecutor:      serves: built-in function starlark on evaluator "starlark""#
+        ),
+        "{text}"
+    );
+    let (code, text) = cli(&["functions", "--resolve", "example.com/fns/mystery:v1"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(r#"no function "mystery" is compiled into evaluators "builtin", "starlark""#),
+        "{text}"
+    );
+    // The ahead-of-time round: the starlark entry is ready, the other names what is missing.
+    let (code, text) = cli(&["functions", "--status"]);
+    assert_eq!(code, Some(1), "{text}");
+    let row = |image: &str| {
+        text.lines()
+            .find(|line| line.starts_with(image))
+            .unwrap_or_else(|| panic!("no row for {image}:\n{text}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row("example.com/fns/starlark ")[1..6],
+        ["goExecutor", "v1", "v1", "-", "Ready"],
+        "{text}"
+    );
+    assert_eq!(
+        row("example.com/fns/mystery ")[1..6],
+        ["goExecutor", "v1", "-", "-", "Failed"],
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"no built-in function "mystery" is compiled in"#),
+        "{text}"
+    );
+
+    // A call: v1 is no tag the starlark plugin answers to on its own, nor this registry.
+    let server = Server::start(&std::fs::read_to_string(&config).unwrap(), &[]);
+    let input = b"apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+functionConfig:
+  apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: fn-config}
+  data:
+    source: |
+      for r in ctx.resource_list[\"items\"]:
+        r[\"metadata\"][\"namespace\"] = \"routed\"
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: a}
+";
+    let (response, evaluator) = server
+        .call("example.com/fns/starlark:v1", input)
+        .await
+        .expect("goExecutor call");
+    assert_eq!(evaluator, "starlark");
+    let output = String::from_utf8(response.resource_list).unwrap();
+    assert!(output.contains("namespace: routed"), "{output}");
 }
 
 /// Polls `call` until it is served by `evaluator`, for up to 10 s.

@@ -1,4 +1,4 @@
-//! The starlark builtin as its users meet it: `krm-runner fn starlark` on a ResourceList, run by
+//! The starlark function (the `starlark` plugin) as its users meet it: `krm-runner fn starlark` on a ResourceList, run by
 //! the real kpt (`kpt fn render` with an `exec:` step, `kpt fn eval`), and over gRPC, where a
 //! runaway program must end cleanly and leave the server serving.
 
@@ -209,8 +209,8 @@ async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
     let (response, evaluator) = server
         .call("gcr.io/kpt-fn/starlark:v0.5", input.as_bytes())
         .await
-        .expect("builtin serves the catalog image");
-    assert_eq!(evaluator, "builtin");
+        .expect("the starlark plugin serves the catalog image");
+    assert_eq!(evaluator, "starlark");
     let output = String::from_utf8(response.resource_list).unwrap();
     assert!(
         output.contains("    name: cfg\n    namespace: prod\n"),

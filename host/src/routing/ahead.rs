@@ -24,6 +24,9 @@ pub struct Report {
     /// The repository the FunctionConfig's image lives in (first prefix, or the default one).
     pub image: String,
     pub executor: FunctionConfigExecutor,
+    /// The evaluator instance standing for the executor here (for goExecutor, the one
+    /// implementing the function), or those configured for it when none runs it; empty: none.
+    pub evaluator: String,
     /// The tag entry as written; `None` for a podExecutor listing no tags (any tag).
     pub tag: Option<String>,
     pub resolved: Option<String>,
@@ -76,35 +79,46 @@ impl Router {
             let object = sourced.id();
             let image = table.repository_of(&spec.image);
             let generation = sourced.object().metadata.generation;
-            let report = |executor, tag: Option<&str>, resolved, digest, state| Report {
-                object: object.clone(),
-                generation,
-                image: image.clone(),
-                executor,
-                tag: tag.map(str::to_owned),
-                resolved,
-                digest,
-                state,
-            };
+            let report =
+                |executor, evaluator: &str, tag: Option<&str>, resolved, digest, state| Report {
+                    object: object.clone(),
+                    generation,
+                    image: image.clone(),
+                    executor,
+                    evaluator: evaluator.to_owned(),
+                    tag: tag.map(str::to_owned),
+                    resolved,
+                    digest,
+                    state,
+                };
             if let Some(go) = &spec.go_executor {
                 let id = go.id.clone().unwrap_or_else(|| object.name.clone());
-                let instance = self.executors[0].1.as_ref();
+                let found = self.go_instance(&id);
+                let any_running = self
+                    .standing(FunctionConfigExecutor::GoExecutor)
+                    .iter()
+                    .any(|standing| standing.instance.is_some());
+                let evaluator = match &found {
+                    Ok((name, _)) => (*name).to_owned(),
+                    Err(_) => self.instance_name(FunctionConfigExecutor::GoExecutor),
+                };
                 for tag in &go.tags {
-                    let (resolved, state) = match instance {
-                        None => (None, self.skipped(FunctionConfigExecutor::GoExecutor)),
-                        Some(_) if !self.builtin_functions.contains(&id) => (
+                    let (resolved, state) = match &found {
+                        Ok((_, instance)) => {
+                            local_tag(tag, |constraint| instance.resolve(&image, constraint, None))
+                        }
+                        Err(_) if any_running => (
                             None,
                             State::Failed {
                                 reason: "FunctionMissing",
                                 message: format!("no built-in function {id:?} is compiled in"),
                             },
                         ),
-                        Some(builtin) => {
-                            local_tag(tag, |constraint| builtin.resolve(&image, constraint, None))
-                        }
+                        Err(reason) => (None, State::Skipped(reason.clone())),
                     };
                     reports.push(report(
                         FunctionConfigExecutor::GoExecutor,
+                        &evaluator,
                         Some(tag),
                         resolved,
                         None,
@@ -114,9 +128,11 @@ impl Router {
             }
             if let Some(binary) = &spec.binary_executor {
                 let path = table.functions_dir().join(&binary.path);
+                let found = self.only_instance(FunctionConfigExecutor::BinaryExecutor);
+                let evaluator = self.instance_name(FunctionConfigExecutor::BinaryExecutor);
                 for tag in &binary.tags {
-                    let (resolved, state) = if self.executors[1].1.is_none() {
-                        (None, self.skipped(FunctionConfigExecutor::BinaryExecutor))
+                    let (resolved, state) = if let Err(reason) = &found {
+                        (None, State::Skipped(reason.clone()))
                     } else if !is_executable(&path) {
                         (
                             None,
@@ -133,6 +149,7 @@ impl Router {
                     };
                     reports.push(report(
                         FunctionConfigExecutor::BinaryExecutor,
+                        &evaluator,
                         Some(tag),
                         resolved,
                         None,
@@ -146,20 +163,25 @@ impl Router {
                     executor: FunctionConfigExecutor::PodExecutor,
                     settings: to_json(pod),
                 };
-                let Some(instance) = self.executors[2].1.as_ref() else {
-                    let state = self.skipped(FunctionConfigExecutor::PodExecutor);
-                    reports.push(report(
-                        FunctionConfigExecutor::PodExecutor,
-                        None,
-                        None,
-                        None,
-                        state,
-                    ));
-                    continue;
+                let evaluator = self.instance_name(FunctionConfigExecutor::PodExecutor);
+                let instance = match self.only_instance(FunctionConfigExecutor::PodExecutor) {
+                    Ok((_, instance)) => instance,
+                    Err(reason) => {
+                        reports.push(report(
+                            FunctionConfigExecutor::PodExecutor,
+                            &evaluator,
+                            None,
+                            None,
+                            None,
+                            State::Skipped(reason),
+                        ));
+                        continue;
+                    }
                 };
                 if pod.tags.is_empty() {
                     reports.push(report(
                         FunctionConfigExecutor::PodExecutor,
+                        &evaluator,
                         None,
                         None,
                         None,
@@ -210,6 +232,7 @@ impl Router {
                     }
                     reports.push(report(
                         FunctionConfigExecutor::PodExecutor,
+                        &evaluator,
                         Some(tag),
                         resolved,
                         digest,
@@ -219,18 +242,6 @@ impl Router {
             }
         }
         reports
-    }
-
-    fn skipped(&self, executor: FunctionConfigExecutor) -> State {
-        let name = self.instance_name(executor);
-        State::Skipped(if name.is_empty() {
-            format!(
-                "no instance stands for {} (function_configs.executors)",
-                executor.field()
-            )
-        } else {
-            format!("no evaluator instance named {name:?} is running")
-        })
     }
 }
 

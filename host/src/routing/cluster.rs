@@ -221,7 +221,6 @@ impl StatusWriter {
             );
             by_object.entry(key).or_default().push(report);
         }
-        let evaluator = |executor| router.instance_name(executor).to_owned();
         for (key, reports) in by_object {
             let mut seen = self.seen.lock().await;
             let Some(previous) = seen.get(&key) else {
@@ -235,7 +234,7 @@ impl StatusWriter {
             }) {
                 continue;
             }
-            let wanted = status::worked_out(previous, &reports, evaluator, generation);
+            let wanted = status::worked_out(previous, &reports, generation);
             let patch = serde_json::json!({
                 "conditions": wanted.conditions,
                 "executors": wanted.executors,

@@ -79,18 +79,23 @@ pub async fn start_sources(
 
 /// The evaluator instances standing for the three executors, and the routing table in force.
 pub struct Router {
-    executors: [(
-        FunctionConfigExecutor,
-        Option<Arc<EvaluatorInstance>>,
-        String,
-    ); 3],
-    /// The functions the goExecutor instance implements, by the names a goExecutor id may give.
-    builtin_functions: Vec<String>,
+    /// Per executor (indexed by [`FunctionConfigExecutor`]), the instances configured for it in
+    /// order: goExecutor may name several, the others at most one.
+    executors: [Vec<Standing>; 3],
     table: RwLock<Arc<RoutingTable>>,
     /// Signalled when the table is replaced, for the ahead-of-time round.
     changed: tokio::sync::Notify,
     /// The last ahead-of-time round's reports.
     reports: RwLock<Arc<Vec<Report>>>,
+}
+
+/// An instance configured for an executor.
+struct Standing {
+    name: String,
+    /// `None` when no instance of that name is running.
+    instance: Option<Arc<EvaluatorInstance>>,
+    /// For goExecutor, the functions it implements, by the names a goExecutor id may give.
+    functions: Vec<String>,
 }
 
 /// One evaluator to try, and why.
@@ -127,36 +132,28 @@ impl Router {
         names: &crate::config::ExecutorInstances,
         instance: impl Fn(&str) -> Option<Arc<EvaluatorInstance>>,
     ) -> Self {
-        let pick = |executor: FunctionConfigExecutor, name: &str| {
-            let found = (!name.is_empty()).then(|| instance(name)).flatten();
-            (executor, found, name.to_owned())
+        let stand = |name: &str, functions: &dyn Fn(&EvaluatorInstance) -> Vec<String>| {
+            let found = instance(name);
+            Standing {
+                name: name.to_owned(),
+                functions: found.as_deref().map(functions).unwrap_or_default(),
+                instance: found,
+            }
         };
-        let executors = [
-            pick(FunctionConfigExecutor::GoExecutor, &names.go_executor),
-            pick(
-                FunctionConfigExecutor::BinaryExecutor,
-                &names.binary_executor,
-            ),
-            pick(FunctionConfigExecutor::PodExecutor, &names.pod_executor),
-        ];
-        let builtin_functions = executors[0]
-            .1
-            .as_ref()
-            .map(|go| {
-                // A goExecutor id names a function as its untagged images do (a typed
-                // function answers to `confighub/NAME` too).
-                go.functions()
-                    .into_iter()
-                    .flat_map(|f| {
-                        let untagged = f.images.into_iter().filter(|i| !i.contains([':', '@']));
-                        std::iter::once(f.name).chain(untagged)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let one = |name: &String| {
+            (!name.is_empty())
+                .then(|| stand(name, &|_| Vec::new()))
+                .into_iter()
+                .collect()
+        };
+        let go = names
+            .go_executor
+            .0
+            .iter()
+            .map(|name| stand(name, &go_ids))
+            .collect();
         Self {
-            executors,
-            builtin_functions,
+            executors: [go, one(&names.binary_executor), one(&names.pod_executor)],
             table: RwLock::new(Arc::new(
                 RoutingTable::build(Vec::new(), "", Path::new("")).0,
             )),
@@ -165,18 +162,94 @@ impl Router {
         }
     }
 
-    /// The evaluator instance configured for `executor` (empty: none).
-    pub fn instance_name(&self, executor: FunctionConfigExecutor) -> &str {
-        &self.executors[executor as usize].2
+    /// The evaluator instances configured for `executor`, in order, comma-separated (empty:
+    /// none).
+    pub fn instance_name(&self, executor: FunctionConfigExecutor) -> String {
+        let names: Vec<_> = self
+            .standing(executor)
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        names.join(", ")
     }
 
-    /// Executor names configured but not built: their sections are skipped.
+    fn standing(&self, executor: FunctionConfigExecutor) -> &[Standing] {
+        &self.executors[executor as usize]
+    }
+
+    /// Executor names configured but not built: their sections are skipped (goExecutor's
+    /// only for the functions no other of its instances implements).
     pub fn missing_instances(&self) -> Vec<(FunctionConfigExecutor, &str)> {
-        self.executors
+        [
+            FunctionConfigExecutor::GoExecutor,
+            FunctionConfigExecutor::BinaryExecutor,
+            FunctionConfigExecutor::PodExecutor,
+        ]
+        .into_iter()
+        .flat_map(|executor| {
+            self.standing(executor)
+                .iter()
+                .filter(|standing| standing.instance.is_none())
+                .map(move |standing| (executor, standing.name.as_str()))
+        })
+        .collect()
+    }
+
+    /// The instance standing for `executor` (binaryExecutor or podExecutor), or why none is.
+    fn only_instance(
+        &self,
+        executor: FunctionConfigExecutor,
+    ) -> Result<(&str, &Arc<EvaluatorInstance>), String> {
+        let Some(standing) = self.standing(executor).first() else {
+            return Err(format!(
+                "no instance stands for {} (function_configs.executors)",
+                executor.field()
+            ));
+        };
+        match &standing.instance {
+            Some(instance) => Ok((&standing.name, instance)),
+            None => Err(format!(
+                "no evaluator instance named {:?} is running",
+                standing.name
+            )),
+        }
+    }
+
+    /// The first goExecutor instance implementing the function `function_id`, or why none does.
+    fn go_instance(&self, function_id: &str) -> Result<(&str, &Arc<EvaluatorInstance>), String> {
+        let standing = self.standing(FunctionConfigExecutor::GoExecutor);
+        let running: Vec<_> = standing
             .iter()
-            .filter(|(_, instance, name)| instance.is_none() && !name.is_empty())
-            .map(|(executor, _, name)| (*executor, name.as_str()))
-            .collect()
+            .filter_map(|s| Some((s.name.as_str(), s.instance.as_ref()?, &s.functions)))
+            .collect();
+        if let Some((name, instance, _)) = running
+            .iter()
+            .find(|(_, _, functions)| functions.iter().any(|f| f == function_id))
+        {
+            return Ok((name, instance));
+        }
+        let quoted = |names: Vec<&str>| {
+            let names: Vec<_> = names.iter().map(|name| format!("{name:?}")).collect();
+            names.join(", ")
+        };
+        match (standing, running.as_slice()) {
+            ([], _) => Err(format!(
+                "no instance stands for {} (function_configs.executors)",
+                FunctionConfigExecutor::GoExecutor.field()
+            )),
+            (_, []) => Err(format!(
+                "no evaluator instance named {} is running",
+                quoted(standing.iter().map(|s| s.name.as_str()).collect())
+            )),
+            ([_], _) => Err(format!(
+                "evaluator {} has no function {function_id:?} compiled in",
+                quoted(running.iter().map(|(name, ..)| *name).collect())
+            )),
+            _ => Err(format!(
+                "no function {function_id:?} is compiled into evaluators {}",
+                quoted(running.iter().map(|(name, ..)| *name).collect())
+            )),
+        }
     }
 
     pub fn replace_table(&self, table: RoutingTable) {
@@ -283,46 +356,28 @@ impl Router {
 
     /// The instance that runs `planned`, or why it cannot.
     fn runnable(&self, planned: &Planned) -> Result<Arc<EvaluatorInstance>, String> {
-        let executor = planned.route.executor;
-        let (_, instance, name) = self
-            .executors
-            .iter()
-            .find(|(candidate, ..)| *candidate == executor)
-            .expect("one entry per executor");
-        let instance = match instance {
-            Some(instance) => instance.clone(),
-            None if name.is_empty() => {
-                return Err(format!(
-                    "no instance stands for {} (function_configs.executors)",
-                    executor.field()
-                ));
-            }
-            None => return Err(format!("no evaluator instance named {name:?} is running")),
-        };
-        match planned.step {
-            fc::PlannedExecutor::Go { function_id, .. } => {
-                if !self.builtin_functions.contains(function_id) {
-                    return Err(format!(
-                        "evaluator {name:?} has no function {function_id:?} compiled in"
-                    ));
-                }
-            }
+        let (_, instance) = match planned.step {
+            fc::PlannedExecutor::Go { function_id, .. } => self.go_instance(function_id)?,
             fc::PlannedExecutor::Binary { path, .. } => {
+                let found = self.only_instance(FunctionConfigExecutor::BinaryExecutor)?;
                 if !is_executable(path) {
                     return Err(format!(
                         "binary {} is missing or not executable",
                         path.display()
                     ));
                 }
+                found
             }
-            fc::PlannedExecutor::Pod { .. } => {}
-        }
-        Ok(instance)
+            fc::PlannedExecutor::Pod { .. } => {
+                self.only_instance(FunctionConfigExecutor::PodExecutor)?
+            }
+        };
+        Ok(instance.clone())
     }
 
     /// Asks the podExecutor instance to start pods for what the FunctionConfigs warm up.
     pub fn warm_up(&self) {
-        let Some(pod) = self.executors[2].1.clone() else {
+        let Ok((_, pod)) = self.only_instance(FunctionConfigExecutor::PodExecutor) else {
             return;
         };
         let table = self.table();
@@ -377,6 +432,19 @@ impl<'a> Planned<'a> {
             },
         }
     }
+}
+
+/// The names a goExecutor id may give for the functions `instance` implements: a function's
+/// name and its untagged images (a typed function answers to `confighub/NAME` too).
+fn go_ids(instance: &EvaluatorInstance) -> Vec<String> {
+    instance
+        .functions()
+        .into_iter()
+        .flat_map(|f| {
+            let untagged = f.images.into_iter().filter(|i| !i.contains([':', '@']));
+            std::iter::once(f.name).chain(untagged)
+        })
+        .collect()
 }
 
 fn to_json(settings: &impl serde::Serialize) -> serde_json::Value {

@@ -3,7 +3,6 @@
 //! An object the runner does not apply (invalid, or losing a conflict) gets conditions saying
 //! why, next to `status.error`.
 
-use krm_plugin_api::FunctionConfigExecutor;
 use krm_runner_function_config::{ConditionStatus, ExecutorStatus, FunctionConfigStatus};
 
 use super::{Report, State};
@@ -15,12 +14,10 @@ pub const FAILED: &str = "Failed";
 /// The reasons a report gives when a tag could not be resolved (see `ahead::failure`).
 const RESOLUTION_FAILURES: [&str; 2] = ["NoVersion", "ResolveFailed"];
 
-/// `previous` with the conditions and executors that one object's `reports` call for;
-/// `evaluator` names the instance standing for an executor.
+/// `previous` with the conditions and executors that one object's `reports` call for.
 pub fn worked_out(
     previous: &FunctionConfigStatus,
     reports: &[&Report],
-    evaluator: impl Fn(FunctionConfigExecutor) -> String,
     generation: Option<i64>,
 ) -> FunctionConfigStatus {
     let mut status = previous.clone();
@@ -29,7 +26,7 @@ pub fn worked_out(
             .iter()
             .map(|report| ExecutorStatus {
                 executor: report.executor.field().to_owned(),
-                evaluator: Some(evaluator(report.executor)).filter(|name| !name.is_empty()),
+                evaluator: Some(report.evaluator.clone()).filter(|name| !name.is_empty()),
                 tag: report.tag.clone(),
                 resolved_tag: report.resolved.clone(),
                 digest: report.digest.clone(),
@@ -144,6 +141,7 @@ fn subject(report: &Report) -> String {
 
 #[cfg(test)]
 mod tests {
+    use krm_plugin_api::FunctionConfigExecutor;
     use krm_runner_function_config::{ObjectId, Source};
 
     use super::*;
@@ -163,6 +161,7 @@ mod tests {
             generation: Some(3),
             image: "example.com/fns/versioned".into(),
             executor,
+            evaluator: executor.field().replace("Executor", ""),
             tag: Some(tag.into()),
             resolved: resolved.map(str::to_owned),
             digest: resolved.map(|_| "sha256:0123".to_owned()),
@@ -190,12 +189,7 @@ mod tests {
             Some("v1"),
             State::Ready,
         );
-        let status = worked_out(
-            &FunctionConfigStatus::default(),
-            &[&exact, &range],
-            |executor| executor.field().replace("Executor", ""),
-            Some(3),
-        );
+        let status = worked_out(&FunctionConfigStatus::default(), &[&exact, &range], Some(3));
         assert_eq!(condition(&status, READY), ("True", "Ready", ""));
         assert_eq!(
             condition(&status, RESOLVED),
@@ -220,12 +214,7 @@ mod tests {
             }
         );
         // The same findings again: the same status, so nothing to write.
-        let again = worked_out(
-            &status,
-            &[&exact, &range],
-            |executor| executor.field().replace("Executor", ""),
-            Some(3),
-        );
+        let again = worked_out(&status, &[&exact, &range], Some(3));
         assert_eq!(again, status);
     }
 
@@ -235,21 +224,19 @@ mod tests {
             reason,
             message: message.into(),
         };
-        let missing = report(
-            FunctionConfigExecutor::BinaryExecutor,
-            "v1",
-            None,
-            failed(
-                "BinaryMissing",
-                "binary /fns/x is missing or not executable",
-            ),
-        );
-        let status = worked_out(
-            &FunctionConfigStatus::default(),
-            &[&missing],
-            |_| String::new(),
-            Some(3),
-        );
+        let missing = Report {
+            evaluator: String::new(),
+            ..report(
+                FunctionConfigExecutor::BinaryExecutor,
+                "v1",
+                None,
+                failed(
+                    "BinaryMissing",
+                    "binary /fns/x is missing or not executable",
+                ),
+            )
+        };
+        let status = worked_out(&FunctionConfigStatus::default(), &[&missing], Some(3));
         let message = "binaryExecutor \"v1\": binary /fns/x is missing or not executable";
         assert_eq!(
             condition(&status, READY),
@@ -268,7 +255,7 @@ mod tests {
             None,
             failed("NoVersion", "no version satisfies"),
         );
-        let status = worked_out(&status, &[&missing, &none], |_| String::new(), Some(3));
+        let status = worked_out(&status, &[&missing, &none], Some(3));
         assert_eq!(
             condition(&status, RESOLVED),
             (
@@ -292,12 +279,7 @@ mod tests {
             None,
             State::Skipped("no instance stands for podExecutor".into()),
         );
-        let status = worked_out(
-            &FunctionConfigStatus::default(),
-            &[&skipped],
-            |_| String::new(),
-            Some(3),
-        );
+        let status = worked_out(&FunctionConfigStatus::default(), &[&skipped], Some(3));
         assert_eq!(condition(&status, READY).0, "False");
         assert_eq!(condition(&status, READY).1, "NoExecutor");
         assert_eq!(condition(&status, FAILED).0, "False");
@@ -311,12 +293,7 @@ mod tests {
             Some("v1"),
             State::Ready,
         );
-        let applied = worked_out(
-            &FunctionConfigStatus::default(),
-            &[&ready],
-            |_| String::new(),
-            Some(3),
-        );
+        let applied = worked_out(&FunctionConfigStatus::default(), &[&ready], Some(3));
         let status = refused(
             &applied,
             "Invalid",

@@ -334,7 +334,7 @@ proptest! {
         ]
     ) {
         for function in FUNCTIONS {
-            let outcome = crate::run(function, &bytes, &limits());
+            let outcome = krm_catalog_function::run(function, &bytes, &limits());
             if let Err(error) = outcome {
                 prop_assert!(error.message.len() < 2048, "{}: {} bytes of message", function.name, error.message.len());
             }

@@ -834,8 +834,8 @@ mod tests {
         assert_eq!(delimited("a/b", "x", &o(9)), "a/b/x");
     }
 
-    /// serde_json's `arbitrary_precision` is on in this crate (starlark needs it): an index that
-    /// is not an integer is still named with its value.
+    /// serde_json's `arbitrary_precision` is on in the workspace build (the starlark plugin's
+    /// interpreter needs it): an index that is not an integer is still named with its value.
     #[test]
     fn option_numbers_are_read_and_misfits_named() {
         let options: Options = config_file::from_json_value(json!({"index": -2})).unwrap();

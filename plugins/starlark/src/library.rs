@@ -21,7 +21,7 @@ use starlark_derive::starlark_value;
 
 use super::binary::{alloc_data, bytes_of};
 use super::convert;
-use crate::yaml::{Doc, New, block_entries, block_items};
+use krm_yaml_edit::{Doc, New, block_entries, block_items};
 
 /// Answers `load()` statements.
 pub struct Loader;
@@ -173,7 +173,7 @@ fn krmfn(builder: &mut GlobalsBuilder) {
         #[starlark(require = pos)] kind: &str,
     ) -> anyhow::Result<bool> {
         let object_api_version = field(resource, &["apiVersion"]);
-        let (group, version) = crate::rl::split_api_version(&object_api_version);
+        let (group, version) = krm_catalog_function::rl::split_api_version(&object_api_version);
         Ok(group.is_empty() && version == api_version && field(resource, &["kind"]) == kind)
     }
 

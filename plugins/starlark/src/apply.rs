@@ -13,8 +13,8 @@ use starlark::values::dict::DictRef;
 use starlark::values::{Value, ValueIdentity};
 
 use super::convert::{MAX_DEPTH, equals, list_items, to_new};
-use crate::rl::{FnResult, ResourceList};
-use crate::yaml::{Doc, Editor, Kind, New, NodeId, block_items};
+use krm_catalog_function::rl::{FnResult, ResourceList};
+use krm_yaml_edit::{Doc, Editor, Kind, New, NodeId, block_items};
 
 /// Edits `editor` so that the document holds what the program left; returns its results.
 pub fn plan(

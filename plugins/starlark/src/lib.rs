@@ -1,4 +1,8 @@
-//! starlark (catalog `functions/go/starlark`): runs the Starlark program of a `StarlarkRun`
+//! `starlark`: the kpt catalog's starlark function (`functions/go/starlark`), a plugin of its
+//! own so that a call of another catalog function never maps the interpreter. It answers to
+//! images as the `builtin` plugin's functions do (`krm_catalog_function`).
+//!
+//! The function runs the Starlark program of a `StarlarkRun`
 //! (or of a ConfigMap's `data.source`) over the items, with facebook's starlark-rust
 //! interpreter. The program sees `ctx.resource_list` as plain dicts and lists and changes them
 //! in place; afterwards its items are compared with the input and only what changed is edited
@@ -13,7 +17,10 @@ use std::rc::Rc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use krm_plugin_api::{Parameter, ParameterType};
+use krm_catalog_function::{Catalog, Config};
+use krm_plugin_api::{
+    BuildContext, ConfigError, EvalError, EvalResponse, Parameter, ParameterType, Plugin,
+};
 use starlark::codemap::{FileSpan, FileSpanRef, ResolvedFileSpan};
 use starlark::environment::{Globals, GlobalsBuilder, LibraryExtension, Module};
 use starlark::eval::{BeforeStmtFunc, BeforeStmtFuncDyn, Evaluator};
@@ -23,9 +30,9 @@ use starlark::values::dict::AllocDict;
 use starlark::values::list::AllocList;
 use starlark::values::structs::AllocStruct;
 
-use super::{Ctx, Exit, Function, param};
-use crate::rl::{FnResult, ResourceList, split_api_version};
-use crate::yaml::{Editor, NodeId, Stop};
+use krm_catalog_function::rl::{FnResult, ResourceList, split_api_version};
+use krm_catalog_function::{Ctx, Exit, Function, param};
+use krm_yaml_edit::{Editor, NodeId, Stop};
 
 mod amplify;
 mod apply;
@@ -39,7 +46,33 @@ mod methods;
 mod repeat;
 mod zipfile;
 
-pub static FUNCTION: Function = Function {
+pub struct StarlarkPlugin;
+
+impl Plugin for StarlarkPlugin {
+    const NAME: &'static str = "starlark";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const DESCRIPTION: &'static str =
+        "the kpt catalog's starlark function: a sandboxed Starlark program edits the items";
+    type Config = Config;
+    type Evaluator = Catalog;
+
+    fn build(config: Config, context: &BuildContext) -> Result<Catalog, ConfigError> {
+        Catalog::build(Self::NAME, FUNCTIONS, config, context)
+    }
+}
+
+krm_plugin_api::export_plugin!(StarlarkPlugin);
+
+/// The functions this plugin serves.
+const FUNCTIONS: &[&Function] = &[&FUNCTION];
+
+/// Runs the function named `name` over `input`, for tests and benchmarks.
+#[doc(hidden)]
+pub fn run_function(name: &str, input: &[u8]) -> Result<EvalResponse, EvalError> {
+    krm_catalog_function::run_named(FUNCTIONS, name, input)
+}
+
+static FUNCTION: Function = Function {
     name: "starlark",
     description: "Run a Starlark program (StarlarkRun `source`, or ConfigMap `data.source`) \
                   that edits, adds or removes items and reports results; sandboxed and bounded.",

@@ -8,7 +8,7 @@ use starlark::values::list::{AllocList, ListRef};
 use starlark::values::tuple::TupleRef;
 use starlark::values::{Heap, UnpackValue, Value, ValueLike};
 
-use crate::yaml::{Doc, Kind, New, NodeId, Style, resolve_plain};
+use krm_yaml_edit::{Doc, Kind, New, NodeId, Style, resolve_plain};
 
 /// Nesting deeper than this in a program's output is refused, as the YAML parser refuses it.
 pub const MAX_DEPTH: usize = 512;

@@ -1,6 +1,6 @@
 //! The ResourceList around the functions: its items, functionConfig and results.
 
-use crate::yaml::{Doc, Editor, New, NodeId, Stop, block_entries};
+use krm_yaml_edit::{Doc, Editor, New, NodeId, Stop, block_entries};
 
 pub const LOCAL_CONFIG: &str = "config.kubernetes.io/local-config";
 pub const PATH: &str = "internal.config.kubernetes.io/path";
