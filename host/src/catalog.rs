@@ -14,14 +14,28 @@ pub struct Catalog {
     entries: Vec<(String, FunctionSignature)>,
 }
 
+/// The order in which instances are asked for function `name`: the instance named `name`
+/// first (the `starlark` instance for `starlark`, before a chain that delegates to it and
+/// every other plugin), then the others as given (name order).
+pub fn asking_order<'a, T>(
+    items: &'a [T],
+    name: &str,
+    instance: impl Fn(&T) -> &str + Copy,
+) -> impl Iterator<Item = &'a T> {
+    let named = items.iter().filter(move |item| instance(item) == name);
+    named.chain(items.iter().filter(move |item| instance(item) != name))
+}
+
 impl Catalog {
     pub fn new(entries: Vec<(String, FunctionSignature)>) -> Self {
         Self { entries }
     }
 
-    /// The function `name` picks (see [`pick_function`]).
+    /// The function `name` picks (see [`pick_function`]), the instances asked in
+    /// [`asking_order`].
     pub fn find(&self, name: &str) -> Option<&(String, FunctionSignature)> {
-        pick_function(&self.entries, name, |(_, signature)| signature)
+        let entries = asking_order(&self.entries, name, |(instance, _)| instance);
+        pick_function(entries, name, |(_, signature)| signature)
     }
 
     pub fn names(&self) -> Vec<&str> {

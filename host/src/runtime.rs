@@ -18,7 +18,7 @@ use krm_plugin_loader::{
 use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, asking_order};
 use crate::config::Config;
 use crate::routing::{Plan, Router, Store};
 use crate::telemetry::traces::CallTrace;
@@ -331,10 +331,10 @@ fn functions_of<'i>(
 }
 
 /// The instance that runs `krm-runner fn NAME`, picked as [`Catalog::find`] picks it, but
-/// building only the instances it takes to know, in name order, each with its delegates: up to
-/// the first that has a function of that short name (asked for that one function, not its
-/// list). An image name, or a name nothing implements, needs them all. `Ok(Err(catalog))`
-/// when none implements it.
+/// building only the instances it takes to know, in [`asking_order`], each with its
+/// delegates: up to the first that has a function of that short name (asked for that one
+/// function, not its list). An image name, or a name nothing implements, needs them all.
+/// `Ok(Err(catalog))` when none implements it.
 pub fn function_instance(
     config: &Config,
     name: &str,
@@ -342,7 +342,7 @@ pub fn function_instance(
     let mut instances = Instances::new(config, Purpose::Serve);
     let mut by_image = None;
     let enabled = instances.enabled();
-    for candidate in &enabled {
+    for candidate in asking_order(&enabled, name, String::as_str) {
         instances.build_with_delegates(candidate);
         if !instances.problems.is_empty() {
             return Err(instances.problems);

@@ -223,6 +223,38 @@ fn a_layout_check_is_remembered_for_the_same_file_only() {
     assert_eq!(layout_check(), "remembered", "rewritten file, second load");
 }
 
+/// `fn NAME` loads the plugins it takes to find NAME and no others: the builtin alone for a
+/// builtin function, and the starlark plugin alone for `starlark` (its instance is asked before
+/// the `default` chain, which would load every plugin). The debug log names each load.
+#[test]
+fn fn_loads_only_the_plugin_that_implements_the_function() {
+    let list = b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n";
+    for (function, data, library) in [
+        ("set-namespace", "namespace=x", "libkrm_plugin_builtin.so"),
+        (
+            "starlark",
+            "source=ctx.resource_list",
+            "libkrm_plugin_starlark.so",
+        ),
+    ] {
+        let output = run_cli(
+            &["fn", function, "--", data],
+            &[("KRM_RUNNER_LOG_LEVEL", "debug")],
+            list,
+        );
+        assert!(output.status.success(), "{function}: {}", stderr(&output));
+        let log = stderr(&output);
+        let loaded: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("plugin loaded"))
+            .collect();
+        assert!(
+            loaded.len() == 1 && loaded[0].contains(library),
+            "fn {function} loads {library} alone: {loaded:#?}"
+        );
+    }
+}
+
 #[test]
 fn config_layers_file_then_env_then_flags() {
     let dir = scratch();
