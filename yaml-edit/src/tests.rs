@@ -205,10 +205,27 @@ fn quoting_rules() {
         "a: b",
         "-x ",
         "#c",
+        "a #b",
+        "ends:",
+        "a\tb",
+        "a\u{7f}b",
+        "é\u{85}",
+        "\u{feff}x",
+        "x\u{feff}",
     ] {
-        assert!(needs_quotes(s), "{s}");
+        assert!(needs_quotes(s), "{s:?}");
     }
-    for s in ["abc", "nginx:1.2", "a-b", "-x", "foo.bar/baz"] {
+    for s in [
+        "abc",
+        "nginx:1.2",
+        "a-b",
+        "-x",
+        "foo.bar/baz",
+        "a:b",
+        "a# b",
+        "é ü",
+        "Resource(apiVersion=apps/v1, kind=Deployment, name=a) does not have upstream origin.",
+    ] {
         assert!(!needs_quotes(s), "{s}");
     }
 }
