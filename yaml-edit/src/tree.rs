@@ -165,8 +165,18 @@ impl<'a> Doc<'a> {
     pub fn entry(&self, map: NodeId, key: &str) -> Option<(NodeId, NodeId)> {
         self.entries(map)
             .iter()
-            .find(|&&(k, _)| self.str(k) == Some(key))
+            .find(|&&(k, _)| self.reads(k, key))
             .copied()
+    }
+
+    /// Whether node `id` is a scalar whose value is `text` (aliases followed): asked of every
+    /// key a lookup passes, so written keys are compared without a second look at the node.
+    fn reads(&self, id: NodeId, text: &str) -> bool {
+        match &self.nodes[id].kind {
+            Kind::Scalar { value, .. } => **value == *text,
+            Kind::Alias(_) => self.str(id) == Some(text),
+            _ => false,
+        }
     }
 
     pub fn get(&self, map: NodeId, key: &str) -> Option<NodeId> {
