@@ -52,6 +52,7 @@ pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
             roots: Vec::new(),
             entries: Vec::with_capacity(src.len() / 12 + 8),
             items: Vec::new(),
+            keys_unique: true,
         },
         entries: Vec::new(),
         items: Vec::new(),
@@ -349,6 +350,10 @@ impl<'a> P<'a, '_> {
             }
         }
         let end = self.doc.nodes[self.entries[base..].last().ok_or(())?.1].end;
+        if self.doc.repeated_key(&self.entries[base..]).is_some() {
+            // Refused after the parse, which names the first repeat in document order.
+            self.doc.keys_unique = false;
+        }
         let entries = self.doc.add_entries(&self.entries[base..]);
         self.entries.truncate(base);
         let node = &mut self.doc.nodes[id];

@@ -38,41 +38,20 @@ impl<'a> Doc<'a> {
         if stop.requested() {
             return Err(STOPPED.into());
         }
-        doc.check_unique_keys()?;
+        if !doc.keys_unique {
+            doc.check_unique_keys()?;
+        }
         Ok(doc)
     }
 
     /// Refuses a mapping that holds one key twice (as Go's yaml.v3, and so kpt, does): which of
     /// the two values counts would otherwise depend on who reads it.
     pub fn check_unique_keys(&self) -> Result<(), String> {
-        /// Up to this many entries, comparing every pair is cheaper than hashing.
-        const LINEAR: usize = 16;
-        let mut seen: std::collections::HashMap<&str, NodeId> = Default::default();
         for node in &self.nodes {
             let Kind::Map(entries) = node.kind else {
                 continue;
             };
-            let entries = &self.entries[entries.range()];
-            // Most mappings of a resource hold one entry.
-            if entries.len() < 2 {
-                continue;
-            }
-            let duplicate = if entries.len() <= LINEAR {
-                entries.iter().enumerate().find_map(|(i, &(key, _))| {
-                    let text = self.str(key)?;
-                    entries[..i]
-                        .iter()
-                        .find(|&&(earlier, _)| self.str(earlier) == Some(text))
-                        .map(|&(earlier, _)| (earlier, key))
-                })
-            } else {
-                seen.clear();
-                entries.iter().find_map(|&(key, _)| {
-                    let earlier = *seen.entry(self.str(key)?).or_insert(key);
-                    (earlier != key).then_some((earlier, key))
-                })
-            };
-            if let Some((first, again)) = duplicate {
+            if let Some((first, again)) = self.repeated_key(&self.entries[entries.range()]) {
                 let (line, col) = line_col(self.src, self.nodes[again].start);
                 let (first_line, first_col) = line_col(self.src, self.nodes[first].start);
                 return Err(format!(
@@ -82,6 +61,30 @@ impl<'a> Doc<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The first key of a mapping's `entries` that an earlier key repeats: (earlier, repeat).
+    pub(crate) fn repeated_key(&self, entries: &[(NodeId, NodeId)]) -> Option<(NodeId, NodeId)> {
+        /// Up to this many entries, comparing every pair is cheaper than hashing.
+        const LINEAR: usize = 16;
+        // Most mappings of a resource hold one entry.
+        if entries.len() < 2 {
+            return None;
+        }
+        if entries.len() <= LINEAR {
+            return entries.iter().enumerate().find_map(|(i, &(key, _))| {
+                let text = self.str(key)?;
+                entries[..i]
+                    .iter()
+                    .find(|&&(earlier, _)| self.str(earlier) == Some(text))
+                    .map(|&(earlier, _)| (earlier, key))
+            });
+        }
+        let mut seen: std::collections::HashMap<&str, NodeId> = Default::default();
+        entries.iter().find_map(|&(key, _)| {
+            let earlier = *seen.entry(self.str(key)?).or_insert(key);
+            (earlier != key).then_some((earlier, key))
+        })
     }
 
     /// Checks the fast parser's tree against the general parser's.
@@ -177,6 +180,7 @@ impl<'a> Doc<'a> {
             roots: Vec::new(),
             entries: Vec::new(),
             items: Vec::new(),
+            keys_unique: false,
         };
         let mut anchors: std::collections::HashMap<usize, NodeId> = Default::default();
         let mut stack: Vec<Open> = Vec::new();

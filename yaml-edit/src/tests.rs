@@ -142,6 +142,11 @@ fn duplicate_keys_are_refused_with_their_position() {
             "x:\n  - é: 1\n    é: 2\n",
             "duplicate mapping key \"é\" at line 3 column 5 (first at line 2 column 5)",
         ),
+        // The outer mapping comes first in the document, though the inner one is read first.
+        (
+            "a: 1\nm:\n  k: 1\n  k: 2\na: 2\n",
+            "duplicate mapping key \"a\" at line 5 column 1 (first at line 1 column 1)",
+        ),
     ] {
         assert_eq!(Doc::parse(src).err().as_deref(), Some(expected), "{src:?}");
     }

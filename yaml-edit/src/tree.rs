@@ -73,6 +73,9 @@ pub struct Doc<'a> {
     pub(crate) entries: Vec<(NodeId, NodeId)>,
     /// The items of every sequence, each sequence's together.
     pub(crate) items: Vec<NodeId>,
+    /// Whether every mapping's keys are known to differ (the fast path checks each mapping as
+    /// it reads it); otherwise [`Doc::check_unique_keys`] looks after the parse.
+    pub(crate) keys_unique: bool,
 }
 
 /// 1-based line and column (in characters) of byte `pos`.
