@@ -126,7 +126,8 @@ impl<'d> TreeDiff<'d> {
         let (old, new) = (self.old, self.new);
         let (before, after) = (old.deref(before), new.deref(after));
         match (&old.node(before).kind, &new.node(after).kind) {
-            (Kind::Map(a), Kind::Map(b)) => {
+            (Kind::Map(_), Kind::Map(_)) => {
+                let (a, b) = (old.entries(before), new.entries(after));
                 let (in_a, in_b) = (Keys::new(old, a), Keys::new(new, b));
                 for &(key, value) in a {
                     let key = old.str(key).unwrap_or_default();
@@ -153,7 +154,8 @@ impl<'d> TreeDiff<'d> {
                     }
                 }
             }
-            (Kind::Seq(a), Kind::Seq(b)) => {
+            (Kind::Seq(_), Kind::Seq(_)) => {
+                let (a, b) = (old.items(before), new.items(after));
                 for i in 0..a.len().max(b.len()) {
                     self.path.push(i.to_string().into());
                     match (a.get(i), b.get(i)) {

@@ -219,15 +219,15 @@ fn collect_scalars(
 ) {
     match &doc.node(node).kind {
         Kind::Scalar { .. } => out.push((keys.join("."), node)),
-        Kind::Map(entries) => {
-            for &(key, value) in entries {
+        Kind::Map(_) => {
+            for &(key, value) in doc.entries(node) {
                 keys.push(crate::path::escape(doc.str(key).unwrap_or_default()).into_owned());
                 collect_scalars(doc, value, keys, out);
                 keys.pop();
             }
         }
-        Kind::Seq(items) => {
-            for (index, &item) in items.iter().enumerate() {
+        Kind::Seq(_) => {
+            for (index, &item) in doc.items(node).iter().enumerate() {
                 keys.push(index.to_string());
                 collect_scalars(doc, item, keys, out);
                 keys.pop();

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use crate::{Doc, Kind, Node, NodeId, Stop, Style};
+use crate::{Children, Doc, Kind, Node, NodeId, Stop, Style};
 
 /// Nesting deeper than this goes to the general parser (which refuses it).
 const MAX_DEPTH: usize = 256;
@@ -21,8 +21,8 @@ struct P<'a, 's> {
     src: &'a str,
     stop: &'s Stop,
     b: &'a [u8],
-    nodes: Vec<Node<'a>>,
-    /// Children of the collections being read (one allocation each when done).
+    doc: Doc<'a>,
+    /// Children of the collections being read (filed in `doc` when each is done).
     entries: Vec<(NodeId, NodeId)>,
     items: Vec<NodeId>,
     /// Start of the line the cursor is on (lines before it are consumed).
@@ -43,21 +43,25 @@ pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
         src,
         stop,
         b,
-        // Block YAML holds a node for every 7-10 bytes: enough room that the vector of a
-        // large text is not copied while it grows (the pages not used are never touched).
-        nodes: Vec::with_capacity(src.len() / 6 + 16),
+        doc: Doc {
+            src,
+            // Block YAML holds a node for every 7-10 bytes, and a mapping entry for every two
+            // nodes or so: enough room that the vectors of a large text are not copied while
+            // they grow (the pages not used are never touched).
+            nodes: Vec::with_capacity(src.len() / 6 + 16),
+            roots: Vec::new(),
+            entries: Vec::with_capacity(src.len() / 12 + 8),
+            items: Vec::new(),
+            keys_unique: true,
+        },
         entries: Vec::new(),
         items: Vec::new(),
         pos: 0,
         peeked: None,
         ascii: src.is_ascii(),
     };
-    let roots = p.stream().ok()?;
-    Some(Doc {
-        src,
-        nodes: p.nodes,
-        roots,
-    })
+    p.doc.roots = p.stream().ok()?;
+    Some(p.doc)
 }
 
 /// The bytes a plain key's scan stops at: its `:`, the line's end, and what the fast path
@@ -99,7 +103,7 @@ impl<'a> P<'a, '_> {
                     return Err(());
                 }
                 let root = self.block_node(ls, 0, 0)?;
-                self.nodes[root].parent = None;
+                self.doc.nodes[root].parent = None;
                 roots.push(root);
                 open_explicit = false;
                 after_content = true;
@@ -241,7 +245,7 @@ impl<'a> P<'a, '_> {
     }
 
     fn push(&mut self, kind: Kind<'a>, start: usize, end: usize, col: usize) -> NodeId {
-        self.nodes.push(Node {
+        self.doc.nodes.push(Node {
             kind,
             start,
             end,
@@ -249,7 +253,7 @@ impl<'a> P<'a, '_> {
             flow: false,
             parent: None,
         });
-        self.nodes.len() - 1
+        self.doc.nodes.len() - 1
     }
 
     fn is_dash(&self, at: usize) -> bool {
@@ -318,7 +322,7 @@ impl<'a> P<'a, '_> {
         depth: usize,
     ) -> R<NodeId> {
         let col = self.col(ls, at);
-        let id = self.push(Kind::Map(Vec::new()), at, at, col);
+        let id = self.push(Kind::Map(Children::default()), at, at, col);
         let base = self.entries.len();
         let mut next_key = Some(first_key);
         loop {
@@ -332,9 +336,9 @@ impl<'a> P<'a, '_> {
                 return Err(());
             }
             let key = self.scalar_at(ls, at, key_end)?;
-            self.nodes[key].parent = Some(id);
+            self.doc.nodes[key].parent = Some(id);
             let value = self.value(ls, colon + 1, col, depth)?;
-            self.nodes[value].parent = Some(id);
+            self.doc.nodes[value].parent = Some(id);
             self.entries.push((key, value));
             match self.peek()? {
                 Some((next, indent)) if indent == col && !self.is_dash(next + indent) => {
@@ -345,9 +349,14 @@ impl<'a> P<'a, '_> {
                 _ => break,
             }
         }
-        let entries = self.entries.split_off(base);
-        let end = self.nodes[entries.last().ok_or(())?.1].end;
-        let node = &mut self.nodes[id];
+        let end = self.doc.nodes[self.entries[base..].last().ok_or(())?.1].end;
+        if self.doc.repeated_key(&self.entries[base..]).is_some() {
+            // Refused after the parse, which names the first repeat in document order.
+            self.doc.keys_unique = false;
+        }
+        let entries = self.doc.add_entries(&self.entries[base..]);
+        self.entries.truncate(base);
+        let node = &mut self.doc.nodes[id];
         node.end = end.max(node.start);
         node.kind = Kind::Map(entries);
         Ok(id)
@@ -356,11 +365,11 @@ impl<'a> P<'a, '_> {
     /// A block sequence whose first dash is at `at` (on the line starting at `ls`).
     fn seq(&mut self, mut ls: usize, mut at: usize, depth: usize) -> R<NodeId> {
         let col = self.col(ls, at);
-        let id = self.push(Kind::Seq(Vec::new()), at, at, col);
+        let id = self.push(Kind::Seq(Children::default()), at, at, col);
         let base = self.items.len();
         loop {
             let item = self.value(ls, at + 1, col, depth)?;
-            self.nodes[item].parent = Some(id);
+            self.doc.nodes[item].parent = Some(id);
             self.items.push(item);
             match self.peek()? {
                 Some((next, indent)) if indent == col && self.is_dash(next + indent) => {
@@ -371,9 +380,10 @@ impl<'a> P<'a, '_> {
                 _ => break,
             }
         }
-        let items = self.items.split_off(base);
-        let end = self.nodes[*items.last().ok_or(())?].end;
-        let node = &mut self.nodes[id];
+        let end = self.doc.nodes[*self.items[base..].last().ok_or(())?].end;
+        let items = self.doc.add_items(&self.items[base..]);
+        self.items.truncate(base);
+        let node = &mut self.doc.nodes[id];
         node.end = end.max(node.start);
         node.kind = Kind::Seq(items);
         Ok(id)

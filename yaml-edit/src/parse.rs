@@ -3,8 +3,8 @@
 use saphyr_parser::{Event, Parser, ScalarStyle};
 
 use crate::{
-    ALIAS_EXPANSION_ALLOWANCE, Doc, Kind, MAX_ALIASES, MAX_DEPTH, Node, NodeId, STOPPED, Stop,
-    Style, line_col,
+    ALIAS_EXPANSION_ALLOWANCE, Children, Doc, Kind, MAX_ALIASES, MAX_DEPTH, Node, NodeId, STOPPED,
+    Stop, Style, line_col,
 };
 
 /// How often (in parser events) the general parser looks at its [`Stop`].
@@ -38,40 +38,20 @@ impl<'a> Doc<'a> {
         if stop.requested() {
             return Err(STOPPED.into());
         }
-        doc.check_unique_keys()?;
+        if !doc.keys_unique {
+            doc.check_unique_keys()?;
+        }
         Ok(doc)
     }
 
     /// Refuses a mapping that holds one key twice (as Go's yaml.v3, and so kpt, does): which of
     /// the two values counts would otherwise depend on who reads it.
     pub fn check_unique_keys(&self) -> Result<(), String> {
-        /// Up to this many entries, comparing every pair is cheaper than hashing.
-        const LINEAR: usize = 16;
-        let mut seen: std::collections::HashMap<&str, NodeId> = Default::default();
         for node in &self.nodes {
-            let Kind::Map(entries) = &node.kind else {
+            let Kind::Map(entries) = node.kind else {
                 continue;
             };
-            // Most mappings of a resource hold one entry.
-            if entries.len() < 2 {
-                continue;
-            }
-            let duplicate = if entries.len() <= LINEAR {
-                entries.iter().enumerate().find_map(|(i, &(key, _))| {
-                    let text = self.str(key)?;
-                    entries[..i]
-                        .iter()
-                        .find(|&&(earlier, _)| self.str(earlier) == Some(text))
-                        .map(|&(earlier, _)| (earlier, key))
-                })
-            } else {
-                seen.clear();
-                entries.iter().find_map(|&(key, _)| {
-                    let earlier = *seen.entry(self.str(key)?).or_insert(key);
-                    (earlier != key).then_some((earlier, key))
-                })
-            };
-            if let Some((first, again)) = duplicate {
+            if let Some((first, again)) = self.repeated_key(&self.entries[entries.range()]) {
                 let (line, col) = line_col(self.src, self.nodes[again].start);
                 let (first_line, first_col) = line_col(self.src, self.nodes[first].start);
                 return Err(format!(
@@ -81,6 +61,30 @@ impl<'a> Doc<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The first key of a mapping's `entries` that an earlier key repeats: (earlier, repeat).
+    pub(crate) fn repeated_key(&self, entries: &[(NodeId, NodeId)]) -> Option<(NodeId, NodeId)> {
+        /// Up to this many entries, comparing every pair is cheaper than hashing.
+        const LINEAR: usize = 16;
+        // Most mappings of a resource hold one entry.
+        if entries.len() < 2 {
+            return None;
+        }
+        if entries.len() <= LINEAR {
+            return entries.iter().enumerate().find_map(|(i, &(key, _))| {
+                let text = self.str(key)?;
+                entries[..i]
+                    .iter()
+                    .find(|&&(earlier, _)| self.str(earlier) == Some(text))
+                    .map(|&(earlier, _)| (earlier, key))
+            });
+        }
+        let mut seen: std::collections::HashMap<&str, NodeId> = Default::default();
+        entries.iter().find_map(|&(key, _)| {
+            let earlier = *seen.entry(self.str(key)?).or_insert(key);
+            (earlier != key).then_some((earlier, key))
+        })
     }
 
     /// Checks the fast parser's tree against the general parser's.
@@ -102,6 +106,8 @@ impl<'a> Doc<'a> {
         for (i, (a, b)) in self.nodes.iter().zip(&general.nodes).enumerate() {
             assert_eq!(a, b, "node {i} of {:?}", self.src);
         }
+        assert_eq!(self.entries, general.entries, "entries of {:?}", self.src);
+        assert_eq!(self.items, general.items, "items of {:?}", self.src);
     }
 
     /// The general parser (saphyr events) alone, to check the fast path against it.
@@ -172,6 +178,9 @@ impl<'a> Doc<'a> {
             src,
             nodes: Vec::new(),
             roots: Vec::new(),
+            entries: Vec::new(),
+            items: Vec::new(),
+            keys_unique: false,
         };
         let mut anchors: std::collections::HashMap<usize, NodeId> = Default::default();
         let mut stack: Vec<Open> = Vec::new();
@@ -251,9 +260,9 @@ impl<'a> Doc<'a> {
                     let (start, col) = if flow { (end - 1, col) } else { (end, col) };
                     let id = doc.push(Node {
                         kind: if is_map {
-                            Kind::Map(Vec::new())
+                            Kind::Map(Children::default())
                         } else {
-                            Kind::Seq(Vec::new())
+                            Kind::Seq(Children::default())
                         },
                         start,
                         end: start,
@@ -273,29 +282,27 @@ impl<'a> Doc<'a> {
                 }
                 Event::MappingEnd | Event::SequenceEnd => {
                     let (id, kind) = match stack.pop() {
-                        Some(Open::Map(id, entries, _)) => (id, Kind::Map(entries)),
-                        Some(Open::Seq(id, items)) => (id, Kind::Seq(items)),
+                        Some(Open::Map(id, entries, _)) => {
+                            (id, Kind::Map(doc.add_entries(&entries)))
+                        }
+                        Some(Open::Seq(id, items)) => (id, Kind::Seq(doc.add_items(&items))),
                         None => return Err("unbalanced collection end".into()),
                     };
+                    doc.nodes[id].kind = kind;
+                    let (first, last) = first_and_last_child(&doc, id);
                     let node_end = if doc.nodes[id].flow {
                         // The closing bracket (the event's span may run over a comment).
                         (start + 1).min(end)
                     } else {
-                        let last = match &kind {
-                            Kind::Map(entries) => entries.last().map(|&(_, v)| v),
-                            Kind::Seq(items) => items.last().copied(),
-                            _ => None,
-                        };
                         last.map_or(doc.nodes[id].start, |last| doc.nodes[last].end)
                     };
-                    expansion.close(id, &kind);
+                    expansion.close(id, doc.entries(id), doc.items(id));
                     let node = &mut doc.nodes[id];
-                    node.kind = kind;
                     node.end = node_end.max(node.start);
                     // A block collection's start is its first child (the event may sit on an
                     // anchor, or be empty in indentless sequences).
                     if !node.flow
-                        && let Some(first) = first_child(&node.kind)
+                        && let Some(first) = first
                     {
                         let (first_start, first_col) =
                             (doc.nodes[first].start, doc.nodes[first].col);
@@ -383,18 +390,13 @@ impl Expansion {
         self.sizes.push(u64::MAX);
     }
 
-    fn close(&mut self, id: NodeId, kind: &Kind) {
-        let children: u64 = match kind {
-            Kind::Map(entries) => entries
-                .iter()
-                .map(|&(k, v)| self.sizes[k].saturating_add(self.sizes[v]))
-                .fold(0, u64::saturating_add),
-            Kind::Seq(items) => items
-                .iter()
-                .map(|&i| self.sizes[i])
-                .fold(0, u64::saturating_add),
-            _ => 0,
-        };
+    /// Closes collection `id` with its children (a mapping's entries or a sequence's items).
+    fn close(&mut self, id: NodeId, entries: &[(NodeId, NodeId)], items: &[NodeId]) {
+        let children: u64 = entries
+            .iter()
+            .map(|&(k, v)| self.sizes[k].saturating_add(self.sizes[v]))
+            .chain(items.iter().map(|&i| self.sizes[i]))
+            .fold(0, u64::saturating_add);
         self.sizes[id] = children.saturating_add(1);
     }
 
@@ -438,11 +440,21 @@ impl Expansion {
     }
 }
 
-fn first_child(kind: &Kind) -> Option<NodeId> {
-    match kind {
-        Kind::Map(entries) => entries.first().map(|&(k, _)| k),
-        Kind::Seq(items) => items.first().copied(),
-        _ => None,
+/// The first and last child of a collection (a mapping's first key and last value).
+fn first_and_last_child(doc: &Doc, id: NodeId) -> (Option<NodeId>, Option<NodeId>) {
+    match doc.nodes[id].kind {
+        Kind::Map(_) => {
+            let entries = doc.entries(id);
+            (
+                entries.first().map(|&(k, _)| k),
+                entries.last().map(|&(_, v)| v),
+            )
+        }
+        Kind::Seq(_) => {
+            let items = doc.items(id);
+            (items.first().copied(), items.last().copied())
+        }
+        _ => (None, None),
     }
 }
 

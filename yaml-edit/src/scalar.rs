@@ -104,10 +104,41 @@ pub fn needs_quotes(value: &str) -> bool {
     if crate::fast::is_indicator(b[0]) && !(b[0] == b'-' && b.len() > 1 && b[1] != b' ') {
         return true;
     }
-    value.contains(": ")
-        || value.contains(" #")
-        || value.ends_with(':')
-        || value.chars().any(|c| c.is_control() || c == '\u{feff}')
+    value.ends_with(':') || breaks_plain_text(value)
+}
+
+/// The bytes [`breaks_plain_text`] looks at: `:` and `#`, control characters and the start
+/// of every non-ASCII character. The rest are skipped by one lookup each.
+static NOTABLE: [bool; 256] = {
+    let mut notable = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        notable[c] = c < 0x20 || c >= 0x7f || c == b':' as usize || c == b'#' as usize;
+        c += 1;
+    }
+    notable
+};
+
+/// Whether the text holds `: ` or ` #` (which end a plain scalar or start a comment), a
+/// control character or a byte order mark: one pass over the bytes, since every string written
+/// (messages of results included) is asked.
+fn breaks_plain_text(value: &str) -> bool {
+    let b = value.as_bytes();
+    let mut ascii = true;
+    let mut from = 0;
+    while let Some(p) = b[from..].iter().position(|&c| NOTABLE[usize::from(c)]) {
+        let at = from + p;
+        match b[at] {
+            b':' if b.get(at + 1) == Some(&b' ') => return true,
+            b'#' if at > 0 && b[at - 1] == b' ' => return true,
+            b':' | b'#' => {}
+            0x80.. => ascii = false,
+            // The rest of ASCII's control characters.
+            _ => return true,
+        }
+        from = at + 1;
+    }
+    !ascii && value.chars().any(|c| c.is_control() || c == '\u{feff}')
 }
 
 /// The common case answered without allocating: a word that starts with a letter and holds

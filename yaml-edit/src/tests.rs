@@ -142,6 +142,11 @@ fn duplicate_keys_are_refused_with_their_position() {
             "x:\n  - é: 1\n    é: 2\n",
             "duplicate mapping key \"é\" at line 3 column 5 (first at line 2 column 5)",
         ),
+        // The outer mapping comes first in the document, though the inner one is read first.
+        (
+            "a: 1\nm:\n  k: 1\n  k: 2\na: 2\n",
+            "duplicate mapping key \"a\" at line 5 column 1 (first at line 1 column 1)",
+        ),
     ] {
         assert_eq!(Doc::parse(src).err().as_deref(), Some(expected), "{src:?}");
     }
@@ -205,10 +210,27 @@ fn quoting_rules() {
         "a: b",
         "-x ",
         "#c",
+        "a #b",
+        "ends:",
+        "a\tb",
+        "a\u{7f}b",
+        "é\u{85}",
+        "\u{feff}x",
+        "x\u{feff}",
     ] {
-        assert!(needs_quotes(s), "{s}");
+        assert!(needs_quotes(s), "{s:?}");
     }
-    for s in ["abc", "nginx:1.2", "a-b", "-x", "foo.bar/baz"] {
+    for s in [
+        "abc",
+        "nginx:1.2",
+        "a-b",
+        "-x",
+        "foo.bar/baz",
+        "a:b",
+        "a# b",
+        "é ü",
+        "Resource(apiVersion=apps/v1, kind=Deployment, name=a) does not have upstream origin.",
+    ] {
         assert!(!needs_quotes(s), "{s}");
     }
 }

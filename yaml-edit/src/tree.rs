@@ -14,6 +14,28 @@ pub enum Style {
     Block,
 }
 
+/// Where a collection's children sit in its document's shared lists of entries or items: one
+/// allocation for all the collections of a document instead of one each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Children {
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+}
+
+impl Children {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn range(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.len
+    }
+}
+
 #[derive(Debug, PartialEq)]
 pub enum Kind<'a> {
     Scalar {
@@ -22,8 +44,10 @@ pub enum Kind<'a> {
         style: Style,
         tagged: bool,
     },
-    Map(Vec<(NodeId, NodeId)>),
-    Seq(Vec<NodeId>),
+    /// Its entries, read with [`Doc::entries`].
+    Map(Children),
+    /// Its items, read with [`Doc::items`].
+    Seq(Children),
     /// Points at the anchored node; never edited through.
     Alias(NodeId),
 }
@@ -45,6 +69,13 @@ pub struct Doc<'a> {
     pub nodes: Vec<Node<'a>>,
     /// Root node of each document in the stream.
     pub roots: Vec<NodeId>,
+    /// The entries (key, value) of every mapping, each mapping's together.
+    pub(crate) entries: Vec<(NodeId, NodeId)>,
+    /// The items of every sequence, each sequence's together.
+    pub(crate) items: Vec<NodeId>,
+    /// Whether every mapping's keys are known to differ (the fast path checks each mapping as
+    /// it reads it); otherwise [`Doc::check_unique_keys`] looks after the parse.
+    pub(crate) keys_unique: bool,
 }
 
 /// 1-based line and column (in characters) of byte `pos`.
@@ -69,17 +100,39 @@ impl<'a> Doc<'a> {
         }
     }
 
+    /// The entries (key, value) of a mapping; none for anything else (aliases followed).
     pub fn entries(&self, id: NodeId) -> &[(NodeId, NodeId)] {
-        match &self.nodes[self.deref(id)].kind {
-            Kind::Map(entries) => entries,
+        match self.nodes[self.deref(id)].kind {
+            Kind::Map(entries) => &self.entries[entries.range()],
             _ => &[],
         }
     }
 
+    /// The items of a sequence; none for anything else (aliases followed).
     pub fn items(&self, id: NodeId) -> &[NodeId] {
-        match &self.nodes[self.deref(id)].kind {
-            Kind::Seq(items) => items,
+        match self.nodes[self.deref(id)].kind {
+            Kind::Seq(items) => &self.items[items.range()],
             _ => &[],
+        }
+    }
+
+    /// Files the entries of a mapping being closed, for its [`Kind::Map`].
+    pub(crate) fn add_entries(&mut self, entries: &[(NodeId, NodeId)]) -> Children {
+        let start = self.entries.len();
+        self.entries.extend_from_slice(entries);
+        Children {
+            start,
+            len: entries.len(),
+        }
+    }
+
+    /// Files the items of a sequence being closed, for its [`Kind::Seq`].
+    pub(crate) fn add_items(&mut self, items: &[NodeId]) -> Children {
+        let start = self.items.len();
+        self.items.extend_from_slice(items);
+        Children {
+            start,
+            len: items.len(),
         }
     }
 
@@ -115,8 +168,18 @@ impl<'a> Doc<'a> {
     pub fn entry(&self, map: NodeId, key: &str) -> Option<(NodeId, NodeId)> {
         self.entries(map)
             .iter()
-            .find(|&&(k, _)| self.str(k) == Some(key))
+            .find(|&&(k, _)| self.reads(k, key))
             .copied()
+    }
+
+    /// Whether node `id` is a scalar whose value is `text` (aliases followed): asked of every
+    /// key a lookup passes, so written keys are compared without a second look at the node.
+    fn reads(&self, id: NodeId, text: &str) -> bool {
+        match &self.nodes[id].kind {
+            Kind::Scalar { value, .. } => **value == *text,
+            Kind::Alias(_) => self.str(id) == Some(text),
+            _ => false,
+        }
     }
 
     pub fn get(&self, map: NodeId, key: &str) -> Option<NodeId> {
@@ -164,8 +227,8 @@ impl<'a> Doc<'a> {
                 tagged: false,
             } => resolve_plain(value),
             Kind::Scalar { value, .. } => Value::String(value.to_string()),
-            Kind::Map(entries) => Value::Object(
-                entries
+            Kind::Map(_) => Value::Object(
+                self.entries(id)
                     .iter()
                     .map(|&(k, v)| {
                         let key = self.str(k).unwrap_or_default().to_owned();
@@ -173,8 +236,8 @@ impl<'a> Doc<'a> {
                     })
                     .collect(),
             ),
-            Kind::Seq(items) => Value::Array(
-                items
+            Kind::Seq(_) => Value::Array(
+                self.items(id)
                     .iter()
                     .map(|&i| self.to_json_depth(i, depth + 1))
                     .collect(),
@@ -211,8 +274,8 @@ impl<'a> Doc<'a> {
                     _ => New::Plain(text.to_owned()),
                 }
             }
-            Kind::Map(entries) => New::Map(
-                entries
+            Kind::Map(_) => New::Map(
+                self.entries(id)
                     .iter()
                     .map(|&(k, v)| {
                         (
@@ -222,8 +285,8 @@ impl<'a> Doc<'a> {
                     })
                     .collect(),
             ),
-            Kind::Seq(items) => New::Seq(
-                items
+            Kind::Seq(_) => New::Seq(
+                self.items(id)
                     .iter()
                     .map(|&i| self.to_new_depth(i, depth + 1))
                     .collect(),

@@ -478,9 +478,9 @@ fn to_val(doc: &Doc, id: NodeId, depth: usize) -> Val {
             ..
         } => from_json(&doc.to_json(id)),
         Kind::Scalar { value, .. } => Val::utf8_str(value.to_string().into_bytes()),
-        Kind::Map(entries) => {
+        Kind::Map(_) => {
             let mut map = jaq_json::Map::default();
-            for &(key, value) in entries {
+            for &(key, value) in doc.entries(id) {
                 let key = doc.str(key).unwrap_or_default().to_owned();
                 map.insert(
                     Val::utf8_str(key.into_bytes()),
@@ -489,7 +489,11 @@ fn to_val(doc: &Doc, id: NodeId, depth: usize) -> Val {
             }
             Val::obj(map)
         }
-        Kind::Seq(items) => items.iter().map(|&i| to_val(doc, i, depth + 1)).collect(),
+        Kind::Seq(_) => doc
+            .items(id)
+            .iter()
+            .map(|&i| to_val(doc, i, depth + 1))
+            .collect(),
         Kind::Alias(_) => Val::Null,
     }
 }

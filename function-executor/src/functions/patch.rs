@@ -104,10 +104,10 @@ fn walk(doc: &Doc, root: NodeId, segments: &[String]) -> Walked {
         let current = doc.deref(node);
         let next = match &doc.node(current).kind {
             Kind::Map(_) => doc.get(current, segment),
-            Kind::Seq(items) => match segment.parse::<usize>() {
-                Ok(index) => match items.get(index) {
+            Kind::Seq(_) => match segment.parse::<usize>() {
+                Ok(index) => match doc.items(current).get(index) {
                     Some(&item) => Some(item),
-                    None if index == items.len() && i + 1 == segments.len() => {
+                    None if index == doc.items(current).len() && i + 1 == segments.len() => {
                         return Walked::Append(current);
                     }
                     None => return Walked::Unreachable(format!("no list item {index}")),
@@ -159,7 +159,11 @@ fn delete(
             Some((key, value)) => entry_lines(doc, key, value),
             None => return Ok(false),
         },
-        Kind::Seq(items) => match last.parse::<usize>().ok().and_then(|i| items.get(i)) {
+        Kind::Seq(_) => match last
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| doc.items(parent).get(i))
+        {
             Some(&item) => item_lines(doc, item),
             None => return Ok(false),
         },

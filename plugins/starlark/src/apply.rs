@@ -254,7 +254,8 @@ fn diff(
     }
     let node = doc.node(id);
     match (&node.kind, DictRef::from_value(value), list_items(value)) {
-        (Kind::Map(entries), Some(dict), _) if !node.flow && !dict.is_empty() => {
+        (Kind::Map(_), Some(dict), _) if !node.flow && !dict.is_empty() => {
+            let entries = doc.entries(id);
             let removed: Vec<(NodeId, NodeId)> = entries
                 .iter()
                 .copied()
@@ -295,7 +296,8 @@ fn diff(
             }
             Ok(())
         }
-        (Kind::Seq(nodes), _, Some(values)) if !node.flow && !values.is_empty() => {
+        (Kind::Seq(_), _, Some(values)) if !node.flow && !values.is_empty() => {
+            let nodes = doc.items(id);
             if !nodes.iter().all(|&n| own_line(doc, n)) {
                 return replace(doc, id, value, path, editor);
             }

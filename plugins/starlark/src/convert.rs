@@ -49,13 +49,15 @@ pub fn scalar<'d>(doc: &'d Doc, id: NodeId) -> Option<Scalar<'d>> {
 pub fn to_value<'v>(doc: &Doc, id: NodeId, heap: Heap<'v>) -> Value<'v> {
     let id = doc.deref(id);
     match &doc.node(id).kind {
-        Kind::Map(entries) => heap.alloc(AllocDict(entries.iter().map(|&(k, v)| {
+        Kind::Map(_) => heap.alloc(AllocDict(doc.entries(id).iter().map(|&(k, v)| {
             (
                 heap.alloc(doc.str(k).unwrap_or_default()),
                 to_value(doc, v, heap),
             )
         }))),
-        Kind::Seq(items) => heap.alloc(AllocList(items.iter().map(|&i| to_value(doc, i, heap)))),
+        Kind::Seq(_) => heap.alloc(AllocList(
+            doc.items(id).iter().map(|&i| to_value(doc, i, heap)),
+        )),
         // An alias to an alias cannot be written; the parser never produces one.
         Kind::Alias(_) => Value::new_none(),
         Kind::Scalar { .. } => match scalar(doc, id) {
@@ -171,7 +173,8 @@ pub fn equals(doc: &Doc, id: NodeId, value: Value, depth: usize) -> bool {
     }
     let id = doc.deref(id);
     match &doc.node(id).kind {
-        Kind::Map(entries) => DictRef::from_value(value).is_some_and(|dict| {
+        Kind::Map(_) => DictRef::from_value(value).is_some_and(|dict| {
+            let entries = doc.entries(id);
             dict.len() == entries.len()
                 && entries.iter().all(|&(k, v)| {
                     doc.str(k)
@@ -179,7 +182,8 @@ pub fn equals(doc: &Doc, id: NodeId, value: Value, depth: usize) -> bool {
                         .is_some_and(|item| equals(doc, v, item, depth + 1))
                 })
         }),
-        Kind::Seq(items) => list_items(value).is_some_and(|values| {
+        Kind::Seq(_) => list_items(value).is_some_and(|values| {
+            let items = doc.items(id);
             values.len() == items.len()
                 && items
                     .iter()

@@ -94,8 +94,8 @@ fn visit(
 ) -> Result<(), String> {
     let doc = ctx.doc();
     match &doc.node(node).kind {
-        Kind::Map(entries) => {
-            for &(key, value) in entries {
+        Kind::Map(_) => {
+            for &(key, value) in doc.entries(node) {
                 let field = join(&path, doc.str(key).unwrap_or_default());
                 match &doc.node(value).kind {
                     Kind::Seq(_) => {
@@ -120,8 +120,8 @@ fn visit(
                 }
             }
         }
-        Kind::Seq(items) => {
-            for (i, &item) in items.iter().enumerate() {
+        Kind::Seq(_) => {
+            for (i, &item) in doc.items(node).iter().enumerate() {
                 let field = join(&path, &i.to_string());
                 match &doc.node(item).kind {
                     Kind::Scalar { .. } => scalar(ctx, setters, obj, item, &field, results)?,

@@ -498,8 +498,8 @@ fn set_reference(
         Kind::Map(_) => {
             set_name_and_namespace(doc, referrer, back, candidates, role_ref, node, changes)
         }
-        Kind::Seq(items) => {
-            for &item in items {
+        Kind::Seq(_) => {
+            for &item in doc.items(node) {
                 match &doc.node(doc.deref(item)).kind {
                     Kind::Scalar { .. } | Kind::Map(_) => {
                         set_reference(doc, referrer, back, candidates, role_ref, item, changes)?

@@ -362,8 +362,8 @@ fn walk_depth(
         return Ok(());
     }
     match &doc.node(doc.deref(node)).kind {
-        Kind::Seq(items) => {
-            for &item in items {
+        Kind::Seq(_) => {
+            for &item in doc.items(node) {
                 walk_depth(doc, item, path, create, visit, depth + 1)?;
             }
             Ok(())

@@ -241,15 +241,15 @@ impl Search<'_> {
             return Ok(());
         }
         match &doc.node(node).kind {
-            Kind::Map(entries) => {
+            Kind::Map(_) => {
                 self.visit_mapping(ctx, node, &path)?;
-                for &(k, v) in entries {
+                for &(k, v) in doc.entries(node) {
                     let key = doc.str(k).unwrap_or_default();
                     self.accept(ctx, v, format!("{path}.{key}"), depth + 1)?;
                 }
             }
-            Kind::Seq(items) => {
-                for (i, &item) in items.iter().enumerate() {
+            Kind::Seq(_) => {
+                for (i, &item) in doc.items(node).iter().enumerate() {
                     self.accept(ctx, item, format!("{path}[{i}]"), depth + 1)?;
                 }
             }

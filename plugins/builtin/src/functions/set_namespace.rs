@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::fieldspec::is_namespaced;
 use super::{Ctx, Exit, Function, check, param};
-use crate::rl::{DEPENDS_ON, FnResult, UPSTREAM_ID};
+use crate::rl::{DEPENDS_ON, FnResult, Obj, UPSTREAM_ID};
 use crate::yaml::NodeId;
 
 pub static FUNCTION: Function = Function {
@@ -150,20 +150,46 @@ struct Site<'d> {
     id: Option<NodeId>,
 }
 
+/// What the passes below ask of every object, looked up once.
+struct Object<'d, 'a> {
+    obj: Obj<'d, 'a>,
+    namespaced: bool,
+    annotations: Option<NodeId>,
+    upstream: Option<&'d str>,
+}
+
 fn transform(ctx: &mut Ctx, config: &Config) {
     let rl = ctx.rl;
     let doc = ctx.doc();
-    let objects = ctx.non_local_items();
+    let objects: Vec<Object> = ctx
+        .non_local_items()
+        .into_iter()
+        .map(|o| {
+            let obj = rl.obj(o);
+            let annotations = doc.get_path(o, &["metadata", "annotations"]);
+            Object {
+                obj,
+                namespaced: is_namespaced(&obj),
+                annotations,
+                upstream: annotations.and_then(|a| doc.get_str(a, &[UPSTREAM_ID])),
+            }
+        })
+        .collect();
     let new_ns = config.namespace.as_str();
 
     // Origins: refuse ambiguous replace-all.
     let mut results = Vec::new();
     let mut origins = BTreeSet::new();
-    for &o in &objects {
-        let obj = rl.obj(o);
-        match obj.annotation(UPSTREAM_ID) {
+    for &Object {
+        obj,
+        namespaced,
+        upstream,
+        ..
+    } in &objects
+    {
+        match upstream {
             Some(origin) => {
-                if !is_namespaced(&obj) {
+                if !namespaced {
                     continue;
                 }
                 let ns = origin.split('|').nth(2).unwrap_or_default();
@@ -192,12 +218,17 @@ fn transform(ctx: &mut Ctx, config: &Config) {
 
     // Visit namespace-valued fields: special cluster-scoped objects first, then namespaced.
     let mut sites = Vec::new();
-    for &o in &objects {
-        let obj = rl.obj(o);
-        if is_namespaced(&obj) {
+    for &Object {
+        obj,
+        namespaced,
+        upstream: origin_id,
+        ..
+    } in &objects
+    {
+        if namespaced {
             continue;
         }
-        let origin_id = obj.annotation(UPSTREAM_ID);
+        let o = obj.id;
         match (obj.group(), obj.version(), obj.kind()) {
             ("" | "v1", _, "Namespace") if obj.version().is_empty() || obj.version() == "v1" => {
                 let origin_name = origin_id
@@ -252,25 +283,32 @@ fn transform(ctx: &mut Ctx, config: &Config) {
             _ => {}
         }
     }
-    for &o in &objects {
-        let obj = rl.obj(o);
-        if !is_namespaced(&obj) {
+    for &Object {
+        obj,
+        namespaced,
+        upstream,
+        ..
+    } in &objects
+    {
+        if !namespaced {
             continue;
         }
-        let origin = obj
-            .annotation(UPSTREAM_ID)
-            .and_then(|id| id.split('|').nth(2))
-            .unwrap_or(obj.namespace());
-        let Some(md) = doc.get(o, "metadata").filter(|&m| doc.is_map(m)) else {
+        let Some(md) = doc.get(obj.id, "metadata").filter(|&m| doc.is_map(m)) else {
             continue;
         };
+        let node = doc.get(md, "namespace");
+        // The object's namespace (`metadata` is its first such key, as `Obj::namespace` reads).
+        let current = node.and_then(|n| doc.str(n)).unwrap_or_default();
+        let origin = upstream
+            .and_then(|id| id.split('|').nth(2))
+            .unwrap_or(current);
         sites.push(Site {
-            node: doc.get(md, "namespace"),
+            node,
             parent: md,
             path: &["namespace"],
-            current: obj.namespace(),
+            current,
             origin,
-            id: Some(o),
+            id: Some(obj.id),
         });
     }
 
@@ -340,18 +378,20 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     // depends-on: only a single namespaced reference to an object of the input, as the
     // objects were before the change (the document is; the edits are only queued). Worked
     // out only when some object depends on another.
-    let depending: Vec<(NodeId, &str)> = objects
+    let depending: Vec<(Option<NodeId>, &str)> = objects
         .iter()
-        .filter_map(|&o| Some((o, rl.obj(o).annotation(DEPENDS_ON)?)))
+        .filter_map(|object| {
+            let value = doc.get_str(object.annotations?, &[DEPENDS_ON])?;
+            Some((object.annotations, value))
+        })
         .collect();
     let before: HashSet<String> = if depending.is_empty() {
         HashSet::new()
     } else {
         objects
             .iter()
-            .map(|&o| rl.obj(o))
-            .filter(is_namespaced)
-            .map(|obj| {
+            .filter(|object| object.namespaced)
+            .map(|&Object { obj, .. }| {
                 format!(
                     "{}/namespaces/{}/{}/{}",
                     obj.group(),
@@ -364,7 +404,7 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     };
     let mut count = 0;
     let mut old = BTreeSet::new();
-    for (o, value) in depending {
+    for (annotations, value) in depending {
         let segments: Vec<&str> = value.split('/').collect();
         if segments.len() != 5 || segments[1] != "namespaces" || !before.contains(value) {
             continue;
@@ -376,7 +416,6 @@ fn transform(ctx: &mut Ctx, config: &Config) {
         count += 1;
         let mut updated = segments.clone();
         updated[2] = new_ns;
-        let annotations = doc.get_path(o, &["metadata", "annotations"]);
         if let Some(node) = annotations.and_then(|a| doc.get(a, DEPENDS_ON)) {
             ctx.ed.set_scalar(doc, node, &updated.join("/"), true);
         }
