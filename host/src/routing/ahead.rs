@@ -164,29 +164,25 @@ impl Router {
                     settings: to_json(pod),
                 };
                 let evaluator = self.instance_name(FunctionConfigExecutor::PodExecutor);
-                let instance = match self.only_instance(FunctionConfigExecutor::PodExecutor) {
-                    Ok((_, instance)) => instance,
-                    Err(reason) => {
-                        reports.push(report(
-                            FunctionConfigExecutor::PodExecutor,
-                            &evaluator,
-                            None,
-                            None,
-                            None,
-                            State::Skipped(reason),
-                        ));
-                        continue;
-                    }
-                };
-                if pod.tags.is_empty() {
-                    reports.push(report(
+                let untagged = |state| {
+                    report(
                         FunctionConfigExecutor::PodExecutor,
                         &evaluator,
                         None,
                         None,
                         None,
-                        State::Ready,
-                    ));
+                        state,
+                    )
+                };
+                let instance = match self.only_instance(FunctionConfigExecutor::PodExecutor) {
+                    Ok((_, instance)) => instance,
+                    Err(reason) => {
+                        reports.push(untagged(State::Skipped(reason)));
+                        continue;
+                    }
+                };
+                if pod.tags.is_empty() {
+                    reports.push(untagged(State::Ready));
                 }
                 for (index, tag) in pod.tags.iter().enumerate() {
                     let entry = TagEntry::parse(tag).ok();

@@ -18,18 +18,25 @@ use std::path::{Path, PathBuf};
 /// A marker is a few lines; anything longer is not one.
 const MAX_MARKER_BYTES: u64 = 1024;
 
-/// Where markers are kept, if anywhere.
+/// Where markers are kept, if anywhere, and the running executable they speak for (read once,
+/// not per plugin).
 #[derive(Debug, Clone)]
 pub struct LayoutChecks {
-    dir: Option<PathBuf>,
+    kept: Option<Kept>,
+}
+
+#[derive(Debug, Clone)]
+struct Kept {
+    dir: PathBuf,
+    executable: PathBuf,
+    /// The `executable` line and identity a marker begins with.
+    executable_identity: String,
 }
 
 impl LayoutChecks {
     /// Markers in `dir` (created when first needed).
     pub fn in_dir(dir: impl Into<PathBuf>) -> Self {
-        Self {
-            dir: Some(dir.into()),
-        }
+        Self::kept_in(Some(dir.into()))
     }
 
     /// Markers in the user's cache folder: `$XDG_CACHE_HOME/krm-runner/checked-layouts`, else
@@ -43,25 +50,37 @@ impl LayoutChecks {
                     .filter(|dir| Path::new(dir).is_absolute())
                     .map(|home| Path::new(&home).join(".cache"))
             });
-        Self {
-            dir: base.map(|base| base.join("krm-runner").join("checked-layouts")),
-        }
+        Self::kept_in(base.map(|base| base.join("krm-runner").join("checked-layouts")))
     }
 
-    /// The marker for `library` (whose metadata is `library_file`), if markers are kept and
-    /// this executable can be identified.
+    /// Nothing is kept without a folder, or when this executable cannot be identified.
+    fn kept_in(dir: Option<PathBuf>) -> Self {
+        let kept = dir.and_then(|dir| {
+            let executable = std::env::current_exe().ok()?;
+            let executable_file = std::fs::metadata(&executable).ok()?;
+            Some(Kept {
+                executable_identity: format!(
+                    "executable {}\n{}\n",
+                    executable.display(),
+                    identity(&executable_file)
+                ),
+                dir,
+                executable,
+            })
+        });
+        Self { kept }
+    }
+
+    /// The marker for `library` (whose metadata is `library_file`), if markers are kept.
     pub(crate) fn marker(&self, library: &Path, library_file: &Metadata) -> Option<Marker> {
-        let dir = self.dir.as_ref()?;
-        let executable = std::env::current_exe().ok()?;
-        let executable_file = std::fs::metadata(&executable).ok()?;
+        let kept = self.kept.as_ref()?;
         let mut paths = std::hash::DefaultHasher::new();
-        (&executable, library).hash(&mut paths);
+        (&kept.executable, library).hash(&mut paths);
         Some(Marker {
-            path: dir.join(format!("{:016x}", paths.finish())),
+            path: kept.dir.join(format!("{:016x}", paths.finish())),
             identities: format!(
-                "executable {}\n{}\nlibrary {}\n{}\n",
-                executable.display(),
-                identity(&executable_file),
+                "{}library {}\n{}\n",
+                kept.executable_identity,
                 library.display(),
                 identity(library_file)
             ),
