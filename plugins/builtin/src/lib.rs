@@ -48,8 +48,10 @@ pub struct Builtin {
 }
 
 impl Builtin {
-    /// Builds an instance; `default_prefix` is the runner's `default_image_prefix`.
-    pub fn new(config: Config, default_prefix: Option<String>) -> Result<Self, ConfigError> {
+    /// Builds an instance as the runner would with `default_prefix` as its
+    /// `default_image_prefix`, for the tests.
+    #[cfg(test)]
+    fn new(config: Config, default_prefix: Option<String>) -> Result<Self, ConfigError> {
         Ok(Self {
             catalog: Catalog::new(BuiltinPlugin::NAME, FUNCTIONS, config, default_prefix)?,
             typed: OnceLock::new(),
