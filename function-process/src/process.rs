@@ -313,15 +313,23 @@ const FINAL_SWEEP_LIMIT: Duration = Duration::from_secs(1);
 /// is one anyway) and starts the sweep that kills and reaps a function's escaped processes.
 /// For the servers that run functions: the runner and the pods' wrapper server.
 pub fn adopt_orphans() -> io::Result<()> {
-    // SAFETY: plain prctl on this process, with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    adopt_orphans_for_one_call()?;
     let already_running = std::mem::replace(&mut sweeper().lock().running, true);
     if !already_running {
         std::thread::Builder::new()
             .name("orphan-sweep".into())
             .spawn(|| sweeper().run())?;
+    }
+    Ok(())
+}
+
+/// Makes this process the reaper of its orphaned descendants, as [`adopt_orphans`] does, without
+/// the sweep: for a process that makes one call and then ends its escapees with
+/// [`kill_orphans_now`] (`krm-runner fn`), which needs no thread for them.
+pub fn adopt_orphans_for_one_call() -> io::Result<()> {
+    // SAFETY: plain prctl on this process, with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }

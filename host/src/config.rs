@@ -563,10 +563,6 @@ impl Config {
             .map(String::as_str)
             .collect()
     }
-
-    pub fn disabled_set(&self) -> BTreeSet<&str> {
-        self.disabled.iter().map(String::as_str).collect()
-    }
 }
 
 fn describe_source(metadata: &Metadata) -> String {

@@ -17,7 +17,7 @@ use crate::BadInvocation;
 use crate::catalog::Catalog;
 use crate::cli::EvalArgs;
 use crate::routing::Plan;
-use crate::runtime::{Call, Runtime, evaluate_on};
+use crate::runtime::{Call, Runtime, evaluate_here};
 use crate::telemetry::traces::CallTrace;
 
 /// Runs the call; returns the process exit code (0 success, 1 function failure). Inputs over
@@ -107,7 +107,7 @@ pub async fn run_remote(
 /// `krm-runner fn NAME [-- key=value ...]`: a KRM function in the spec's sense, served by the
 /// instance that implements NAME. Without `key=value` pairs the input is passed through
 /// untouched.
-pub async fn run_function(
+pub fn run_function(
     instance: Result<Arc<EvaluatorInstance>, Catalog>,
     name: &str,
     data: &[String],
@@ -132,15 +132,13 @@ pub async fn run_function(
             .map_err(|error| BadInvocation::error(format!("{error:#}")))?
             .into_bytes()
     };
-    let context = HostCallContext::new(None);
     let call = Call {
         plan: Plan::default(),
         served: instance,
-        context,
+        context: HostCallContext::new(None),
         trace: CallTrace::default(),
     };
-    let outcome = evaluate_on(call, name.to_owned(), input).await;
-    write_outcome(outcome, "krm-runner fn")
+    write_outcome(evaluate_here(&call, name, &input), "krm-runner fn")
 }
 
 /// Writes a call's output as a KRM function does; returns the exit status.

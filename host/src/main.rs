@@ -99,7 +99,10 @@ fn main() -> ExitCode {
             return report(&problems);
         }
         // The serving runner's plugins answer; none are loaded here.
-        return run_async(eval::run_remote(address, args, config.max_message_bytes));
+        return run_async(
+            Workers::One,
+            eval::run_remote(address, args, config.max_message_bytes),
+        );
     }
     if let Some(Command::Function { name, data }) = &cli.command {
         if !problems.is_empty() {
@@ -111,15 +114,10 @@ fn main() -> ExitCode {
             Ok(instance) => instance,
             Err(problems) => return report(&problems),
         };
-        adopt_orphans();
-        let code = run_async(eval::run_function(
-            instance,
-            name,
-            data,
-            config.max_message_bytes,
-        ));
+        adopt_orphans(krm_plugin_api::process::adopt_orphans_for_one_call);
+        let outcome = eval::run_function(instance, name, data, config.max_message_bytes);
         krm_plugin_api::process::kill_orphans_now();
-        return code;
+        return exit_code(outcome);
     }
     // The plugins are checked even when the runner's own configuration has problems, so that
     // every problem is reported at once; they then build without side effects.
@@ -128,7 +126,12 @@ fn main() -> ExitCode {
     } else {
         Purpose::Serve
     };
-    let runtime = match Runtime::start(&config, purpose) {
+    // `eval` makes one call: only the instances it reaches start.
+    let started = match (&cli.command, purpose) {
+        (Some(Command::Eval(_)), Purpose::Serve) => Runtime::for_one_call(&config),
+        _ => Runtime::start(&config, purpose),
+    };
+    let runtime = match started {
         Ok(runtime) if problems.is_empty() => Arc::new(runtime),
         Ok(_) => return report(&problems),
         Err(more) => {
@@ -145,9 +148,13 @@ fn main() -> ExitCode {
     }
     let runs_functions = matches!(cli.command, None | Some(Command::Serve | Command::Eval(_)));
     if runs_functions {
-        adopt_orphans();
+        adopt_orphans(krm_plugin_api::process::adopt_orphans);
     }
-    let code = run_async(async {
+    let workers = match cli.command {
+        None | Some(Command::Serve | Command::Bench(_)) => Workers::Many,
+        _ => Workers::One,
+    };
+    let code = run_async(workers, async {
         match &cli.command {
             None | Some(Command::Serve) => serve(runtime, &config).await.map(|()| 0),
             Some(Command::Eval(args)) => {
@@ -197,10 +204,10 @@ fn keep_freed_heap() {
     }
 }
 
-/// Makes this process the reaper of the orphans of the functions it runs, so that it can end
-/// those that leave their process group.
-fn adopt_orphans() {
-    if let Err(error) = krm_plugin_api::process::adopt_orphans() {
+/// Makes this process the reaper of the orphans of the functions it runs (by `adopt`, with or
+/// without a sweep while it serves), so that it can end those that leave their process group.
+fn adopt_orphans(adopt: fn() -> std::io::Result<()>) {
+    if let Err(error) = adopt() {
         tracing::warn!(
             %error,
             "cannot become the reaper of orphaned processes: a function's processes that \
@@ -209,13 +216,26 @@ fn adopt_orphans() {
     }
 }
 
+/// The threads that run a command's async tasks.
+enum Workers {
+    /// One per core: serving.
+    Many,
+    /// The command's own thread: a command that makes one call needs no more, and starting
+    /// workers would cost it more than its call.
+    One,
+}
+
 /// Runs a command on a fresh async runtime; its result is the exit status (a
 /// [`BadInvocation`] exits 2, as a usage error does).
-fn run_async(command: impl std::future::Future<Output = anyhow::Result<i32>>) -> ExitCode {
-    let tokio = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+fn run_async(
+    workers: Workers,
+    command: impl std::future::Future<Output = anyhow::Result<i32>>,
+) -> ExitCode {
+    let mut builder = match workers {
+        Workers::Many => tokio::runtime::Builder::new_multi_thread(),
+        Workers::One => tokio::runtime::Builder::new_current_thread(),
+    };
+    let tokio = match builder.enable_all().build() {
         Ok(tokio) => tokio,
         Err(error) => return report(&[format!("cannot start the async runtime: {error}")]),
     };

@@ -29,6 +29,9 @@ pub struct Runtime {
     instances: Vec<InstanceReport>,
     built: BTreeMap<String, Arc<EvaluatorInstance>>,
     store: Arc<Store>,
+    /// What builds the other instances when a call first reaches them, for a runtime started
+    /// [`Runtime::for_one_call`].
+    _on_first_use: Option<Arc<Mutex<Instances>>>,
 }
 
 /// What `krm-runner plugins` shows for one instance.
@@ -153,11 +156,11 @@ pub enum Purpose {
 
 /// Plugin libraries loaded and evaluator instances built as they are asked for, with every
 /// problem met on the way.
-struct Instances<'c> {
-    config: &'c Config,
+struct Instances {
+    config: Arc<Config>,
     dirs: Vec<PathBuf>,
     layout_checks: LayoutChecks,
-    disabled: BTreeSet<&'c str>,
+    disabled: BTreeSet<String>,
     libraries: HashMap<PathBuf, Arc<PluginLibrary>>,
     /// Each instance's library, once loaded; `None` when it could not be.
     loaded: BTreeMap<String, Option<Arc<PluginLibrary>>>,
@@ -169,8 +172,8 @@ struct Instances<'c> {
     problems: Vec<String>,
 }
 
-impl<'c> Instances<'c> {
-    fn new(config: &'c Config, purpose: Purpose) -> Self {
+impl Instances {
+    fn new(config: &Config, purpose: Purpose) -> Self {
         let services = Arc::new(Services {
             settings: HashMap::from([
                 ("default_image_prefix", config.default_image_prefix.clone()),
@@ -184,14 +187,14 @@ impl<'c> Instances<'c> {
                 .collect(),
             lookups: Mutex::default(),
         });
-        let disabled = config.disabled_set();
+        let disabled: BTreeSet<String> = config.disabled.iter().cloned().collect();
         for name in &disabled {
-            if let Some(slot) = services.slots.get(*name) {
+            if let Some(slot) = services.slots.get(name) {
                 slot.disable();
             }
         }
         Self {
-            config,
+            config: Arc::new(config.clone()),
             dirs: search_dirs(config),
             layout_checks: LayoutChecks::in_user_cache(),
             disabled,
@@ -210,7 +213,7 @@ impl<'c> Instances<'c> {
         self.config
             .evaluators
             .keys()
-            .filter(|name| !self.disabled.contains(name.as_str()))
+            .filter(|name| !self.disabled.contains(*name))
             .cloned()
             .collect()
     }
@@ -300,7 +303,7 @@ impl<'c> Instances<'c> {
     fn build_with_delegates(&mut self, name: &str) {
         let mut pending = vec![name.to_owned()];
         while let Some(name) = pending.pop() {
-            if self.attempted.contains(&name) || self.disabled.contains(name.as_str()) {
+            if self.attempted.contains(&name) || self.disabled.contains(&name) {
                 continue;
             }
             self.build(&name);
@@ -388,11 +391,11 @@ impl Runtime {
             ..
         } = instances;
         for name in &disabled {
-            if services.slots.contains_key(*name) {
+            if services.slots.contains_key(name) {
                 reports.push(InstanceReport {
-                    name: (*name).to_owned(),
+                    name: name.clone(),
                     plugin_file: None,
-                    plugin_name: config.evaluators[*name].plugin.clone(),
+                    plugin_name: config.evaluators[name].plugin.clone(),
                     plugin_version: String::new(),
                     abi_version: 0,
                     description: String::new(),
@@ -422,13 +425,7 @@ impl Runtime {
             &config.default_image_prefix,
             router.clone(),
         )
-        .map_err(|file_problems| {
-            problems.extend(
-                file_problems
-                    .into_iter()
-                    .map(|problem| format!("function_configs.paths: {problem}")),
-            )
-        });
+        .map_err(|file_problems| problems.extend(in_function_config_paths(file_problems)));
         let served = built.get(&config.serve).cloned();
         let (Ok(store), Some(served), true) = (store, served, problems.is_empty()) else {
             // An instance that failed to build has said why; otherwise `serve` names none.
@@ -463,7 +460,70 @@ impl Runtime {
             instances: reports,
             built,
             store,
+            _on_first_use: None,
         })
+    }
+
+    /// The runtime for a process that makes one call (`krm-runner eval`). Only the served
+    /// instance builds now; each instance it delegates to builds when the call first reaches
+    /// it, so a call the chain's first instance serves loads no other plugin, and a problem
+    /// with an instance the call never reaches is not this call's. FunctionConfigs route calls
+    /// by the functions the executors' instances implement, so with any in force everything
+    /// starts as [`Runtime::start`] starts it.
+    pub fn for_one_call(config: &Config) -> Result<Self, Vec<String>> {
+        // Routing is consulted only when the store holds FunctionConfigs, and then it is
+        // rebuilt with every instance below.
+        let router = Arc::new(Router::new(&config.function_configs.executors, |_| None));
+        let store = Store::load(
+            &config.function_configs,
+            &config.default_image_prefix,
+            router,
+        )
+        .map_err(|problems| in_function_config_paths(problems).collect::<Vec<_>>())?;
+        if store.has_function_configs() {
+            return Self::start(config, Purpose::Serve);
+        }
+        if let Some(problem) = config.served_instance_problem() {
+            return Err(vec![problem]);
+        }
+        Self::start_served_alone(config, store)
+    }
+
+    fn start_served_alone(config: &Config, store: Arc<Store>) -> Result<Self, Vec<String>> {
+        let instances = Arc::new(Mutex::new(Instances::new(config, Purpose::Serve)));
+        let mut building = lock(&instances);
+        for name in building.enabled() {
+            let instances = Arc::downgrade(&instances);
+            let slot = building.services.slots[&name].clone();
+            slot.fill_on_first_use(Box::new(move || {
+                let instances = instances.upgrade().ok_or("the runner is stopping")?;
+                let mut instances = lock(&instances);
+                let known = instances.problems.len();
+                instances.build(&name);
+                match instances.built.get(&name) {
+                    Some(instance) => Ok(instance.clone()),
+                    None => Err(instances.problems[known..].join("; ")),
+                }
+            }));
+        }
+        building.build(&config.serve);
+        let (served, problems) = (
+            building.built.get(&config.serve).cloned(),
+            std::mem::take(&mut building.problems),
+        );
+        let reports = building.reports.clone();
+        let built = building.built.clone();
+        drop(building);
+        match served {
+            Some(served) if problems.is_empty() => Ok(Self {
+                served,
+                instances: reports,
+                built,
+                store,
+                _on_first_use: Some(instances),
+            }),
+            _ => Err(problems),
+        }
     }
 
     /// The FunctionConfigs in force.
@@ -572,7 +632,7 @@ pub fn requested_constraint(image: &str, tag: &str) -> Result<Option<Constraint>
 /// When the deadline passes, the context is cancelled (evaluators kill their work from the
 /// cancellation callback, before this returns) and the answer is DEADLINE_EXCEEDED at once:
 /// waiting for the evaluator's own return could let the caller's deadline pass first.
-pub async fn evaluate_on(
+async fn evaluate_on(
     call: Call,
     image: String,
     resource_list: Vec<u8>,
@@ -592,6 +652,17 @@ pub async fn evaluate_on(
         outcome
     });
     await_call(call, &context, &label).await
+}
+
+/// Runs a call without a deadline on this thread, for a process that makes that one call
+/// (`krm-runner fn`): it needs no async runtime, and no thread besides its own.
+pub fn evaluate_here(
+    call: &Call,
+    image: &str,
+    resource_list: &[u8],
+) -> Result<EvalResponse, EvalError> {
+    debug_assert!(call.context.deadline().is_none(), "nothing would keep it");
+    run_plan(call, image, resource_list)
 }
 
 /// One call's evaluators: the routed ones, then the served instance.
@@ -724,6 +795,17 @@ static RUNNING_CALLS: Mutex<Option<RunningCalls>> = Mutex::new(None);
 struct RunningCalls {
     next_id: u64,
     contexts: HashMap<u64, Arc<HostCallContext>>,
+}
+
+/// The FunctionConfig files' problems, as configuration problems of the field naming them.
+fn in_function_config_paths(problems: Vec<String>) -> impl Iterator<Item = String> {
+    problems
+        .into_iter()
+        .map(|problem| format!("function_configs.paths: {problem}"))
+}
+
+fn lock(instances: &Mutex<Instances>) -> std::sync::MutexGuard<'_, Instances> {
+    instances.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn running_calls() -> std::sync::MutexGuard<'static, Option<RunningCalls>> {

@@ -232,11 +232,18 @@ impl HostFfi for HostAdapter {
 pub struct EvaluatorSlot {
     name: String,
     state: OnceLock<SlotState>,
+    /// Builds the instance when it is first needed; see [`EvaluatorSlot::fill_on_first_use`].
+    on_first_use: Mutex<Option<BuildOnFirstUse>>,
 }
+
+/// Builds a slot's instance, or says why it cannot.
+pub type BuildOnFirstUse = Box<dyn FnOnce() -> Result<Arc<EvaluatorInstance>, String> + Send>;
 
 enum SlotState {
     Ready(Arc<EvaluatorInstance>),
     Disabled,
+    /// Built on first use, and that failed: why.
+    Unusable(String),
 }
 
 impl EvaluatorSlot {
@@ -244,6 +251,7 @@ impl EvaluatorSlot {
         Arc::new(Self {
             name: name.into(),
             state: OnceLock::new(),
+            on_first_use: Mutex::new(None),
         })
     }
 
@@ -254,6 +262,36 @@ impl EvaluatorSlot {
     /// Disabled instances decline every call, so delegating evaluators skip them.
     pub fn disable(&self) {
         let _ = self.state.set(SlotState::Disabled);
+    }
+
+    /// Leaves the slot empty until a call (or a question about its functions) reaches it, and
+    /// only then runs `build`, once: a runner that makes one call loads only the plugins that
+    /// call reaches. When `build` fails, every call through the slot fails with its reason.
+    /// `build` must not call through any slot.
+    pub fn fill_on_first_use(&self, build: BuildOnFirstUse) {
+        *self
+            .on_first_use
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(build);
+    }
+
+    fn state(&self) -> Option<&SlotState> {
+        if let Some(state) = self.state.get() {
+            return Some(state);
+        }
+        // Held while building, so that a call arriving meanwhile waits for the instance.
+        let mut on_first_use = self
+            .on_first_use
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(build) = on_first_use.take() {
+            let state = match build() {
+                Ok(instance) => SlotState::Ready(instance),
+                Err(reason) => SlotState::Unusable(reason),
+            };
+            let _ = self.state.set(state);
+        }
+        self.state.get()
     }
 }
 
@@ -276,7 +314,7 @@ impl EvaluatorFfi for SlotEvaluator {
                 slot.name
             ))));
         }
-        match slot.state.get() {
+        match slot.state() {
             Some(SlotState::Ready(instance)) => {
                 let depth = context.depth() + 1;
                 let nested = NestedContext {
@@ -293,6 +331,10 @@ impl EvaluatorFfi for SlotEvaluator {
                 image.as_str(),
                 DISABLED_REASON,
             ))),
+            Some(SlotState::Unusable(reason)) => to_ffi_result(Err(EvalError::new(
+                ErrorKind::Unavailable,
+                format!("evaluator {:?} could not start: {reason}", slot.name),
+            ))),
             None => to_ffi_result(Err(EvalError::new(
                 ErrorKind::Unavailable,
                 format!("evaluator {:?} is not built yet", slot.name),
@@ -301,40 +343,40 @@ impl EvaluatorFfi for SlotEvaluator {
     }
 
     fn functions(&self) -> RString {
-        match self.0.state.get() {
+        match self.0.state() {
             Some(SlotState::Ready(instance)) => instance.inner.functions(),
             _ => RString::from("[]"),
         }
     }
 
     fn function(&self, name: RStr<'_>) -> RString {
-        match self.0.state.get() {
+        match self.0.state() {
             Some(SlotState::Ready(instance)) => instance.inner.function(name),
             _ => RString::from("null"),
         }
     }
 
     fn warm_up(&self, image: RStr<'_>, route: RStr<'_>) {
-        if let Some(SlotState::Ready(instance)) = self.0.state.get() {
+        if let Some(SlotState::Ready(instance)) = self.0.state() {
             instance.inner.warm_up(image, route);
         }
     }
 
     fn resolve(&self, image: RStr<'_>, tag: RStr<'_>, route: RStr<'_>) -> RString {
-        match self.0.state.get() {
+        match self.0.state() {
             Some(SlotState::Ready(instance)) => instance.inner.resolve(image, tag, route),
             _ => RString::new(),
         }
     }
 
     fn probe(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
-        match self.0.state.get() {
+        match self.0.state() {
             Some(SlotState::Ready(instance)) => instance.inner.probe(image, route),
             Some(SlotState::Disabled) => RString::from(
                 serde_json::to_string(&Probe::Declines(DISABLED_REASON.to_owned()))
                     .unwrap_or_default(),
             ),
-            None => RString::new(),
+            Some(SlotState::Unusable(_)) | None => RString::new(),
         }
     }
 }

@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use krm_runner_tests::{build_dir, previous_abi_plugin, run_cli, run_cli_within, scratch};
+use krm_runner_tests::{
+    build_dir, previous_abi_plugin, repo_root, run_cli, run_cli_within, scratch,
+};
 
 fn stderr(output: &std::process::Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
@@ -253,6 +255,84 @@ fn fn_loads_only_the_plugin_that_implements_the_function() {
             "fn {function} loads {library} alone: {loaded:#?}"
         );
     }
+}
+
+/// `eval` makes one call, so it builds the served chain's instances as the call reaches them:
+/// a builtin function loads the chain (`multi`) and the builtin alone, and an instance the call
+/// never reaches cannot fail it, while one it does reach fails it naming the problem. With
+/// FunctionConfigs in force every instance starts at once (routing picks among them by the
+/// functions they implement), and the broken one is reported before any call.
+#[test]
+fn eval_loads_only_the_plugins_the_call_reaches() {
+    let dir = scratch();
+    let broken_exec = "evaluators:\n  exec:\n    config:\n      no_such_setting: 1\n";
+    let config = write_config(dir.path(), broken_exec);
+    let list = b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n";
+    let eval = |config: &str, image: &str| {
+        run_cli(
+            &[
+                "--config-file",
+                config,
+                "eval",
+                "--image",
+                image,
+                "--",
+                "namespace=x",
+            ],
+            &[("KRM_RUNNER_LOG_LEVEL", "debug")],
+            list,
+        )
+    };
+    let loaded = |output: &std::process::Output| -> Vec<String> {
+        let mut libraries: Vec<String> = stderr(output)
+            .lines()
+            .filter(|line| line.contains("plugin loaded"))
+            .filter_map(|line| line.split("libkrm_plugin_").nth(1))
+            .map(|rest| rest.split(".so").next().unwrap_or(rest).to_owned())
+            .collect();
+        libraries.sort();
+        libraries
+    };
+
+    let output = eval(&config, "set-namespace");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("namespace: x"),
+        "{}",
+        stdout(&output)
+    );
+    assert_eq!(loaded(&output), ["builtin", "multi"], "{}", stderr(&output));
+
+    let output = eval(&config, "example.com/not-in-any-catalog");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let log = stderr(&output);
+    assert!(
+        log.contains("evaluator \"exec\" could not start")
+            && log.contains("evaluators.exec.config")
+            && log.contains("no_such_setting"),
+        "{log}"
+    );
+    assert_eq!(
+        loaded(&output),
+        ["builtin", "exec", "multi", "starlark"],
+        "{log}"
+    );
+
+    let functions = repo_root().join("config/functions");
+    let routed = write_config(
+        dir.path(),
+        &format!(
+            "{broken_exec}function_configs:\n  paths: [{}]\n",
+            functions.display()
+        ),
+    );
+    let output = eval(&routed, "set-namespace");
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("no_such_setting"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]

@@ -55,6 +55,11 @@ impl Store {
         &self.router
     }
 
+    /// Whether any FunctionConfig is in force (read from the files; a cluster's come later).
+    pub fn has_function_configs(&self) -> bool {
+        !self.lock().files.is_empty()
+    }
+
     /// Re-reads the files every `interval`, applying what changed.
     pub async fn watch_files(self: Arc<Self>, config: FunctionConfigs, interval: Duration) {
         let mut last_refusal = None;
