@@ -522,4 +522,6 @@ fn located(span: &ResolvedFileSpan, message: &str) -> String {
 #[cfg(test)]
 mod library_tests;
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;
