@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
 use krm_plugin_loader::{EvaluatorInstance, HostCallContext};
 use krm_runner_function_config::config_file;
-use krm_yaml_edit::{Doc, Editor, NodeId};
+use krm_yaml_edit::{Doc, Editor, NodeId, TopLevel};
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
@@ -126,7 +126,7 @@ pub fn run_function(
         let with_config = || {
             let text = String::from_utf8(input).context("the input is not UTF-8 text")?;
             let config = config_map(data)?;
-            resource_list(&text, Some(&config))
+            resource_list(text, Some(&config))
         };
         with_config()
             .map_err(|error| BadInvocation::error(format!("{error:#}")))?
@@ -172,7 +172,7 @@ fn prepare(args: &EvalArgs, max_bytes: usize) -> anyhow::Result<String> {
     let build = || {
         let input = read_text(args.input.as_deref(), max_bytes)?;
         let function_config = function_config(args)?;
-        resource_list(&input, function_config.as_deref())
+        resource_list(input, function_config.as_deref())
     };
     build().map_err(|error| BadInvocation::error(format!("{error:#}")))
 }
@@ -250,8 +250,17 @@ fn config_map(pairs: &[String]) -> anyhow::Result<String> {
 
 /// Builds the ResourceList text. The input's own text is kept (indented into place) rather
 /// than re-serialised, so its comments and formatting reach the function.
-pub fn resource_list(input: &str, function_config: Option<&str>) -> anyhow::Result<String> {
-    let documents = split_documents(input);
+pub fn resource_list(input: String, function_config: Option<&str>) -> anyhow::Result<String> {
+    let lone_list_edit = lone_resource_list(&input).map(|list| match function_config {
+        Some(config) => list.mapping_edit("functionConfig", config),
+        None => Some((0..0, String::new())),
+    });
+    if let Some(Some((range, text))) = lone_list_edit {
+        let mut list = input;
+        list.replace_range(range, &text);
+        return Ok(list);
+    }
+    let documents = split_documents(&input);
     let mut lists = Vec::new();
     for (index, document) in documents.iter().enumerate() {
         let doc = Doc::parse(document).map_err(|error| {
@@ -299,6 +308,15 @@ pub fn resource_list(input: &str, function_config: Option<&str>) -> anyhow::Resu
         push_indented(&mut text, config, "  ");
     }
     Ok(text)
+}
+
+/// The input's top level, when it is plainly one ResourceList (see [`TopLevel`]): the function
+/// parses the list, so it is passed on without a parse here (a large list's parse would be most
+/// of the call's work), and only its top level is edited.
+fn lone_resource_list(input: &str) -> Option<TopLevel<'_>> {
+    let list = TopLevel::scan(input)?;
+    let is_list = list.plain_scalar("kind") == Some("ResourceList") && list.has("apiVersion");
+    is_list.then_some(list)
 }
 
 /// `list` with `config` as its functionConfig, in place of any it has; every other byte of the
@@ -372,7 +390,7 @@ mod tests {
     #[test]
     fn wraps_documents_keeping_comments() {
         let input = "# top\napiVersion: v1\nkind: ConfigMap # inline\nmetadata:\n  name: a\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: b}\n";
-        let list = resource_list(input, None).unwrap();
+        let list = resource_list(input.to_owned(), None).unwrap();
         assert!(list.contains("# inline"), "{list}");
         let parsed: yaml_serde::Value = yaml_serde::from_str(&list).unwrap();
         assert_eq!(parsed["items"][0]["metadata"]["name"], "a");
@@ -383,44 +401,56 @@ mod tests {
     fn a_resource_list_gets_the_function_config_in_place_keeping_every_other_byte() {
         let config = "apiVersion: v1\nkind: ConfigMap\ndata:\n  namespace: prod\n";
         let list = "# the package\napiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1 # inline\n  kind: ConfigMap\n  metadata: {name: a}\nfunctionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  data: {namespace: old}\nresults: []\n";
-        let replaced = resource_list(list, Some(config)).unwrap();
+        let replaced = resource_list(list.to_owned(), Some(config)).unwrap();
         assert_eq!(
             replaced,
             list.replace("data: {namespace: old}", "data:\n    namespace: prod"),
         );
         let without = list.split("functionConfig:").next().unwrap();
-        let inserted = resource_list(without, Some(config)).unwrap();
+        let inserted = resource_list(without.to_owned(), Some(config)).unwrap();
         assert!(inserted.starts_with(without), "{inserted}");
         let parsed: yaml_serde::Value = yaml_serde::from_str(&inserted).unwrap();
         assert_eq!(parsed["functionConfig"]["data"]["namespace"], "prod");
+        let commented = list.replace("results: []", "# the end\nresults: []");
+        let replaced = resource_list(commented.clone(), Some(config)).unwrap();
+        assert_eq!(
+            replaced,
+            commented.replace("data: {namespace: old}", "data:\n    namespace: prod"),
+        );
+        assert_eq!(resource_list(list.to_owned(), None).unwrap(), list);
+        // Read by a parse rather than line by line: the same list results.
+        let quoted = list.replace("kind: ResourceList", "kind: \"ResourceList\"");
+        let parsed: yaml_serde::Value =
+            yaml_serde::from_str(&resource_list(quoted, Some(config)).unwrap()).unwrap();
+        assert_eq!(parsed["functionConfig"]["data"]["namespace"], "prod");
         let flow = "{apiVersion: config.kubernetes.io/v1, kind: ResourceList, items: []}\n";
         let parsed: yaml_serde::Value =
-            yaml_serde::from_str(&resource_list(flow, Some(config)).unwrap()).unwrap();
+            yaml_serde::from_str(&resource_list(flow.to_owned(), Some(config)).unwrap()).unwrap();
         assert_eq!(parsed["functionConfig"]["data"]["namespace"], "prod");
     }
 
     #[test]
     fn rejects_non_krm_and_broken_yaml() {
         assert!(
-            resource_list("a: [", None)
+            resource_list("a: [".to_owned(), None)
                 .unwrap_err()
                 .to_string()
                 .contains("not valid YAML")
         );
         assert!(
-            resource_list("- 1\n", None)
+            resource_list("- 1\n".to_owned(), None)
                 .unwrap_err()
                 .to_string()
                 .contains("not a YAML mapping")
         );
         assert!(
-            resource_list("a: 1\n", None)
+            resource_list("a: 1\n".to_owned(), None)
                 .unwrap_err()
                 .to_string()
                 .contains("no apiVersion")
         );
         assert!(
-            resource_list("apiVersion: v1\nkind: A\nkind: B\n", None)
+            resource_list("apiVersion: v1\nkind: A\nkind: B\n".to_owned(), None)
                 .unwrap_err()
                 .to_string()
                 .contains("not valid YAML")

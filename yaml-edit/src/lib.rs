@@ -13,12 +13,14 @@ mod limits;
 mod new;
 mod parse;
 mod scalar;
+mod top_level;
 mod tree;
 
 pub use edit::{Editor, apply_edits, scalar_edit};
 pub use limits::{ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, STOPPED, Stop};
 pub use new::{New, block_entries, block_items};
 pub use scalar::{double_quoted, needs_quotes, push_rendered, resolve_plain, untyped_scalar};
+pub use top_level::TopLevel;
 pub use tree::{Children, Doc, Kind, Node, NodeId, Style, line_col};
 
 #[cfg(test)]

@@ -234,3 +234,61 @@ fn quoting_rules() {
         assert!(!needs_quotes(s), "{s}");
     }
 }
+
+#[test]
+fn top_level_reads_keys_line_by_line_and_declines_what_only_a_parse_can_read() {
+    let list = "# head\napiVersion: v1\nkind: ResourceList # the list\nitems:\n- a: 1\n  b: |\n    text\n\n# between\nfunctionConfig:\n  k: v\n# tail\n";
+    let top = TopLevel::scan(list).unwrap();
+    assert_eq!(
+        top.keys().collect::<Vec<_>>(),
+        ["apiVersion", "kind", "items", "functionConfig"]
+    );
+    assert_eq!(top.plain_scalar("kind"), Some("ResourceList"));
+    assert_eq!(top.plain_scalar("items"), None);
+    assert!(!top.has("results"));
+    for declined in [
+        "{kind: ResourceList}\n",
+        "---\nkind: ResourceList\n",
+        "%YAML 1.2\n---\nkind: A\n",
+        "\"kind\": ResourceList\n",
+        "kind: ResourceList\nkind: List\n",
+        "kind: &k ResourceList\n",
+        "items: [a,\nb]\n",
+        "note: 'two\nlines'\n",
+        "kind:\tResourceList\n",
+        "kind: ResourceList\r\n",
+        "  kind: ResourceList\n",
+        "kind: ResourceList\nitems: x\n- a\n",
+        "- a\n",
+        "# only a comment\n",
+    ] {
+        assert!(TopLevel::scan(declined).is_none(), "{declined:?}");
+    }
+}
+
+/// `src` with the edit [`TopLevel::mapping_edit`] gives.
+fn with_mapping(src: &str, key: &str, mapping: &str) -> Option<String> {
+    let (range, text) = TopLevel::scan(src)?.mapping_edit(key, mapping)?;
+    let mut out = src.to_owned();
+    out.replace_range(range, &text);
+    Some(out)
+}
+
+#[test]
+fn top_level_mapping_replaces_a_value_or_is_added_keeping_every_other_byte() {
+    let config = "k: v\nn:\n  m: 1\n";
+    let list = "kind: ResourceList\nfunctionConfig: # old\n  old: 1\n\n# kept\nresults: []\n";
+    assert_eq!(
+        with_mapping(list, "functionConfig", config).unwrap(),
+        "kind: ResourceList\nfunctionConfig:\n  k: v\n  n:\n    m: 1\n\n# kept\nresults: []\n"
+    );
+    assert_eq!(
+        with_mapping("kind: ResourceList", "functionConfig", config).unwrap(),
+        "kind: ResourceList\nfunctionConfig:\n  k: v\n  n:\n    m: 1\n"
+    );
+    assert_eq!(
+        with_mapping("kind: ResourceList\n", "functionConfig", config).unwrap(),
+        "kind: ResourceList\nfunctionConfig:\n  k: v\n  n:\n    m: 1\n"
+    );
+    assert!(with_mapping(list, "functionConfig", "{k: v}").is_none());
+}

@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 
 use crate::functions::{FUNCTIONS, Limits};
-use crate::yaml::{Doc, Stop};
+use crate::yaml::{Doc, Stop, TopLevel};
 
 /// A generated YAML value, rendered in block style by [`render`].
 #[derive(Debug, Clone)]
@@ -322,6 +322,51 @@ proptest! {
         same_tree_or_declined(&src)?;
         let general = Doc::parse_general(&src).and_then(|doc| doc.check_unique_keys());
         prop_assert_eq!(Doc::parse(&src).is_ok(), general.is_ok(), "{:?}", src);
+    }
+
+    #[test]
+    fn a_top_level_reading_is_the_parsers_and_its_edit_keeps_the_rest(
+        src in prop_oneof![document(), document().prop_flat_map(mutated)]
+    ) {
+        let (Some(top), Ok(doc)) = (TopLevel::scan(&src), Doc::parse(&src)) else {
+            // Declined, or not YAML: the caller parses it and reports what the parse says.
+            return Ok(());
+        };
+        let root = doc.roots[0];
+        prop_assert!(doc.is_map(root), "{:?}", src);
+        let key_of = |doc: &Doc, key| doc.str(key).unwrap_or_default().to_owned();
+        let keys: Vec<String> = doc.entries(root).iter().map(|&(key, _)| key_of(&doc, key)).collect();
+        prop_assert_eq!(top.keys().collect::<Vec<_>>(), keys.clone(), "{:?}", src);
+        for &(key, value) in doc.entries(root) {
+            if let Some(plain) = top.plain_scalar(&key_of(&doc, key)) {
+                prop_assert_eq!(doc.str(value), Some(plain), "{:?}", src);
+            }
+        }
+        let config = "apiVersion: v1\nkind: ConfigMap\ndata:\n  k: v\n";
+        let (range, text) = top.mapping_edit("functionConfig", config).expect("a plain mapping");
+        let mut edited = src.clone();
+        edited.replace_range(range, &text);
+        let edited_doc = Doc::parse(&edited)
+            .map_err(|e| TestCaseError::fail(format!("{e}: {edited:?} from {src:?}")))?;
+        let edited_root = edited_doc.roots[0];
+        prop_assert_eq!(edited_doc.get_str(edited_root, &["functionConfig", "data", "k"]), Some("v"));
+        let mut expected = keys.clone();
+        if !expected.iter().any(|key| key == "functionConfig") {
+            expected.push("functionConfig".to_owned());
+        }
+        let edited_keys: Vec<String> = edited_doc
+            .entries(edited_root)
+            .iter()
+            .map(|&(key, _)| key_of(&edited_doc, key))
+            .collect();
+        prop_assert_eq!(edited_keys, expected, "{:?}", edited);
+        for key in keys.iter().filter(|key| *key != "functionConfig") {
+            prop_assert_eq!(
+                edited_doc.get_str(edited_root, &[key]),
+                doc.get_str(root, &[key]),
+                "{} in {:?}", key, edited
+            );
+        }
     }
 
     #[test]
