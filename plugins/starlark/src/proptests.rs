@@ -1,6 +1,6 @@
 //! Hostile input never panics the starlark function: arbitrary bytes for a ResourceList, and
-//! programs pieced together from Starlark fragments, then cut and spliced so that most no
-//! longer parse. Whatever the program does, a call answers with a short error or with a
+//! programs pieced together from Starlark fragments, then edited line by line so that most
+//! no longer parse. Whatever the program does, a call answers with a short error or with a
 //! ResourceList that parses again. `cargo test` runs proptest's default 256 cases.
 
 use proptest::prelude::*;
@@ -33,31 +33,34 @@ fn program() -> impl Strategy<Value = String> {
     prop::collection::vec(prop::sample::select(FRAGMENTS), 0..8).prop_map(|parts| parts.join("\n"))
 }
 
-/// `text` with a few cuts and splices of the characters Starlark's grammar turns on.
-fn mutated(text: String) -> impl Strategy<Value = String> {
-    let edits = prop::collection::vec(
-        (
-            any::<prop::sample::Index>(),
-            0..4usize,
-            prop::sample::select(vec![
-                "", "(", ")", ":", "\n", "  ", "\"", "[", "]", "=", "\t",
-            ]),
-        ),
-        0..4,
-    );
-    (Just(text), edits).prop_map(|(mut text, edits)| {
-        for (at, cut, insert) in edits {
-            let mut at = at.index(text.len() + 1);
-            while !text.is_char_boundary(at) {
-                at -= 1;
+/// `program` with a few lines dropped, repeated, indented further or cut in half, as a hurried
+/// edit leaves a program: most no longer parse, some fail in new ways.
+fn mutated(program: String) -> impl Strategy<Value = String> {
+    let edits = prop::collection::vec((any::<prop::sample::Index>(), 0..4u8), 0..4);
+    (Just(program), edits).prop_map(|(program, edits)| {
+        let mut lines: Vec<String> = program.lines().map(str::to_owned).collect();
+        for (at, edit) in edits {
+            if lines.is_empty() {
+                break;
             }
-            let mut end = (at + cut).min(text.len());
-            while !text.is_char_boundary(end) {
-                end += 1;
+            let at = at.index(lines.len());
+            match edit {
+                0 => {
+                    lines.remove(at);
+                }
+                1 => lines.insert(at, lines[at].clone()),
+                2 => lines[at].insert_str(0, "  "),
+                _ => {
+                    let line = &mut lines[at];
+                    let half = (0..=line.len() / 2)
+                        .rev()
+                        .find(|&cut| line.is_char_boundary(cut))
+                        .unwrap_or(0);
+                    line.truncate(half);
+                }
             }
-            text.replace_range(at..end, insert);
         }
-        text
+        lines.join("\n")
     })
 }
 
