@@ -264,6 +264,8 @@ fn top_level_reads_keys_line_by_line_and_declines_what_only_a_parse_can_read() {
     ] {
         assert!(TopLevel::scan(declined).is_none(), "{declined:?}");
     }
+    let many_keys: String = (0..100_000).map(|i| format!("k{i}: v\n")).collect();
+    assert!(TopLevel::scan(&many_keys).is_none());
 }
 
 /// `src` with the edit [`TopLevel::mapping_edit`] gives.

@@ -4,6 +4,10 @@
 
 use std::ops::Range;
 
+/// More top-level keys than a ResourceList or a KRM object has: such a document is left to the
+/// parser, which bounds what it reads (and the keys here are compared pairwise).
+const MAX_KEYS: usize = 64;
+
 /// A document whose root is a block mapping at column 0, read only as far as its keys.
 ///
 /// [`TopLevel::scan`] answers only when that reading is certainly the parser's: every line at
@@ -60,7 +64,8 @@ impl<'a> TopLevel<'a> {
                 }
                 Some(_) => {
                     let entry = key_line(src, start, end)?;
-                    if entries.iter().any(|known| known.key == entry.key) {
+                    let repeated = entries.iter().any(|known| known.key == entry.key);
+                    if repeated || entries.len() == MAX_KEYS {
                         return None;
                     }
                     entries.push(entry);
