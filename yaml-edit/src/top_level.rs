@@ -35,27 +35,25 @@ impl<'a> TopLevel<'a> {
     /// The top-level keys of `src`, or `None` when `src` is not plainly a block mapping at
     /// column 0 (see [`TopLevel`]).
     pub fn scan(src: &'a str) -> Option<Self> {
-        if src.contains('\r') {
+        let bytes = src.as_bytes();
+        if memchr::memchr(b'\r', bytes).is_some() {
             return None;
         }
         let mut entries: Vec<TopEntry<'a>> = Vec::new();
         let mut start = 0;
-        while start < src.len() {
-            let end = src[start..].find('\n').map_or(src.len(), |at| start + at);
-            let line = &src[start..end];
-            match line.as_bytes().first() {
+        let line_ends = memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len()));
+        for end in line_ends {
+            let line = &bytes[start..end];
+            match line.first() {
                 None | Some(b'#') => {}
                 Some(b'\t') => return None,
                 Some(b' ') => {
-                    if line.trim_start_matches(' ').is_empty() {
-                        // A blank line: the value it follows may go on.
-                    } else if line.trim_start_matches(' ').starts_with('\t') {
-                        return None;
-                    } else {
+                    // A line of spaces alone is blank: the value it follows may go on.
+                    if line.iter().any(|&b| b != b' ') {
                         entries.last_mut()?.value.end = end;
                     }
                 }
-                Some(b'-') if line == "-" || line.starts_with("- ") => {
+                Some(b'-') if line == b"-" || line.starts_with(b"- ") => {
                     let entry = entries.last_mut()?;
                     if !is_bare(&src[entry.inline.clone()]) {
                         return None;
