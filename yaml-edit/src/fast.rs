@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use crate::{Children, Doc, Kind, Node, NodeId, Stop, Style};
+use crate::{Children, Doc, Kind, MAX_TEXT_BYTES, Node, NodeId, Stop, Style};
 
 /// Nesting deeper than this goes to the general parser (which refuses it).
 const MAX_DEPTH: usize = 256;
@@ -36,7 +36,8 @@ struct P<'a, 's> {
 /// The tree of `src`, or `None` when the fast path does not handle it (or `stop` was requested).
 pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
     let b = src.as_bytes();
-    if b.contains(&b'\r') || src.starts_with('\u{feff}') {
+    // Texts too long for the tree's offsets are the general parser's to refuse.
+    if b.len() > MAX_TEXT_BYTES || b.contains(&b'\r') || src.starts_with('\u{feff}') {
         return None;
     }
     let mut p = P {

@@ -16,7 +16,9 @@ mod scalar;
 mod tree;
 
 pub use edit::{Editor, apply_edits, scalar_edit};
-pub use limits::{ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, STOPPED, Stop};
+pub use limits::{
+    ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, MAX_TEXT_BYTES, STOPPED, Stop,
+};
 pub use new::{New, block_entries, block_items};
 pub use scalar::{double_quoted, needs_quotes, push_rendered, resolve_plain, untyped_scalar};
 pub use tree::{Children, Doc, Kind, Node, NodeId, Style, line_col};

@@ -2,6 +2,7 @@
 
 use saphyr_parser::{Event, Parser, ScalarStyle};
 
+use crate::limits::check_text_size;
 use crate::{
     ALIAS_EXPANSION_ALLOWANCE, Children, Doc, Kind, MAX_ALIASES, MAX_DEPTH, Node, NodeId, STOPPED,
     Stop, Style, line_col,
@@ -25,7 +26,8 @@ impl<'a> Doc<'a> {
     }
 
     /// Parses `src`, giving up with [`STOPPED`] once `stop` is requested. Duplicate keys,
-    /// recursive aliases, alias bombs and nesting deeper than [`MAX_DEPTH`] are errors.
+    /// recursive aliases, alias bombs, nesting deeper than [`MAX_DEPTH`] and texts longer than
+    /// [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES) are errors.
     pub fn parse_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
         let doc = match crate::fast::parse(src, stop) {
             Some(doc) => {
@@ -117,6 +119,7 @@ impl<'a> Doc<'a> {
     }
 
     fn parse_general_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
+        check_text_size(src.len())?;
         match Self::parse_events(src, src, stop) {
             Err(error) if error.starts_with(TAB_AFTER_COLON) => {
                 Self::parse_tab_separated(src, stop)

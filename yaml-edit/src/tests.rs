@@ -234,3 +234,13 @@ fn quoting_rules() {
         assert!(!needs_quotes(s), "{s}");
     }
 }
+
+#[test]
+fn texts_longer_than_32_bit_offsets_hold_are_refused() {
+    let too_long = MAX_TEXT_BYTES + 1;
+    assert_eq!(
+        limits::check_text_size(too_long).unwrap_err(),
+        format!("the text is {too_long} bytes, more than the {MAX_TEXT_BYTES} a parse takes")
+    );
+    assert!(limits::check_text_size(MAX_TEXT_BYTES).is_ok());
+}
