@@ -21,7 +21,7 @@ pub use limits::{
 };
 pub use new::{New, block_entries, block_items};
 pub use scalar::{double_quoted, needs_quotes, push_rendered, resolve_plain, untyped_scalar};
-pub use tree::{Children, Doc, Kind, Node, NodeId, Style, line_col};
+pub use tree::{Children, Doc, Kind, Node, NodeId, ScalarValue, Style, line_col};
 
 #[cfg(test)]
 mod tests;
