@@ -104,8 +104,8 @@ impl<'d> TreeDiff<'d> {
     fn written_alike(&self, before: NodeId, after: NodeId) -> bool {
         let (a, b) = (self.old.node(before), self.new.node(after));
         self.verbatim
-            && a.col == b.col
-            && self.old.src[a.start..a.end] == self.new.src[b.start..b.end]
+            && a.col() == b.col()
+            && self.old.src[a.start()..a.end()] == self.new.src[b.start()..b.end()]
     }
 
     fn record(&mut self, mutation_type: MutationType, value: &Value) {

@@ -332,7 +332,7 @@ fn push_comment(out: &mut String, comment: &str) {
 pub fn comments(doc: &crate::yaml::Doc, root: crate::yaml::NodeId) -> HashMap<String, String> {
     let mut out = HashMap::new();
     for (path, node) in crate::resource::scalars(doc, root) {
-        if let Some(comment) = doc.line_comment(doc.node(node).end)
+        if let Some(comment) = doc.line_comment(doc.node(node).end())
             && !comment.is_empty()
         {
             let key: Vec<String> = path

@@ -61,8 +61,8 @@ impl<'a> Unit<'a> {
     /// The text of one element's document, without `---` separators.
     pub fn element_text(&self, element: &Element) -> &'a str {
         let node = self.doc.node(element.root);
-        let start = self.doc.line_start(node.start);
-        let end = self.doc.line_end(node.end);
+        let start = self.doc.line_start(node.start());
+        let end = self.doc.line_end(node.end());
         &self.doc.src[start..end.max(start)]
     }
 
@@ -72,18 +72,18 @@ impl<'a> Unit<'a> {
         let doc = &self.doc;
         let roots = &doc.roots;
         let at = element.document;
-        let start = doc.line_start(doc.node(roots[at]).start);
-        let end = doc.line_end(doc.node(roots[at]).end);
+        let start = doc.line_start(doc.node(roots[at]).start());
+        let end = doc.line_end(doc.node(roots[at]).end());
         match roots.get(at + 1) {
             Some(&next) => {
-                let next_start = doc.line_start(doc.node(next).start).max(end);
+                let next_start = doc.line_start(doc.node(next).start()).max(end);
                 let after = separator_lines(doc.src, end, next_start)
                     .first()
                     .map_or(next_start, |&(_, line_end)| line_end);
                 (start, after)
             }
             None if at > 0 => {
-                let previous_end = doc.line_end(doc.node(roots[at - 1]).end).min(start);
+                let previous_end = doc.line_end(doc.node(roots[at - 1]).end()).min(start);
                 let before = separator_lines(doc.src, previous_end, start)
                     .last()
                     .map_or(start, |&(line_start, _)| line_start);

@@ -56,28 +56,28 @@ impl Editor {
     /// Appends `item` to sequence `seq` (block or flow).
     pub fn append_item(&mut self, doc: &Doc, seq: NodeId, item: New) {
         let node = &doc.nodes[seq];
-        if node.flow || doc.items(seq).is_empty() {
+        if node.flow() || doc.items(seq).is_empty() {
             let mut text = String::new();
             if !doc.items(seq).is_empty() {
                 text.push_str(", ");
             }
-            if node.flow {
+            if node.flow() {
                 item.flow(&mut text);
             } else {
                 item.flow_plain(&mut text);
             }
-            let at = node.end.saturating_sub(1);
-            if node.flow {
+            let at = node.end().saturating_sub(1);
+            if node.flow() {
                 self.push_edit((at, at, text));
             }
             return;
         }
-        let at = doc.line_end(node.end);
+        let at = doc.line_end(node.end());
         let mut text = String::new();
         if at == doc.src.len() && !doc.src.ends_with('\n') {
             text.push('\n');
         }
-        block_items(&[item], node.col, &mut text);
+        block_items(&[item], node.col(), &mut text);
         self.push_edit((at, at, text));
     }
 
@@ -97,13 +97,13 @@ impl Editor {
             self.push_edit((start, end, text));
             return;
         }
-        let parent = node.parent.map(|p| &doc.nodes[p]);
+        let parent = node.parent().map(|p| &doc.nodes[p]);
         let parent_is_seq = parent.is_some_and(|p| matches!(p.kind, Kind::Seq(_)));
         let key_col = key_col_of(doc, target);
-        let own_line_block = !node.flow
+        let own_line_block = !node.flow()
             && matches!(node.kind, Kind::Map(_) | Kind::Seq(_))
             && !parent_is_seq
-            && !doc.src[doc.line_start(node.start)..node.start]
+            && !doc.src[doc.line_start(node.start())..node.start()]
                 .chars()
                 .any(|c| !c.is_whitespace());
         let mut scalar = String::new();
@@ -117,8 +117,8 @@ impl Editor {
                 scalar
             } else {
                 let mut lines = String::new();
-                render_block(value, node.col, &mut lines);
-                lines[node.col.min(lines.len())..]
+                render_block(value, node.col(), &mut lines);
+                lines[node.col().min(lines.len())..]
                     .trim_end_matches('\n')
                     .to_owned()
             };
@@ -129,12 +129,12 @@ impl Editor {
         let colon = value_colon(doc, target);
         if scalar_like {
             let text = format!(" {scalar}");
-            self.push_edit((colon, node.end.max(colon), text));
+            self.push_edit((colon, node.end().max(colon), text));
             return;
         }
         let indent = match (value, &node.kind) {
-            (New::Seq(_), Kind::Seq(_)) if own_line_block => node.col,
-            (_, Kind::Map(_)) if own_line_block => node.col,
+            (New::Seq(_), Kind::Seq(_)) if own_line_block => node.col(),
+            (_, Kind::Map(_)) if own_line_block => node.col(),
             _ => key_col + 2,
         };
         let mut lines = String::new();
@@ -142,24 +142,24 @@ impl Editor {
         let lines = lines.trim_end_matches('\n');
         if own_line_block {
             self.edits
-                .push((doc.line_start(node.start), node.end, lines.to_owned()));
+                .push((doc.line_start(node.start()), node.end(), lines.to_owned()));
         } else {
             // `key: scalar` or `key: {flow}` becomes `key:` and lines below.
             self.edits
-                .push((colon, node.end.max(colon), format!("\n{lines}")));
+                .push((colon, node.end().max(colon), format!("\n{lines}")));
         }
     }
 }
 
 /// Byte just after the `:` that introduces the value `id` of a block or flow mapping entry.
 fn value_colon(doc: &Doc, id: NodeId) -> usize {
-    let Some(parent) = doc.nodes[id].parent else {
-        return doc.nodes[id].start;
+    let Some(parent) = doc.nodes[id].parent() else {
+        return doc.nodes[id].start();
     };
     let Some(&(key, _)) = doc.entries(parent).iter().find(|&&(_, v)| v == id) else {
-        return doc.nodes[id].start;
+        return doc.nodes[id].start();
     };
-    let from = doc.nodes[key].end;
+    let from = doc.nodes[key].end();
     let bytes = doc.src.as_bytes();
     let mut i = from;
     while i < bytes.len() && bytes[i] != b':' {
@@ -171,10 +171,10 @@ fn value_colon(doc: &Doc, id: NodeId) -> usize {
 /// The span to overwrite for node `id`; an empty value sits after its key's colon.
 fn value_span(doc: &Doc, id: NodeId) -> (usize, usize) {
     let node = &doc.nodes[id];
-    if node.start == node.end && doc.src.as_bytes().get(node.start) == Some(&b':') {
-        return (node.start + 1, node.start + 1);
+    if node.start() == node.end() && doc.src.as_bytes().get(node.start()) == Some(&b':') {
+        return (node.start() + 1, node.start() + 1);
     }
-    (node.start, node.end)
+    (node.start(), node.end())
 }
 
 /// Renders a value as block lines at `indent` (each ending in a newline).
@@ -203,7 +203,7 @@ pub fn scalar_edit(
             return None;
         };
         let (mut start, end) = value_span(doc, id);
-        let empty_after_colon = start != node.start;
+        let empty_after_colon = start != node.start();
         let text = match style {
             Style::Single if !value.contains('\n') => format!("'{}'", value.replace('\'', "''")),
             Style::Double | Style::Single => double_quoted(value),
@@ -332,7 +332,7 @@ impl Editor {
         for (id, entries) in pending.into_iter().rev() {
             let node = &doc.nodes[id];
             match &node.kind {
-                Kind::Map(existing) if node.flow => {
+                Kind::Map(existing) if node.flow() => {
                     let mut text = String::new();
                     for (i, (k, v)) in entries.iter().enumerate() {
                         if i > 0 || !existing.is_empty() {
@@ -342,16 +342,16 @@ impl Editor {
                         text.push_str(": ");
                         v.flow(&mut text);
                     }
-                    let at = node.end.saturating_sub(1);
+                    let at = node.end().saturating_sub(1);
                     self.edits.push((at, at, text));
                 }
                 Kind::Map(_) => {
-                    let at = doc.line_end(node.end);
+                    let at = doc.line_end(node.end());
                     let mut text = String::new();
                     if at == src.len() && !src.ends_with('\n') {
                         text.push('\n');
                     }
-                    block_entries(&entries, node.col, &mut text);
+                    block_entries(&entries, node.col(), &mut text);
                     self.edits.push((at, at, text));
                 }
                 Kind::Scalar { .. } => {
@@ -360,11 +360,11 @@ impl Editor {
                     if in_flow {
                         let mut text = String::new();
                         New::Map(entries).flow(&mut text);
-                        self.edits.push((node.start, node.end, text));
+                        self.edits.push((node.start(), node.end(), text));
                     } else {
                         let key_col = key_col_of(doc, id).unwrap_or(0);
-                        self.edits.push((node.start, node.end, String::new()));
-                        let at = doc.line_end(node.end);
+                        self.edits.push((node.start(), node.end(), String::new()));
+                        let at = doc.line_end(node.end());
                         let mut text = String::new();
                         if at == src.len() && !src.ends_with('\n') {
                             text.push('\n');
@@ -410,15 +410,15 @@ fn is_alias(doc: &Doc, id: NodeId) -> bool {
 }
 
 fn is_in_flow(doc: &Doc, id: NodeId) -> bool {
-    doc.nodes[id].parent.is_some_and(|p| doc.nodes[p].flow)
+    doc.nodes[id].parent().is_some_and(|p| doc.nodes[p].flow())
 }
 
 fn key_col_of(doc: &Doc, value: NodeId) -> Option<usize> {
-    let parent = doc.nodes[value].parent?;
+    let parent = doc.nodes[value].parent()?;
     doc.entries(parent)
         .iter()
         .find(|&&(_, v)| v == value)
-        .map(|&(k, _)| doc.nodes[k].col)
+        .map(|&(k, _)| doc.nodes[k].col())
 }
 
 /// Applies non-overlapping edits (sorted by position; inserts at one spot keep their order).

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 
-use crate::{Children, Doc, Kind, Node, NodeId, Stop, Style};
+use crate::{Children, Doc, Kind, MAX_TEXT_BYTES, Node, NodeId, ScalarValue, Stop, Style};
 
 /// Nesting deeper than this goes to the general parser (which refuses it).
 const MAX_DEPTH: usize = 256;
@@ -36,24 +36,20 @@ struct P<'a, 's> {
 /// The tree of `src`, or `None` when the fast path does not handle it (or `stop` was requested).
 pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
     let b = src.as_bytes();
-    if b.contains(&b'\r') || src.starts_with('\u{feff}') {
+    // Texts too long for the tree's offsets are the general parser's to refuse.
+    if b.len() > MAX_TEXT_BYTES || b.contains(&b'\r') || src.starts_with('\u{feff}') {
         return None;
     }
+    // Block YAML holds a node for every 7-10 bytes, and a mapping entry for every two nodes or
+    // so: enough room that the vectors of a large text are not copied while they grow (the
+    // pages not used are never touched).
+    let mut doc = Doc::with_capacity(src, src.len() / 6 + 16, src.len() / 12 + 8);
+    doc.keys_unique = true;
     let mut p = P {
         src,
         stop,
         b,
-        doc: Doc {
-            src,
-            // Block YAML holds a node for every 7-10 bytes, and a mapping entry for every two
-            // nodes or so: enough room that the vectors of a large text are not copied while
-            // they grow (the pages not used are never touched).
-            nodes: Vec::with_capacity(src.len() / 6 + 16),
-            roots: Vec::new(),
-            entries: Vec::with_capacity(src.len() / 12 + 8),
-            items: Vec::new(),
-            keys_unique: true,
-        },
+        doc,
         entries: Vec::new(),
         items: Vec::new(),
         pos: 0,
@@ -103,7 +99,6 @@ impl<'a> P<'a, '_> {
                     return Err(());
                 }
                 let root = self.block_node(ls, 0, 0)?;
-                self.doc.nodes[root].parent = None;
                 roots.push(root);
                 open_explicit = false;
                 after_content = true;
@@ -120,7 +115,7 @@ impl<'a> P<'a, '_> {
                     if !self.src.ends_with('\n') {
                         return Err(());
                     }
-                    roots.push(self.empty_document(at, at));
+                    roots.push(self.empty_document(at, at)?);
                 }
                 return Ok(roots);
             }
@@ -128,7 +123,7 @@ impl<'a> P<'a, '_> {
             let is_start = self.b[at] == b'-';
             self.marker_line(at)?;
             match (is_start, open_explicit) {
-                (true, true) => roots.push(self.empty_document(at, at + 3)),
+                (true, true) => roots.push(self.empty_document(at, at + 3)?),
                 (true, false) => open_explicit = true,
                 (false, false) if after_content => {}
                 // `...` opening the text, repeated, or ending an empty document: left to the
@@ -154,10 +149,10 @@ impl<'a> P<'a, '_> {
         Ok(())
     }
 
-    fn empty_document(&mut self, start: usize, end: usize) -> NodeId {
+    fn empty_document(&mut self, start: usize, end: usize) -> R<NodeId> {
         self.push(
             Kind::Scalar {
-                value: Cow::Borrowed(""),
+                value: ScalarValue::verbatim(start, start),
                 style: Style::Plain,
                 tagged: false,
             },
@@ -244,16 +239,18 @@ impl<'a> P<'a, '_> {
         }
     }
 
-    fn push(&mut self, kind: Kind<'a>, start: usize, end: usize, col: usize) -> NodeId {
-        self.doc.nodes.push(Node {
-            kind,
-            start,
-            end,
-            col,
-            flow: false,
-            parent: None,
-        });
-        self.doc.nodes.len() - 1
+    fn push(&mut self, kind: Kind, start: usize, end: usize, col: usize) -> R<NodeId> {
+        self.doc
+            .push(Node::new(kind, start, end, col, false))
+            .ok_or(())
+    }
+
+    /// A scalar's value: verbatim at `start..end` of the text, or `rewritten` from it.
+    fn scalar_value(&mut self, start: usize, end: usize, rewritten: Cow<str>) -> R<ScalarValue> {
+        match rewritten {
+            Cow::Borrowed(_) => Ok(ScalarValue::verbatim(start, end)),
+            Cow::Owned(value) => self.doc.keep_value(&value).ok_or(()),
+        }
     }
 
     fn is_dash(&self, at: usize) -> bool {
@@ -322,7 +319,7 @@ impl<'a> P<'a, '_> {
         depth: usize,
     ) -> R<NodeId> {
         let col = self.col(ls, at);
-        let id = self.push(Kind::Map(Children::default()), at, at, col);
+        let id = self.push(Kind::Map(Children::default()), at, at, col)?;
         let base = self.entries.len();
         let mut next_key = Some(first_key);
         loop {
@@ -336,9 +333,9 @@ impl<'a> P<'a, '_> {
                 return Err(());
             }
             let key = self.scalar_at(ls, at, key_end)?;
-            self.doc.nodes[key].parent = Some(id);
+            self.doc.nodes[key].set_parent(Some(id));
             let value = self.value(ls, colon + 1, col, depth)?;
-            self.doc.nodes[value].parent = Some(id);
+            self.doc.nodes[value].set_parent(Some(id));
             self.entries.push((key, value));
             match self.peek()? {
                 Some((next, indent)) if indent == col && !self.is_dash(next + indent) => {
@@ -349,7 +346,7 @@ impl<'a> P<'a, '_> {
                 _ => break,
             }
         }
-        let end = self.doc.nodes[self.entries[base..].last().ok_or(())?.1].end;
+        let end = self.doc.nodes[self.entries[base..].last().ok_or(())?.1].end();
         if self.doc.repeated_key(&self.entries[base..]).is_some() {
             // Refused after the parse, which names the first repeat in document order.
             self.doc.keys_unique = false;
@@ -357,7 +354,7 @@ impl<'a> P<'a, '_> {
         let entries = self.doc.add_entries(&self.entries[base..]);
         self.entries.truncate(base);
         let node = &mut self.doc.nodes[id];
-        node.end = end.max(node.start);
+        node.set_end(end.max(node.start()));
         node.kind = Kind::Map(entries);
         Ok(id)
     }
@@ -365,11 +362,11 @@ impl<'a> P<'a, '_> {
     /// A block sequence whose first dash is at `at` (on the line starting at `ls`).
     fn seq(&mut self, mut ls: usize, mut at: usize, depth: usize) -> R<NodeId> {
         let col = self.col(ls, at);
-        let id = self.push(Kind::Seq(Children::default()), at, at, col);
+        let id = self.push(Kind::Seq(Children::default()), at, at, col)?;
         let base = self.items.len();
         loop {
             let item = self.value(ls, at + 1, col, depth)?;
-            self.doc.nodes[item].parent = Some(id);
+            self.doc.nodes[item].set_parent(Some(id));
             self.items.push(item);
             match self.peek()? {
                 Some((next, indent)) if indent == col && self.is_dash(next + indent) => {
@@ -380,11 +377,11 @@ impl<'a> P<'a, '_> {
                 _ => break,
             }
         }
-        let end = self.doc.nodes[*self.items[base..].last().ok_or(())?].end;
+        let end = self.doc.nodes[*self.items[base..].last().ok_or(())?].end();
         let items = self.doc.add_items(&self.items[base..]);
         self.items.truncate(base);
         let node = &mut self.doc.nodes[id];
-        node.end = end.max(node.start);
+        node.set_end(end.max(node.start()));
         node.kind = Kind::Seq(items);
         Ok(id)
     }
@@ -424,16 +421,17 @@ impl<'a> P<'a, '_> {
                 _ => {
                     // saphyr puts an empty value at a key's colon, or just after a dash.
                     let at = if is_item { from } else { from - 1 };
-                    Ok(self.push(
+                    let col = self.col(ls, at);
+                    self.push(
                         Kind::Scalar {
-                            value: Cow::Borrowed(""),
+                            value: ScalarValue::verbatim(at, at),
                             style: Style::Plain,
                             tagged: false,
                         },
                         at,
                         at,
-                        self.col(ls, at),
-                    ))
+                        col,
+                    )
                 }
             };
         }
@@ -478,18 +476,17 @@ impl<'a> P<'a, '_> {
                 while end > q && is_blank(b[end - 1]) {
                     end -= 1;
                 }
-                let text = &self.src[q..end];
                 let col = self.col(ls, q);
                 self.push(
                     Kind::Scalar {
-                        value: Cow::Borrowed(text),
+                        value: ScalarValue::verbatim(q, end),
                         style: Style::Plain,
                         tagged: false,
                     },
                     q,
                     end,
                     col,
-                )
+                )?
             }
         };
         self.pos = (eol + 1).min(b.len());
@@ -579,16 +576,17 @@ impl<'a> P<'a, '_> {
             None => {}
         }
         self.pos = line.min(b.len());
-        Ok(self.push(
+        let value = self.doc.keep_value(&value).ok_or(())?;
+        self.push(
             Kind::Scalar {
-                value: Cow::Owned(value),
+                value,
                 style: Style::Block,
                 tagged: false,
             },
             start,
             end,
             n,
-        ))
+        )
     }
 
     fn expect_comment_or_eol(&self, from: usize, eol: usize) -> R<()> {
@@ -606,22 +604,25 @@ impl<'a> P<'a, '_> {
 
     /// A scalar from `at` to `end` (exclusive; for quoted scalars, past the closing quote).
     fn scalar_at(&mut self, ls: usize, at: usize, end: usize) -> R<NodeId> {
-        let text = &self.src[at..end];
+        let src = self.src;
         let (value, style) = match self.b[at] {
             b'\'' => {
-                let inner = &text[1..text.len() - 1];
+                let inner = &src[at + 1..end - 1];
                 let value = if inner.contains("''") {
                     Cow::Owned(inner.replace("''", "'"))
                 } else {
                     Cow::Borrowed(inner)
                 };
-                (value, Style::Single)
+                (self.scalar_value(at + 1, end - 1, value)?, Style::Single)
             }
-            b'"' => (unescape(&text[1..text.len() - 1]).ok_or(())?, Style::Double),
-            _ => (Cow::Borrowed(text), Style::Plain),
+            b'"' => {
+                let value = unescape(&src[at + 1..end - 1]).ok_or(())?;
+                (self.scalar_value(at + 1, end - 1, value)?, Style::Double)
+            }
+            _ => (ScalarValue::verbatim(at, end), Style::Plain),
         };
         let col = self.col(ls, at);
-        Ok(self.push(
+        self.push(
             Kind::Scalar {
                 value,
                 style,
@@ -630,7 +631,7 @@ impl<'a> P<'a, '_> {
             at,
             end,
             col,
-        ))
+        )
     }
 }
 

@@ -17,11 +17,13 @@ mod top_level;
 mod tree;
 
 pub use edit::{Editor, apply_edits, scalar_edit};
-pub use limits::{ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, STOPPED, Stop};
+pub use limits::{
+    ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, MAX_TEXT_BYTES, STOPPED, Stop,
+};
 pub use new::{New, block_entries, block_items};
 pub use scalar::{double_quoted, needs_quotes, push_rendered, resolve_plain, untyped_scalar};
 pub use top_level::TopLevel;
-pub use tree::{Children, Doc, Kind, Node, NodeId, Style, line_col};
+pub use tree::{Children, Doc, Kind, Node, NodeId, ScalarValue, Style, line_col};
 
 #[cfg(test)]
 mod tests;

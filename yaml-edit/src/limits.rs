@@ -6,6 +6,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Nesting deeper than this is refused rather than risking the stack on hostile input.
 pub const MAX_DEPTH: usize = 512;
 
+/// Texts longer than this are refused: the tree keeps byte offsets in 32 bits. (A function's
+/// input is far smaller: the runner bounds its messages well below this.)
+pub const MAX_TEXT_BYTES: usize = u32::MAX as usize;
+
+/// Refuses a text longer than [`MAX_TEXT_BYTES`].
+pub(crate) fn check_text_size(len: usize) -> Result<(), String> {
+    if len > MAX_TEXT_BYTES {
+        return Err(format!(
+            "the text is {len} bytes, more than the {MAX_TEXT_BYTES} a parse takes"
+        ));
+    }
+    Ok(())
+}
+
 /// More aliases than this in one input are refused (a ResourceList rarely needs any).
 pub const MAX_ALIASES: usize = 10_000;
 

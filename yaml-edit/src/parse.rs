@@ -2,6 +2,8 @@
 
 use saphyr_parser::{Event, Parser, ScalarStyle};
 
+use crate::limits::check_text_size;
+use crate::tree::{narrow, too_many_nodes, too_many_values};
 use crate::{
     ALIAS_EXPANSION_ALLOWANCE, Children, Doc, Kind, MAX_ALIASES, MAX_DEPTH, Node, NodeId, STOPPED,
     Stop, Style, line_col,
@@ -25,7 +27,8 @@ impl<'a> Doc<'a> {
     }
 
     /// Parses `src`, giving up with [`STOPPED`] once `stop` is requested. Duplicate keys,
-    /// recursive aliases, alias bombs and nesting deeper than [`MAX_DEPTH`] are errors.
+    /// recursive aliases, alias bombs, nesting deeper than [`MAX_DEPTH`] and texts longer than
+    /// [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES) are errors.
     pub fn parse_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
         let doc = match crate::fast::parse(src, stop) {
             Some(doc) => {
@@ -52,8 +55,8 @@ impl<'a> Doc<'a> {
                 continue;
             };
             if let Some((first, again)) = self.repeated_key(&self.entries[entries.range()]) {
-                let (line, col) = line_col(self.src, self.nodes[again].start);
-                let (first_line, first_col) = line_col(self.src, self.nodes[first].start);
+                let (line, col) = line_col(self.src, self.nodes[again].start());
+                let (first_line, first_col) = line_col(self.src, self.nodes[first].start());
                 return Err(format!(
                     "duplicate mapping key {:?} at line {line} column {col} (first at line {first_line} column {first_col})",
                     self.str(again).unwrap_or_default()
@@ -96,18 +99,50 @@ impl<'a> Doc<'a> {
                 self.src
             )
         });
-        assert_eq!(self.roots, general.roots, "roots of {:?}", self.src);
-        assert_eq!(
-            self.nodes.len(),
-            general.nodes.len(),
-            "node count of {:?}",
-            self.src
-        );
-        for (i, (a, b)) in self.nodes.iter().zip(&general.nodes).enumerate() {
-            assert_eq!(a, b, "node {i} of {:?}", self.src);
+        if let Some(difference) = self.difference(&general) {
+            panic!("{difference} of {:?}", self.src);
         }
-        assert_eq!(self.entries, general.entries, "entries of {:?}", self.src);
-        assert_eq!(self.items, general.items, "items of {:?}", self.src);
+    }
+
+    /// The first difference between this tree and `other`, if any (scalars compared by their
+    /// values, wherever each tree keeps them): for checking one parser against the other.
+    #[cfg(any(test, debug_assertions))]
+    pub fn difference(&self, other: &Doc) -> Option<String> {
+        if self.roots != other.roots {
+            return Some(format!("roots {:?} and {:?}", self.roots, other.roots));
+        }
+        if self.nodes.len() != other.nodes.len() {
+            return Some(format!(
+                "{} nodes and {}",
+                self.nodes.len(),
+                other.nodes.len()
+            ));
+        }
+        for (i, (a, b)) in self.nodes.iter().zip(&other.nodes).enumerate() {
+            let same_kind = match (a.kind, b.kind) {
+                (
+                    Kind::Scalar { style, tagged, .. },
+                    Kind::Scalar {
+                        style: other_style,
+                        tagged: other_tagged,
+                        ..
+                    },
+                ) => style == other_style && tagged == other_tagged && self.str(i) == other.str(i),
+                (kind, other_kind) => kind == other_kind,
+            };
+            let place = |n: &Node| (n.start(), n.end(), n.col(), n.flow(), n.parent());
+            if !same_kind || place(a) != place(b) {
+                return Some(format!(
+                    "node {i}: {a:?} {:?} and {b:?} {:?}",
+                    self.str(i),
+                    other.str(i)
+                ));
+            }
+        }
+        if self.entries != other.entries {
+            return Some("entries differ".into());
+        }
+        (self.items != other.items).then(|| "items differ".into())
     }
 
     /// The general parser (saphyr events) alone, to check the fast path against it.
@@ -117,6 +152,7 @@ impl<'a> Doc<'a> {
     }
 
     fn parse_general_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
+        check_text_size(src.len())?;
         match Self::parse_events(src, src, stop) {
             Err(error) if error.starts_with(TAB_AFTER_COLON) => {
                 Self::parse_tab_separated(src, stop)
@@ -145,8 +181,8 @@ impl<'a> Doc<'a> {
             let mut in_scalars: Vec<usize> = Vec::new();
             for node in &doc.nodes {
                 if matches!(node.kind, Kind::Scalar { .. }) {
-                    let first = tabs.partition_point(|&tab| tab < node.start);
-                    let after = tabs.partition_point(|&tab| tab < node.end);
+                    let first = tabs.partition_point(|&tab| tab < node.start());
+                    let after = tabs.partition_point(|&tab| tab < node.end());
                     in_scalars.extend_from_slice(&tabs[first..after.max(first)]);
                 }
             }
@@ -174,14 +210,7 @@ impl<'a> Doc<'a> {
             None => index.min(src.len()),
             Some(table) => table.get(index).copied().unwrap_or(src.len()),
         };
-        let mut doc = Doc {
-            src,
-            nodes: Vec::new(),
-            roots: Vec::new(),
-            entries: Vec::new(),
-            items: Vec::new(),
-            keys_unique: false,
-        };
+        let mut doc = Doc::with_capacity(src, 0, 0);
         let mut anchors: std::collections::HashMap<usize, NodeId> = Default::default();
         let mut stack: Vec<Open> = Vec::new();
         let mut expansion = Expansion::default();
@@ -215,18 +244,20 @@ impl<'a> Doc<'a> {
                         _ => end,
                     };
                     expansion.scalar(value.len());
-                    let id = doc.push(Node {
-                        kind: Kind::Scalar {
-                            value: std::borrow::Cow::Owned(value.into_owned()),
-                            style,
-                            tagged: tag.is_some(),
-                        },
-                        start,
-                        end,
-                        col,
-                        flow: false,
-                        parent: None,
-                    });
+                    let value = doc.keep_value(&value).ok_or_else(too_many_values)?;
+                    let id = doc
+                        .push(Node::new(
+                            Kind::Scalar {
+                                value,
+                                style,
+                                tagged: tag.is_some(),
+                            },
+                            start,
+                            end,
+                            col,
+                            false,
+                        ))
+                        .ok_or_else(too_many_nodes)?;
                     if anchor > 0 {
                         anchors.insert(anchor, id);
                     }
@@ -238,14 +269,16 @@ impl<'a> Doc<'a> {
                         format!("unknown alias at line {line} column {col}")
                     })?;
                     expansion.alias(target, src, start)?;
-                    Some(doc.push(Node {
-                        kind: Kind::Alias(target),
-                        start,
-                        end,
-                        col,
-                        flow: false,
-                        parent: None,
-                    }))
+                    Some(
+                        doc.push(Node::new(
+                            Kind::Alias(narrow(target)),
+                            start,
+                            end,
+                            col,
+                            false,
+                        ))
+                        .ok_or_else(too_many_nodes)?,
+                    )
                 }
                 Event::MappingStart(anchor, _) | Event::SequenceStart(anchor, _) => {
                     if stack.len() >= MAX_DEPTH {
@@ -258,18 +291,14 @@ impl<'a> Doc<'a> {
                     // A block collection starts at its first entry; the span may cover an
                     // anchor or tag before it, which belongs to the parent line.
                     let (start, col) = if flow { (end - 1, col) } else { (end, col) };
-                    let id = doc.push(Node {
-                        kind: if is_map {
-                            Kind::Map(Children::default())
-                        } else {
-                            Kind::Seq(Children::default())
-                        },
-                        start,
-                        end: start,
-                        col,
-                        flow,
-                        parent: None,
-                    });
+                    let kind = if is_map {
+                        Kind::Map(Children::default())
+                    } else {
+                        Kind::Seq(Children::default())
+                    };
+                    let id = doc
+                        .push(Node::new(kind, start, start, col, flow))
+                        .ok_or_else(too_many_nodes)?;
                     if anchor > 0 {
                         anchors.insert(anchor, id);
                     }
@@ -290,42 +319,41 @@ impl<'a> Doc<'a> {
                     };
                     doc.nodes[id].kind = kind;
                     let (first, last) = first_and_last_child(&doc, id);
-                    let node_end = if doc.nodes[id].flow {
+                    let node_end = if doc.nodes[id].flow() {
                         // The closing bracket (the event's span may run over a comment).
                         (start + 1).min(end)
                     } else {
-                        last.map_or(doc.nodes[id].start, |last| doc.nodes[last].end)
+                        last.map_or(doc.nodes[id].start(), |last| doc.nodes[last].end())
                     };
                     expansion.close(id, doc.entries(id), doc.items(id));
                     let node = &mut doc.nodes[id];
-                    node.end = node_end.max(node.start);
+                    node.set_end(node_end.max(node.start()));
                     // A block collection's start is its first child (the event may sit on an
                     // anchor, or be empty in indentless sequences).
-                    if !node.flow
+                    if !node.flow()
                         && let Some(first) = first
                     {
                         let (first_start, first_col) =
-                            (doc.nodes[first].start, doc.nodes[first].col);
+                            (doc.nodes[first].start(), doc.nodes[first].col());
                         let node = &mut doc.nodes[id];
-                        node.start = first_start;
-                        node.col = if matches!(node.kind, Kind::Seq(_)) {
-                            // The dash sits two columns before the item in `- item`.
-                            column_of(src, seq_dash(src, first_start)).unwrap_or(first_col)
-                        } else {
-                            first_col
-                        };
                         if matches!(node.kind, Kind::Seq(_)) {
-                            node.start = seq_dash(src, first_start);
+                            // The dash sits two columns before the item in `- item`.
+                            let dash = seq_dash(src, first_start);
+                            node.set_start(dash);
+                            node.set_col(column_of(src, dash).unwrap_or(first_col));
+                        } else {
+                            node.set_start(first_start);
+                            node.set_col(first_col);
                         }
                     }
                     Some(id)
                 }
             };
             if let Some(id) = finished {
-                doc.nodes[id].parent = match stack.last() {
+                doc.nodes[id].set_parent(match stack.last() {
                     Some(Open::Map(parent, ..) | Open::Seq(parent, _)) => Some(*parent),
                     None => None,
-                };
+                });
                 match stack.last_mut() {
                     Some(Open::Map(_, entries, pending)) => match pending.take() {
                         Some(key) => entries.push((key, id)),
@@ -338,11 +366,6 @@ impl<'a> Doc<'a> {
         }
         expansion.check(&doc.roots)?;
         Ok(doc)
-    }
-
-    fn push(&mut self, node: Node<'a>) -> NodeId {
-        self.nodes.push(node);
-        self.nodes.len() - 1
     }
 }
 

@@ -67,12 +67,12 @@ fn sequence_nodes_start_at_the_dash() {
     let src = "a:\n  - x\n  - y\nb:\n- p: 1\n  q: 2\n";
     let doc = Doc::parse(src).unwrap();
     let a = doc.get(doc.roots[0], "a").unwrap();
-    assert_eq!(&src[doc.node(a).start..doc.node(a).end], "- x\n  - y");
-    assert_eq!(doc.node(a).col, 2);
+    assert_eq!(&src[doc.node(a).start()..doc.node(a).end()], "- x\n  - y");
+    assert_eq!(doc.node(a).col(), 2);
     let b = doc.get(doc.roots[0], "b").unwrap();
-    assert_eq!(doc.node(b).col, 0);
+    assert_eq!(doc.node(b).col(), 0);
     let item = doc.items(b)[0];
-    assert_eq!(doc.node(item).col, 2);
+    assert_eq!(doc.node(item).col(), 2);
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn quoted_and_flow_spans_stop_before_comments() {
     let doc = Doc::parse(src).unwrap();
     let text = |k: &str| {
         let n = doc.node(doc.get(doc.roots[0], k).unwrap());
-        &src[n.start..n.end]
+        &src[n.start()..n.end()]
     };
     assert_eq!(text("a"), "\"1\"");
     assert_eq!(text("b"), "'it''s'");
@@ -293,4 +293,28 @@ fn top_level_mapping_replaces_a_value_or_is_added_keeping_every_other_byte() {
         "kind: ResourceList\nfunctionConfig:\n  k: v\n  n:\n    m: 1\n"
     );
     assert!(with_mapping(list, "functionConfig", "{k: v}").is_none());
+}
+
+#[test]
+fn texts_longer_than_32_bit_offsets_hold_are_refused() {
+    let too_long = MAX_TEXT_BYTES + 1;
+    assert_eq!(
+        limits::check_text_size(too_long).unwrap_err(),
+        format!("the text is {too_long} bytes, more than the {MAX_TEXT_BYTES} a parse takes")
+    );
+    assert!(limits::check_text_size(MAX_TEXT_BYTES).is_ok());
+}
+
+#[test]
+fn values_read_the_same_wherever_they_are_kept() {
+    let src = "a: 'it''s'\nb: \"x\\ty\"\nc: 'q'\nd: |\n  z\ne: p # c\nf:\n---\n";
+    for doc in [Doc::parse(src).unwrap(), Doc::parse_general(src).unwrap()] {
+        let root = doc.roots[0];
+        let values: Vec<_> = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|key| doc.get_str(root, &[key]).unwrap())
+            .collect();
+        assert_eq!(values, ["it's", "x\ty", "q", "z\n", "p", ""]);
+        assert_eq!(doc.str(doc.roots[1]), Some(""));
+    }
 }

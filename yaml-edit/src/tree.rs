@@ -1,10 +1,21 @@
 //! The tree a parse builds: nodes with the byte spans of their text, and reading it.
 
-use std::borrow::Cow;
-
 use crate::{MAX_DEPTH, New, resolve_plain};
 
 pub type NodeId = usize;
+
+/// Nodes are numbered in 32 bits, this one meaning none (the parent of a root).
+const NONE: u32 = u32::MAX;
+
+/// A document holds at most this many nodes (their numbers are kept in 32 bits).
+pub(crate) const MAX_NODES: usize = NONE as usize;
+
+/// Narrows an offset, column or count of a parse to the 32 bits the tree keeps. A parse
+/// refuses texts over [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES) and documents over
+/// [`MAX_NODES`] before it narrows anything, so this never fails.
+pub(crate) fn narrow(n: usize) -> u32 {
+    u32::try_from(n).expect("a parse refuses what does not fit in 32 bits")
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
@@ -18,13 +29,13 @@ pub enum Style {
 /// allocation for all the collections of a document instead of one each.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Children {
-    pub(crate) start: usize,
-    pub(crate) len: usize,
+    start: u32,
+    len: u32,
 }
 
 impl Children {
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     pub fn is_empty(&self) -> bool {
@@ -32,15 +43,37 @@ impl Children {
     }
 
     pub(crate) fn range(&self) -> std::ops::Range<usize> {
-        self.start..self.start + self.len
+        self.start as usize..self.start as usize + self.len as usize
     }
 }
 
-#[derive(Debug, PartialEq)]
-pub enum Kind<'a> {
+/// Where a scalar's value is kept, read with [`Doc::str`]: a span of the text when the value is
+/// written verbatim, else a span of the document's own copy of the values it had to rewrite
+/// (unescaped, folded, block scalars). Packed: without padding after its flag, a scalar's
+/// [`Kind`] takes 12 bytes and its [`Node`] 32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed)]
+pub struct ScalarValue {
+    start: u32,
+    len: u32,
+    verbatim: bool,
+}
+
+impl ScalarValue {
+    /// The value written verbatim at `start..end` of the text.
+    pub(crate) fn verbatim(start: usize, end: usize) -> Self {
+        ScalarValue {
+            start: narrow(start),
+            len: narrow(end - start),
+            verbatim: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
     Scalar {
-        /// Borrowed from the text when written verbatim.
-        value: Cow<'a, str>,
+        value: ScalarValue,
         style: Style,
         tagged: bool,
     },
@@ -48,34 +81,107 @@ pub enum Kind<'a> {
     Map(Children),
     /// Its items, read with [`Doc::items`].
     Seq(Children),
-    /// Points at the anchored node; never edited through.
-    Alias(NodeId),
+    /// Points at the anchored node (followed with [`Doc::deref`]); never edited through.
+    Alias(u32),
 }
 
-#[derive(Debug, PartialEq)]
-pub struct Node<'a> {
-    pub kind: Kind<'a>,
-    /// Byte span of the node's text (for block collections: first entry to end of last).
-    pub start: usize,
-    pub end: usize,
+/// A node of the tree, kept small (a large text holds one for every 7-10 bytes): offsets,
+/// column and parent in 32 bits, read through its methods.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub kind: Kind,
+    start: u32,
+    end: u32,
+    col: u32,
+    parent: u32,
+    flow: bool,
+}
+
+const _: () = assert!(size_of::<Node>() <= 32);
+
+impl Node {
+    /// A node at `start..end` of the text, starting at column `col`, with no parent yet.
+    pub(crate) fn new(kind: Kind, start: usize, end: usize, col: usize, flow: bool) -> Self {
+        Node {
+            kind,
+            start: narrow(start),
+            end: narrow(end),
+            col: narrow(col),
+            parent: NONE,
+            flow,
+        }
+    }
+
+    /// Byte offset where the node's text starts (for block collections: their first entry).
+    pub fn start(&self) -> usize {
+        self.start as usize
+    }
+
+    /// Byte offset where the node's text ends (for block collections: their last entry's end).
+    pub fn end(&self) -> usize {
+        self.end as usize
+    }
+
     /// Column (in characters) where the node starts; the indentation of block entries.
-    pub col: usize,
-    pub flow: bool,
-    pub parent: Option<NodeId>,
+    pub fn col(&self) -> usize {
+        self.col as usize
+    }
+
+    /// Whether the node is a flow collection (`{...}`, `[...]`).
+    pub fn flow(&self) -> bool {
+        self.flow
+    }
+
+    /// The collection holding the node; none for a document's root.
+    pub fn parent(&self) -> Option<NodeId> {
+        (self.parent != NONE).then_some(self.parent as usize)
+    }
+
+    pub(crate) fn set_start(&mut self, start: usize) {
+        self.start = narrow(start);
+    }
+
+    pub(crate) fn set_end(&mut self, end: usize) {
+        self.end = narrow(end);
+    }
+
+    pub(crate) fn set_col(&mut self, col: usize) {
+        self.col = narrow(col);
+    }
+
+    pub(crate) fn set_parent(&mut self, parent: Option<NodeId>) {
+        self.parent = parent.map_or(NONE, narrow);
+    }
 }
 
 pub struct Doc<'a> {
     pub src: &'a str,
-    pub nodes: Vec<Node<'a>>,
+    pub nodes: Vec<Node>,
     /// Root node of each document in the stream.
     pub roots: Vec<NodeId>,
     /// The entries (key, value) of every mapping, each mapping's together.
     pub(crate) entries: Vec<(NodeId, NodeId)>,
     /// The items of every sequence, each sequence's together.
     pub(crate) items: Vec<NodeId>,
+    /// The values of the scalars not written verbatim, one after another (see [`ScalarValue`]).
+    pub(crate) values: String,
     /// Whether every mapping's keys are known to differ (the fast path checks each mapping as
     /// it reads it); otherwise [`Doc::check_unique_keys`] looks after the parse.
     pub(crate) keys_unique: bool,
+}
+
+/// The parse error when a document would hold more than [`MAX_NODES`] nodes.
+pub(crate) fn too_many_nodes() -> String {
+    format!("more than {MAX_NODES} nodes")
+}
+
+/// The parse error when the values a document keeps (see [`ScalarValue`]) would hold more than
+/// [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES).
+pub(crate) fn too_many_values() -> String {
+    format!(
+        "the values of its scalars hold more than {} bytes",
+        crate::MAX_TEXT_BYTES
+    )
 }
 
 /// 1-based line and column (in characters) of byte `pos`.
@@ -88,14 +194,63 @@ pub fn line_col(src: &str, pos: usize) -> (usize, usize) {
 }
 
 impl<'a> Doc<'a> {
-    pub fn node(&self, id: NodeId) -> &Node<'a> {
+    /// An empty tree of `src`, with room for `nodes` nodes and `entries` mapping entries.
+    pub(crate) fn with_capacity(src: &'a str, nodes: usize, entries: usize) -> Self {
+        Doc {
+            src,
+            nodes: Vec::with_capacity(nodes),
+            roots: Vec::new(),
+            entries: Vec::with_capacity(entries),
+            items: Vec::new(),
+            values: String::new(),
+            keys_unique: false,
+        }
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id]
+    }
+
+    /// Adds a node; none past [`MAX_NODES`] (see [`too_many_nodes`]).
+    pub(crate) fn push(&mut self, node: Node) -> Option<NodeId> {
+        if self.nodes.len() >= MAX_NODES {
+            return None;
+        }
+        self.nodes.push(node);
+        Some(self.nodes.len() - 1)
+    }
+
+    /// Keeps a scalar's value that is not written verbatim in the text (unescaped, folded);
+    /// none past [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES) of such values (see
+    /// [`too_many_values`]).
+    pub(crate) fn keep_value(&mut self, value: &str) -> Option<ScalarValue> {
+        let start = self.values.len();
+        if start + value.len() > crate::MAX_TEXT_BYTES {
+            return None;
+        }
+        self.values.push_str(value);
+        Some(ScalarValue {
+            start: narrow(start),
+            len: narrow(value.len()),
+            verbatim: false,
+        })
+    }
+
+    /// The text of a scalar's value.
+    fn value(&self, value: ScalarValue) -> &str {
+        let text = if value.verbatim {
+            self.src
+        } else {
+            &self.values
+        };
+        let start = value.start as usize;
+        &text[start..start + value.len as usize]
     }
 
     /// Follows an alias to its anchored node.
     pub fn deref(&self, id: NodeId) -> NodeId {
         match self.nodes[id].kind {
-            Kind::Alias(target) => target,
+            Kind::Alias(target) => target as usize,
             _ => id,
         }
     }
@@ -121,8 +276,8 @@ impl<'a> Doc<'a> {
         let start = self.entries.len();
         self.entries.extend_from_slice(entries);
         Children {
-            start,
-            len: entries.len(),
+            start: narrow(start),
+            len: narrow(entries.len()),
         }
     }
 
@@ -131,8 +286,8 @@ impl<'a> Doc<'a> {
         let start = self.items.len();
         self.items.extend_from_slice(items);
         Children {
-            start,
-            len: items.len(),
+            start: narrow(start),
+            len: narrow(items.len()),
         }
     }
 
@@ -146,20 +301,20 @@ impl<'a> Doc<'a> {
 
     /// The scalar's value, if the node is a scalar (aliases followed).
     pub fn str(&self, id: NodeId) -> Option<&str> {
-        match &self.nodes[self.deref(id)].kind {
-            Kind::Scalar { value, .. } => Some(value),
+        match self.nodes[self.deref(id)].kind {
+            Kind::Scalar { value, .. } => Some(self.value(value)),
             _ => None,
         }
     }
 
     /// A null value: empty, `~` or `null` written plain.
     pub fn is_null(&self, id: NodeId) -> bool {
-        match &self.nodes[self.deref(id)].kind {
+        match self.nodes[self.deref(id)].kind {
             Kind::Scalar {
                 value,
                 style: Style::Plain,
                 tagged: false,
-            } => matches!(&**value, "" | "~" | "null" | "Null" | "NULL"),
+            } => matches!(self.value(value), "" | "~" | "null" | "Null" | "NULL"),
             _ => false,
         }
     }
@@ -175,8 +330,8 @@ impl<'a> Doc<'a> {
     /// Whether node `id` is a scalar whose value is `text` (aliases followed): asked of every
     /// key a lookup passes, so written keys are compared without a second look at the node.
     fn reads(&self, id: NodeId, text: &str) -> bool {
-        match &self.nodes[id].kind {
-            Kind::Scalar { value, .. } => **value == *text,
+        match self.nodes[id].kind {
+            Kind::Scalar { value, .. } => self.value(value) == text,
             Kind::Alias(_) => self.str(id) == Some(text),
             _ => false,
         }
@@ -220,13 +375,13 @@ impl<'a> Doc<'a> {
             return Value::Null;
         }
         let id = self.deref(id);
-        match &self.nodes[id].kind {
+        match self.nodes[id].kind {
             Kind::Scalar {
                 value,
                 style: Style::Plain,
                 tagged: false,
-            } => resolve_plain(value),
-            Kind::Scalar { value, .. } => Value::String(value.to_string()),
+            } => resolve_plain(self.value(value)),
+            Kind::Scalar { value, .. } => Value::String(self.value(value).to_owned()),
             Kind::Map(_) => Value::Object(
                 self.entries(id)
                     .iter()
@@ -264,13 +419,13 @@ impl<'a> Doc<'a> {
         if depth > MAX_DEPTH {
             return New::Plain("null".into());
         }
-        match &node.kind {
+        match node.kind {
             Kind::Scalar { value, style, .. } => {
-                let text = &self.src[node.start.min(node.end)..node.end];
+                let text = &self.src[node.start().min(node.end())..node.end()];
                 match style {
-                    Style::Block => New::Str(value.to_string()),
+                    Style::Block => New::Str(self.value(value).to_owned()),
                     _ if text.is_empty() && node.start == node.end => New::Plain("null".into()),
-                    _ if text.contains('\n') => New::Str(value.to_string()),
+                    _ if text.contains('\n') => New::Str(self.value(value).to_owned()),
                     _ => New::Plain(text.to_owned()),
                 }
             }

@@ -477,7 +477,9 @@ fn to_val(doc: &Doc, id: NodeId, depth: usize) -> Val {
             tagged: false,
             ..
         } => from_json(&doc.to_json(id)),
-        Kind::Scalar { value, .. } => Val::utf8_str(value.to_string().into_bytes()),
+        Kind::Scalar { .. } => {
+            Val::utf8_str(doc.str(id).unwrap_or_default().to_owned().into_bytes())
+        }
         Kind::Map(_) => {
             let mut map = jaq_json::Map::default();
             for &(key, value) in doc.entries(id) {

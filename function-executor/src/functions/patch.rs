@@ -133,11 +133,11 @@ fn walk(doc: &Doc, root: NodeId, segments: &[String]) -> Walked {
 /// The span of a block-sequence item's lines, when the item starts its own line after `- `.
 fn item_lines(doc: &Doc, item: NodeId) -> Option<(usize, usize)> {
     let node = doc.node(item);
-    let start = doc.line_start(node.start);
-    let lead = doc.src[start..node.start].trim_start_matches(' ');
+    let start = doc.line_start(node.start());
+    let lead = doc.src[start..node.start()].trim_start_matches(' ');
     let dashed = lead.trim_end_matches(' ') == "-";
-    let in_flow = node.parent.is_some_and(|seq| doc.node(seq).flow);
-    (dashed && !in_flow).then(|| (start, doc.line_end(node.end)))
+    let in_flow = node.parent().is_some_and(|seq| doc.node(seq).flow());
+    (dashed && !in_flow).then(|| (start, doc.line_end(node.end())))
 }
 
 /// Removes what `path` names (a mapping entry or a list item); false when there is nothing.
@@ -343,8 +343,8 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
                     text.push('\n');
                 }
                 let node = doc.node(element.root);
-                let start = doc.line_start(node.start);
-                let end = doc.line_end(node.end);
+                let start = doc.line_start(node.start());
+                let end = doc.line_end(node.end());
                 editor.replace(start, end, text);
                 whole_edits += 1;
             }

@@ -242,7 +242,7 @@ pub fn get<'r>(
 }
 
 fn line_comment(doc: &Doc, node: NodeId) -> String {
-    let rest = doc.rest_of_line(doc.node(node).end).trim();
+    let rest = doc.rest_of_line(doc.node(node).end()).trim();
     if rest.starts_with('#') {
         rest.to_owned()
     } else {

@@ -180,8 +180,8 @@ fn upsert_resource(call: &Call) -> Result<Outcome, String> {
     let updated = match existing {
         Some(element) => {
             let node = call.unit.doc.node(element.root);
-            let start = call.unit.doc.line_start(node.start);
-            let end = call.unit.doc.line_end(node.end);
+            let start = call.unit.doc.line_start(node.start());
+            let end = call.unit.doc.line_end(node.end());
             format!("{}{text}{}", &src[..start], &src[end..])
         }
         None if call.unit.elements.is_empty() => text,
@@ -255,8 +255,8 @@ fn replicate(call: &Call) -> Result<Outcome, String> {
     }
     let doc = &call.unit.doc;
     let node = doc.node(element.root);
-    let start = doc.line_start(node.start);
-    let end = doc.line_end(node.end);
+    let start = doc.line_start(node.start());
+    let end = doc.line_end(node.end());
     let replacement = copies.join("---\n");
     Ok(Outcome::text(format!(
         "{}{replacement}{}",

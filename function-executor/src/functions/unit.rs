@@ -341,15 +341,18 @@ pub(crate) fn entry_lines(
     key: crate::yaml::NodeId,
     value: crate::yaml::NodeId,
 ) -> Option<(usize, usize)> {
-    let start = doc.line_start(doc.node(key).start);
-    let own_line = doc.src[start..doc.node(key).start]
+    let start = doc.line_start(doc.node(key).start());
+    let own_line = doc.src[start..doc.node(key).start()]
         .chars()
         .all(|c| c == ' ');
-    let in_flow = doc.node(key).parent.is_some_and(|map| doc.node(map).flow);
+    let in_flow = doc
+        .node(key)
+        .parent()
+        .is_some_and(|map| doc.node(map).flow());
     (own_line && !in_flow).then(|| {
         (
             start,
-            doc.line_end(doc.node(value).end.max(doc.node(key).end)),
+            doc.line_end(doc.node(value).end().max(doc.node(key).end())),
         )
     })
 }
@@ -450,20 +453,20 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
             }
             let written = doc.node(node);
             let on_one_line = matches!(written.kind, Kind::Scalar { .. })
-                && !doc.src[written.start..written.end].contains('\n');
+                && !doc.src[written.start()..written.end()].contains('\n');
             if !on_one_line {
                 return Err(format!(
                     "{} {}: path {}: only values written on one line take a comment",
                     info.resource_type, info.resource_name, found.path
                 ));
             }
-            let rest = doc.rest_of_line(written.end);
+            let rest = doc.rest_of_line(written.end());
             let text = if comment.is_empty() {
                 String::new()
             } else {
                 format!(" # {comment}")
             };
-            editor.replace(written.end, written.end + rest.len(), text);
+            editor.replace(written.end(), written.end() + rest.len(), text);
             edits += 1;
         }
     }

@@ -189,10 +189,10 @@ fn arguments(list: &ResourceList, name: &str) -> Result<Vec<FunctionArgument>, E
 /// Items written in flow style become their JSON (which is YAML).
 fn item_text(doc: &Doc, item: NodeId) -> String {
     let node = doc.node(item);
-    if node.flow {
+    if node.flow() {
         return format!("{}\n", doc.to_json(item));
     }
-    let text = &doc.src[node.start..doc.line_end(node.end)];
+    let text = &doc.src[node.start()..doc.line_end(node.end())];
     let mut out = String::with_capacity(text.len() + 1);
     for (i, line) in text.split_inclusive('\n').enumerate() {
         if i == 0 {
@@ -201,7 +201,7 @@ fn item_text(doc: &Doc, item: NodeId) -> String {
         }
         let spaces = line
             .bytes()
-            .take(node.col)
+            .take(node.col())
             .take_while(|&b| b == b' ')
             .count();
         out.push_str(&line[spaces..]);
@@ -239,10 +239,14 @@ fn rewrite_items(
         for ((&item, old), new) in items.iter().zip(before).zip(after) {
             if old != new {
                 let node = doc.node(item);
-                if node.flow {
+                if node.flow() {
                     return Err("cannot rewrite an item written in flow style".into());
                 }
-                ed.replace(node.start, doc.line_end(node.end), indented(new, node.col));
+                ed.replace(
+                    node.start(),
+                    doc.line_end(node.end()),
+                    indented(new, node.col()),
+                );
             }
         }
         return Ok(());
@@ -250,7 +254,7 @@ fn rewrite_items(
     let Some((key, value)) = doc.entry(list.root, "items") else {
         return Err("the ResourceList has no items list to add resources to".into());
     };
-    let col = doc.node(key).col;
+    let col = doc.node(key).col();
     let mut text = String::from("items:\n");
     let local = list.items.iter().filter(|item| !items.contains(item));
     for document in local
@@ -261,8 +265,8 @@ fn rewrite_items(
         text.push_str("- ");
         text.push_str(&indented(&document, col + 2));
     }
-    let end = doc.line_end(doc.node(value).end.max(doc.node(key).end));
-    ed.replace(doc.node(key).start, end, text);
+    let end = doc.line_end(doc.node(value).end().max(doc.node(key).end()));
+    ed.replace(doc.node(key).start(), end, text);
     Ok(())
 }
 

@@ -233,24 +233,28 @@ pub fn write_results(
     };
     let doc = &rl.doc;
     match doc.entry(rl.root, "results") {
-        Some((key, value_node)) if !doc.node(rl.root).flow => {
+        Some((key, value_node)) if !doc.node(rl.root).flow() => {
             // Rewrite the whole entry: the old value may span many lines.
-            let col = doc.node(key).col;
+            let col = doc.node(key).col();
             let mut text = String::new();
             block_entries(&[("results".to_owned(), value)], col, &mut text);
-            let end = doc.line_end(doc.node(value_node).end.max(doc.node(key).end));
+            let end = doc.line_end(doc.node(value_node).end().max(doc.node(key).end()));
             let text = text[col..].to_owned();
             let text = if end == doc.src.len() && !doc.src.ends_with('\n') {
                 text.trim_end_matches('\n').to_owned()
             } else {
                 text
             };
-            editor.replace(doc.node(key).start, end, text);
+            editor.replace(doc.node(key).start(), end, text);
         }
         Some((_, value_node)) => {
             let mut text = String::new();
             value.flow(&mut text);
-            editor.replace(doc.node(value_node).start, doc.node(value_node).end, text);
+            editor.replace(
+                doc.node(value_node).start(),
+                doc.node(value_node).end(),
+                text,
+            );
         }
         None => editor.insert(doc, rl.root, "results", value),
     }

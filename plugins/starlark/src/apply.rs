@@ -149,7 +149,7 @@ fn plan_items(
         }
         return Ok(());
     };
-    let block = !doc.node(seq).flow && inputs.iter().all(|&(node, _)| own_line(doc, node));
+    let block = !doc.node(seq).flow() && inputs.iter().all(|&(node, _)| own_line(doc, node));
     if !block {
         // A flow (JSON) list has no comments to keep: write it whole when anything changed.
         let unchanged = matched.len() == inputs.len()
@@ -176,7 +176,7 @@ fn plan_items(
         }
     }
     // New items go before the next kept input item, or after the last item.
-    let col = doc.node(seq).col;
+    let col = doc.node(seq).col();
     let mut pending: Vec<New> = Vec::new();
     for (j, slot) in matched.iter().enumerate() {
         match *slot {
@@ -213,7 +213,7 @@ fn dash_line(doc: &Doc, node: NodeId) -> Option<usize> {
             .strip_prefix('-')
             .is_some_and(|rest| rest.trim().is_empty() || rest.trim_start().starts_with('#'))
     };
-    let start = doc.node(node).start;
+    let start = doc.node(node).start();
     let line = doc.line_start(start);
     let before = &doc.src[line..start];
     if is_dash(before) {
@@ -233,8 +233,8 @@ fn own_line(doc: &Doc, node: NodeId) -> bool {
 /// The lines of a block sequence item, from its dash's line to past its last line.
 fn item_lines(doc: &Doc, node: NodeId) -> (usize, usize) {
     let n = doc.node(node);
-    let start = dash_line(doc, node).unwrap_or_else(|| doc.line_start(n.start));
-    (start, doc.line_end(n.end.max(n.start)))
+    let start = dash_line(doc, node).unwrap_or_else(|| doc.line_start(n.start()));
+    (start, doc.line_end(n.end().max(n.start())))
 }
 
 /// Edits the node `id` so that it holds `value`, touching only what differs.
@@ -254,7 +254,7 @@ fn diff(
     }
     let node = doc.node(id);
     match (&node.kind, DictRef::from_value(value), list_items(value)) {
-        (Kind::Map(_), Some(dict), _) if !node.flow && !dict.is_empty() => {
+        (Kind::Map(_), Some(dict), _) if !node.flow() && !dict.is_empty() => {
             let entries = doc.entries(id);
             let removed: Vec<(NodeId, NodeId)> = entries
                 .iter()
@@ -296,7 +296,7 @@ fn diff(
             }
             Ok(())
         }
-        (Kind::Seq(_), _, Some(values)) if !node.flow && !values.is_empty() => {
+        (Kind::Seq(_), _, Some(values)) if !node.flow() && !values.is_empty() => {
             let nodes = doc.items(id);
             if !nodes.iter().all(|&n| own_line(doc, n)) {
                 return replace(doc, id, value, path, editor);
@@ -380,7 +380,7 @@ fn diff_seq(
     match nodes.get(n - tail) {
         Some(&next) => {
             let mut text = String::new();
-            block_items(&added, doc.node(seq).col, &mut text);
+            block_items(&added, doc.node(seq).col(), &mut text);
             let at = item_lines(doc, next).0;
             editor.replace(at, at, text);
         }
@@ -396,12 +396,12 @@ fn diff_seq(
 /// The lines of a block mapping entry whose key starts its line.
 fn entry_lines(doc: &Doc, key: NodeId, value: NodeId) -> Option<(usize, usize)> {
     let k = doc.node(key);
-    let start = doc.line_start(k.start);
-    if !doc.src[start..k.start].trim().is_empty() {
+    let start = doc.line_start(k.start());
+    if !doc.src[start..k.start()].trim().is_empty() {
         return None;
     }
     let v = doc.node(value);
-    Some((start, doc.line_end(v.end.max(k.end))))
+    Some((start, doc.line_end(v.end().max(k.end()))))
 }
 
 /// The program's `ctx.resource_list["results"]`, checked against the KRM result shape.

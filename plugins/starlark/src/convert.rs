@@ -24,15 +24,11 @@ pub enum Scalar<'d> {
 
 /// The scalar at `id` (aliases followed), resolved like the YAML core schema.
 pub fn scalar<'d>(doc: &'d Doc, id: NodeId) -> Option<Scalar<'d>> {
-    let Kind::Scalar {
-        value,
-        style,
-        tagged,
-    } = &doc.node(doc.deref(id)).kind
-    else {
+    let Kind::Scalar { style, tagged, .. } = doc.node(doc.deref(id)).kind else {
         return None;
     };
-    if *style != Style::Plain || *tagged {
+    let value = doc.str(id)?;
+    if style != Style::Plain || tagged {
         return Some(Scalar::Str(value));
     }
     Some(match resolve_plain(value) {

@@ -495,7 +495,7 @@ fn wrong_kind(doc: &Doc, id: NodeId, expected: &str) -> String {
     format!(
         "wrong node kind: expected {expected} but got {}: node contents:\n{}\n",
         kind_name(doc, id),
-        &doc.src[n.start.min(n.end)..n.end]
+        &doc.src[n.start().min(n.end())..n.end()]
     )
 }
 
@@ -778,10 +778,13 @@ fn write_scalar(doc: &Doc, ed: &mut Editor, target: NodeId, value: &str) {
     }
     let as_string = match &doc.node(target).kind {
         Kind::Scalar {
-            value: current,
             style: Style::Plain,
             tagged: false,
-        } => !doc.is_null(target) && crate::yaml::resolve_plain(current).is_string(),
+            ..
+        } => {
+            !doc.is_null(target)
+                && crate::yaml::resolve_plain(doc.str(target).unwrap_or_default()).is_string()
+        }
         _ => true,
     };
     ed.set_scalar(doc, target, value, as_string);

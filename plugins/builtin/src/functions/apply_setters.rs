@@ -100,10 +100,10 @@ fn visit(
                 match &doc.node(value).kind {
                     Kind::Seq(_) => {
                         // Block style: comment after `key:`; flow style: after the `]`.
-                        let comment = if doc.node(value).flow {
-                            doc.line_comment(doc.node(value).end)
+                        let comment = if doc.node(value).flow() {
+                            doc.line_comment(doc.node(value).end())
                         } else {
-                            after_colon(doc, doc.node(key).end)
+                            after_colon(doc, doc.node(key).end())
                         };
                         if let Some(pattern) = setter_pattern(comment)
                             && let Some(value_text) = array_setter(setters, pattern)
@@ -187,7 +187,7 @@ fn scalar(
     ) {
         return Ok(());
     }
-    let Some(pattern) = setter_pattern(doc.line_comment(n.end)) else {
+    let Some(pattern) = setter_pattern(doc.line_comment(n.end())) else {
         return Ok(());
     };
     let names = placeholders(pattern);
@@ -271,7 +271,7 @@ fn set_array(
             .iter()
             .map(|&i| {
                 let n = p.node(i);
-                New::Plain(p.src[n.start..n.end].to_owned())
+                New::Plain(p.src[n.start()..n.end()].to_owned())
             })
             .collect(),
         Some(_) => {
@@ -283,15 +283,15 @@ fn set_array(
     let key_node = doc.node(key);
     let value_node = doc.node(value);
     let comment = format!("# kpt-set: {pattern}");
-    let end = doc.line_end(value_node.end.max(key_node.end));
+    let end = doc.line_end(value_node.end().max(key_node.end()));
     let keep_newline = doc.src[..end].ends_with('\n');
     let mut text = if items.is_empty() {
         format!(": [] {comment}")
     } else {
-        let indent = if value_node.flow {
-            key_node.col + 2
+        let indent = if value_node.flow() {
+            key_node.col() + 2
         } else {
-            value_node.col
+            value_node.col()
         };
         let mut lines = String::new();
         block_items(&items, indent, &mut lines);
@@ -300,6 +300,6 @@ fn set_array(
     if keep_newline {
         text.push('\n');
     }
-    ctx.ed.replace(key_node.end, end, text);
+    ctx.ed.replace(key_node.end(), end, text);
     Ok(())
 }

@@ -294,7 +294,7 @@ fn transform(ctx: &mut Ctx, config: &Config) -> Result<(), String> {
                 }
                 if let Some(n) = node {
                     let n = doc.node(n);
-                    text = doc.src[n.start.min(n.end)..n.end].to_owned();
+                    text = doc.src[n.start().min(n.end())..n.end()].to_owned();
                     if let Some(v) = doc.str(doc.deref(node.unwrap_or_default())) {
                         text.push_str(v);
                     }

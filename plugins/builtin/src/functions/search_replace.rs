@@ -303,9 +303,9 @@ impl Search<'_> {
         }
         self.count += 1;
         let n = doc.node(node);
-        let mut comment = doc.line_comment(n.end).map(|c| format!("# {c}"));
+        let mut comment = doc.line_comment(n.end()).map(|c| format!("# {c}"));
         if doc
-            .rest_of_line(n.end)
+            .rest_of_line(n.end())
             .trim_start()
             .starts_with([',', ']', '}'])
         {
@@ -317,7 +317,7 @@ impl Search<'_> {
             set_line_comment(ctx, node, &text);
             comment = Some(text);
         }
-        let mut text = doc.src[n.start.min(n.end)..n.end].to_owned();
+        let mut text = doc.src[n.start().min(n.end())..n.end()].to_owned();
         if !c.put_value.is_empty() {
             let resolved = resolve_pattern(value, c.regex.as_ref(), &c.put_value)?;
             // The tag is cleared: a plain scalar takes the implicit type of its new text.
@@ -408,7 +408,7 @@ impl Search<'_> {
                 Some(existing) if doc.str(existing).is_some() && !doc.is_null(existing) => {
                     // SetField replaces the value node: the new scalar has no tag or quoting.
                     let n = doc.node(existing);
-                    let start = match doc.line_comment(n.end) {
+                    let start = match doc.line_comment(n.end()) {
                         _ if matches!(
                             n.kind,
                             Kind::Scalar {
@@ -417,9 +417,9 @@ impl Search<'_> {
                             }
                         ) =>
                         {
-                            doc.src[..n.start].rfind(['|', '>']).unwrap_or(n.start)
+                            doc.src[..n.start()].rfind(['|', '>']).unwrap_or(n.start())
                         }
-                        _ => n.start,
+                        _ => n.start(),
                     };
                     let mut text = value.clone();
                     if matches!(
@@ -431,7 +431,7 @@ impl Search<'_> {
                     ) {
                         text.push('\n');
                     }
-                    ctx.ed.replace(start, n.end, text);
+                    ctx.ed.replace(start, n.end(), text);
                 }
                 Some(existing) => ctx
                     .ed
@@ -479,7 +479,7 @@ fn set_line_comment(ctx: &mut Ctx, node: NodeId, comment: &str) {
     ) {
         return;
     }
-    let rest = doc.rest_of_line(n.end);
+    let rest = doc.rest_of_line(n.end());
     let trimmed = rest.trim_start();
     if !(trimmed.is_empty() || trimmed.starts_with('#')) {
         // Inside a flow collection: no room for a line comment without reformatting.
@@ -487,7 +487,7 @@ fn set_line_comment(ctx: &mut Ctx, node: NodeId, comment: &str) {
     }
     let rest = rest.trim_end_matches('\r');
     ctx.ed
-        .replace(n.end, n.end + rest.len(), format!(" {comment}"));
+        .replace(n.end(), n.end() + rest.len(), format!(" {comment}"));
 }
 
 /// Comment on `key:` whose value is a sequence; a flow sequence becomes block style.
@@ -495,16 +495,16 @@ fn key_comment(ctx: &mut Ctx, key: NodeId, value: NodeId, comment: &str) {
     let doc = ctx.doc();
     let k = doc.node(key);
     let v = doc.node(value);
-    let line = doc.rest_of_line(k.end);
+    let line = doc.rest_of_line(k.end());
     let Some(colon) = line.find(':') else {
         return;
     };
-    let after = k.end + colon + 1;
-    if v.flow {
+    let after = k.end() + colon + 1;
+    if v.flow() {
         let items: Vec<New> = doc.items(value).iter().map(|&i| doc.to_new(i)).collect();
         let mut lines = String::new();
-        block_items(&items, k.col + 2, &mut lines);
-        let end = doc.line_end(v.end);
+        block_items(&items, k.col() + 2, &mut lines);
+        let end = doc.line_end(v.end());
         let keep_newline = doc.src[..end].ends_with('\n');
         let mut text = format!(" {comment}\n{}", lines.trim_end_matches('\n'));
         if keep_newline {
