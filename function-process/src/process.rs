@@ -325,7 +325,7 @@ pub fn adopt_orphans() -> io::Result<()> {
 
 /// Makes this process the reaper of its orphaned descendants, as [`adopt_orphans`] does, without
 /// the sweep: for a process that makes one call and then ends its escapees with
-/// [`kill_orphans_now`] (`krm-runner fn`), which needs no thread for them.
+/// [`kill_orphans_now`] (`krm-runner fn` and `eval`), which needs no thread for them.
 pub fn adopt_orphans_for_one_call() -> io::Result<()> {
     // SAFETY: plain prctl on this process, with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {

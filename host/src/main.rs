@@ -146,10 +146,17 @@ fn main() -> ExitCode {
     if checking {
         return report_check(&runtime);
     }
-    let runs_functions = matches!(cli.command, None | Some(Command::Serve | Command::Eval(_)));
-    if runs_functions {
-        adopt_orphans(krm_plugin_api::process::adopt_orphans);
-    }
+    let runs_functions = match cli.command {
+        None | Some(Command::Serve) => {
+            adopt_orphans(krm_plugin_api::process::adopt_orphans);
+            true
+        }
+        Some(Command::Eval(_)) => {
+            adopt_orphans(krm_plugin_api::process::adopt_orphans_for_one_call);
+            true
+        }
+        _ => false,
+    };
     let workers = match cli.command {
         None | Some(Command::Serve | Command::Bench(_)) => Workers::Many,
         _ => Workers::One,

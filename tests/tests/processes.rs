@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{
-    Launch, Server, children_of, exec_chain_config, have_tool, read_pids, resource_list, scratch,
-    script, wait_gone,
+    Launch, Server, children_of, exec_chain_config, have_tool, read_pids, resource_list, run_cli,
+    scratch, script, wait_gone,
 };
 
 /// `exec` serving each (image, script) pair, behind a multi over `exec`.
@@ -280,4 +280,47 @@ async fn as_pid_1_the_runner_reaps_what_functions_leave_behind() {
     while Path::new(&format!("/proc/{runner}")).exists() && Instant::now() < reaped {
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// `eval` makes one call and exits: the processes that escaped its function are ended as it
+/// exits, without the sweep a server runs while it serves.
+#[test]
+fn eval_ends_the_processes_that_escape_its_function() {
+    let dir = scratch();
+    let pids_file = dir.path().join("pids");
+    let function = script(
+        dir.path(),
+        "escapes",
+        &format!("{}cat", escapees(&pids_file)),
+    );
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        self::config(&[("example.com/escapes:v1", &function)], ""),
+    )
+    .unwrap();
+    let input = resource_list(&["a"]);
+    let output = run_cli(
+        &[
+            "--config-file",
+            config.to_str().unwrap(),
+            "eval",
+            "--image",
+            "example.com/escapes:v1",
+        ],
+        &[],
+        &input,
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.stdout, input);
+    let pids = read_pids(&pids_file, 3, Duration::from_secs(5));
+    let alive = wait_gone(&pids, Duration::from_secs(2));
+    assert!(
+        alive.is_empty(),
+        "escaped processes {alive:?} of {pids:?} outlived eval"
+    );
 }
