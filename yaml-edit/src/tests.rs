@@ -261,6 +261,7 @@ fn top_level_reads_keys_line_by_line_and_declines_what_only_a_parse_can_read() {
         "kind: ResourceList\nitems: x\n- a\n",
         "- a\n",
         "# only a comment\n",
+        ": no key\n",
     ] {
         assert!(TopLevel::scan(declined).is_none(), "{declined:?}");
     }

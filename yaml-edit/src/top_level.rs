@@ -1,6 +1,6 @@
 //! The top-level keys of a document, found line by line without parsing their values: enough to
-//! read a ResourceList's `kind` or to put its `functionConfig` in place, for a few percent of a
-//! parse of a large list (whose items are parsed again by the function that receives it).
+//! read a ResourceList's `kind` or to put its `functionConfig` in place, for a fraction of a
+//! parse of a large list (whose items the function that receives it parses anyway).
 
 use std::ops::Range;
 
@@ -143,9 +143,10 @@ fn key_line(src: &str, start: usize, end: usize) -> Option<TopEntry<'_>> {
     let line = &src[start..end];
     let colon = line.find(':')?;
     let key = &line[..colon];
-    let plain_key = key
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'));
+    let plain_key = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'));
     if !plain_key {
         return None;
     }
