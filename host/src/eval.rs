@@ -251,6 +251,7 @@ fn config_map(pairs: &[String]) -> anyhow::Result<String> {
 /// Builds the ResourceList text. The input's own text is kept (indented into place) rather
 /// than re-serialised, so its comments and formatting reach the function.
 pub fn resource_list(input: String, function_config: Option<&str>) -> anyhow::Result<String> {
+    // A lone ResourceList goes on as it came, its functionConfig (if one is given) put in place.
     let lone_list_edit = lone_resource_list(&input).map(|list| match function_config {
         Some(config) => list.mapping_edit("functionConfig", config),
         None => Some((0..0, String::new())),
