@@ -2,7 +2,7 @@
 //! never outlive its call or the runner, and the runner never piles up zombies (as a subreaper,
 //! or as PID 1 in its own PID namespace).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
@@ -25,6 +25,17 @@ fn escapees(pids: &Path) -> String {
         "setsid sh -c 'sleep 1000 & echo $$ $! >> {pids}; wait' </dev/null >/dev/null 2>&1 &\n\
          sh -c 'setsid sh -c \"echo \\$\\$ >> {pids}; exec sleep 1000\" </dev/null >/dev/null 2>&1 &' &\n\
          while [ \"$(wc -w < {pids} 2>/dev/null)\" != 3 ]; do sleep 0.01; done\n"
+    )
+}
+
+/// A configuration serving `example.com/escapes:v1` with a function in `dir` that starts the
+/// [`escapees`] and echoes its input; the file their pids go to, and the configuration.
+fn escaping_function(dir: &Path) -> (PathBuf, String) {
+    let pids_file = dir.join("pids");
+    let function = script(dir, "escapes", &format!("{}cat", escapees(&pids_file)));
+    (
+        pids_file,
+        config(&[("example.com/escapes:v1", &function)], ""),
     )
 }
 
@@ -52,13 +63,8 @@ fn wait_no_zombies(parent: i32, limit: Duration) -> Vec<i32> {
 #[tokio::test(flavor = "multi_thread")]
 async fn processes_that_leave_the_process_group_die_with_the_call() {
     let dir = scratch();
-    let pids_file = dir.path().join("pids");
-    let function = script(
-        dir.path(),
-        "escapes",
-        &format!("{}cat", escapees(&pids_file)),
-    );
-    let server = Server::start(&config(&[("example.com/escapes:v1", &function)], ""), &[]);
+    let (pids_file, config) = escaping_function(dir.path());
+    let server = Server::start(&config, &[]);
     let input = resource_list(&["a"]);
     let (response, _) = server
         .call("example.com/escapes:v1", &input)
@@ -287,18 +293,9 @@ async fn as_pid_1_the_runner_reaps_what_functions_leave_behind() {
 #[test]
 fn eval_ends_the_processes_that_escape_its_function() {
     let dir = scratch();
-    let pids_file = dir.path().join("pids");
-    let function = script(
-        dir.path(),
-        "escapes",
-        &format!("{}cat", escapees(&pids_file)),
-    );
+    let (pids_file, config_text) = escaping_function(dir.path());
     let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        self::config(&[("example.com/escapes:v1", &function)], ""),
-    )
-    .unwrap();
+    std::fs::write(&config, config_text).unwrap();
     let input = resource_list(&["a"]);
     let output = run_cli(
         &[
