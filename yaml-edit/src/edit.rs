@@ -10,7 +10,7 @@ use crate::{
 /// Text changes at byte spans of the original, applied in one pass at the end.
 #[derive(Default)]
 pub struct Editor {
-    edits: Vec<(usize, usize, String)>,
+    edits: Vec<Edit>,
     /// Bytes of new text queued so far (edits and pending entries), to bound the output.
     queued_bytes: usize,
     /// Entries already queued for insertion into a map node, so that several inserts into one
@@ -19,14 +19,29 @@ pub struct Editor {
     pending: std::collections::BTreeMap<NodeId, Vec<(String, New)>>,
 }
 
+/// One change: `text` in place of `start..end`. `into` is the node whose end an insertion
+/// extends, where there is one: where several insertions meet at one spot, the text of a node
+/// inside another must come before the text that follows that other node.
+struct Edit {
+    start: usize,
+    end: usize,
+    text: String,
+    into: Option<NodeId>,
+}
+
 impl Editor {
     pub fn replace(&mut self, start: usize, end: usize, text: String) {
-        self.push_edit((start, end, text));
+        self.push_edit(start, end, text, None);
     }
 
-    fn push_edit(&mut self, edit: (usize, usize, String)) {
-        self.queued_bytes += edit.2.len();
-        self.edits.push(edit);
+    fn push_edit(&mut self, start: usize, end: usize, text: String, into: Option<NodeId>) {
+        self.queued_bytes += text.len();
+        self.edits.push(Edit {
+            start,
+            end,
+            text,
+            into,
+        });
     }
 
     /// About how many bytes of new text the edits queued so far add.
@@ -48,8 +63,8 @@ impl Editor {
             self.replace_node(doc, id, &value);
             return;
         }
-        if let Some(edit) = scalar_edit(doc, id, value, as_string) {
-            self.push_edit(edit);
+        if let Some((start, end, text)) = scalar_edit(doc, id, value, as_string) {
+            self.push_edit(start, end, text, None);
         }
     }
 
@@ -68,7 +83,7 @@ impl Editor {
             }
             let at = node.end().saturating_sub(1);
             if node.flow() {
-                self.push_edit((at, at, text));
+                self.push_edit(at, at, text, Some(seq));
             }
             return;
         }
@@ -78,7 +93,15 @@ impl Editor {
             text.push('\n');
         }
         block_items(&[item], node.col(), &mut text);
-        self.push_edit((at, at, text));
+        self.push_edit(at, at, text, Some(seq));
+    }
+
+    /// Inserts `items` into block sequence `seq` at `at`, the start of the line of the item
+    /// they go before.
+    pub fn insert_items_at(&mut self, doc: &Doc, seq: NodeId, at: usize, items: &[New]) {
+        let mut text = String::new();
+        block_items(items, doc.nodes[seq].col(), &mut text);
+        self.push_edit(at, at, text, Some(seq));
     }
 
     /// Replaces the whole node `target` (scalar or collection) with `value`, the way kyaml's
@@ -94,7 +117,7 @@ impl Editor {
             let mut text = String::new();
             value.flow(&mut text);
             let (start, end) = value_span(doc, target);
-            self.push_edit((start, end, text));
+            self.push_edit(start, end, text, None);
             return;
         }
         let parent = node.parent().map(|p| &doc.nodes[p]);
@@ -122,14 +145,14 @@ impl Editor {
                     .trim_end_matches('\n')
                     .to_owned()
             };
-            self.push_edit((start, end, text));
+            self.push_edit(start, end, text, None);
             return;
         }
         let key_col = key_col.unwrap_or(0);
         let colon = value_colon(doc, target);
         if scalar_like {
             let text = format!(" {scalar}");
-            self.push_edit((colon, node.end().max(colon), text));
+            self.push_edit(colon, node.end().max(colon), text, None);
             return;
         }
         let indent = match (value, &node.kind) {
@@ -141,12 +164,15 @@ impl Editor {
         render_block(value, indent, &mut lines);
         let lines = lines.trim_end_matches('\n');
         if own_line_block {
-            self.edits
-                .push((doc.line_start(node.start()), node.end(), lines.to_owned()));
+            self.push_edit(
+                doc.line_start(node.start()),
+                node.end(),
+                lines.to_owned(),
+                None,
+            );
         } else {
             // `key: scalar` or `key: {flow}` becomes `key:` and lines below.
-            self.edits
-                .push((colon, node.end().max(colon), format!("\n{lines}")));
+            self.push_edit(colon, node.end().max(colon), format!("\n{lines}"), None);
         }
     }
 }
@@ -343,7 +369,7 @@ impl Editor {
                         v.flow(&mut text);
                     }
                     let at = node.end().saturating_sub(1);
-                    self.edits.push((at, at, text));
+                    self.push_edit(at, at, text, Some(id));
                 }
                 Kind::Map(_) => {
                     let at = doc.line_end(node.end());
@@ -352,7 +378,7 @@ impl Editor {
                         text.push('\n');
                     }
                     block_entries(&entries, node.col(), &mut text);
-                    self.edits.push((at, at, text));
+                    self.push_edit(at, at, text, Some(id));
                 }
                 Kind::Scalar { .. } => {
                     // A null value being replaced by a map: find its key's column.
@@ -360,17 +386,17 @@ impl Editor {
                     if in_flow {
                         let mut text = String::new();
                         New::Map(entries).flow(&mut text);
-                        self.edits.push((node.start(), node.end(), text));
+                        self.push_edit(node.start(), node.end(), text, None);
                     } else {
                         let key_col = key_col_of(doc, id).unwrap_or(0);
-                        self.edits.push((node.start(), node.end(), String::new()));
+                        self.push_edit(node.start(), node.end(), String::new(), None);
                         let at = doc.line_end(node.end());
                         let mut text = String::new();
                         if at == src.len() && !src.ends_with('\n') {
                             text.push('\n');
                         }
                         block_entries(&entries, key_col + 2, &mut text);
-                        self.edits.push((at, at, text));
+                        self.push_edit(at, at, text, Some(id));
                     }
                 }
                 _ => {}
@@ -421,13 +447,24 @@ fn key_col_of(doc: &Doc, value: NodeId) -> Option<usize> {
         .map(|&(k, _)| doc.nodes[k].col())
 }
 
-/// Applies non-overlapping edits (sorted by position; inserts at one spot keep their order).
-pub fn apply_edits(src: &str, mut edits: Vec<(usize, usize, String)>) -> String {
-    edits.sort_by_key(|&(start, end, _)| (start, end));
-    let extra: usize = edits.iter().map(|(_, _, t)| t.len()).sum();
+/// Applies non-overlapping edits in order of position. Insertions at one spot go deepest node
+/// first (nodes are numbered parents before children); those into no node go before them, and
+/// the rest keep the order they were made in.
+fn apply_edits(src: &str, mut edits: Vec<Edit>) -> String {
+    edits.sort_by_key(|edit| {
+        (
+            edit.start,
+            edit.end,
+            std::cmp::Reverse(edit.into.unwrap_or(NodeId::MAX)),
+        )
+    });
+    let extra: usize = edits.iter().map(|edit| edit.text.len()).sum();
     let mut out = String::with_capacity(src.len() + extra);
     let mut at = 0;
-    for (start, end, text) in edits {
+    for Edit {
+        start, end, text, ..
+    } in edits
+    {
         if start < at {
             // Overlapping edits would corrupt the text; the earlier one wins.
             continue;

@@ -16,7 +16,7 @@ mod scalar;
 mod top_level;
 mod tree;
 
-pub use edit::{Editor, apply_edits, scalar_edit};
+pub use edit::{Editor, scalar_edit};
 pub use limits::{
     ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, MAX_TEXT_BYTES, STOPPED, Stop,
 };

@@ -39,6 +39,41 @@ fn creates_missing_and_null_maps_once() {
 }
 
 #[test]
+fn insertions_meeting_at_one_spot_close_the_inner_node_first() {
+    // Each new item is queued before the entries that go into the item above it, and all of
+    // them meet at the start of a line: the entries must still land in their own item.
+    let src = "items:\n- metadata:\n    name: a\n- metadata:\n    name: b\n";
+    let out = edit(src, |doc, ed| {
+        let items = doc.get(doc.roots[0], "items").unwrap();
+        let [a, b] = doc.items(items)[..] else {
+            panic!("two items")
+        };
+        let new = |name: &str| New::Map(vec![("name".into(), New::str(name))]);
+        ed.insert_items_at(
+            doc,
+            items,
+            doc.line_start(doc.node(b).start()),
+            &[new("mid")],
+        );
+        ed.append_item(doc, items, new("last"));
+        for item in [a, b] {
+            let metadata = doc.get(item, "metadata").unwrap();
+            ed.insert(
+                doc,
+                metadata,
+                "labels",
+                New::Map(vec![("k".into(), New::str("v"))]),
+            );
+        }
+    });
+    assert_eq!(
+        out,
+        "items:\n- metadata:\n    name: a\n    labels:\n      k: v\n- name: mid\n\
+         - metadata:\n    name: b\n    labels:\n      k: v\n- name: last\n"
+    );
+}
+
+#[test]
 fn flow_maps_stay_flow() {
     let src = "{\"metadata\": {\"name\": \"x\"}, \"l\": {}}";
     let out = edit(src, |doc, ed| {

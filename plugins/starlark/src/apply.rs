@@ -14,7 +14,7 @@ use starlark::values::{Value, ValueIdentity};
 
 use super::convert::{MAX_DEPTH, equals, list_items, to_new};
 use krm_catalog_function::rl::{FnResult, ResourceList};
-use krm_yaml_edit::{Doc, Editor, Kind, New, NodeId, block_items};
+use krm_yaml_edit::{Doc, Editor, Kind, New, NodeId};
 
 /// Edits `editor` so that the document holds what the program left; returns its results.
 pub fn plan(
@@ -176,7 +176,6 @@ fn plan_items(
         }
     }
     // New items go before the next kept input item, or after the last item.
-    let col = doc.node(seq).col();
     let mut pending: Vec<New> = Vec::new();
     for (j, slot) in matched.iter().enumerate() {
         match *slot {
@@ -184,10 +183,8 @@ fn plan_items(
             Some(i) => {
                 let node = inputs[i].0;
                 if !pending.is_empty() {
-                    let mut text = String::new();
-                    block_items(&std::mem::take(&mut pending), col, &mut text);
                     let at = item_lines(doc, node).0;
-                    editor.replace(at, at, text);
+                    editor.insert_items_at(doc, seq, at, &std::mem::take(&mut pending));
                 }
                 diff(doc, node, items[j], &format!("items[{j}]"), 0, editor)?;
             }
@@ -378,12 +375,7 @@ fn diff_seq(
         return Ok(());
     }
     match nodes.get(n - tail) {
-        Some(&next) => {
-            let mut text = String::new();
-            block_items(&added, doc.node(seq).col(), &mut text);
-            let at = item_lines(doc, next).0;
-            editor.replace(at, at, text);
-        }
+        Some(&next) => editor.insert_items_at(doc, seq, item_lines(doc, next).0, &added),
         None => {
             for item in added {
                 editor.append_item(doc, seq, item);

@@ -106,6 +106,32 @@ fn new_items_are_appended_with_sorted_keys_and_deleted_items_go() {
 }
 
 #[test]
+fn entries_added_to_an_item_stay_in_it_when_new_items_follow_it() {
+    // Both kept items end where a new item starts, so their new entries and the new items are
+    // written at one spot.
+    let input = starlark_run(
+        "items = ctx.resource_list[\"items\"]\nitems.insert(1, {\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"mid\"}})\nitems.append({\"apiVersion\": \"v1\", \"kind\": \"Namespace\", \"metadata\": {\"name\": \"last\"}})\nfor r in items:\n  r[\"note\"] = \"x\"\n",
+    );
+    let (output, _) = ok(&input);
+    let new = |name: &str| {
+        format!("- apiVersion: v1\n  kind: Namespace\n  metadata:\n    name: {name}\n  note: x\n")
+    };
+    let expected = ITEMS
+        .replace(
+            "# pinned\n",
+            &format!("# pinned\n  note: x\n{}", new("mid")),
+        )
+        .replace(
+            "\"value\"\n",
+            &format!("\"value\"\n  note: x\n{}", new("last")),
+        );
+    assert_eq!(
+        items_of(&output),
+        format!("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{expected}")
+    );
+}
+
+#[test]
 fn list_growth_and_removal_inside_an_item_keep_the_other_entries() {
     let input = starlark_run(
         "d = ctx.resource_list[\"items\"][0]\nd[\"spec\"][\"template\"][\"spec\"][\"containers\"].append({\"name\": \"log\", \"image\": \"fluentd\"})\nd[\"metadata\"].pop(\"labels\")\n",
