@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use figment::providers::{Env, Format, Serialized};
+use figment::providers::{Env, Format, Json, Serialized};
 use figment::value::{Dict, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use krm_function_executor::Executor;
@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use crate::telemetry::TelemetryConfig;
 use crate::telemetry::config::OtelEnv;
 
-/// The embedded default configuration, usable as is.
-pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/krm-runner.yaml");
+/// The embedded default configuration, usable as is: `config/krm-runner.yaml`, converted to
+/// JSON by the build script.
+const EMBEDDED_DEFAULT: &str = include_str!(concat!(env!("OUT_DIR"), "/krm-runner.json"));
 pub const SYSTEM_CONFIG_FILE: &str = "/etc/krm-runner/config.yaml";
 const ENV_PREFIX: &str = "KRM_RUNNER_";
 const EMBEDDED_NAME: &str = "embedded default";
@@ -283,7 +284,7 @@ fn embedded() -> Figment {
     Figment::from(Named::new(
         EMBEDDED_NAME,
         None,
-        Yaml::string(EMBEDDED_DEFAULT),
+        Json::string(EMBEDDED_DEFAULT),
     ))
 }
 
@@ -658,6 +659,14 @@ mod tests {
             .map(|p| p.replace(&file, "FILE"))
             .collect();
         (config, problems)
+    }
+
+    #[test]
+    fn the_embedded_default_holds_what_its_yaml_file_says() {
+        let yaml: serde_json::Value =
+            config_file::from_yaml(include_str!("../../config/krm-runner.yaml")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(EMBEDDED_DEFAULT).unwrap();
+        assert_eq!(json, yaml);
     }
 
     #[test]
