@@ -155,8 +155,8 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A `krm-runner serve` child on loopback: the embedded default chain (builtin, starlark, exec),
-/// with exec mapping `bench/cat` to `/bin/cat`.
+/// A `krm-runner serve` child on loopback: the embedded default chain (builtin, confighub,
+/// starlark, exec), with exec mapping `bench/cat` to `/bin/cat`.
 struct BenchServer {
     child: std::process::Child,
     client: FunctionEvaluatorClient<tonic::transport::Channel>,
@@ -261,7 +261,7 @@ impl BenchServer {
     async fn idle_rss(&self) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(300)).await;
         println!(
-            "\n## Idle runner memory (builtin, starlark, exec and multi plugins loaded, no call yet)"
+            "\n## Idle runner memory (builtin, confighub, starlark, exec and multi plugins loaded, no call yet)"
         );
         println!("| measure | value |\n|---|---|");
         println!("| VmRSS | {:.1} MiB |", resident_mib(self.child.id())?);
@@ -306,7 +306,7 @@ impl BenchServer {
         );
         println!("| path | p50 | p99 | calls/s |\n|---|---|---|---|");
         println!(
-            "| gRPC -> multi -> (builtin, starlark decline) -> exec -> /bin/cat | {} | {} | {grpc_rate:.0} |",
+            "| gRPC -> multi -> (builtin, confighub, starlark decline) -> exec -> /bin/cat | {} | {} | {grpc_rate:.0} |",
             ms(grpc_p50),
             ms(grpc_p99)
         );

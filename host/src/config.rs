@@ -699,7 +699,7 @@ mod tests {
                 .executors
                 .go_executor
                 .0,
-            ["builtin", "starlark"]
+            ["builtin", "confighub", "starlark"]
         );
         assert_eq!(go("builtin").unwrap(), ["builtin"]);
         assert_eq!(go("[starlark, builtin]").unwrap(), ["starlark", "builtin"]);

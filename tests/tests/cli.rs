@@ -314,7 +314,7 @@ fn eval_loads_only_the_plugins_the_call_reaches() {
     );
     assert_eq!(
         loaded(&output),
-        ["builtin", "exec", "multi", "starlark"],
+        ["builtin", "confighub", "exec", "multi", "starlark"],
         "{log}"
     );
 
@@ -432,17 +432,18 @@ fn plugins_lists_instances_in_chain_order() {
         .collect();
     assert_eq!(rows[0][..3], ["default", "0", "multi"], "{text}");
     assert_eq!(rows[1][..3], ["builtin", "1", "builtin"], "{text}");
-    assert_eq!(rows[2][..3], ["starlark", "2", "starlark"], "{text}");
-    assert_eq!(rows[3][..3], ["exec", "3", "exec"], "{text}");
+    assert_eq!(rows[2][..3], ["confighub", "2", "confighub"], "{text}");
+    assert_eq!(rows[3][..3], ["starlark", "3", "starlark"], "{text}");
+    assert_eq!(rows[4][..3], ["exec", "4", "exec"], "{text}");
     assert!(
-        rows[2]
+        rows[3]
             .last()
             .unwrap()
             .ends_with("libkrm_plugin_starlark.so"),
         "{text}"
     );
     assert!(
-        rows[3].last().unwrap().ends_with("libkrm_plugin_exec.so"),
+        rows[4].last().unwrap().ends_with("libkrm_plugin_exec.so"),
         "{text}"
     );
 }

@@ -524,7 +524,7 @@ spec:
             Err(status) => panic!("never routed: {status:?}"),
         }
     };
-    assert_eq!(evaluator, "builtin");
+    assert_eq!(evaluator, "confighub");
     let output = String::from_utf8(response.resource_list).unwrap();
     assert!(output.contains("replicas: 6"), "{output}");
 

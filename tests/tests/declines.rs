@@ -164,8 +164,10 @@ fn eval_lists_the_reasons_and_exits_1() {
     );
     assert!(
         stderr.contains(
-            ", not v0.1; starlark: \"set-namespace\" is not one of its functions (`krm-runner \
-             functions` lists them); exec: "
+            ", not v0.1; confighub: \"gcr.io/kpt-fn/set-namespace:v0.1\" is not one of its \
+             functions, which answer to NAME and confighub/NAME only, without a registry or tag; \
+             starlark: \"set-namespace\" is not one of its functions (`krm-runner functions` \
+             lists them); exec: "
         ),
         "{stderr}"
     );

@@ -331,7 +331,7 @@ fn the_example_overlay_moves_registry_namespace_resources_and_chain() {
         yaml_serde::from_str(merged.split("# where each value").next().unwrap()).unwrap();
     assert_eq!(
         merged["evaluators"]["default"]["config"]["chain"],
-        yaml_serde::from_str::<yaml_serde::Value>("[builtin, starlark, pod]").unwrap()
+        yaml_serde::from_str::<yaml_serde::Value>("[builtin, confighub, starlark, pod]").unwrap()
     );
     assert_eq!(
         merged["evaluators"]["pod"]["config"]["pod_namespace"],

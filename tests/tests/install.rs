@@ -113,7 +113,7 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
         String::from_utf8_lossy(&output.stdout).trim(),
         installed.display().to_string()
     );
-    for plugin in ["builtin", "starlark", "exec", "multi", "pod"] {
+    for plugin in ["builtin", "confighub", "starlark", "exec", "multi", "pod"] {
         let library = home.join(format!(".local/lib/krm-runner/libkrm_plugin_{plugin}.so"));
         assert!(library.is_file(), "{} missing", library.display());
     }

@@ -294,7 +294,7 @@ async fn go_executor_ids_run_on_the_first_in_process_instance_implementing_them(
     let (code, text) = cli(&["functions", "--resolve", "example.com/fns/mystery:v1"]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
-        text.contains(r#"no function "mystery" is compiled into evaluators "builtin", "starlark""#),
+        text.contains(r#"no function "mystery" is compiled into evaluators "builtin", "confighub", "starlark""#),
         "{text}"
     );
     // The ahead-of-time round: the starlark entry is ready, the other names what is missing.

@@ -1,7 +1,7 @@
 //! ConfigHub's typed functions as KRM functions, through the real binary: `krm-runner fn NAME
 //! -- key=value`, the real `kpt` running it as an exec function, and Porch's gRPC call
-//! answered by the builtin plugin. Name clashes with the catalog: the catalog function keeps
-//! the bare name, the typed one answers to `confighub/NAME`.
+//! answered by the confighub plugin. Name clashes with the catalog: the builtin plugin's catalog
+//! function keeps the bare name, the typed one answers to `confighub/NAME`.
 
 use krm_runner_tests::{Server, have_tool, kpt_eval_exec, kpt_package, run_cli, scratch};
 use tonic::Code;
@@ -222,8 +222,12 @@ fn catalog_functions_keep_their_names_and_typed_ones_answer_to_confighub_names()
             .find(|line| line.split_whitespace().next() == Some(name))
             .and_then(|line| line.split_whitespace().nth(1).map(str::to_owned))
     };
+    assert_eq!(
+        evaluator_of("set-namespace").as_deref(),
+        Some("builtin"),
+        "{table}"
+    );
     for name in [
-        "set-namespace",
         "confighub/set-namespace",
         "confighub/set-image",
         "confighub/search-replace",
@@ -232,7 +236,7 @@ fn catalog_functions_keep_their_names_and_typed_ones_answer_to_confighub_names()
     ] {
         assert_eq!(
             evaluator_of(name).as_deref(),
-            Some("builtin"),
+            Some("confighub"),
             "{name}: {table}"
         );
     }
@@ -262,7 +266,7 @@ fn kpt_runs_a_typed_function_as_an_exec_function() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn porch_calls_reach_typed_functions_through_the_builtin() {
+async fn porch_calls_reach_typed_functions_through_the_confighub_plugin() {
     let server = Server::start("", &[]);
     let input = resource_list(
         "  apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: args}\n  data: {replicas: \"7\"}\n",
@@ -272,7 +276,7 @@ async fn porch_calls_reach_typed_functions_through_the_builtin() {
             .call(image, input.as_bytes())
             .await
             .unwrap_or_else(|status| panic!("{image}: {status:?}"));
-        assert_eq!(evaluator, "builtin", "{image}");
+        assert_eq!(evaluator, "confighub", "{image}");
         assert_eq!(
             String::from_utf8(response.resource_list).unwrap(),
             input.replace("replicas: 1", "replicas: 7"),

@@ -99,7 +99,7 @@ fn the_runner_config_in_the_manifest_is_a_valid_chain() {
     let config: Value = yaml_serde::from_str(&config_map.data.unwrap()["config.yaml"]).unwrap();
     assert_eq!(
         config["evaluators"]["default"]["config"]["chain"],
-        serde_json::json!(["builtin", "starlark", "exec", "pod"])
+        serde_json::json!(["builtin", "confighub", "starlark", "exec", "pod"])
     );
     assert_eq!(config["evaluators"]["pod"]["plugin"], "pod");
 }

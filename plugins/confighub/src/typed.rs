@@ -3,8 +3,8 @@
 //! ConfigMap of named arguments (`data: {replicas: "5"}`, strings cast to the parameters'
 //! types, as `fctl` sends them).
 //!
-//! Each answers to `confighub/NAME`, and to the bare `NAME` unless a catalog function has that
-//! name (set-namespace, set-image and search-replace): there the catalog function keeps the
+//! Each answers to `confighub/NAME`, and to the bare `NAME` unless a catalog function of the
+//! builtin plugin has that name ([`CATALOG_NAMESAKES`]): there the catalog function keeps the
 //! bare name, which Kptfiles and Porch packages already use with the catalog's meaning.
 //!
 //! The items (local-config ones left out, as the catalog functions leave them) become the
@@ -22,12 +22,17 @@ use krm_function_executor::resource::Unit;
 use krm_plugin_api::{CallContext, EvalError, EvalResponse, FunctionSignature, quoted};
 use serde_json::Value;
 
-use crate::functions::Limits;
+use krm_catalog_function::Limits;
+
 use crate::rl::{FnResult, ResourceList};
 use crate::yaml::{Doc, Editor, New, NodeId};
 
 /// The prefix every typed function answers to.
 pub const PREFIX: &str = "confighub/";
+
+/// The typed functions whose names the builtin plugin's catalog functions have too (the
+/// runner's README lists those; its tests check this list against both plugins' listings).
+const CATALOG_NAMESAKES: &[&str] = &["search-replace", "set-image", "set-namespace"];
 
 pub struct Typed {
     executor: Executor,
@@ -42,7 +47,7 @@ impl Typed {
 
     /// Whether a catalog function takes the bare `name`.
     fn clashes(name: &str) -> bool {
-        crate::FUNCTIONS.iter().any(|f| f.name == name)
+        CATALOG_NAMESAKES.contains(&name)
     }
 
     /// The typed function `image` (or a FunctionConfig's goExecutor id) names, if any.
