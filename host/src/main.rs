@@ -351,10 +351,16 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
 }
 
 fn print_plugins(runtime: &Runtime) {
-    println!(
-        "{:<12} {:<6} {:<10} {:<9} {:<4} {:<22} FILE",
-        "INSTANCE", "CHAIN", "PLUGIN", "VERSION", "ABI", "DELEGATES TO"
-    );
+    let header = [
+        "INSTANCE",
+        "CHAIN",
+        "PLUGIN",
+        "VERSION",
+        "ABI",
+        "DELEGATES TO",
+        "FILE",
+    ];
+    let mut rows = vec![header.map(str::to_owned)];
     for instance in runtime.instances() {
         let position = match (instance.disabled, instance.position) {
             (true, _) => "off".to_owned(),
@@ -365,16 +371,29 @@ fn print_plugins(runtime: &Runtime) {
             .plugin_file
             .as_ref()
             .map_or_else(|| "(disabled)".to_owned(), |p| p.display().to_string());
-        println!(
-            "{:<12} {:<6} {:<10} {:<9} {:<4} {:<22} {}",
-            instance.name,
+        rows.push([
+            instance.name.clone(),
             position,
-            instance.plugin_name,
-            instance.plugin_version,
-            instance.abi_version,
+            instance.plugin_name.clone(),
+            instance.plugin_version.clone(),
+            instance.abi_version.to_string(),
             instance.delegates.join(","),
-            file
-        );
+            file,
+        ]);
+    }
+    let mut widths = [0; 7];
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    for row in &rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", line.join(" ").trim_end());
     }
     let mut described = std::collections::BTreeMap::new();
     for instance in runtime.instances().iter().filter(|i| !i.disabled) {
