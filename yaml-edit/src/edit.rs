@@ -353,9 +353,8 @@ impl Editor {
     pub fn finish(mut self, doc: &Doc) -> String {
         let src = doc.src;
         let pending = std::mem::take(&mut self.pending);
-        // Nodes are numbered in document order, parents before children: a later node that
-        // ends where an earlier one ends lies inside it, and its lines must come first.
-        for (id, entries) in pending.into_iter().rev() {
+        // Where these meet other insertions, `apply_edits` puts them in order.
+        for (id, entries) in pending {
             let node = &doc.nodes[id];
             match &node.kind {
                 Kind::Map(existing) if node.flow() => {
