@@ -13,6 +13,7 @@
 //! (with its `resourceRef` and field path), or the output's JSON; a failed validation fails
 //! the call with its details as error results, as a kpt validator does.
 
+use krm_catalog_function::Limits;
 use krm_function_executor::Executor;
 use krm_function_executor::api::{
     AttributeValue, FunctionArgument, FunctionInvocation, FunctionInvocationRequest, OutputType,
@@ -21,8 +22,6 @@ use krm_function_executor::api::{
 use krm_function_executor::resource::Unit;
 use krm_plugin_api::{CallContext, EvalError, EvalResponse, FunctionSignature, quoted};
 use serde_json::Value;
-
-use krm_catalog_function::Limits;
 
 use crate::rl::{FnResult, ResourceList};
 use crate::yaml::{Doc, Editor, New, NodeId};
