@@ -2,11 +2,14 @@
 //! and the `krmrunner.v1.FunctionCatalog` gRPC service.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use krm_plugin_api::{FunctionSignature, Parameter, pick_function};
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_catalog_server::FunctionCatalog;
 use tonic::{Request, Response, Status};
+
+use crate::runtime::Runtime;
 
 /// Every function some instance implements, with that instance's name, in instance order.
 #[derive(Debug, Clone, Default)]
@@ -148,14 +151,50 @@ fn to_message(instance: &str, signature: &FunctionSignature) -> pb::FunctionSign
     }
 }
 
+/// The `krmrunner.v1.FunctionCatalog` service. The catalog is listed on the first request: a
+/// server nobody asks does not build the function lists that plugins build on first use
+/// (ConfigHub's typed functions), nor hold them in memory.
+pub struct CatalogService {
+    runtime: Arc<Runtime>,
+    catalog: tokio::sync::OnceCell<Catalog>,
+}
+
+impl CatalogService {
+    pub fn new(runtime: Arc<Runtime>) -> Self {
+        Self {
+            runtime,
+            catalog: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn catalog(&self) -> Result<&Catalog, Status> {
+        self.catalog
+            .get_or_try_init(|| {
+                let runtime = self.runtime.clone();
+                async move {
+                    // Plugins build their lists in their own time: off the async workers.
+                    tokio::task::spawn_blocking(move || Catalog::new(runtime.functions()))
+                        .await
+                        .map_err(|e| Status::internal(format!("listing the functions: {e}")))
+                }
+            })
+            .await
+    }
+}
+
 #[tonic::async_trait]
-impl FunctionCatalog for Catalog {
+impl FunctionCatalog for CatalogService {
     async fn list_functions(
         &self,
         _: Request<pb::ListFunctionsRequest>,
     ) -> Result<Response<pb::ListFunctionsResponse>, Status> {
+        let catalog = self.catalog().await?;
         Ok(Response::new(pb::ListFunctionsResponse {
-            functions: self.entries.iter().map(|(i, s)| to_message(i, s)).collect(),
+            functions: catalog
+                .entries
+                .iter()
+                .map(|(i, s)| to_message(i, s))
+                .collect(),
         }))
     }
 
@@ -164,7 +203,7 @@ impl FunctionCatalog for Catalog {
         request: Request<pb::GetFunctionRequest>,
     ) -> Result<Response<pb::FunctionSignature>, Status> {
         let name = request.into_inner().name;
-        match self.find(&name) {
+        match self.catalog().await?.find(&name) {
             Some((instance, signature)) => Ok(Response::new(to_message(instance, signature))),
             None => Err(Status::not_found(format!(
                 "no evaluator implements a function named {name:?}"

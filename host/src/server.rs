@@ -19,7 +19,7 @@ use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::catalog::Catalog;
+use crate::catalog::CatalogService;
 use crate::confighub_serving::{self, TypedFunctions};
 use crate::runtime::{self, CancelOnDrop, Runtime};
 use crate::telemetry::metrics::{self, CallMetrics, RpcMetricsLayer};
@@ -263,7 +263,7 @@ pub async fn serve(
         ))
     });
     let executor = confighub_serving::grpc_service(typed, max_message_bytes);
-    let catalog = FunctionCatalogServer::new(Catalog::new(runtime.functions()));
+    let catalog = FunctionCatalogServer::new(CatalogService::new(runtime.clone()));
     let evaluator = FunctionEvaluatorServer::new(EvaluatorService {
         runtime,
         max_message_bytes,

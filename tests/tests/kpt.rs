@@ -208,6 +208,14 @@ async fn builtins_answer_catalog_images_over_grpc_and_decline_others() {
         .find(|f| f.name == "set-namespace")
         .expect("listed");
     assert_eq!(set_namespace.evaluator, "builtin");
+    // Listed on the first request: ConfigHub's typed functions, which their plugin builds on
+    // first use, are there too.
+    let typed = list
+        .functions
+        .iter()
+        .find(|f| f.name == "set-replicas")
+        .expect("a typed function is listed");
+    assert_eq!(typed.evaluator, "confighub");
     let parameter = set_namespace
         .parameters
         .iter()
