@@ -202,20 +202,17 @@ async fn builtins_answer_catalog_images_over_grpc_and_decline_others() {
         .await
         .unwrap()
         .into_inner();
-    let set_namespace = list
-        .functions
-        .iter()
-        .find(|f| f.name == "set-namespace")
-        .expect("listed");
+    let listed = |name: &str| {
+        list.functions
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("{name} is not listed"))
+    };
+    let set_namespace = listed("set-namespace");
     assert_eq!(set_namespace.evaluator, "builtin");
     // Listed on the first request: ConfigHub's typed functions, which their plugin builds on
     // first use, are there too.
-    let typed = list
-        .functions
-        .iter()
-        .find(|f| f.name == "set-replicas")
-        .expect("a typed function is listed");
-    assert_eq!(typed.evaluator, "confighub");
+    assert_eq!(listed("set-replicas").evaluator, "confighub");
     let parameter = set_namespace
         .parameters
         .iter()
