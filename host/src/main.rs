@@ -350,6 +350,23 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints `rows` (the header first) in columns as wide as their widest cell, `gap` between them.
+fn print_columns<const N: usize>(rows: &[[String; N]], gap: &str) {
+    let mut widths = [0; N];
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    for row in rows {
+        let mut line = String::new();
+        for (cell, width) in row.iter().zip(widths) {
+            line.push_str(&format!("{cell:<width$}{gap}"));
+        }
+        println!("{}", line.trim_end());
+    }
+}
+
 fn print_plugins(runtime: &Runtime) {
     let header = [
         "INSTANCE",
@@ -381,20 +398,7 @@ fn print_plugins(runtime: &Runtime) {
             file,
         ]);
     }
-    let mut widths = [0; 7];
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    for row in &rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        println!("{}", line.join(" ").trim_end());
-    }
+    print_columns(&rows, " ");
     let mut described = std::collections::BTreeMap::new();
     for instance in runtime.instances().iter().filter(|i| !i.disabled) {
         described.insert(&instance.plugin_name, &instance.description);
@@ -576,23 +580,10 @@ async fn print_status(runtime: &Arc<Runtime>) -> anyhow::Result<i32> {
         "STATE",
         "LAST ERROR",
     ];
-    let widths: Vec<usize> = (0..6)
-        .map(|column| {
-            rows.iter()
-                .map(|row| row[column].len())
-                .chain([header[column].len()])
-                .max()
-                .unwrap_or(0)
-        })
+    let rows: Vec<[String; 7]> = std::iter::once(header.map(str::to_owned))
+        .chain(rows)
         .collect();
-    for row in std::iter::once(header.map(str::to_owned)).chain(rows) {
-        let mut line = String::new();
-        for (column, width) in widths.iter().enumerate() {
-            line.push_str(&format!("{:<width$}  ", row[column]));
-        }
-        line.push_str(&row[6]);
-        println!("{}", line.trim_end());
-    }
+    print_columns(&rows, "  ");
     let failed = reports
         .iter()
         .any(|report| matches!(report.state, routing::State::Failed { .. }));
