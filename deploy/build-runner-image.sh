@@ -45,19 +45,19 @@ home=$rootfs/home/nonroot
 rm -rf "$context"
 mkdir -p "$home" "$rootfs/etc/krm-runner" "$rootfs/etc/ssl/certs" "$rootfs/tmp"
 chmod 1777 "$rootfs/tmp"
-cp "$build_dir/krm-runner" "$home/"
+cp "$build_dir/krm-runner" "$build_dir/krm-runner-server" "$home/"
 for plugin in $plugins; do
   cp "$build_dir/libkrm_plugin_$plugin.so" "$home/"
 done
 # Debug info would make up most of the image; symbols stay, so backtraces name functions.
-strip --strip-debug "$home/krm-runner" "$home"/libkrm_plugin_*.so
+strip --strip-debug "$home/krm-runner" "$home/krm-runner-server" "$home"/libkrm_plugin_*.so
 cp "$probe_dir/grpc-health-probe" "$home/"
 cp "$here/runner-image-config.yaml" "$rootfs/etc/krm-runner/config.yaml"
 cp "$certificates" "$rootfs/etc/ssl/certs/"
 
 # The loader and the libraries, at the paths ldd resolves them to (the loader's path is the one
 # the binary names, so it is found).
-for binary in "$home/krm-runner" "$home"/libkrm_plugin_*.so; do
+for binary in "$home/krm-runner" "$home/krm-runner-server" "$home"/libkrm_plugin_*.so; do
   ldd "$binary"
 done | awk '{ for (i = 1; i <= NF; i++) if (substr($i, 1, 1) == "/") print $i }' | sort -u |
   while read -r library; do

@@ -61,14 +61,7 @@ pub enum Command {
     /// Be the KRM function NAME: ResourceList on stdin, ResourceList on stdout, log on stderr,
     /// exit status; for `kpt fn eval --exec` and Kptfile `exec:` steps.
     #[command(name = "fn")]
-    Function {
-        /// A function some evaluator implements (see `krm-runner functions`).
-        name: String,
-        /// `key=value` pairs: a ConfigMap functionConfig replacing the input's, as kpt
-        /// builds one; the input may then also be plain resource documents.
-        #[arg(last = true)]
-        data: Vec<String>,
-    },
+    Function(FunctionArgs),
     /// Measure the plugin boundary, gRPC calls against direct process spawns, and idle memory.
     Bench(crate::bench::BenchArgs),
     /// ConfigHub's `fctl do`: invoke one typed function on a unit's config data. Exit status
@@ -81,6 +74,45 @@ pub enum Command {
     List(ToolchainArg),
     /// ConfigHub's `fctl listpaths`: the path registry (attribute, resource type, path).
     Listpaths(ToolchainArg),
+}
+
+/// `krm-runner fn`'s own arguments.
+#[derive(Debug, Args)]
+pub struct FunctionArgs {
+    /// A function some evaluator implements (see `krm-runner functions`).
+    pub name: String,
+    /// `key=value` pairs: a ConfigMap functionConfig replacing the input's, as kpt
+    /// builds one; the input may then also be plain resource documents.
+    #[arg(last = true)]
+    pub data: Vec<String>,
+}
+
+/// A `krm-runner fn` command line, read.
+#[derive(Debug)]
+pub struct FunctionCall {
+    pub(crate) flags: Flags,
+    pub(crate) function: FunctionArgs,
+}
+
+impl FunctionCall {
+    /// `args` (the program's name first) read as `krm-runner fn ...`, by the `fn` subcommand's
+    /// definition alone (its arguments and the flags every command takes), which means the same
+    /// as the whole command line's definition for such a line and costs a fraction of building
+    /// that. `None` for a line that does not start with `fn`, or that would print help or an
+    /// error: the whole definition says those, as it would for any other command.
+    pub fn parse(args: &[OsString]) -> Option<Self> {
+        let rest = args.get(1..)?;
+        if rest.first()? != "fn" {
+            return None;
+        }
+        let command = Flags::augment_args(FunctionArgs::augment_args(clap::Command::new("fn")));
+        let rest = normalize_go_flags(&command, rest.iter().cloned());
+        let matches = command.try_get_matches_from(rest).ok()?;
+        Some(Self {
+            flags: Flags::from_arg_matches(&matches).ok()?,
+            function: FunctionArgs::from_arg_matches(&matches).ok()?,
+        })
+    }
 }
 
 /// The toolchain of the config data, as ConfigHub names it.
@@ -275,10 +307,9 @@ pub enum LogFormatArg {
 }
 
 impl Cli {
-    /// Parses the process arguments, accepting Go's single-dash long flags (`-port 9445`).
-    /// Usage errors exit 2, as Go's flag package does.
-    pub fn parse_args() -> Self {
-        let args: Vec<OsString> = std::env::args_os().collect();
+    /// Parses the command line `args` (the program's name first), accepting Go's single-dash
+    /// long flags (`-port 9445`). Usage errors exit 2, as Go's flag package does.
+    pub fn parse_from_args(args: Vec<OsString>) -> Self {
         let command = command_for(&args);
         let args = normalize_go_flags(&command, args);
         let matches = command.get_matches_from(args);
@@ -522,6 +553,61 @@ pub fn flag_layer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn words(line: &str) -> Vec<OsString> {
+        line.split(' ').map(OsString::from).collect()
+    }
+
+    /// What the whole definition makes of `args`, or its error.
+    fn whole(args: Vec<OsString>) -> Result<Cli, clap::Error> {
+        let command = command_for(&args);
+        let args = normalize_go_flags(&command, args);
+        Cli::from_arg_matches(&command.try_get_matches_from(args)?)
+    }
+
+    #[test]
+    fn a_function_call_means_what_the_whole_command_line_definition_says() {
+        for line in [
+            "krm-runner fn set-namespace",
+            "krm-runner fn set-namespace -- namespace=prod team=a",
+            "krm-runner fn --config-file c.yaml set-namespace",
+            "krm-runner fn -log-level 5 set-namespace --plugin-dir /p -- -port=1",
+            "krm-runner fn set-namespace --port 9 --warm-up-pod-cache --pod-ttl 1h",
+        ] {
+            let call = FunctionCall::parse(&words(line)).unwrap_or_else(|| panic!("{line}"));
+            let Cli {
+                flags,
+                command: Some(Command::Function(function)),
+            } = whole(words(line)).unwrap()
+            else {
+                panic!("{line} is not `fn` to the whole definition");
+            };
+            assert_eq!(format!("{:?}", call.flags), format!("{flags:?}"), "{line}");
+            assert_eq!(
+                format!("{:?}", call.function),
+                format!("{function:?}"),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn help_errors_and_other_commands_are_left_to_the_whole_definition() {
+        for line in [
+            "krm-runner",
+            "krm-runner fn",
+            "krm-runner fn --help",
+            "krm-runner fn set-namespace --no-such-flag",
+            "krm-runner fn set-namespace extra",
+            "krm-runner --log-level 5 fn set-namespace",
+            "krm-runner eval --image fn",
+            "krm-runner functions fn",
+        ] {
+            assert!(FunctionCall::parse(&words(line)).is_none(), "{line}");
+        }
+        assert!(whole(words("krm-runner fn set-namespace --no-such-flag")).is_err());
+        assert!(whole(words("krm-runner --log-level 5 fn set-namespace")).is_ok());
+    }
 
     #[test]
     fn go_style_flags_become_long_flags() {

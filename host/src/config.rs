@@ -512,16 +512,23 @@ impl Config {
             problems.push("function_configs.cluster.namespace: empty".to_owned());
         }
         problems.extend(self.telemetry.problems());
-        if !self.executor.attributes.is_empty()
-            && let Err(found) = self.typed_executor()
-        {
-            problems.extend(
-                found
-                    .into_iter()
-                    .map(|problem| format!("executor.{problem}")),
-            );
-        }
         problems
+    }
+
+    /// What is wrong with the attributes declared for ConfigHub's typed functions, each named
+    /// by its field below `executor`. Finding out builds the executor, so only the commands
+    /// that can run typed functions ask: `krm-runner fn` runs none.
+    pub fn typed_executor_problems(&self) -> Vec<String> {
+        if self.executor.attributes.is_empty() {
+            return Vec::new();
+        }
+        match self.typed_executor() {
+            Ok(_) => Vec::new(),
+            Err(found) => found
+                .into_iter()
+                .map(|problem| format!("executor.{problem}"))
+                .collect(),
+        }
     }
 
     /// ConfigHub's Kubernetes/YAML executor with the attributes this configuration declares;

@@ -30,11 +30,13 @@ pub fn build_dir() -> PathBuf {
 /// The `krm-runner` binary of this build.
 pub fn runner_binary() -> PathBuf {
     let binary = build_dir().join("krm-runner");
-    assert!(
-        binary.is_file(),
-        "{} is missing: run `cargo build --workspace` before the tests (tests/run.sh does)",
-        binary.display()
-    );
+    for executable in [&binary, &build_dir().join("krm-runner-server")] {
+        assert!(
+            executable.is_file(),
+            "{} is missing: run `cargo build --workspace` before the tests (tests/run.sh does)",
+            executable.display()
+        );
+    }
     for plugin in ["builtin", "exec", "multi", "testkit"] {
         let library = build_dir().join(format!("libkrm_plugin_{plugin}.so"));
         assert!(
@@ -346,10 +348,17 @@ pub fn http_exchange(
 /// Runs `krm-runner ARGS` to completion (plugins from this build), feeding `stdin`.
 pub fn run_cli(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
     use std::io::Write;
+    // A line starting with `fn` keeps it first, so that `krm-runner` runs the call itself
+    // rather than through `krm-runner-server`.
+    let (first, rest) = match args.split_first() {
+        Some((&"fn", rest)) => (&["fn"][..], rest),
+        _ => (&[][..], args),
+    };
     let mut child = Command::new(runner_binary())
+        .args(first)
         .arg("--plugin-dir")
         .arg(build_dir())
-        .args(args)
+        .args(rest)
         .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

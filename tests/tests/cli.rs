@@ -257,6 +257,56 @@ fn fn_loads_only_the_plugin_that_implements_the_function() {
     }
 }
 
+/// `krm-runner fn` runs the call itself: with only the builtin plugin beside it, and no
+/// `krm-runner-server`, it still serves a builtin function. Every other command line runs
+/// through `krm-runner-server`, and without it fails at once, naming the missing file.
+#[test]
+fn fn_runs_without_the_server_executable_and_other_commands_name_it() {
+    let dir = scratch();
+    for file in ["krm-runner", "libkrm_plugin_builtin.so"] {
+        std::fs::copy(build_dir().join(file), dir.path().join(file)).unwrap();
+    }
+    let runner = dir.path().join("krm-runner");
+    let list = b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n";
+    let output = run_with_input(
+        std::process::Command::new(&runner).args(["fn", "set-namespace", "--", "namespace=x"]),
+        list,
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("namespace: x"),
+        "{}",
+        stdout(&output)
+    );
+    let server = dir.path().join("krm-runner-server");
+    for args in [
+        &["plugins"][..],
+        &["--log-level", "5", "fn", "set-namespace"],
+        &[],
+    ] {
+        let output = run_with_input(std::process::Command::new(&runner).args(args), b"");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let text = stderr(&output);
+        assert!(
+            text.starts_with(&format!("krm-runner: cannot run {}: ", server.display())),
+            "{args:?}: {text}"
+        );
+    }
+}
+
+fn run_with_input(command: &mut std::process::Command, input: &[u8]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("krm-runner");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// `eval` makes one call, so it builds the served chain's instances as the call reaches them:
 /// a builtin function loads the chain (`multi`) and the builtin alone, and an instance the call
 /// never reaches cannot fail it, while one it does reach fails it naming the problem. With
