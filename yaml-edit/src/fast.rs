@@ -37,7 +37,8 @@ struct P<'a, 's> {
 pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
     let b = src.as_bytes();
     // Texts too long for the tree's offsets are the general parser's to refuse.
-    if b.len() > MAX_TEXT_BYTES || b.contains(&b'\r') || src.starts_with('\u{feff}') {
+    if b.len() > MAX_TEXT_BYTES || memchr::memchr(b'\r', b).is_some() || src.starts_with('\u{feff}')
+    {
         return None;
     }
     // Block YAML holds a node for every 7-10 bytes, and a mapping entry for every two nodes or
@@ -63,20 +64,42 @@ pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
 /// The bytes a plain key's scan stops at: its `:`, the line's end, and what the fast path
 /// leaves to the general parser (`#`, flow indicators, tabs). The rest are skipped by one
 /// lookup each: keys are most of what a parse reads.
-static KEY_STOPS: [bool; 256] = {
-    let mut stops = [false; 256];
+static KEY_STOPS: [bool; 256] = byte_set(b":\n#{}[],\t");
+
+/// The bytes a plain value's scan stops at: the line's end, and what may end the value (`#`
+/// of a comment) or make it the general parser's (`: `). Values are most of the rest.
+static VALUE_STOPS: [bool; 256] = byte_set(b":\n#");
+
+const fn byte_set(set: &[u8]) -> [bool; 256] {
+    let mut members = [false; 256];
     let mut i = 0;
-    let set = b":\n#{}[],\t";
     while i < set.len() {
-        stops[set[i] as usize] = true;
+        members[set[i] as usize] = true;
         i += 1;
     }
-    stops
-};
+    members
+}
 
 /// A YAML blank (space or tab), a line break or the end: what ends a `:` or `-` indicator.
 fn is_space_or_end(b: &[u8], i: usize) -> bool {
     i >= b.len() || matches!(b[i], b' ' | b'\t' | b'\n')
+}
+
+/// How many spaces `b` starts with, counted eight bytes at a time: the indentation of every
+/// line is most of the bytes a parse of nested YAML skips.
+fn leading_spaces(b: &[u8]) -> usize {
+    const SPACES: u64 = u64::from_le_bytes([b' '; 8]);
+    let mut n = 0;
+    while let Some(chunk) = b.get(n..n + 8) {
+        let word = u64::from_le_bytes(chunk.try_into().expect("a chunk of eight bytes"));
+        // In little-endian order the lowest set bit falls in the first byte that differs.
+        let other = word ^ SPACES;
+        if other != 0 {
+            return n + (other.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    n + b[n..].iter().take_while(|&&c| c == b' ').count()
 }
 
 fn is_blank(c: u8) -> bool {
@@ -197,10 +220,7 @@ impl<'a> P<'a, '_> {
             if ls >= b.len() {
                 return Ok(None);
             }
-            let mut i = ls;
-            while i < b.len() && b[i] == b' ' {
-                i += 1;
-            }
+            let i = ls + leading_spaces(&b[ls..]);
             if i >= b.len() {
                 self.pos = b.len();
                 return Ok(None);
@@ -227,10 +247,18 @@ impl<'a> P<'a, '_> {
         }
     }
 
+    #[inline]
     fn col(&self, ls: usize, at: usize) -> usize {
         if self.ascii {
-            return at - ls;
+            at - ls
+        } else {
+            self.col_in_text(ls, at)
         }
+    }
+
+    /// [`P::col`] of a text that is not all ASCII, kept out of the common path.
+    #[inline(never)]
+    fn col_in_text(&self, ls: usize, at: usize) -> usize {
         let prefix = &self.src[ls..at];
         if prefix.is_ascii() {
             at - ls
@@ -239,6 +267,7 @@ impl<'a> P<'a, '_> {
         }
     }
 
+    #[inline]
     fn push(&mut self, kind: Kind, start: usize, end: usize, col: usize) -> R<NodeId> {
         self.doc
             .push(Node::new(kind, start, end, col, false))
@@ -400,8 +429,8 @@ impl<'a> P<'a, '_> {
         if q < b.len() && b[q] == b'\t' {
             return Err(());
         }
-        let eol = self.eol(q);
-        if q == eol || b[q] == b'#' {
+        if q == b.len() || b[q] == b'\n' || b[q] == b'#' {
+            let eol = self.eol(q);
             if q < eol && q == from {
                 return Err(());
             }
@@ -447,37 +476,26 @@ impl<'a> P<'a, '_> {
                 return self.map(ls, q, key, depth + 1);
             }
         }
-        let id = match b[q] {
+        let (id, eol) = match b[q] {
             b'"' | b'\'' => {
+                let eol = self.eol(q);
                 let close = quoted_close(b, q, eol, b[q]).ok_or(())?;
                 let id = self.scalar_at(ls, q, close)?;
                 self.expect_comment_or_eol(close, eol)?;
-                id
+                (id, eol)
             }
             b'-' if is_space_or_end(b, q + 1) => return Err(()),
             // saphyr starts a sequence whose item is `|-` at the `-` of the header.
             b'|' if is_item && matches!(b.get(q + 1), Some(b'-' | b'+')) => return Err(()),
-            b'|' => return self.literal(q, eol, parent_col),
+            b'|' => return self.literal(q, self.eol(q), parent_col),
             c if c != b'-' && is_indicator(c) => return Err(()),
             _ => {
-                // A plain scalar: up to a comment or the end of the line.
-                let mut end = eol;
-                let line = &b[q..eol];
-                for (i, &c) in line.iter().enumerate() {
-                    match c {
-                        b'#' if i > 0 && is_blank(line[i - 1]) => {
-                            end = q + i;
-                            break;
-                        }
-                        b':' if is_space_or_end(b, q + i + 1) => return Err(()),
-                        _ => {}
-                    }
-                }
+                let (mut end, eol) = self.plain_end(q)?;
                 while end > q && is_blank(b[end - 1]) {
                     end -= 1;
                 }
                 let col = self.col(ls, q);
-                self.push(
+                let id = self.push(
                     Kind::Scalar {
                         value: ScalarValue::verbatim(q, end),
                         style: Style::Plain,
@@ -486,7 +504,8 @@ impl<'a> P<'a, '_> {
                     q,
                     end,
                     col,
-                )?
+                )?;
+                (id, eol)
             }
         };
         self.pos = (eol + 1).min(b.len());
@@ -497,6 +516,26 @@ impl<'a> P<'a, '_> {
             return Err(());
         }
         Ok(id)
+    }
+
+    /// Where the plain scalar starting at `q` ends, trailing blanks included (at a comment or
+    /// the end of its line), and the end of its line: one pass over the line. A `: ` inside it
+    /// is the general parser's.
+    fn plain_end(&self, q: usize) -> R<(usize, usize)> {
+        let b = self.b;
+        let mut i = q;
+        while let Some(&c) = b.get(i) {
+            if VALUE_STOPS[usize::from(c)] {
+                match c {
+                    b'\n' => return Ok((i, i)),
+                    b'#' if i > q && is_blank(b[i - 1]) => return Ok((i, self.eol(i))),
+                    b':' if is_space_or_end(b, i + 1) => return Err(()),
+                    _ => {}
+                }
+            }
+            i += 1;
+        }
+        Ok((i, i))
     }
 
     /// A literal block scalar (`|`, `|-`, `|+`) whose header is at `at`, ending its line at
@@ -604,21 +643,8 @@ impl<'a> P<'a, '_> {
 
     /// A scalar from `at` to `end` (exclusive; for quoted scalars, past the closing quote).
     fn scalar_at(&mut self, ls: usize, at: usize, end: usize) -> R<NodeId> {
-        let src = self.src;
         let (value, style) = match self.b[at] {
-            b'\'' => {
-                let inner = &src[at + 1..end - 1];
-                let value = if inner.contains("''") {
-                    Cow::Owned(inner.replace("''", "'"))
-                } else {
-                    Cow::Borrowed(inner)
-                };
-                (self.scalar_value(at + 1, end - 1, value)?, Style::Single)
-            }
-            b'"' => {
-                let value = unescape(&src[at + 1..end - 1]).ok_or(())?;
-                (self.scalar_value(at + 1, end - 1, value)?, Style::Double)
-            }
+            b'\'' | b'"' => self.quoted_value(at, end)?,
             _ => (ScalarValue::verbatim(at, end), Style::Plain),
         };
         let col = self.col(ls, at);
@@ -632,6 +658,24 @@ impl<'a> P<'a, '_> {
             end,
             col,
         )
+    }
+
+    /// The value and style of the quoted scalar from `at` to `end`, kept out of
+    /// [`P::scalar_at`]: most keys and values are plain.
+    #[inline(never)]
+    fn quoted_value(&mut self, at: usize, end: usize) -> R<(ScalarValue, Style)> {
+        let inner = &self.src[at + 1..end - 1];
+        if self.b[at] == b'\'' {
+            let value = if inner.contains("''") {
+                Cow::Owned(inner.replace("''", "'"))
+            } else {
+                Cow::Borrowed(inner)
+            };
+            Ok((self.scalar_value(at + 1, end - 1, value)?, Style::Single))
+        } else {
+            let value = unescape(inner).ok_or(())?;
+            Ok((self.scalar_value(at + 1, end - 1, value)?, Style::Double))
+        }
     }
 }
 

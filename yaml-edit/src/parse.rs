@@ -75,12 +75,16 @@ impl<'a> Doc<'a> {
             return None;
         }
         if entries.len() <= LINEAR {
-            return entries.iter().enumerate().find_map(|(i, &(key, _))| {
-                let text = self.str(key)?;
-                entries[..i]
-                    .iter()
-                    .find(|&&(earlier, _)| self.str(earlier) == Some(text))
-                    .map(|&(earlier, _)| (earlier, key))
+            // Each key's text looked up once: the fast path asks this of every mapping.
+            let mut texts = [None; LINEAR];
+            for (text, &(key, _)) in texts.iter_mut().zip(entries) {
+                *text = self.str(key);
+            }
+            let texts = &texts[..entries.len()];
+            return texts.iter().enumerate().find_map(|(i, text)| {
+                let text = text.as_ref()?;
+                let earlier = texts[..i].iter().position(|t| t.as_ref() == Some(text))?;
+                Some((entries[earlier].0, entries[i].0))
             });
         }
         let mut seen: std::collections::HashMap<&str, NodeId> = Default::default();

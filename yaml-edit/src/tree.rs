@@ -13,6 +13,7 @@ pub(crate) const MAX_NODES: usize = NONE as usize;
 /// Narrows an offset, column or count of a parse to the 32 bits the tree keeps. A parse
 /// refuses texts over [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES) and documents over
 /// [`MAX_NODES`] before it narrows anything, so this never fails.
+#[inline]
 pub(crate) fn narrow(n: usize) -> u32 {
     u32::try_from(n).expect("a parse refuses what does not fit in 32 bits")
 }
@@ -42,6 +43,7 @@ impl Children {
         self.len == 0
     }
 
+    #[inline]
     pub(crate) fn range(&self) -> std::ops::Range<usize> {
         self.start as usize..self.start as usize + self.len as usize
     }
@@ -61,6 +63,7 @@ pub struct ScalarValue {
 
 impl ScalarValue {
     /// The value written verbatim at `start..end` of the text.
+    #[inline]
     pub(crate) fn verbatim(start: usize, end: usize) -> Self {
         ScalarValue {
             start: narrow(start),
@@ -101,6 +104,7 @@ const _: () = assert!(size_of::<Node>() <= 32);
 
 impl Node {
     /// A node at `start..end` of the text, starting at column `col`, with no parent yet.
+    #[inline]
     pub(crate) fn new(kind: Kind, start: usize, end: usize, col: usize, flow: bool) -> Self {
         Node {
             kind,
@@ -113,16 +117,19 @@ impl Node {
     }
 
     /// Byte offset where the node's text starts (for block collections: their first entry).
+    #[inline]
     pub fn start(&self) -> usize {
         self.start as usize
     }
 
     /// Byte offset where the node's text ends (for block collections: their last entry's end).
+    #[inline]
     pub fn end(&self) -> usize {
         self.end as usize
     }
 
     /// Column (in characters) where the node starts; the indentation of block entries.
+    #[inline]
     pub fn col(&self) -> usize {
         self.col as usize
     }
@@ -141,6 +148,7 @@ impl Node {
         self.start = narrow(start);
     }
 
+    #[inline]
     pub(crate) fn set_end(&mut self, end: usize) {
         self.end = narrow(end);
     }
@@ -149,6 +157,7 @@ impl Node {
         self.col = narrow(col);
     }
 
+    #[inline]
     pub(crate) fn set_parent(&mut self, parent: Option<NodeId>) {
         self.parent = parent.map_or(NONE, narrow);
     }
@@ -212,6 +221,7 @@ impl<'a> Doc<'a> {
     }
 
     /// Adds a node; none past [`MAX_NODES`] (see [`too_many_nodes`]).
+    #[inline]
     pub(crate) fn push(&mut self, node: Node) -> Option<NodeId> {
         if self.nodes.len() >= MAX_NODES {
             return None;
@@ -237,6 +247,7 @@ impl<'a> Doc<'a> {
     }
 
     /// The text of a scalar's value.
+    #[inline]
     fn value(&self, value: ScalarValue) -> &str {
         let text = if value.verbatim {
             self.src
@@ -248,6 +259,7 @@ impl<'a> Doc<'a> {
     }
 
     /// Follows an alias to its anchored node.
+    #[inline]
     pub fn deref(&self, id: NodeId) -> NodeId {
         match self.nodes[id].kind {
             Kind::Alias(target) => target as usize,
@@ -256,6 +268,7 @@ impl<'a> Doc<'a> {
     }
 
     /// The entries (key, value) of a mapping; none for anything else (aliases followed).
+    #[inline]
     pub fn entries(&self, id: NodeId) -> &[(NodeId, NodeId)] {
         match self.nodes[self.deref(id)].kind {
             Kind::Map(entries) => &self.entries[entries.range()],
@@ -272,6 +285,7 @@ impl<'a> Doc<'a> {
     }
 
     /// Files the entries of a mapping being closed, for its [`Kind::Map`].
+    #[inline]
     pub(crate) fn add_entries(&mut self, entries: &[(NodeId, NodeId)]) -> Children {
         let start = self.entries.len();
         self.entries.extend_from_slice(entries);
@@ -282,6 +296,7 @@ impl<'a> Doc<'a> {
     }
 
     /// Files the items of a sequence being closed, for its [`Kind::Seq`].
+    #[inline]
     pub(crate) fn add_items(&mut self, items: &[NodeId]) -> Children {
         let start = self.items.len();
         self.items.extend_from_slice(items);
@@ -300,6 +315,7 @@ impl<'a> Doc<'a> {
     }
 
     /// The scalar's value, if the node is a scalar (aliases followed).
+    #[inline]
     pub fn str(&self, id: NodeId) -> Option<&str> {
         match self.nodes[self.deref(id)].kind {
             Kind::Scalar { value, .. } => Some(self.value(value)),
@@ -320,6 +336,7 @@ impl<'a> Doc<'a> {
     }
 
     /// The entry `key` of a mapping: (key node, value node).
+    #[inline]
     pub fn entry(&self, map: NodeId, key: &str) -> Option<(NodeId, NodeId)> {
         self.entries(map)
             .iter()
@@ -329,18 +346,24 @@ impl<'a> Doc<'a> {
 
     /// Whether node `id` is a scalar whose value is `text` (aliases followed): asked of every
     /// key a lookup passes, so written keys are compared without a second look at the node.
+    #[inline]
     fn reads(&self, id: NodeId, text: &str) -> bool {
         match self.nodes[id].kind {
-            Kind::Scalar { value, .. } => self.value(value) == text,
+            // Lengths first: most keys passed differ in length.
+            Kind::Scalar { value, .. } => {
+                value.len as usize == text.len() && self.value(value) == text
+            }
             Kind::Alias(_) => self.str(id) == Some(text),
             _ => false,
         }
     }
 
+    #[inline]
     pub fn get(&self, map: NodeId, key: &str) -> Option<NodeId> {
         self.entry(map, key).map(|(_, v)| v)
     }
 
+    #[inline]
     pub fn get_path(&self, mut node: NodeId, path: &[&str]) -> Option<NodeId> {
         for key in path {
             node = self.get(node, key)?;
@@ -348,6 +371,7 @@ impl<'a> Doc<'a> {
         Some(node)
     }
 
+    #[inline]
     pub fn get_str(&self, map: NodeId, path: &[&str]) -> Option<&str> {
         self.get_path(map, path).and_then(|n| self.str(n))
     }
