@@ -1,6 +1,6 @@
 //! Edits at the byte spans of the original text, applied in one pass.
 
-use crate::new::push_indent;
+use crate::new::{approx_entries_len, push_indent};
 use crate::scalar::plain_unsafe;
 use crate::{
     Doc, Kind, New, NodeId, Style, block_entries, block_items, double_quoted, needs_quotes,
@@ -372,7 +372,10 @@ impl Editor {
                 }
                 Kind::Map(_) => {
                     let at = doc.line_end(node.end());
-                    let mut text = String::new();
+                    // Each entry's line starts at the mapping's column.
+                    let mut text = String::with_capacity(
+                        approx_entries_len(&entries) + entries.len() * node.col(),
+                    );
                     if at == src.len() && !src.ends_with('\n') {
                         text.push('\n');
                     }

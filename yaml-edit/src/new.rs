@@ -22,10 +22,7 @@ impl New {
     pub fn approx_len(&self) -> usize {
         match self {
             New::Str(s) | New::Plain(s) => s.len() + 2,
-            New::Map(entries) => entries
-                .iter()
-                .map(|(k, v)| k.len() + 4 + v.approx_len())
-                .sum(),
+            New::Map(entries) => approx_entries_len(entries),
             New::Seq(items) => items.iter().map(|v| v.approx_len() + 4).sum(),
         }
     }
@@ -104,6 +101,14 @@ impl New {
     }
 }
 
+/// About how many bytes a mapping's entries take once written (see [`New::approx_len`]).
+pub(crate) fn approx_entries_len(entries: &[(String, New)]) -> usize {
+    entries
+        .iter()
+        .map(|(k, v)| k.len() + 4 + v.approx_len())
+        .sum()
+}
+
 /// Block-mapping lines (each ending in a newline) at `indent`.
 pub fn block_entries(entries: &[(String, New)], indent: usize, out: &mut String) {
     for (key, value) in entries {
@@ -139,5 +144,12 @@ pub fn block_items(items: &[New], indent: usize, out: &mut String) {
 }
 
 pub(crate) fn push_indent(out: &mut String, n: usize) {
-    out.extend(std::iter::repeat_n(' ', n));
+    // Whole runs of spaces rather than one character at a time: every line written starts so.
+    const SPACES: &str = "                                ";
+    let mut left = n;
+    while left > 0 {
+        let run = left.min(SPACES.len());
+        out.push_str(&SPACES[..run]);
+        left -= run;
+    }
 }

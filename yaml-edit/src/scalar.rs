@@ -49,13 +49,13 @@ fn resolves_to_string(value: &str) -> bool {
 
 fn looks_float(value: &str) -> bool {
     let v = value.strip_prefix(['-', '+']).unwrap_or(value);
-    !v.is_empty()
-        && v.bytes().any(|b| b.is_ascii_digit())
+    // The first byte first: it settles most strings without a pass over them.
+    v.bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_digit() || b == b'.')
         && v.bytes()
             .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'-' | b'+'))
-        && v.bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_digit() || b == b'.')
+        && v.bytes().any(|b| b.is_ascii_digit())
 }
 
 /// Would a plain scalar with this text read back as something other than the same string?
@@ -107,38 +107,21 @@ pub fn needs_quotes(value: &str) -> bool {
     value.ends_with(':') || breaks_plain_text(value)
 }
 
-/// The bytes [`breaks_plain_text`] looks at: `:` and `#`, control characters and the start
-/// of every non-ASCII character. The rest are skipped by one lookup each.
-static NOTABLE: [bool; 256] = {
-    let mut notable = [false; 256];
-    let mut c = 0;
-    while c < 256 {
-        notable[c] = c < 0x20 || c >= 0x7f || c == b':' as usize || c == b'#' as usize;
-        c += 1;
-    }
-    notable
-};
-
 /// Whether the text holds `: ` or ` #` (which end a plain scalar or start a comment), a
-/// control character or a byte order mark: one pass over the bytes, since every string written
-/// (messages of results included) is asked.
+/// control character or a byte order mark. Every string written (messages of results
+/// included) is asked: the `:` and `#` are found a vector at a time, and the rest is asked of
+/// the characters only when some byte is not printable ASCII.
 fn breaks_plain_text(value: &str) -> bool {
     let b = value.as_bytes();
-    let mut ascii = true;
-    let mut from = 0;
-    while let Some(p) = b[from..].iter().position(|&c| NOTABLE[usize::from(c)]) {
-        let at = from + p;
-        match b[at] {
-            b':' if b.get(at + 1) == Some(&b' ') => return true,
-            b'#' if at > 0 && b[at - 1] == b' ' => return true,
-            b':' | b'#' => {}
-            0x80.. => ascii = false,
-            // The rest of ASCII's control characters.
-            _ => return true,
-        }
-        from = at + 1;
-    }
-    !ascii && value.chars().any(|c| c.is_control() || c == '\u{feff}')
+    let separator = memchr::memchr2_iter(b':', b'#', b).any(|at| match b[at] {
+        b':' => b.get(at + 1) == Some(&b' '),
+        _ => at > 0 && b[at - 1] == b' ',
+    });
+    // Folded without an early exit, so that it is compiled to vector instructions.
+    let printable_ascii = b
+        .iter()
+        .fold(true, |all, &c| all & (b' '..=b'~').contains(&c));
+    separator || (!printable_ascii && value.chars().any(|c| c.is_control() || c == '\u{feff}'))
 }
 
 /// The common case answered without allocating: a word that starts with a letter and holds
