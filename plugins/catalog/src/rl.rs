@@ -117,13 +117,24 @@ impl<'d, 'a> Obj<'d, 'a> {
     }
     /// The SDK's `ShortString`.
     pub fn short_string(&self) -> String {
-        format!(
-            "Resource(apiVersion={}, kind={}, namespace={}, name={})",
+        self.short_string_and("")
+    }
+    /// [`Obj::short_string`] followed by `tail`, made at once: functions name every object
+    /// this way.
+    pub fn short_string_and(&self, tail: &str) -> String {
+        [
+            "Resource(apiVersion=",
             self.api_version(),
+            ", kind=",
             self.kind(),
+            ", namespace=",
             self.namespace(),
-            self.name()
-        )
+            ", name=",
+            self.name(),
+            ")",
+            tail,
+        ]
+        .concat()
     }
     pub fn resource_ref(&self) -> New {
         let mut entries = vec![
@@ -195,7 +206,9 @@ impl FnResult {
         self
     }
     fn into_new(self) -> New {
-        let mut entries = vec![("message".to_owned(), New::Str(self.message))];
+        // Room for every field at once: a function may report on every object.
+        let mut entries = Vec::with_capacity(5);
+        entries.push(("message".to_owned(), New::Str(self.message)));
         if let Some(severity) = self.severity {
             entries.push(("severity".to_owned(), New::str(severity)));
         }
