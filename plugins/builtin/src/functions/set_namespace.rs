@@ -178,7 +178,8 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     let new_ns = config.namespace.as_str();
 
     // Origins: refuse ambiguous replace-all.
-    let mut results = Vec::new();
+    // At most a warning per object, and the two summaries.
+    let mut results = Vec::with_capacity(objects.len() + 2);
     let mut origins = BTreeSet::new();
     for &Object {
         obj,
@@ -202,10 +203,9 @@ fn transform(ctx: &mut Ctx, config: &Config) {
                 }
                 origins.insert(ns.to_owned());
             }
-            None => results.push(FnResult::warning(format!(
-                "{} does not have upstream origin.",
-                obj.short_string()
-            ))),
+            None => results.push(FnResult::warning(
+                obj.short_string_and(" does not have upstream origin."),
+            )),
         }
     }
     if config.matcher.is_empty() && origins.len() > 1 {
@@ -217,7 +217,7 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     }
 
     // Visit namespace-valued fields: special cluster-scoped objects first, then namespaced.
-    let mut sites = Vec::new();
+    let mut sites = Vec::with_capacity(objects.len());
     for &Object {
         obj,
         namespaced,
@@ -314,6 +314,8 @@ fn transform(ctx: &mut Ctx, config: &Config) {
 
     let mut count = 0;
     let mut old = BTreeSet::new();
+    // The entry a missing field gets, made once and given each site's key.
+    let mut entry = [(String::new(), new_ns.to_owned())];
     for site in sites {
         if ctx.interrupted().is_some() {
             return;
@@ -344,7 +346,10 @@ fn transform(ctx: &mut Ctx, config: &Config) {
             config.matcher == current || config.matcher == site.origin
         };
         if change {
-            old.insert(current.to_owned());
+            // Most objects share their old namespace: copied once.
+            if !old.contains(current) {
+                old.insert(current.to_owned());
+            }
             count += 1;
             match site
                 .node
@@ -353,13 +358,9 @@ fn transform(ctx: &mut Ctx, config: &Config) {
                 Some(node) => ctx.ed.set_scalar(doc, node, new_ns, true),
                 None => {
                     let (last, path) = site.path.split_last().expect("non-empty path");
-                    ctx.ed.ensure_map(
-                        doc,
-                        site.parent,
-                        path,
-                        &[((*last).to_owned(), new_ns.to_owned())],
-                        true,
-                    );
+                    entry[0].0.clear();
+                    entry[0].0.push_str(last);
+                    ctx.ed.ensure_map(doc, site.parent, path, &entry, true);
                 }
             }
         }
