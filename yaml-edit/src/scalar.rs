@@ -124,13 +124,25 @@ fn breaks_plain_text(value: &str) -> bool {
     separator || (!printable_ascii && value.chars().any(|c| c.is_control() || c == '\u{feff}'))
 }
 
+/// The bytes of a [`plainly_safe`] word, each told by one lookup: keys and values written
+/// are mostly such words.
+static WORD_BYTES: [bool; 256] = {
+    let mut word = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        word[c] = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/');
+        c += 1;
+    }
+    word
+};
+
 /// The common case answered without allocating: a word that starts with a letter and holds
 /// only letters, digits and `-_./`, and is none of the YAML 1.1 booleans or nulls.
 fn plainly_safe(value: &str) -> bool {
     let b = value.as_bytes();
     b.first().is_some_and(u8::is_ascii_alphabetic)
-        && b.iter()
-            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'/'))
+        && b.iter().all(|&c| WORD_BYTES[usize::from(c)])
         && !["y", "n", "yes", "no", "on", "off", "true", "false", "null"]
             .iter()
             .any(|word| word.eq_ignore_ascii_case(value))

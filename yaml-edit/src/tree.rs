@@ -249,13 +249,18 @@ impl<'a> Doc<'a> {
     /// The text of a scalar's value.
     #[inline]
     fn value(&self, value: ScalarValue) -> &str {
-        let text = if value.verbatim {
+        let start = value.start as usize;
+        &self.value_home(value)[start..start + value.len as usize]
+    }
+
+    /// The text a scalar's value is kept in (see [`ScalarValue`]).
+    #[inline]
+    fn value_home(&self, value: ScalarValue) -> &str {
+        if value.verbatim {
             self.src
         } else {
             &self.values
-        };
-        let start = value.start as usize;
-        &text[start..start + value.len as usize]
+        }
     }
 
     /// Follows an alias to its anchored node.
@@ -349,9 +354,13 @@ impl<'a> Doc<'a> {
     #[inline]
     fn reads(&self, id: NodeId, text: &str) -> bool {
         match self.nodes[id].kind {
-            // Lengths first: most keys passed differ in length.
+            // Lengths first: most keys passed differ in length. Then bytes, which spares the
+            // checks of slicing a `str` on character boundaries.
             Kind::Scalar { value, .. } => {
-                value.len as usize == text.len() && self.value(value) == text
+                let start = value.start as usize;
+                value.len as usize == text.len()
+                    && self.value_home(value).as_bytes()[start..start + text.len()]
+                        == *text.as_bytes()
             }
             Kind::Alias(_) => self.str(id) == Some(text),
             _ => false,
