@@ -520,21 +520,24 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
                 over_grpc.push(started.elapsed());
             }
             let over_grpc = percentiles(&mut over_grpc).0;
-            // `krm-runner` itself, which runs `fn` without this executable.
+            // `krm-runner` itself, which runs `fn` without this executable, and `cat`, the
+            // floor for any process that reads the input and writes it back, alternating so
+            // that both see the same machine.
             let launcher = std::env::current_exe()?.with_file_name("krm-runner");
-            let process = median(runs.min(10), || {
+            let mut process = Vec::with_capacity(PROCESS_RUNS);
+            let mut cat = Vec::with_capacity(PROCESS_RUNS);
+            for _ in 0..PROCESS_RUNS {
                 let mut command = Command::new(&launcher);
                 command.args(["fn", function]);
                 let started = Instant::now();
                 spawn_with_input(command, &input)?;
-                Ok(started.elapsed())
-            })?;
-            // The floor for any process that reads the input and writes it back.
-            let cat = median(runs.min(10), || {
+                process.push(started.elapsed());
                 let started = Instant::now();
                 spawn_with_input(Command::new("cat"), &input)?;
-                Ok(started.elapsed())
-            })?;
+                cat.push(started.elapsed());
+            }
+            let process = percentiles(&mut process).0;
+            let cat = percentiles(&mut cat).0;
             let kustomize = if have_kubectl && size <= args.kustomize_max {
                 std::fs::create_dir_all(&dir)?;
                 std::fs::write(dir.join("deployments.yaml"), &deployments)?;
@@ -682,6 +685,9 @@ fn median(
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(percentiles(&mut samples).0)
 }
+
+/// Whole `krm-runner fn` and `cat` processes timed per size and function, each.
+const PROCESS_RUNS: usize = 21;
 
 /// `count` one-container Deployments, as a YAML stream.
 fn deployments(count: usize) -> String {
