@@ -523,7 +523,7 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
             // `krm-runner` itself, which runs `fn` without this executable, and `cat`, the
             // floor for any process that reads the input and writes it back, alternating so
             // that both see the same machine.
-            let launcher = std::env::current_exe()?.with_file_name("krm-runner");
+            let launcher = std::env::current_exe()?.with_file_name(crate::FUNCTION_EXECUTABLE);
             let mut process = Vec::with_capacity(PROCESS_RUNS);
             let mut cat = Vec::with_capacity(PROCESS_RUNS);
             for _ in 0..PROCESS_RUNS {

@@ -37,8 +37,11 @@ use runtime::{Purpose, Runtime};
 /// Exit code for configuration and start-up problems (as Go's flag package uses for usage).
 const EXIT_CONFIG: u8 = 2;
 
-/// The executable that runs every command but `fn`, next to `krm-runner`.
-pub const SERVER_EXECUTABLE: &str = "krm-runner-server";
+/// The executable that runs `fn` itself and hands every other command line on.
+const FUNCTION_EXECUTABLE: &str = "krm-runner";
+
+/// The executable that runs every command, next to [`FUNCTION_EXECUTABLE`].
+const SERVER_EXECUTABLE: &str = "krm-runner-server";
 
 /// Runs the command line `args` (the program's name first), any command; the process's exit
 /// status. Usage errors exit 2, as Go's flag package does.
@@ -194,7 +197,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
 }
 
 /// `krm-runner fn`: the function the call names, found by starting only the instances it takes
-/// to find it (see [`runtime::function_instance`]), runs on stdin.
+/// to find it (see `runtime::function_instance`), runs on stdin.
 pub fn run_function(call: &FunctionCall) -> ExitCode {
     let Configured {
         config, problems, ..
@@ -222,7 +225,7 @@ pub fn run_function(call: &FunctionCall) -> ExitCode {
     exit_code(outcome)
 }
 
-/// Replaces this process with [`SERVER_EXECUTABLE`] (next to this one, symbolic links
+/// Replaces this process with `krm-runner-server` (next to this one, symbolic links
 /// resolved) running the command line `args`; returns only when that cannot start.
 pub fn exec_server(args: &[OsString]) -> ExitCode {
     use std::os::unix::process::CommandExt;
@@ -230,7 +233,7 @@ pub fn exec_server(args: &[OsString]) -> ExitCode {
         Ok(exe) => exe.with_file_name(SERVER_EXECUTABLE),
         Err(error) => {
             return report(&[format!(
-                "cannot find {SERVER_EXECUTABLE}: where this executable is is unknown: {error}"
+                "cannot find {SERVER_EXECUTABLE}: this executable's own path is unknown: {error}"
             )]);
         }
     };
