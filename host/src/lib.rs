@@ -244,8 +244,8 @@ pub fn exec_server(args: &[OsString]) -> ExitCode {
     }
     let error = command.exec();
     report(&[format!(
-        "cannot run {}: {error} (it is installed next to krm-runner, which runs every \
-         command but `fn` through it)",
+        "cannot run {}: {error} (it is installed next to {FUNCTION_EXECUTABLE}, which runs \
+         every command but `fn` through it)",
         server.display()
     )])
 }

@@ -347,19 +347,28 @@ pub fn http_exchange(
 
 /// Runs `krm-runner ARGS` to completion (plugins from this build), feeding `stdin`.
 pub fn run_cli(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
-    use std::io::Write;
     // A line starting with `fn` keeps it first, so that `krm-runner` runs the call itself
     // rather than through `krm-runner-server`.
     let (first, rest) = match args.split_first() {
         Some((&"fn", rest)) => (&["fn"][..], rest),
         _ => (&[][..], args),
     };
-    let mut child = Command::new(runner_binary())
-        .args(first)
-        .arg("--plugin-dir")
-        .arg(build_dir())
-        .args(rest)
-        .envs(env.iter().copied())
+    run_with_input(
+        Command::new(runner_binary())
+            .args(first)
+            .arg("--plugin-dir")
+            .arg(build_dir())
+            .args(rest)
+            .envs(env.iter().copied()),
+        stdin,
+    )
+}
+
+/// Runs `command` to completion, feeding `stdin` (from another thread, so that a process
+/// that writes before it reads cannot block on a full pipe) and collecting its output.
+pub fn run_with_input(command: &mut Command, stdin: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use krm_runner_tests::{
-    build_dir, previous_abi_plugin, repo_root, run_cli, run_cli_within, scratch,
+    build_dir, previous_abi_plugin, repo_root, run_cli, run_cli_within, run_with_input, scratch,
 };
 
 fn stderr(output: &std::process::Output) -> String {
@@ -292,19 +292,6 @@ fn fn_runs_without_the_server_executable_and_other_commands_name_it() {
             "{args:?}: {text}"
         );
     }
-}
-
-fn run_with_input(command: &mut std::process::Command, input: &[u8]) -> std::process::Output {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("krm-runner");
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    child.wait_with_output().unwrap()
 }
 
 /// `eval` makes one call, so it builds the served chain's instances as the call reaches them:
