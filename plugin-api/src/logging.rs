@@ -4,12 +4,12 @@
 
 use std::fmt::Write as _;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use abi_stable::std_types::RStr;
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
-use tracing::{Event, Subscriber};
-use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing::{Event, Metadata, Subscriber, span};
 
 use crate::abi::{HostArc, level_to_u8};
 
@@ -28,21 +28,42 @@ pub(crate) fn forward_to(host: &HostArc, plugin: &'static str) {
         let forwarder = Forwarder {
             host: host.clone(),
             plugin,
-        }
-        .with_filter(max_level);
+            max_level,
+            next_span: AtomicU64::new(1),
+        };
         // Fails only when the library already installed a subscriber of its own: keep that one.
-        let _ =
-            tracing::subscriber::set_global_default(tracing_subscriber::registry().with(forwarder));
+        let _ = tracing::subscriber::set_global_default(forwarder);
     });
 }
 
+/// Only events cross to the runner, so spans need no storage: a span is just a fresh id. (A
+/// span registry would cost every one-shot `krm-runner fn` process its table of per-thread
+/// shards, eight freshly touched pages, for nothing.)
 struct Forwarder {
     host: HostArc,
     plugin: &'static str,
+    max_level: LevelFilter,
+    next_span: AtomicU64,
 }
 
-impl<S: Subscriber> Layer<S> for Forwarder {
-    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+impl Subscriber for Forwarder {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        self.max_level >= *metadata.level()
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(self.max_level)
+    }
+
+    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+        span::Id::from_u64(self.next_span.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+
+    fn event(&self, event: &Event<'_>) {
         let mut message = MessageWriter::default();
         event.record(&mut message);
         let target = format!("{}::{}", self.plugin, event.metadata().target());
@@ -52,6 +73,10 @@ impl<S: Subscriber> Layer<S> for Forwarder {
             RStr::from_str(&message.0),
         );
     }
+
+    fn enter(&self, _: &span::Id) {}
+
+    fn exit(&self, _: &span::Id) {}
 }
 
 #[derive(Default)]
