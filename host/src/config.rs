@@ -262,12 +262,14 @@ pub fn layered(sources: &Sources) -> (Figment, Vec<String>) {
         }
     }
     figment = figment.merge(OtelEnv::from_process());
-    figment = figment.merge(
-        Env::prefixed(ENV_PREFIX)
-            .split("__")
-            .ignore(&["config"])
-            .map(|key| key.as_str().to_ascii_lowercase().into()),
-    );
+    let env = Env::prefixed(ENV_PREFIX)
+        .split("__")
+        .ignore(&["config"])
+        .map(|key| key.as_str().to_ascii_lowercase().into());
+    // Merging even an empty layer costs a one-shot `fn` call 3% of its instructions.
+    if env.iter().next().is_some() {
+        figment = figment.merge(env);
+    }
     (figment, problems)
 }
 
