@@ -24,7 +24,6 @@ mod telemetry;
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +44,7 @@ const SERVER_EXECUTABLE: &str = "krm-runner-server";
 
 /// Runs the command line `args` (the program's name first), any command; the process's exit
 /// status. Usage errors exit 2, as Go's flag package does.
-pub fn run(args: Vec<OsString>) -> ExitCode {
+pub fn run(args: Vec<OsString>) -> u8 {
     let cli = match Cli::parse_from_args(args) {
         Cli {
             flags,
@@ -68,7 +67,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
                 return report(&problems);
             }
             print_config(&figment, &config);
-            return ExitCode::SUCCESS;
+            return 0;
         }
         Some(Command::Config {
             action: Some(cli::ConfigAction::Check),
@@ -98,7 +97,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         return match plugin_schema::describe(&config, plugin) {
             Ok(text) => {
                 print!("{text}");
-                ExitCode::SUCCESS
+                0
             }
             Err(problem) => report(&[problem]),
         };
@@ -198,7 +197,7 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
 
 /// `krm-runner fn`: the function the call names, found by starting only the instances it takes
 /// to find it (see `runtime::function_instance`), runs on stdin.
-pub fn run_function(call: &FunctionCall) -> ExitCode {
+pub fn run_function(call: &FunctionCall) -> u8 {
     let Configured {
         config, problems, ..
     } = match configure(&call.flags) {
@@ -227,7 +226,7 @@ pub fn run_function(call: &FunctionCall) -> ExitCode {
 
 /// Replaces this process with `krm-runner-server` (next to this one, symbolic links
 /// resolved) running the command line `args`; returns only when that cannot start.
-pub fn exec_server(args: &[OsString]) -> ExitCode {
+pub fn exec_server(args: &[OsString]) -> u8 {
     use std::os::unix::process::CommandExt;
     let server = match std::env::current_exe() {
         Ok(exe) => exe.with_file_name(SERVER_EXECUTABLE),
@@ -291,7 +290,7 @@ enum Workers {
 fn run_async(
     workers: Workers,
     command: impl std::future::Future<Output = anyhow::Result<i32>>,
-) -> ExitCode {
+) -> u8 {
     let mut builder = match workers {
         Workers::Many => tokio::runtime::Builder::new_multi_thread(),
         Workers::One => tokio::runtime::Builder::new_current_thread(),
@@ -307,13 +306,13 @@ fn run_async(
 }
 
 /// A command's exit status: its own, 2 for a [`BadInvocation`], 1 for any other error.
-fn exit_code(outcome: anyhow::Result<i32>) -> ExitCode {
+fn exit_code(outcome: anyhow::Result<i32>) -> u8 {
     match outcome {
-        Ok(code) => ExitCode::from(code as u8),
+        Ok(code) => code as u8,
         Err(error) if error.is::<BadInvocation>() => report(&[format!("{error:#}")]),
         Err(error) => {
             eprintln!("krm-runner: {error:#}");
-            ExitCode::FAILURE
+            1
         }
     }
 }
@@ -339,7 +338,7 @@ struct Configured {
 
 /// The configuration the layers and `flags` make, with the log set up as it says and its
 /// warnings logged; the exit status when not even the embedded default extracts.
-fn configure(flags: &Flags) -> Result<Configured, ExitCode> {
+fn configure(flags: &Flags) -> Result<Configured, u8> {
     let sources = Sources {
         config_file: flags.config_file.clone(),
         skip_system_file: false,
@@ -367,12 +366,12 @@ fn configure(flags: &Flags) -> Result<Configured, ExitCode> {
     })
 }
 
-fn report(problems: &[String]) -> ExitCode {
+fn report(problems: &[String]) -> u8 {
     let mut stderr = std::io::stderr().lock();
     for problem in problems {
         let _ = writeln!(stderr, "krm-runner: {problem}");
     }
-    ExitCode::from(EXIT_CONFIG)
+    EXIT_CONFIG
 }
 
 async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
@@ -498,7 +497,7 @@ fn print_functions(runtime: &Runtime, name: Option<&str>) -> anyhow::Result<i32>
 
 /// `krm-runner config check`, once the configuration has passed what start-up checks: the
 /// conflicts between FunctionConfigs too, which serving only logs.
-fn report_check(runtime: &Runtime) -> ExitCode {
+fn report_check(runtime: &Runtime) -> u8 {
     let conflicts: Vec<String> = runtime
         .store()
         .conflicts()
@@ -512,7 +511,7 @@ fn report_check(runtime: &Runtime) -> ExitCode {
         "configuration OK; {} FunctionConfigs OK",
         runtime.store().file_objects()
     );
-    ExitCode::SUCCESS
+    0
 }
 
 /// `krm-runner functions --resolve IMAGE [--tag CONSTRAINT]`: which FunctionConfig matches,

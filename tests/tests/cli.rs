@@ -294,6 +294,39 @@ fn fn_runs_without_the_server_executable_and_other_commands_name_it() {
     }
 }
 
+/// `krm-runner` starts from C's `main` rather than std's, so it ignores SIGPIPE itself, as
+/// std's start would: a reader that goes away makes writing the output fail with an error the
+/// call reports, instead of killing the process with a signal.
+#[test]
+fn fn_whose_reader_goes_away_fails_with_an_error_not_a_signal() {
+    let big: Vec<u8> = [
+        &b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n"[..],
+        &b"- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a}\n".repeat(20_000),
+    ]
+    .concat();
+    let mut child = std::process::Command::new(krm_runner_tests::runner_binary())
+        .args(["fn", "--plugin-dir"])
+        .arg(build_dir())
+        .args(["set-namespace", "--", "namespace=x"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Output larger than a pipe holds, and nobody left to read it.
+    drop(child.stdout.take());
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, &big).unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "{:?}", output.status);
+    assert!(
+        stderr(&output).contains("Broken pipe"),
+        "{}",
+        stderr(&output)
+    );
+}
+
 /// `eval` makes one call, so it builds the served chain's instances as the call reaches them:
 /// a builtin function loads the chain (`multi`) and the builtin alone, and an instance the call
 /// never reaches cannot fail it, while one it does reach fails it naming the problem. With

@@ -4,5 +4,5 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    krm_runner::run(std::env::args_os().collect())
+    ExitCode::from(krm_runner::run(std::env::args_os().collect()))
 }
