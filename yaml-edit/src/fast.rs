@@ -27,8 +27,8 @@ struct P<'a, 's> {
     items: Vec<NodeId>,
     /// Start of the line the cursor is on (lines before it are consumed).
     pos: usize,
-    /// The answer of [`P::peek`] for `pos`, once asked.
-    peeked: Option<(usize, Option<(usize, usize)>)>,
+    /// The next line with content from the cursor: (line start, indent); see [`P::advance`].
+    next: Option<(usize, usize)>,
     /// Byte offsets are columns.
     ascii: bool,
 }
@@ -54,9 +54,10 @@ pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
         entries: Vec::new(),
         items: Vec::new(),
         pos: 0,
-        peeked: None,
+        next: None,
         ascii: src.is_ascii(),
     };
+    p.advance(0).ok()?;
     p.doc.roots = p.stream().ok()?;
     Some(p.doc)
 }
@@ -117,15 +118,15 @@ impl<'a> P<'a, '_> {
         // Whether the last thing read was a document's content (where `...` may follow).
         let mut after_content = false;
         loop {
-            if let Some((ls, indent)) = self.peek()? {
+            if let Some((ls, indent)) = self.next {
                 if indent != 0 {
                     return Err(());
                 }
-                let root = self.block_node(ls, 0, 0)?;
+                let root = self.block_node(ls, 0, None, 0)?;
                 roots.push(root);
                 open_explicit = false;
                 after_content = true;
-                if self.peek()?.is_some() {
+                if self.next.is_some() {
                     return Err(());
                 }
                 continue;
@@ -142,7 +143,8 @@ impl<'a> P<'a, '_> {
                 }
                 return Ok(roots);
             }
-            // `peek` stopped at a document marker at the start of this line.
+            // The search for the next line stopped at a document marker at the start of this
+            // line.
             let is_start = self.b[at] == b'-';
             self.marker_line(at)?;
             match (is_start, open_explicit) {
@@ -168,8 +170,7 @@ impl<'a> P<'a, '_> {
         if i < eol && !(self.b[i] == b'#' && i > at + 3) {
             return Err(());
         }
-        self.pos = (eol + 1).min(self.b.len());
-        Ok(())
+        self.advance((eol + 1).min(self.b.len()))
     }
 
     fn empty_document(&mut self, start: usize, end: usize) -> R<NodeId> {
@@ -182,6 +183,7 @@ impl<'a> P<'a, '_> {
             start,
             end,
             0,
+            None,
         )
     }
 
@@ -196,21 +198,18 @@ impl<'a> P<'a, '_> {
         }
     }
 
+    /// Moves the cursor to the line starting at `pos` and finds [`P::next`] from there: what
+    /// comes next is asked after every move, so it is worked out once, here.
+    fn advance(&mut self, pos: usize) -> R<()> {
+        self.pos = pos;
+        self.next = self.next_content_line()?;
+        Ok(())
+    }
+
     /// The next line with content, skipping blank and comment lines: (line start, indent).
     /// A document marker (`---`, `...`) ends the document: `None`, with the cursor on its
     /// line. Directives give up.
-    fn peek(&mut self) -> R<Option<(usize, usize)>> {
-        if let Some((pos, answer)) = self.peeked
-            && pos == self.pos
-        {
-            return Ok(answer);
-        }
-        let answer = self.peek_uncached()?;
-        self.peeked = Some((self.pos, answer));
-        Ok(answer)
-    }
-
-    fn peek_uncached(&mut self) -> R<Option<(usize, usize)>> {
+    fn next_content_line(&mut self) -> R<Option<(usize, usize)>> {
         let b = self.b;
         if self.stop.requested() {
             return Err(());
@@ -267,11 +266,19 @@ impl<'a> P<'a, '_> {
         }
     }
 
-    #[inline]
-    fn push(&mut self, kind: Kind, start: usize, end: usize, col: usize) -> R<NodeId> {
-        self.doc
-            .push(Node::new(kind, start, end, col, false))
-            .ok_or(())
+    /// Adds a node, its parent known: it is read before its children.
+    #[inline(always)]
+    fn push(
+        &mut self,
+        kind: Kind,
+        start: usize,
+        end: usize,
+        col: usize,
+        parent: Option<NodeId>,
+    ) -> R<NodeId> {
+        let mut node = Node::new(kind, start, end, col, false);
+        node.set_parent(parent);
+        self.doc.push(node).ok_or(())
     }
 
     /// A scalar's value: verbatim at `start..end` of the text, or `rewritten` from it.
@@ -287,22 +294,28 @@ impl<'a> P<'a, '_> {
     }
 
     /// A block node whose first line is the content line at `ls` with `indent`.
-    fn block_node(&mut self, ls: usize, indent: usize, depth: usize) -> R<NodeId> {
+    fn block_node(
+        &mut self,
+        ls: usize,
+        indent: usize,
+        parent: Option<NodeId>,
+        depth: usize,
+    ) -> R<NodeId> {
         if depth > MAX_DEPTH {
             return Err(());
         }
         let at = ls + indent;
         if self.is_dash(at) {
-            self.seq(ls, at, depth)
-        } else if let Some(key) = self.key_end(at)? {
-            self.map(ls, at, key, depth)
+            self.seq(ls, at, parent, depth)
+        } else if let Some(colon) = self.key_end(at)? {
+            self.map(ls, at, colon, parent, depth)
         } else {
             Err(())
         }
     }
 
-    /// If a mapping key starts at `at`: (end of the key text, index of its `:`).
-    fn key_end(&self, at: usize) -> R<Option<(usize, usize)>> {
+    /// If a mapping key starts at `at`: the index of its `:`, where the key's text ends.
+    fn key_end(&self, at: usize) -> R<Option<usize>> {
         let b = self.b;
         match b[at] {
             q @ (b'"' | b'\'') => {
@@ -311,7 +324,7 @@ impl<'a> P<'a, '_> {
                     return Err(());
                 };
                 if close < eol && b[close] == b':' && is_space_or_end(b, close + 1) {
-                    Ok(Some((close, close)))
+                    Ok(Some(close))
                 } else {
                     Ok(None)
                 }
@@ -327,7 +340,7 @@ impl<'a> P<'a, '_> {
                             if b[at + i - 1] == b' ' {
                                 return Err(());
                             }
-                            return Ok(Some((at + i, at + i)));
+                            return Ok(Some(at + i));
                         }
                         b':' => {}
                         b'\n' => return Ok(None),
@@ -339,44 +352,50 @@ impl<'a> P<'a, '_> {
         }
     }
 
-    /// A block mapping whose first key starts at `at` (on the line starting at `ls`).
+    /// A block mapping whose first key starts at `at` (on the line starting at `ls`) and ends
+    /// at `colon`.
     fn map(
         &mut self,
         mut ls: usize,
         mut at: usize,
-        first_key: (usize, usize),
+        mut colon: usize,
+        parent: Option<NodeId>,
         depth: usize,
     ) -> R<NodeId> {
         let col = self.col(ls, at);
-        let id = self.push(Kind::Map(Children::default()), at, at, col)?;
+        let id = self.push(Kind::Map(Children::default()), at, at, col, parent)?;
         let base = self.entries.len();
-        let mut next_key = Some(first_key);
+        // The signatures of the plain keys read (see `key_signature`), and whether two keys
+        // may be the same: only then are they compared.
+        let mut signatures = 0;
+        let mut may_repeat = false;
         loop {
-            let Some((key_end, colon)) = next_key
-                .take()
-                .map_or_else(|| self.key_end(at), |k| Ok(Some(k)))?
-            else {
-                return Err(());
-            };
-            if key_end - at > 1000 {
+            if colon - at > 1000 {
                 return Err(());
             }
-            let key = self.scalar_at(ls, at, key_end)?;
-            self.doc.nodes[key].set_parent(Some(id));
-            let value = self.value(ls, colon + 1, col, depth)?;
-            self.doc.nodes[value].set_parent(Some(id));
+            let key = self.scalar_at(ls, at, colon, id)?;
+            if matches!(self.b[at], b'"' | b'\'') {
+                // Its value is not its text: `"a"` and `a` are one key.
+                may_repeat = true;
+            } else {
+                let signature = key_signature(&self.b[at..colon]);
+                may_repeat |= signatures & signature != 0;
+                signatures |= signature;
+            }
+            let value = self.value(ls, colon + 1, col, id, depth)?;
             self.entries.push((key, value));
-            match self.peek()? {
+            match self.next {
                 Some((next, indent)) if indent == col && !self.is_dash(next + indent) => {
                     ls = next;
                     at = next + indent;
+                    colon = self.key_end(at)?.ok_or(())?;
                 }
                 Some((_, indent)) if indent >= col => return Err(()),
                 _ => break,
             }
         }
         let end = self.doc.nodes[self.entries[base..].last().ok_or(())?.1].end();
-        if self.doc.repeated_key(&self.entries[base..]).is_some() {
+        if may_repeat && self.doc.repeated_key(&self.entries[base..]).is_some() {
             // Refused after the parse, which names the first repeat in document order.
             self.doc.keys_unique = false;
         }
@@ -389,15 +408,20 @@ impl<'a> P<'a, '_> {
     }
 
     /// A block sequence whose first dash is at `at` (on the line starting at `ls`).
-    fn seq(&mut self, mut ls: usize, mut at: usize, depth: usize) -> R<NodeId> {
+    fn seq(
+        &mut self,
+        mut ls: usize,
+        mut at: usize,
+        parent: Option<NodeId>,
+        depth: usize,
+    ) -> R<NodeId> {
         let col = self.col(ls, at);
-        let id = self.push(Kind::Seq(Children::default()), at, at, col)?;
+        let id = self.push(Kind::Seq(Children::default()), at, at, col, parent)?;
         let base = self.items.len();
         loop {
-            let item = self.value(ls, at + 1, col, depth)?;
-            self.doc.nodes[item].set_parent(Some(id));
+            let item = self.value(ls, at + 1, col, id, depth)?;
             self.items.push(item);
-            match self.peek()? {
+            match self.next {
                 Some((next, indent)) if indent == col && self.is_dash(next + indent) => {
                     ls = next;
                     at = next + indent;
@@ -415,9 +439,17 @@ impl<'a> P<'a, '_> {
         Ok(id)
     }
 
-    /// The value after a key's `:` or an item's `-` at `from` on the line starting at `ls`;
-    /// `parent_col` is the column of the key or dash. Leaves the cursor after the value.
-    fn value(&mut self, ls: usize, from: usize, parent_col: usize, depth: usize) -> R<NodeId> {
+    /// The value after a key's `:` or an item's `-` at `from` on the line starting at `ls`, in
+    /// collection `parent`; `parent_col` is the column of the key or dash. Leaves the cursor
+    /// after the value.
+    fn value(
+        &mut self,
+        ls: usize,
+        from: usize,
+        parent_col: usize,
+        parent: NodeId,
+        depth: usize,
+    ) -> R<NodeId> {
         let b = self.b;
         let is_item = b[from - 1] == b'-';
         let mut q = from;
@@ -435,16 +467,15 @@ impl<'a> P<'a, '_> {
                 return Err(());
             }
             // Nothing on this line: a nested block, an indentless sequence or a null.
-            self.pos = (eol + 1).min(b.len());
-            let next = self.peek()?;
-            return match next {
+            self.advance((eol + 1).min(b.len()))?;
+            return match self.next {
                 Some((next, indent)) if indent > parent_col => {
-                    self.block_node(next, indent, depth + 1)
+                    self.block_node(next, indent, Some(parent), depth + 1)
                 }
                 Some((next, indent))
                     if indent == parent_col && !is_item && self.is_dash(next + indent) =>
                 {
-                    self.seq(next, next + indent, depth + 1)
+                    self.seq(next, next + indent, Some(parent), depth + 1)
                 }
                 _ if q != from => Err(()),
                 _ => {
@@ -460,6 +491,7 @@ impl<'a> P<'a, '_> {
                         at,
                         at,
                         col,
+                        Some(parent),
                     )
                 }
             };
@@ -471,23 +503,23 @@ impl<'a> P<'a, '_> {
             if self.is_dash(q) {
                 return Err(());
             }
-            if let Some(key) = self.key_end(q)? {
+            if let Some(colon) = self.key_end(q)? {
                 // `- key: value`: a mapping inside the item.
-                return self.map(ls, q, key, depth + 1);
+                return self.map(ls, q, colon, Some(parent), depth + 1);
             }
         }
         let (id, eol) = match b[q] {
             b'"' | b'\'' => {
                 let eol = self.eol(q);
                 let close = quoted_close(b, q, eol, b[q]).ok_or(())?;
-                let id = self.scalar_at(ls, q, close)?;
+                let id = self.scalar_at(ls, q, close, parent)?;
                 self.expect_comment_or_eol(close, eol)?;
                 (id, eol)
             }
             b'-' if is_space_or_end(b, q + 1) => return Err(()),
             // saphyr starts a sequence whose item is `|-` at the `-` of the header.
             b'|' if is_item && matches!(b.get(q + 1), Some(b'-' | b'+')) => return Err(()),
-            b'|' => return self.literal(q, self.eol(q), parent_col),
+            b'|' => return self.literal(q, self.eol(q), parent_col, parent),
             c if c != b'-' && is_indicator(c) => return Err(()),
             _ => {
                 let (mut end, eol) = self.plain_end(q)?;
@@ -504,13 +536,14 @@ impl<'a> P<'a, '_> {
                     q,
                     end,
                     col,
+                    Some(parent),
                 )?;
                 (id, eol)
             }
         };
-        self.pos = (eol + 1).min(b.len());
+        self.advance((eol + 1).min(b.len()))?;
         // A more indented line next would continue a multi-line scalar.
-        if let Some((_, indent)) = self.peek()?
+        if let Some((_, indent)) = self.next
             && indent > parent_col
         {
             return Err(());
@@ -542,7 +575,7 @@ impl<'a> P<'a, '_> {
     /// `eol`; `parent_col` is the column of its key or dash. Leaves the cursor on the line that
     /// ends it. Folded scalars, indentation indicators, tabs and blank lines holding more
     /// spaces than the content's indentation are the general parser's.
-    fn literal(&mut self, at: usize, eol: usize, parent_col: usize) -> R<NodeId> {
+    fn literal(&mut self, at: usize, eol: usize, parent_col: usize, parent: NodeId) -> R<NodeId> {
         let b = self.b;
         let mut i = at + 1;
         let chomping = b.get(i).copied().filter(|c| matches!(c, b'-' | b'+'));
@@ -614,9 +647,8 @@ impl<'a> P<'a, '_> {
             Some(_) => value.extend(std::iter::repeat_n('\n', empty_lines)),
             None => {}
         }
-        self.pos = line.min(b.len());
         let value = self.doc.keep_value(&value).ok_or(())?;
-        self.push(
+        let id = self.push(
             Kind::Scalar {
                 value,
                 style: Style::Block,
@@ -625,7 +657,10 @@ impl<'a> P<'a, '_> {
             start,
             end,
             n,
-        )
+            Some(parent),
+        )?;
+        self.advance(line.min(b.len()))?;
+        Ok(id)
     }
 
     fn expect_comment_or_eol(&self, from: usize, eol: usize) -> R<()> {
@@ -641,8 +676,9 @@ impl<'a> P<'a, '_> {
         }
     }
 
-    /// A scalar from `at` to `end` (exclusive; for quoted scalars, past the closing quote).
-    fn scalar_at(&mut self, ls: usize, at: usize, end: usize) -> R<NodeId> {
+    /// A scalar from `at` to `end` (exclusive; for quoted scalars, past the closing quote) in
+    /// collection `parent`.
+    fn scalar_at(&mut self, ls: usize, at: usize, end: usize, parent: NodeId) -> R<NodeId> {
         let (value, style) = match self.b[at] {
             b'\'' | b'"' => self.quoted_value(at, end)?,
             _ => (ScalarValue::verbatim(at, end), Style::Plain),
@@ -657,6 +693,7 @@ impl<'a> P<'a, '_> {
             at,
             end,
             col,
+            Some(parent),
         )
     }
 
@@ -677,6 +714,17 @@ impl<'a> P<'a, '_> {
             Ok((self.scalar_value(at + 1, end - 1, value)?, Style::Double))
         }
     }
+}
+
+/// A bit standing for a plain key's length and first and last bytes: keys whose bits differ
+/// differ, so a mapping whose keys all have different bits holds no key twice without any
+/// two being compared.
+fn key_signature(key: &[u8]) -> u64 {
+    let (first, last) = (key[0], key[key.len() - 1]);
+    let mixed = (key.len() as u64 | u64::from(first) << 32 | u64::from(last) << 40)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    // The top six bits of the product depend on all of its factor's bits.
+    1 << (mixed >> 58)
 }
 
 /// Index just past the closing quote of the quoted scalar opening at `at`, on this line.
