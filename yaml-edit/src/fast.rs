@@ -200,6 +200,7 @@ impl<'a> P<'a, '_> {
 
     /// Moves the cursor to the line starting at `pos` and finds [`P::next`] from there: what
     /// comes next is asked after every move, so it is worked out once, here.
+    #[inline(always)]
     fn advance(&mut self, pos: usize) -> R<()> {
         self.pos = pos;
         self.next = self.next_content_line()?;
@@ -554,6 +555,7 @@ impl<'a> P<'a, '_> {
     /// Where the plain scalar starting at `q` ends, trailing blanks included (at a comment or
     /// the end of its line), and the end of its line: one pass over the line. A `: ` inside it
     /// is the general parser's.
+    #[inline(always)]
     fn plain_end(&self, q: usize) -> R<(usize, usize)> {
         let b = self.b;
         let mut i = q;
@@ -678,6 +680,7 @@ impl<'a> P<'a, '_> {
 
     /// A scalar from `at` to `end` (exclusive; for quoted scalars, past the closing quote) in
     /// collection `parent`.
+    #[inline(always)]
     fn scalar_at(&mut self, ls: usize, at: usize, end: usize, parent: NodeId) -> R<NodeId> {
         let (value, style) = match self.b[at] {
             b'\'' | b'"' => self.quoted_value(at, end)?,

@@ -15,7 +15,11 @@ pub(crate) const MAX_NODES: usize = NONE as usize;
 /// [`MAX_NODES`] before it narrows anything, so this never fails.
 #[inline]
 pub(crate) fn narrow(n: usize) -> u32 {
-    u32::try_from(n).expect("a parse refuses what does not fit in 32 bits")
+    debug_assert!(
+        u32::try_from(n).is_ok(),
+        "a parse refuses what does not fit in 32 bits"
+    );
+    n as u32
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
