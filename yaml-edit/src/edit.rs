@@ -14,9 +14,9 @@ pub struct Editor {
     /// Bytes of new text queued so far (edits and pending entries), to bound the output.
     queued_bytes: usize,
     /// Entries already queued for insertion into a map node, so that several inserts into one
-    /// map (or under one missing key) are merged instead of creating duplicate keys.
-    /// Flushed deepest node first, so that inserts at one spot nest correctly.
-    pending: std::collections::BTreeMap<NodeId, Vec<(String, New)>>,
+    /// map (or under one missing key) are merged instead of creating duplicate keys. In order
+    /// of node (see [`Editor::pending_entries`]).
+    pending: Vec<(NodeId, Vec<(String, New)>)>,
 }
 
 /// One change: `text` in place of `start..end`. `into` is the node whose end an insertion
@@ -25,8 +25,47 @@ pub struct Editor {
 struct Edit {
     start: usize,
     end: usize,
-    text: String,
+    text: Text,
     into: Option<NodeId>,
+}
+
+enum Text {
+    Written(String),
+    /// Block-mapping lines at `indent` (after a newline when `newline_first`), written straight
+    /// into the output: a function may add entries to every object.
+    Entries {
+        entries: Vec<(String, New)>,
+        indent: usize,
+        newline_first: bool,
+    },
+}
+
+impl Text {
+    /// Its length, or about that for entries not written yet.
+    fn approx_len(&self) -> usize {
+        match self {
+            Text::Written(text) => text.len(),
+            Text::Entries {
+                entries, indent, ..
+            } => 1 + approx_entries_len(entries) + entries.len() * indent,
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        match self {
+            Text::Written(text) => out.push_str(text),
+            Text::Entries {
+                entries,
+                indent,
+                newline_first,
+            } => {
+                if *newline_first {
+                    out.push('\n');
+                }
+                block_entries(entries, *indent, out);
+            }
+        }
+    }
 }
 
 impl Editor {
@@ -39,9 +78,26 @@ impl Editor {
         self.edits.push(Edit {
             start,
             end,
-            text,
+            text: Text::Written(text),
             into,
         });
+    }
+
+    /// The entries pending for insertion into `node`, an empty list if none yet.
+    fn pending_entries(&mut self, node: NodeId) -> &mut Vec<(String, New)> {
+        // Functions mostly insert in document order: past the last node queued, no search.
+        let at = match self.pending.last() {
+            Some(&(last, _)) if last < node => self.pending.len(),
+            _ => self.pending.partition_point(|&(queued, _)| queued < node),
+        };
+        if self
+            .pending
+            .get(at)
+            .is_none_or(|&(queued, _)| queued != node)
+        {
+            self.pending.insert(at, (node, Vec::new()));
+        }
+        &mut self.pending[at].1
     }
 
     /// About how many bytes of new text the edits queued so far add.
@@ -321,7 +377,7 @@ impl Editor {
     /// Queues `key: value` for insertion at the end of mapping `map`.
     pub fn insert(&mut self, doc: &Doc, map: NodeId, key: &str, value: New) {
         self.queued_bytes += key.len() + value.approx_len();
-        let pending = self.pending.entry(map).or_default();
+        let pending = self.pending_entries(map);
         // Merge into an entry queued earlier under the same key (e.g. two labels under a
         // `labels:` that did not exist).
         if let Some((_, New::Map(existing))) = pending.iter_mut().find(|(k, _)| k == key)
@@ -340,7 +396,7 @@ impl Editor {
         // Modelled as a pending insert on the null node itself, flushed in `finish`.
         let _ = (map, key);
         self.queued_bytes += value.approx_len();
-        let pending = self.pending.entry(null).or_default();
+        let pending = self.pending_entries(null);
         if let New::Map(entries) = value {
             for (k, v) in entries {
                 merge_new(pending, k, v);
@@ -373,14 +429,17 @@ impl Editor {
                 Kind::Map(_) => {
                     let at = doc.line_end(node.end());
                     // Each entry's line starts at the mapping's column.
-                    let mut text = String::with_capacity(
-                        approx_entries_len(&entries) + entries.len() * node.col(),
-                    );
-                    if at == src.len() && !src.ends_with('\n') {
-                        text.push('\n');
-                    }
-                    block_entries(&entries, node.col(), &mut text);
-                    self.push_edit(at, at, text, Some(id));
+                    let text = Text::Entries {
+                        entries,
+                        indent: node.col(),
+                        newline_first: at == src.len() && !src.ends_with('\n'),
+                    };
+                    self.edits.push(Edit {
+                        start: at,
+                        end: at,
+                        text,
+                        into: Some(id),
+                    });
                 }
                 Kind::Scalar { .. } => {
                     // A null value being replaced by a map: find its key's column.
@@ -393,12 +452,17 @@ impl Editor {
                         let key_col = key_col_of(doc, id).unwrap_or(0);
                         self.push_edit(node.start(), node.end(), String::new(), None);
                         let at = doc.line_end(node.end());
-                        let mut text = String::new();
-                        if at == src.len() && !src.ends_with('\n') {
-                            text.push('\n');
-                        }
-                        block_entries(&entries, key_col + 2, &mut text);
-                        self.push_edit(at, at, text, Some(id));
+                        let text = Text::Entries {
+                            entries,
+                            indent: key_col + 2,
+                            newline_first: at == src.len() && !src.ends_with('\n'),
+                        };
+                        self.edits.push(Edit {
+                            start: at,
+                            end: at,
+                            text,
+                            into: Some(id),
+                        });
                     }
                 }
                 _ => {}
@@ -460,8 +524,10 @@ fn apply_edits(src: &str, mut edits: Vec<Edit>) -> String {
             std::cmp::Reverse(edit.into.unwrap_or(NodeId::MAX)),
         )
     });
-    let extra: usize = edits.iter().map(|edit| edit.text.len()).sum();
-    let mut out = String::with_capacity(src.len() + extra);
+    let extra: usize = edits.iter().map(|edit| edit.text.approx_len()).sum();
+    // Room to spare, as entries may write more than their estimate: growing would copy the
+    // whole output.
+    let mut out = String::with_capacity(src.len() + extra + extra / 4);
     let mut at = 0;
     for Edit {
         start, end, text, ..
@@ -472,7 +538,7 @@ fn apply_edits(src: &str, mut edits: Vec<Edit>) -> String {
             continue;
         }
         out.push_str(&src[at..start]);
-        out.push_str(&text);
+        text.write(&mut out);
         at = end;
     }
     out.push_str(&src[at..]);
