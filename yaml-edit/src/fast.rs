@@ -203,27 +203,28 @@ impl<'a> P<'a, '_> {
     #[inline(always)]
     fn advance(&mut self, pos: usize) -> R<()> {
         self.pos = pos;
-        self.next = self.next_content_line()?;
-        Ok(())
+        self.find_next()
     }
 
-    /// The next line with content, skipping blank and comment lines: (line start, indent).
-    /// A document marker (`---`, `...`) ends the document: `None`, with the cursor on its
-    /// line. Directives give up.
-    fn next_content_line(&mut self) -> R<Option<(usize, usize)>> {
+    /// Sets [`P::next`] to the next line with content, skipping blank and comment lines. A
+    /// document marker (`---`, `...`) ends the document: `None`, with the cursor on its line.
+    /// Directives give up. (It sets the field rather than return the line: a result in memory
+    /// read back at once stalls the processor on every line.)
+    fn find_next(&mut self) -> R<()> {
         let b = self.b;
         if self.stop.requested() {
             return Err(());
         }
+        self.next = None;
         loop {
             let ls = self.pos;
             if ls >= b.len() {
-                return Ok(None);
+                return Ok(());
             }
             let i = ls + leading_spaces(&b[ls..]);
             if i >= b.len() {
                 self.pos = b.len();
-                return Ok(None);
+                return Ok(());
             }
             match b[i] {
                 b'\n' => self.pos = i + 1,
@@ -239,9 +240,10 @@ impl<'a> P<'a, '_> {
                         && is_space_or_end(b, ls + 3)
                     {
                         self.pos = ls;
-                        return Ok(None);
+                        return Ok(());
                     }
-                    return Ok(Some((ls, i - ls)));
+                    self.next = Some((ls, i - ls));
+                    return Ok(());
                 }
             }
         }
