@@ -406,7 +406,7 @@ impl<'a> P<'a, '_> {
         self.entries.truncate(base);
         let node = &mut self.doc.nodes[id];
         node.set_end(end.max(node.start()));
-        node.kind = Kind::Map(entries);
+        node.set_children(entries);
         Ok(id)
     }
 
@@ -438,7 +438,7 @@ impl<'a> P<'a, '_> {
         self.items.truncate(base);
         let node = &mut self.doc.nodes[id];
         node.set_end(end.max(node.start()));
-        node.kind = Kind::Seq(items);
+        node.set_children(items);
         Ok(id)
     }
 

@@ -314,14 +314,12 @@ impl<'a> Doc<'a> {
                     None
                 }
                 Event::MappingEnd | Event::SequenceEnd => {
-                    let (id, kind) = match stack.pop() {
-                        Some(Open::Map(id, entries, _)) => {
-                            (id, Kind::Map(doc.add_entries(&entries)))
-                        }
-                        Some(Open::Seq(id, items)) => (id, Kind::Seq(doc.add_items(&items))),
+                    let (id, children) = match stack.pop() {
+                        Some(Open::Map(id, entries, _)) => (id, doc.add_entries(&entries)),
+                        Some(Open::Seq(id, items)) => (id, doc.add_items(&items)),
                         None => return Err("unbalanced collection end".into()),
                     };
-                    doc.nodes[id].kind = kind;
+                    doc.nodes[id].set_children(children);
                     let (first, last) = first_and_last_child(&doc, id);
                     let node_end = if doc.nodes[id].flow() {
                         // The closing bracket (the event's span may run over a comment).

@@ -31,11 +31,14 @@ pub enum Style {
 }
 
 /// Where a collection's children sit in its document's shared lists of entries or items: one
-/// allocation for all the collections of a document instead of one each.
+/// allocation for all the collections of a document instead of one each. Packed, with whether
+/// the collection is a flow one: so a collection's [`Kind`] takes 12 bytes like a scalar's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C, packed)]
 pub struct Children {
     start: u32,
     len: u32,
+    flow: bool,
 }
 
 impl Children {
@@ -56,7 +59,7 @@ impl Children {
 /// Where a scalar's value is kept, read with [`Doc::str`]: a span of the text when the value is
 /// written verbatim, else a span of the document's own copy of the values it had to rewrite
 /// (unescaped, folded, block scalars). Packed: without padding after its flag, a scalar's
-/// [`Kind`] takes 12 bytes and its [`Node`] 32.
+/// [`Kind`] takes 12 bytes and its [`Node`] 28.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C, packed)]
 pub struct ScalarValue {
@@ -101,22 +104,26 @@ pub struct Node {
     end: u32,
     col: u32,
     parent: u32,
-    flow: bool,
 }
 
-const _: () = assert!(size_of::<Node>() <= 32);
+const _: () = assert!(size_of::<Node>() <= 28);
 
 impl Node {
-    /// A node at `start..end` of the text, starting at column `col`, with no parent yet.
+    /// A node at `start..end` of the text, starting at column `col`, with no parent yet;
+    /// `flow` tells a flow collection.
     #[inline]
     pub(crate) fn new(kind: Kind, start: usize, end: usize, col: usize, flow: bool) -> Self {
+        let kind = match kind {
+            Kind::Map(children) => Kind::Map(Children { flow, ..children }),
+            Kind::Seq(children) => Kind::Seq(Children { flow, ..children }),
+            scalar_or_alias => scalar_or_alias,
+        };
         Node {
             kind,
             start: narrow(start),
             end: narrow(end),
             col: narrow(col),
             parent: NONE,
-            flow,
         }
     }
 
@@ -140,7 +147,17 @@ impl Node {
 
     /// Whether the node is a flow collection (`{...}`, `[...]`).
     pub fn flow(&self) -> bool {
-        self.flow
+        matches!(self.kind, Kind::Map(children) | Kind::Seq(children) if children.flow)
+    }
+
+    /// Files a closed collection's children (from [`Doc::add_entries`] or [`Doc::add_items`]),
+    /// keeping whether it is a flow one.
+    #[inline]
+    pub(crate) fn set_children(&mut self, children: Children) {
+        let flow = self.flow();
+        if let Kind::Map(own) | Kind::Seq(own) = &mut self.kind {
+            *own = Children { flow, ..children };
+        }
     }
 
     /// The collection holding the node; none for a document's root.
@@ -301,6 +318,7 @@ impl<'a> Doc<'a> {
         Children {
             start: narrow(start),
             len: narrow(entries.len()),
+            flow: false,
         }
     }
 
@@ -312,6 +330,7 @@ impl<'a> Doc<'a> {
         Children {
             start: narrow(start),
             len: narrow(items.len()),
+            flow: false,
         }
     }
 
