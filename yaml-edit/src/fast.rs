@@ -318,6 +318,7 @@ impl<'a> P<'a, '_> {
     }
 
     /// If a mapping key starts at `at`: the index of its `:`, where the key's text ends.
+    #[inline(always)]
     fn key_end(&self, at: usize) -> R<Option<usize>> {
         let b = self.b;
         match b[at] {
@@ -385,7 +386,14 @@ impl<'a> P<'a, '_> {
                 may_repeat |= signatures & signature != 0;
                 signatures |= signature;
             }
-            let value = self.value(ls, colon + 1, col, id, depth)?;
+            // Most values are plain scalars after one space, which need none of the checks of
+            // the general case.
+            let value = match self.b.get(colon + 1..colon + 3) {
+                Some(&[b' ', c]) if c.is_ascii_alphanumeric() => {
+                    self.plain_value(ls, colon + 2, col, id)?
+                }
+                _ => self.value(ls, colon + 1, col, id, depth)?,
+            };
             self.entries.push((key, value));
             match self.next {
                 Some((next, indent)) if indent == col && !self.is_dash(next + indent) => {
@@ -524,34 +532,46 @@ impl<'a> P<'a, '_> {
             b'|' if is_item && matches!(b.get(q + 1), Some(b'-' | b'+')) => return Err(()),
             b'|' => return self.literal(q, self.eol(q), parent_col, parent),
             c if c != b'-' && is_indicator(c) => return Err(()),
-            _ => {
-                let (mut end, eol) = self.plain_end(q)?;
-                while end > q && is_blank(b[end - 1]) {
-                    end -= 1;
-                }
-                let col = self.col(ls, q);
-                let id = self.push(
-                    Kind::Scalar {
-                        value: ScalarValue::verbatim(q, end),
-                        style: Style::Plain,
-                        tagged: false,
-                    },
-                    q,
-                    end,
-                    col,
-                    Some(parent),
-                )?;
-                (id, eol)
-            }
+            _ => return self.plain_value(ls, q, parent_col, parent),
         };
-        self.advance((eol + 1).min(b.len()))?;
-        // A more indented line next would continue a multi-line scalar.
-        if let Some((_, indent)) = self.next
-            && indent > parent_col
-        {
-            return Err(());
-        }
+        self.end_value_line(eol, parent_col)?;
         Ok(id)
+    }
+
+    /// The plain scalar starting at `q` on the line starting at `ls`, which it ends: a value in
+    /// collection `parent` whose key or dash is at `parent_col`.
+    #[inline(always)]
+    fn plain_value(&mut self, ls: usize, q: usize, parent_col: usize, parent: NodeId) -> R<NodeId> {
+        let (mut end, eol) = self.plain_end(q)?;
+        while end > q && is_blank(self.b[end - 1]) {
+            end -= 1;
+        }
+        let col = self.col(ls, q);
+        let id = self.push(
+            Kind::Scalar {
+                value: ScalarValue::verbatim(q, end),
+                style: Style::Plain,
+                tagged: false,
+            },
+            q,
+            end,
+            col,
+            Some(parent),
+        )?;
+        self.end_value_line(eol, parent_col)?;
+        Ok(id)
+    }
+
+    /// Moves past the line a value ended at `eol`; `parent_col` is the column of its key or
+    /// dash.
+    #[inline(always)]
+    fn end_value_line(&mut self, eol: usize, parent_col: usize) -> R<()> {
+        self.advance((eol + 1).min(self.b.len()))?;
+        // A more indented line next would continue a multi-line scalar.
+        match self.next {
+            Some((_, indent)) if indent > parent_col => Err(()),
+            _ => Ok(()),
+        }
     }
 
     /// Where the plain scalar starting at `q` ends, trailing blanks included (at a comment or
