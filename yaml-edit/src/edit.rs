@@ -13,10 +13,19 @@ pub struct Editor {
     edits: Vec<Edit>,
     /// Bytes of new text queued so far (edits and pending entries), to bound the output.
     queued_bytes: usize,
-    /// Entries already queued for insertion into a map node, so that several inserts into one
-    /// map (or under one missing key) are merged instead of creating duplicate keys. In order
-    /// of node (see [`Editor::pending_entries`]).
-    pending: Vec<(NodeId, Vec<(String, New)>)>,
+    /// What is queued for insertion into each map node, in order of node (see
+    /// [`Editor::pending`]).
+    pending: Vec<(NodeId, Pending)>,
+}
+
+/// What is queued for insertion into one map node.
+#[derive(Default)]
+struct Pending {
+    /// Entries, so that several inserts into one map (or under one missing key) are merged
+    /// instead of creating duplicate keys.
+    entries: Vec<(String, New)>,
+    /// Block lines written already, to follow the entries (see [`Editor::append_lines`]).
+    lines: String,
 }
 
 /// One change: `text` in place of `start..end`. `into` is the node whose end an insertion
@@ -31,10 +40,11 @@ struct Edit {
 
 enum Text {
     Written(String),
-    /// Block-mapping lines at `indent` (after a newline when `newline_first`), written straight
-    /// into the output: a function may add entries to every object.
+    /// Block-mapping lines at `indent` (after a newline when `newline_first`) followed by
+    /// `lines`, written straight into the output: a function may add entries to every object.
     Entries {
         entries: Vec<(String, New)>,
+        lines: String,
         indent: usize,
         newline_first: bool,
     },
@@ -46,8 +56,11 @@ impl Text {
         match self {
             Text::Written(text) => text.len(),
             Text::Entries {
-                entries, indent, ..
-            } => 1 + approx_entries_len(entries) + entries.len() * indent,
+                entries,
+                lines,
+                indent,
+                ..
+            } => 1 + approx_entries_len(entries) + entries.len() * indent + lines.len(),
         }
     }
 
@@ -56,6 +69,7 @@ impl Text {
             Text::Written(text) => out.push_str(text),
             Text::Entries {
                 entries,
+                lines,
                 indent,
                 newline_first,
             } => {
@@ -63,6 +77,7 @@ impl Text {
                     out.push('\n');
                 }
                 block_entries(entries, *indent, out);
+                out.push_str(lines);
             }
         }
     }
@@ -83,8 +98,8 @@ impl Editor {
         });
     }
 
-    /// The entries pending for insertion into `node`, an empty list if none yet.
-    fn pending_entries(&mut self, node: NodeId) -> &mut Vec<(String, New)> {
+    /// What is queued for insertion into `node`, nothing if none yet.
+    fn pending(&mut self, node: NodeId) -> &mut Pending {
         // Functions mostly insert in document order: past the last node queued, no search.
         let at = match self.pending.last() {
             Some(&(last, _)) if last < node => self.pending.len(),
@@ -95,9 +110,24 @@ impl Editor {
             .get(at)
             .is_none_or(|&(queued, _)| queued != node)
         {
-            self.pending.insert(at, (node, Vec::new()));
+            self.pending.insert(at, (node, Pending::default()));
         }
         &mut self.pending[at].1
+    }
+
+    /// Queues block lines (each ending in a newline, at the mapping's column) for insertion at
+    /// the end of block mapping `map`, after the entries [`Editor::insert`] queues there: for
+    /// entries written as they are made, such as a long list of results, rather than built
+    /// whole first.
+    pub fn append_lines(&mut self, doc: &Doc, map: NodeId, lines: String) {
+        debug_assert!(doc.is_map(map) && !doc.node(map).flow());
+        self.queued_bytes += lines.len();
+        let pending = &mut self.pending(map).lines;
+        if pending.is_empty() {
+            *pending = lines;
+        } else {
+            pending.push_str(&lines);
+        }
     }
 
     /// About how many bytes of new text the edits queued so far add.
@@ -377,7 +407,7 @@ impl Editor {
     /// Queues `key: value` for insertion at the end of mapping `map`.
     pub fn insert(&mut self, doc: &Doc, map: NodeId, key: &str, value: New) {
         self.queued_bytes += key.len() + value.approx_len();
-        let pending = self.pending_entries(map);
+        let pending = &mut self.pending(map).entries;
         // Merge into an entry queued earlier under the same key (e.g. two labels under a
         // `labels:` that did not exist).
         if let Some((_, New::Map(existing))) = pending.iter_mut().find(|(k, _)| k == key)
@@ -396,7 +426,7 @@ impl Editor {
         // Modelled as a pending insert on the null node itself, flushed in `finish`.
         let _ = (map, key);
         self.queued_bytes += value.approx_len();
-        let pending = self.pending_entries(null);
+        let pending = &mut self.pending(null).entries;
         if let New::Map(entries) = value {
             for (k, v) in entries {
                 merge_new(pending, k, v);
@@ -410,7 +440,7 @@ impl Editor {
         let src = doc.src;
         let pending = std::mem::take(&mut self.pending);
         // Where these meet other insertions, `apply_edits` puts them in order.
-        for (id, entries) in pending {
+        for (id, Pending { entries, lines }) in pending {
             let node = &doc.nodes[id];
             match &node.kind {
                 Kind::Map(existing) if node.flow() => {
@@ -431,6 +461,7 @@ impl Editor {
                     // Each entry's line starts at the mapping's column.
                     let text = Text::Entries {
                         entries,
+                        lines,
                         indent: node.col(),
                         newline_first: at == src.len() && !src.ends_with('\n'),
                     };
@@ -454,6 +485,7 @@ impl Editor {
                         let at = doc.line_end(node.end());
                         let text = Text::Entries {
                             entries,
+                            lines,
                             indent: key_col + 2,
                             newline_first: at == src.len() && !src.ends_with('\n'),
                         };

@@ -1,6 +1,6 @@
 //! The ResourceList around the functions: its items, functionConfig and results.
 
-use krm_yaml_edit::{Doc, Editor, New, NodeId, Stop, block_entries};
+use krm_yaml_edit::{Doc, Editor, New, NodeId, Stop, block_entries, block_items};
 
 pub const LOCAL_CONFIG: &str = "config.kubernetes.io/local-config";
 pub const PATH: &str = "internal.config.kubernetes.io/path";
@@ -236,39 +236,75 @@ pub fn write_results(
     if results.is_empty() {
         return;
     }
+    let doc = &rl.doc;
+    let existing = doc.entry(rl.root, "results");
+    if doc.node(rl.root).flow() {
+        let value = results_value(results, legacy_name);
+        match existing {
+            Some((_, value_node)) => {
+                let mut text = String::new();
+                value.flow(&mut text);
+                editor.replace(
+                    doc.node(value_node).start(),
+                    doc.node(value_node).end(),
+                    text,
+                );
+            }
+            None => editor.insert(doc, rl.root, "results", value),
+        }
+        return;
+    }
+    // The whole entry as block lines at the column of the ResourceList's keys.
+    let col = existing.map_or(doc.node(rl.root).col(), |(key, _)| doc.node(key).col());
+    // About what the results take (most are a message and a severity), so that the text is
+    // not copied as it grows.
+    let mut text = String::with_capacity(
+        results
+            .iter()
+            .map(|result| result.message.len() + 64 + 2 * col)
+            .sum(),
+    );
+    match legacy_name {
+        Some(_) => block_entries(
+            &[("results".to_owned(), results_value(results, legacy_name))],
+            col,
+            &mut text,
+        ),
+        None => {
+            // The first result written with the key, the others after it one at a time: each
+            // result's tree is gone once written, so a function reporting on every object
+            // never holds them all.
+            let mut results = results.into_iter().map(FnResult::into_new);
+            let first = results.next().into_iter().collect();
+            block_entries(&[("results".to_owned(), New::Seq(first))], col, &mut text);
+            for result in results {
+                block_items(&[result], col, &mut text);
+            }
+        }
+    }
+    let Some((key, value_node)) = existing else {
+        editor.append_lines(doc, rl.root, text);
+        return;
+    };
+    // Rewrite the whole entry: the old value may span many lines.
+    let end = doc.line_end(doc.node(value_node).end().max(doc.node(key).end()));
+    let text = &text[col..];
+    let text = if end == doc.src.len() && !doc.src.ends_with('\n') {
+        text.trim_end_matches('\n')
+    } else {
+        text
+    };
+    editor.replace(doc.node(key).start(), end, text.to_owned());
+}
+
+/// `results` as one value: a list, or the legacy `{name, items}`.
+fn results_value(results: Vec<FnResult>, legacy_name: Option<&str>) -> New {
     let items = New::Seq(results.into_iter().map(FnResult::into_new).collect());
-    let value = match legacy_name {
+    match legacy_name {
         Some(name) => New::Map(vec![
             ("name".to_owned(), New::str(name)),
             ("items".to_owned(), items),
         ]),
         None => items,
-    };
-    let doc = &rl.doc;
-    match doc.entry(rl.root, "results") {
-        Some((key, value_node)) if !doc.node(rl.root).flow() => {
-            // Rewrite the whole entry: the old value may span many lines.
-            let col = doc.node(key).col();
-            let mut text = String::new();
-            block_entries(&[("results".to_owned(), value)], col, &mut text);
-            let end = doc.line_end(doc.node(value_node).end().max(doc.node(key).end()));
-            let text = text[col..].to_owned();
-            let text = if end == doc.src.len() && !doc.src.ends_with('\n') {
-                text.trim_end_matches('\n').to_owned()
-            } else {
-                text
-            };
-            editor.replace(doc.node(key).start(), end, text);
-        }
-        Some((_, value_node)) => {
-            let mut text = String::new();
-            value.flow(&mut text);
-            editor.replace(
-                doc.node(value_node).start(),
-                doc.node(value_node).end(),
-                text,
-            );
-        }
-        None => editor.insert(doc, rl.root, "results", value),
     }
 }
