@@ -419,6 +419,11 @@ impl Editor {
             return;
         }
         let _ = doc;
+        if pending.is_empty() {
+            // Most maps get one entry (a function adds one field to every object): room for
+            // more would be most of what the queue takes.
+            pending.reserve_exact(1);
+        }
         pending.push((key.to_owned(), value));
     }
 
