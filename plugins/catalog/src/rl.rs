@@ -122,19 +122,30 @@ impl<'d, 'a> Obj<'d, 'a> {
     /// [`Obj::short_string`] followed by `tail`, made at once: functions name every object
     /// this way.
     pub fn short_string_and(&self, tail: &str) -> String {
-        [
+        // `metadata` looked up once for both of its fields.
+        let metadata = self.doc.get(self.id, "metadata");
+        let in_metadata = |key| {
+            metadata
+                .and_then(|m| self.doc.get_str(m, &[key]))
+                .unwrap_or_default()
+        };
+        let parts = [
             "Resource(apiVersion=",
             self.api_version(),
             ", kind=",
             self.kind(),
             ", namespace=",
-            self.namespace(),
+            in_metadata("namespace"),
             ", name=",
-            self.name(),
+            in_metadata("name"),
             ")",
             tail,
-        ]
-        .concat()
+        ];
+        let mut out = String::with_capacity(parts.iter().map(|part| part.len()).sum());
+        for part in parts {
+            out.push_str(part);
+        }
+        out
     }
     pub fn resource_ref(&self) -> New {
         let mut entries = vec![
