@@ -111,6 +111,16 @@ impl<'r, 'a> Ctx<'r, 'a> {
             .map_or(Value::Null, |fc| self.doc().to_json(fc))
     }
 
+    /// Adds results a function gathered apart: the list itself when there are none yet,
+    /// rather than a copy of it.
+    pub fn add_results(&mut self, mut results: Vec<FnResult>) {
+        if self.results.is_empty() {
+            self.results = results;
+        } else {
+            self.results.append(&mut results);
+        }
+    }
+
     /// Items that are not local-config objects.
     pub fn non_local_items(&self) -> Vec<NodeId> {
         self.rl

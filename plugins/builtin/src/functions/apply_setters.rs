@@ -66,7 +66,7 @@ fn run(ctx: &mut Ctx) -> Exit {
         ctx.results
             .push(FnResult::new("no matches for input setter(s)", None));
     } else {
-        ctx.results.extend(results);
+        ctx.add_results(results);
     }
     Exit::Ok
 }

@@ -196,7 +196,7 @@ fn run(ctx: &mut Ctx) -> Exit {
             .push(FnResult::new("no annotations applied", None));
     } else {
         results.sort_by_key(|r| file_key(&r.file));
-        ctx.results.extend(results);
+        ctx.add_results(results);
     }
     Exit::Ok
 }

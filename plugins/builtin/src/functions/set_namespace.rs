@@ -429,7 +429,7 @@ fn transform(ctx: &mut Ctx, config: &Config) {
             old.into_iter().collect::<Vec<_>>().join(" ")
         ))
     });
-    ctx.results.extend(results);
+    ctx.add_results(results);
 }
 
 fn namespace_site<'d>(doc: &'d crate::yaml::Doc, service: NodeId) -> Site<'d> {
