@@ -98,6 +98,32 @@ impl Editor {
         });
     }
 
+    /// Queues `entries`, then `lines`, as block lines at `indent` after the line holding byte
+    /// `after` (their size was counted when they were queued for `into`).
+    fn push_block_lines(
+        &mut self,
+        doc: &Doc,
+        after: usize,
+        entries: Vec<(String, New)>,
+        lines: String,
+        indent: usize,
+        into: NodeId,
+    ) {
+        let at = doc.line_end(after);
+        let src = doc.src;
+        self.edits.push(Edit {
+            start: at,
+            end: at,
+            text: Text::Entries {
+                entries,
+                lines,
+                indent,
+                newline_first: at == src.len() && !src.ends_with('\n'),
+            },
+            into: Some(into),
+        });
+    }
+
     /// What is queued for insertion into `node`, nothing if none yet.
     fn pending(&mut self, node: NodeId) -> &mut Pending {
         // Functions mostly insert in document order: past the last node queued, no search.
@@ -462,20 +488,8 @@ impl Editor {
                     self.push_edit(at, at, text, Some(id));
                 }
                 Kind::Map(_) => {
-                    let at = doc.line_end(node.end());
                     // Each entry's line starts at the mapping's column.
-                    let text = Text::Entries {
-                        entries,
-                        lines,
-                        indent: node.col(),
-                        newline_first: at == src.len() && !src.ends_with('\n'),
-                    };
-                    self.edits.push(Edit {
-                        start: at,
-                        end: at,
-                        text,
-                        into: Some(id),
-                    });
+                    self.push_block_lines(doc, node.end(), entries, lines, node.col(), id);
                 }
                 Kind::Scalar { .. } => {
                     // A null value being replaced by a map: find its key's column.
@@ -487,19 +501,7 @@ impl Editor {
                     } else {
                         let key_col = key_col_of(doc, id).unwrap_or(0);
                         self.push_edit(node.start(), node.end(), String::new(), None);
-                        let at = doc.line_end(node.end());
-                        let text = Text::Entries {
-                            entries,
-                            lines,
-                            indent: key_col + 2,
-                            newline_first: at == src.len() && !src.ends_with('\n'),
-                        };
-                        self.edits.push(Edit {
-                            start: at,
-                            end: at,
-                            text,
-                            into: Some(id),
-                        });
+                        self.push_block_lines(doc, node.end(), entries, lines, key_col + 2, id);
                     }
                 }
                 _ => {}
