@@ -120,6 +120,7 @@ pub fn run_function(
         ))
     })?;
     let input = read_bounded(std::io::stdin(), "stdin", max_bytes)?;
+    crate::populate_heap_for(input.len());
     let input = if data.is_empty() {
         input
     } else {

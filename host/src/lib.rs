@@ -255,12 +255,49 @@ pub fn exec_server(args: &[OsString]) -> u8 {
 /// ones (5% of the CPU of `doseq` and of `fn` at 1,000 objects). A server keeps the defaults,
 /// which give memory back.
 fn keep_freed_heap() {
-    const LARGEST_FROM_THE_HEAP: libc::c_int = 32 << 20;
     const KEPT_FREE: libc::c_int = 256 << 20;
     // SAFETY: mallopt only sets glibc's allocator thresholds; it takes the allocator's lock.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, LARGEST_FROM_THE_HEAP);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, LARGEST_FROM_THE_HEAP as libc::c_int);
         libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_FREE);
+    }
+}
+
+/// The largest allocation [`keep_freed_heap`] has glibc serve from the heap.
+const LARGEST_FROM_THE_HEAP: usize = 32 << 20;
+
+/// For a process that runs one call on `input_bytes` of input, after [`keep_freed_heap`]: the
+/// heap the call will touch (parse tree, output and their copies: about ten times the input) is
+/// filled by one `madvise` instead of a page fault per page, which costs this VM 1.1 µs a page
+/// instead of about 2. The block is freed at once and, below [`LARGEST_FROM_THE_HEAP`], stays
+/// in the heap for the call's own allocations. A small input touches too little to matter.
+pub(crate) fn populate_heap_for(input_bytes: usize) {
+    const WORTH_IT: usize = 64 << 10;
+    const HEAP_PER_INPUT_BYTE: usize = 10;
+    const PAGE: usize = 4096;
+    if input_bytes < WORTH_IT {
+        return;
+    }
+    let bytes = input_bytes
+        .saturating_mul(HEAP_PER_INPUT_BYTE)
+        .min(LARGEST_FROM_THE_HEAP - PAGE);
+    // SAFETY: a plain allocation, freed below; only whole pages inside it are advised, and
+    // MADV_POPULATE_WRITE only faults them in (on kernels before 5.14 it fails, harmlessly).
+    unsafe {
+        let block = libc::malloc(bytes);
+        if block.is_null() {
+            return;
+        }
+        let start = (block as usize).next_multiple_of(PAGE);
+        let end = (block as usize + bytes) / PAGE * PAGE;
+        if end > start {
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_POPULATE_WRITE,
+            );
+        }
+        libc::free(block);
     }
 }
 
