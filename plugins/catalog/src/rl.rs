@@ -119,8 +119,8 @@ impl<'d, 'a> Obj<'d, 'a> {
     pub fn short_string(&self) -> String {
         self.short_string_and("")
     }
-    /// [`Obj::short_string`] followed by `tail`, made at once: functions name every object
-    /// this way.
+    /// [`Obj::short_string`] followed by `tail`, allocated once at its final size: functions
+    /// name every object this way.
     pub fn short_string_and(&self, tail: &str) -> String {
         // `metadata` looked up once for both of its fields.
         let metadata = self.doc.get(self.id, "metadata");
@@ -129,7 +129,7 @@ impl<'d, 'a> Obj<'d, 'a> {
                 .and_then(|m| self.doc.get_str(m, &[key]))
                 .unwrap_or_default()
         };
-        let parts = [
+        [
             "Resource(apiVersion=",
             self.api_version(),
             ", kind=",
@@ -140,12 +140,8 @@ impl<'d, 'a> Obj<'d, 'a> {
             in_metadata("name"),
             ")",
             tail,
-        ];
-        let mut out = String::with_capacity(parts.iter().map(|part| part.len()).sum());
-        for part in parts {
-            out.push_str(part);
-        }
-        out
+        ]
+        .concat()
     }
     pub fn resource_ref(&self) -> New {
         let mut entries = vec![
