@@ -262,15 +262,44 @@ pub fn layered(sources: &Sources) -> (Figment, Vec<String>) {
         }
     }
     figment = figment.merge(OtelEnv::from_process());
-    let env = Env::prefixed(ENV_PREFIX)
-        .split("__")
-        .ignore(&["config"])
-        .map(|key| key.as_str().to_ascii_lowercase().into());
+    let env = prefixed_env();
     // Merging even an empty layer costs a one-shot `fn` call 3% of its instructions.
     if env.iter().next().is_some() {
         figment = figment.merge(env);
     }
     (figment, problems)
+}
+
+/// The `KRM_RUNNER_<KEY>` variables' layer.
+fn prefixed_env() -> Env {
+    Env::prefixed(ENV_PREFIX)
+        .split("__")
+        .ignore(&["config"])
+        .map(|key| key.as_str().to_ascii_lowercase().into())
+}
+
+/// The configuration [`layered`] and [`extract`] would give when none of their layers over the
+/// embedded default exists (no configuration file, no `OTEL_*` or `KRM_RUNNER_` variable), read
+/// straight from the embedded default: a one-shot `fn` call, which needs no record of where
+/// each value came from, skips the fifth of its instructions that layering and extracting
+/// take. `None` when some layer exists (or the default is unusable: [`extract`] says why).
+pub fn embedded_alone(sources: &Sources) -> Option<Config> {
+    let system_file = !sources.skip_system_file && Path::new(SYSTEM_CONFIG_FILE).exists();
+    if system_file
+        || sources.config_file.is_some()
+        || !OtelEnv::from_process().is_empty()
+        || prefixed_env().iter().next().is_some()
+    {
+        return None;
+    }
+    embedded_config()
+}
+
+/// `None` when the embedded default is not a configuration, which [`extract`] reports.
+fn embedded_config() -> Option<Config> {
+    let mut config: Config = serde_json::from_str(EMBEDDED_DEFAULT).ok()?;
+    config.function_configs.paths_are_default = true;
+    config.problems().is_empty().then_some(config)
 }
 
 /// The top layer: `flags` holds only the keys set on the command line.
@@ -685,6 +714,22 @@ mod tests {
         let config = config.unwrap();
         assert_eq!(config.serve, "default");
         assert_eq!(config.max_message_bytes, 6_291_456);
+    }
+
+    #[test]
+    fn the_embedded_default_alone_reads_as_the_layers_make_it() {
+        let (layered, problems) = load(None);
+        assert_eq!(problems, Vec::<String>::new());
+        assert_eq!(embedded_config(), layered);
+    }
+
+    #[test]
+    fn a_configuration_file_is_a_layer_over_the_embedded_default() {
+        let sources = Sources {
+            config_file: Some(PathBuf::from("/nonexistent/config.yaml")),
+            skip_system_file: true,
+        };
+        assert_eq!(embedded_alone(&sources), None);
     }
 
     #[test]

@@ -198,9 +198,7 @@ pub fn run(args: Vec<OsString>) -> u8 {
 /// `krm-runner fn`: the function the call names, found by starting only the instances it takes
 /// to find it (see `runtime::function_instance`), runs on stdin.
 pub fn run_function(call: &FunctionCall) -> u8 {
-    let Configured {
-        config, problems, ..
-    } = match configure(&call.flags) {
+    let (config, problems) = match configure_call(&call.flags) {
         Ok(configured) => configured,
         Err(code) => return code,
     };
@@ -376,12 +374,8 @@ struct Configured {
 /// The configuration the layers and `flags` make, with the log set up as it says and its
 /// warnings logged; the exit status when not even the embedded default extracts.
 fn configure(flags: &Flags) -> Result<Configured, u8> {
-    let sources = Sources {
-        config_file: flags.config_file.clone(),
-        skip_system_file: false,
-    };
     // The flags' meaning depends on the configured instances, which the layers below them say.
-    let (without_flags, mut problems) = config::layered(&sources);
+    let (without_flags, mut problems) = config::layered(&sources(flags));
     let (flag_layer, warnings) = cli::flag_layer(flags, &config::instance_names(&without_flags));
     let figment = config::with_flags(without_flags, flag_layer);
     let (config, more) = config::extract(&figment);
@@ -389,18 +383,45 @@ fn configure(flags: &Flags) -> Result<Configured, u8> {
     let Some(config) = config else {
         return Err(report(&problems));
     };
-    logging::init(&config.log_level, config.log_format);
-    for warning in &warnings {
-        tracing::warn!("{warning}");
-    }
-    for name in config.unknown_disabled() {
-        tracing::warn!("--disable-runtimes: no evaluator instance named {name:?}; ignored");
-    }
+    start_logging(&config, &warnings);
     Ok(Configured {
         figment,
         config,
         problems,
     })
+}
+
+/// [`configure`] for a one-shot function call, which needs no record of where each value came
+/// from: with nothing layered over the embedded default and no flag setting a key, the
+/// configuration is the embedded default, read as is.
+fn configure_call(flags: &Flags) -> Result<(Config, Vec<String>), u8> {
+    if let Some(config) = config::embedded_alone(&sources(flags)) {
+        let instances = config.evaluators.keys().cloned().collect();
+        let (flag_layer, warnings) = cli::flag_layer(flags, &instances);
+        if flag_layer.is_empty() && warnings.is_empty() {
+            start_logging(&config, &warnings);
+            return Ok((config, Vec::new()));
+        }
+    }
+    configure(flags).map(|configured| (configured.config, configured.problems))
+}
+
+fn sources(flags: &Flags) -> Sources {
+    Sources {
+        config_file: flags.config_file.clone(),
+        skip_system_file: false,
+    }
+}
+
+/// Sets up the log as `config` says and logs the configuration's `warnings`.
+fn start_logging(config: &Config, warnings: &[String]) {
+    logging::init(&config.log_level, config.log_format);
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    for name in config.unknown_disabled() {
+        tracing::warn!("--disable-runtimes: no evaluator instance named {name:?}; ignored");
+    }
 }
 
 fn report(problems: &[String]) -> u8 {

@@ -167,6 +167,11 @@ impl OtelEnv {
             variables: variables.into_iter().collect(),
         }
     }
+
+    /// Whether no variable was set.
+    pub fn is_empty(&self) -> bool {
+        self.variables.is_empty()
+    }
 }
 
 impl Provider for OtelEnv {
