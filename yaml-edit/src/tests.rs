@@ -354,3 +354,18 @@ fn values_read_the_same_wherever_they_are_kept() {
         assert_eq!(doc.str(doc.roots[1]), Some(""));
     }
 }
+
+#[test]
+fn several_keys_are_found_as_one_at_a_time() {
+    let src = "k: &k kind\nm: &m {a: 1}\n*k : x\n'b': 2\n\"c\": 3\nalias: *m\n";
+    let doc = Doc::parse(src).unwrap();
+    let root = doc.roots[0];
+    let keys = ["kind", "b", "c", "missing", "m", "k"];
+    let one_at_a_time = keys.map(|key| doc.get(root, key));
+    assert_eq!(doc.get_each(root, keys), one_at_a_time);
+    assert!(one_at_a_time[..3].iter().all(Option::is_some));
+    let alias = doc.get(root, "alias").unwrap();
+    assert_eq!(doc.get_each(alias, ["a", "b"]), [doc.get(alias, "a"), None]);
+    let scalar = doc.get(root, "k").unwrap();
+    assert_eq!(doc.get_each(scalar, ["kind"]), [None]);
+}

@@ -399,6 +399,25 @@ impl<'a> Doc<'a> {
         self.entry(map, key).map(|(_, v)| v)
     }
 
+    /// The values of `keys` in a mapping, each what [`Doc::get`] gives, found in one pass over
+    /// its entries: functions read several fields of every object.
+    pub fn get_each<const N: usize>(&self, map: NodeId, keys: [&str; N]) -> [Option<NodeId>; N] {
+        let mut found = [None; N];
+        let mut missing = N;
+        for &(k, v) in self.entries(map) {
+            for (key, slot) in keys.iter().zip(&mut found) {
+                if slot.is_none() && self.reads(k, key) {
+                    *slot = Some(v);
+                    missing -= 1;
+                }
+            }
+            if missing == 0 {
+                break;
+            }
+        }
+        found
+    }
+
     #[inline]
     pub fn get_path(&self, mut node: NodeId, path: &[&str]) -> Option<NodeId> {
         for key in path {

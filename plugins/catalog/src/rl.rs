@@ -104,7 +104,7 @@ impl<'d, 'a> Obj<'d, 'a> {
     }
     /// As kpt's SDK: the annotation is present and not `"false"`.
     pub fn is_local_config(&self) -> bool {
-        self.annotation(LOCAL_CONFIG).is_some_and(|v| v != "false")
+        marks_local_config(self.annotation(LOCAL_CONFIG))
     }
     pub fn path_annotation(&self) -> Option<&'d str> {
         self.annotation(PATH)
@@ -122,26 +122,19 @@ impl<'d, 'a> Obj<'d, 'a> {
     /// [`Obj::short_string`] followed by `tail`, allocated once at its final size: functions
     /// name every object this way.
     pub fn short_string_and(&self, tail: &str) -> String {
-        // `metadata` looked up once for both of its fields.
-        let metadata = self.doc.get(self.id, "metadata");
-        let in_metadata = |key| {
-            metadata
-                .and_then(|m| self.doc.get_str(m, &[key]))
-                .unwrap_or_default()
-        };
-        [
-            "Resource(apiVersion=",
-            self.api_version(),
-            ", kind=",
-            self.kind(),
-            ", namespace=",
-            in_metadata("namespace"),
-            ", name=",
-            in_metadata("name"),
-            ")",
+        let doc = self.doc;
+        let [api_version, kind, metadata] =
+            doc.get_each(self.id, ["apiVersion", "kind", "metadata"]);
+        let [namespace, name] =
+            metadata.map_or([None; 2], |m| doc.get_each(m, ["namespace", "name"]));
+        let text = |node: Option<NodeId>| node.and_then(|n| doc.str(n)).unwrap_or_default();
+        short_string_and(
+            text(api_version),
+            text(kind),
+            text(namespace),
+            text(name),
             tail,
-        ]
-        .concat()
+        )
     }
     pub fn resource_ref(&self) -> New {
         let mut entries = vec![
@@ -162,6 +155,36 @@ impl<'d, 'a> Obj<'d, 'a> {
         }
         Some(New::Map(entries))
     }
+}
+
+/// Whether the value of an object's local-config annotation (if it has one) marks it as
+/// local configuration, as kpt's SDK reads it: present and not `"false"`.
+pub fn marks_local_config(annotation: Option<&str>) -> bool {
+    annotation.is_some_and(|v| v != "false")
+}
+
+/// The SDK's `ShortString` of an object with these fields, followed by `tail`; see
+/// [`Obj::short_string_and`].
+pub fn short_string_and(
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    tail: &str,
+) -> String {
+    [
+        "Resource(apiVersion=",
+        api_version,
+        ", kind=",
+        kind,
+        ", namespace=",
+        namespace,
+        ", name=",
+        name,
+        ")",
+        tail,
+    ]
+    .concat()
 }
 
 pub fn split_api_version(api_version: &str) -> (&str, &str) {

@@ -180,7 +180,8 @@ pub fn known_namespaced(group: &str, kind: &str) -> Option<bool> {
     Some(namespaced)
 }
 
-/// The SDK's `IsNamespaceScoped`: the table, else "has a namespace".
-pub fn is_namespaced(obj: &Obj) -> bool {
-    known_namespaced(obj.group(), obj.kind()).unwrap_or_else(|| !obj.namespace().is_empty())
+/// The SDK's `IsNamespaceScoped` of an object of `group` and `kind` in `namespace`: the table,
+/// else "has a namespace".
+pub fn is_namespaced(group: &str, kind: &str, namespace: &str) -> bool {
+    known_namespaced(group, kind).unwrap_or(!namespace.is_empty())
 }

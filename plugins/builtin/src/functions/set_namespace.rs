@@ -7,8 +7,11 @@ use serde_json::json;
 
 use super::fieldspec::is_namespaced;
 use super::{Ctx, Exit, Function, check, param};
-use crate::rl::{DEPENDS_ON, FnResult, Obj, UPSTREAM_ID};
-use crate::yaml::NodeId;
+use crate::rl::{
+    DEPENDS_ON, FnResult, LOCAL_CONFIG, UPSTREAM_ID, marks_local_config, short_string_and,
+    split_api_version,
+};
+use crate::yaml::{Doc, New, NodeId};
 
 pub static FUNCTION: Function = Function {
     name: "set-namespace",
@@ -141,39 +144,84 @@ fn run(ctx: &mut Ctx) -> Exit {
 /// A namespace-valued field the visitor may change.
 struct Site<'d> {
     node: Option<NodeId>,
-    /// Where to create it when missing: (map, key path).
+    /// The map holding it, and its key there (where it is added when missing).
     parent: NodeId,
-    path: &'static [&'static str],
+    key: &'static str,
     current: &'d str,
     origin: &'d str,
     /// The object a matching origin is reported on (named only when it is).
     id: Option<NodeId>,
 }
 
-/// What the passes below ask of every object, looked up once.
-struct Object<'d, 'a> {
-    obj: Obj<'d, 'a>,
+/// What the passes below ask of an object, looked up once: one pass over its entries, one
+/// over its metadata's and one over its annotations'.
+struct Object<'d> {
+    id: NodeId,
+    api_version: &'d str,
+    kind: &'d str,
+    metadata: Option<NodeId>,
+    name: &'d str,
+    /// `metadata.namespace`, and its value ("" when it has none).
+    namespace_node: Option<NodeId>,
+    namespace: &'d str,
     namespaced: bool,
     annotations: Option<NodeId>,
     upstream: Option<&'d str>,
+    depends_on: Option<&'d str>,
+}
+
+impl<'d> Object<'d> {
+    /// Object `id` of the input; `None` for local configuration, which no pass visits.
+    fn read(doc: &'d Doc, id: NodeId) -> Option<Self> {
+        let text = |node: Option<NodeId>| node.and_then(|n| doc.str(n));
+        let [api_version, kind, metadata] = doc.get_each(id, ["apiVersion", "kind", "metadata"]);
+        let [name, namespace_node, annotations] = metadata.map_or([None; 3], |m| {
+            doc.get_each(m, ["name", "namespace", "annotations"])
+        });
+        let [local_config, upstream, depends_on] = annotations.map_or([None; 3], |a| {
+            doc.get_each(a, [LOCAL_CONFIG, UPSTREAM_ID, DEPENDS_ON])
+        });
+        if marks_local_config(text(local_config)) {
+            return None;
+        }
+        let api_version = text(api_version).unwrap_or_default();
+        let kind = text(kind).unwrap_or_default();
+        let namespace = text(namespace_node).unwrap_or_default();
+        Some(Object {
+            id,
+            api_version,
+            kind,
+            metadata,
+            name: text(name).unwrap_or_default(),
+            namespace_node,
+            namespace,
+            namespaced: is_namespaced(split_api_version(api_version).0, kind, namespace),
+            annotations,
+            upstream: text(upstream),
+            depends_on: text(depends_on),
+        })
+    }
+
+    fn group(&self) -> &'d str {
+        split_api_version(self.api_version).0
+    }
+
+    fn version(&self) -> &'d str {
+        split_api_version(self.api_version).1
+    }
+
+    fn short_string_and(&self, tail: &str) -> String {
+        short_string_and(self.api_version, self.kind, self.namespace, self.name, tail)
+    }
 }
 
 fn transform(ctx: &mut Ctx, config: &Config) {
     let rl = ctx.rl;
     let doc = ctx.doc();
-    let objects: Vec<Object> = ctx
-        .non_local_items()
-        .into_iter()
-        .map(|o| {
-            let obj = rl.obj(o);
-            let annotations = doc.get_path(o, &["metadata", "annotations"]);
-            Object {
-                obj,
-                namespaced: is_namespaced(&obj),
-                annotations,
-                upstream: annotations.and_then(|a| doc.get_str(a, &[UPSTREAM_ID])),
-            }
-        })
+    let objects: Vec<Object> = rl
+        .items
+        .iter()
+        .filter_map(|&o| Object::read(doc, o))
         .collect();
     let new_ns = config.namespace.as_str();
 
@@ -181,30 +229,24 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     // At most a warning per object, and the two summaries.
     let mut results = Vec::with_capacity(objects.len() + 2);
     let mut origins = BTreeSet::new();
-    for &Object {
-        obj,
-        namespaced,
-        upstream,
-        ..
-    } in &objects
-    {
-        match upstream {
+    for object in &objects {
+        match object.upstream {
             Some(origin) => {
-                if !namespaced {
+                if !object.namespaced {
                     continue;
                 }
                 let ns = origin.split('|').nth(2).unwrap_or_default();
                 if ns == CLUSTER {
                     ctx.results.push(FnResult::error(format!(
                         "{} is namespace-scoped, but has cluster-scoped or unknown scoepd origin {origin}",
-                        obj.short_string()
+                        object.short_string_and("")
                     )));
                     return;
                 }
                 origins.insert(ns.to_owned());
             }
             None => results.push(FnResult::warning(
-                obj.short_string_and(" does not have upstream origin."),
+                object.short_string_and(" does not have upstream origin."),
             )),
         }
     }
@@ -218,28 +260,25 @@ fn transform(ctx: &mut Ctx, config: &Config) {
 
     // Visit namespace-valued fields: special cluster-scoped objects first, then namespaced.
     let mut sites = Vec::with_capacity(objects.len());
-    for &Object {
-        obj,
-        namespaced,
-        upstream: origin_id,
-        ..
-    } in &objects
-    {
-        if namespaced {
+    for object in &objects {
+        if object.namespaced {
             continue;
         }
-        let o = obj.id;
-        match (obj.group(), obj.version(), obj.kind()) {
-            ("" | "v1", _, "Namespace") if obj.version().is_empty() || obj.version() == "v1" => {
-                let origin_name = origin_id
+        let o = object.id;
+        match (object.group(), object.version(), object.kind) {
+            ("" | "v1", _, "Namespace")
+                if object.version().is_empty() || object.version() == "v1" =>
+            {
+                let origin_name = object
+                    .upstream
                     .and_then(|id| id.split('|').nth(3))
-                    .unwrap_or(obj.name());
-                if let Some(md) = doc.get(o, "metadata") {
+                    .unwrap_or(object.name);
+                if let Some(md) = object.metadata {
                     sites.push(Site {
                         node: doc.get(md, "name"),
                         parent: md,
-                        path: &["name"],
-                        current: obj.name(),
+                        key: "name",
+                        current: object.name,
                         origin: origin_name,
                         id: Some(o),
                     });
@@ -271,7 +310,7 @@ fn transform(ctx: &mut Ctx, config: &Config) {
                             sites.push(Site {
                                 node: Some(ns),
                                 parent: s,
-                                path: &["namespace"],
+                                key: "namespace",
                                 current: doc.str(ns).unwrap_or_default(),
                                 origin: "",
                                 id: None,
@@ -283,39 +322,31 @@ fn transform(ctx: &mut Ctx, config: &Config) {
             _ => {}
         }
     }
-    for &Object {
-        obj,
-        namespaced,
-        upstream,
-        ..
-    } in &objects
-    {
-        if !namespaced {
+    for object in &objects {
+        if !object.namespaced {
             continue;
         }
-        let Some(md) = doc.get(obj.id, "metadata").filter(|&m| doc.is_map(m)) else {
+        let Some(md) = object.metadata.filter(|&m| doc.is_map(m)) else {
             continue;
         };
-        let node = doc.get(md, "namespace");
         // The object's namespace (`metadata` is its first such key, as `Obj::namespace` reads).
-        let current = node.and_then(|n| doc.str(n)).unwrap_or_default();
-        let origin = upstream
+        let current = object.namespace;
+        let origin = object
+            .upstream
             .and_then(|id| id.split('|').nth(2))
             .unwrap_or(current);
         sites.push(Site {
-            node,
+            node: object.namespace_node,
             parent: md,
-            path: &["namespace"],
+            key: "namespace",
             current,
             origin,
-            id: Some(obj.id),
+            id: Some(object.id),
         });
     }
 
     let mut count = 0;
     let mut old = BTreeSet::new();
-    // The entry a missing field gets, made once and given each site's key.
-    let mut entry = [(String::new(), new_ns.to_owned())];
     for site in sites {
         if ctx.interrupted().is_some() {
             return;
@@ -351,16 +382,15 @@ fn transform(ctx: &mut Ctx, config: &Config) {
                 old.insert(current.to_owned());
             }
             count += 1;
-            match site
-                .node
-                .filter(|&n| doc.str(n).is_some() && !doc.is_null(n))
-            {
-                Some(node) => ctx.ed.set_scalar(doc, node, new_ns, true),
-                None => {
-                    let (last, path) = site.path.split_last().expect("non-empty path");
-                    entry[0].0.clear();
-                    entry[0].0.push_str(last);
-                    ctx.ed.ensure_map(doc, site.parent, path, &entry, true);
+            match site.node {
+                Some(node) if doc.str(node).is_some() && !doc.is_null(node) => {
+                    ctx.ed.set_scalar(doc, node, new_ns, true);
+                }
+                None => ctx.ed.insert(doc, site.parent, site.key, New::str(new_ns)),
+                // A null or a collection, replaced by the string.
+                Some(_) => {
+                    let entry = [(site.key.to_owned(), new_ns.to_owned())];
+                    ctx.ed.ensure_map(doc, site.parent, &[], &entry, true);
                 }
             }
         }
@@ -381,10 +411,7 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     // out only when some object depends on another.
     let depending: Vec<(Option<NodeId>, &str)> = objects
         .iter()
-        .filter_map(|object| {
-            let value = doc.get_str(object.annotations?, &[DEPENDS_ON])?;
-            Some((object.annotations, value))
-        })
+        .filter_map(|object| Some((object.annotations, object.depends_on?)))
         .collect();
     let before: HashSet<String> = if depending.is_empty() {
         HashSet::new()
@@ -392,13 +419,13 @@ fn transform(ctx: &mut Ctx, config: &Config) {
         objects
             .iter()
             .filter(|object| object.namespaced)
-            .map(|&Object { obj, .. }| {
+            .map(|object| {
                 format!(
                     "{}/namespaces/{}/{}/{}",
-                    obj.group(),
-                    obj.namespace(),
-                    obj.kind(),
-                    obj.name()
+                    object.group(),
+                    object.namespace,
+                    object.kind,
+                    object.name
                 )
             })
             .collect()
@@ -432,11 +459,11 @@ fn transform(ctx: &mut Ctx, config: &Config) {
     ctx.add_results(results);
 }
 
-fn namespace_site<'d>(doc: &'d crate::yaml::Doc, service: NodeId) -> Site<'d> {
+fn namespace_site<'d>(doc: &'d Doc, service: NodeId) -> Site<'d> {
     Site {
         node: doc.get(service, "namespace"),
         parent: service,
-        path: &["namespace"],
+        key: "namespace",
         current: doc.get_str(service, &["namespace"]).unwrap_or_default(),
         origin: "",
         id: None,
