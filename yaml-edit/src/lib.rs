@@ -20,7 +20,7 @@ pub use edit::{Editor, scalar_edit};
 pub use limits::{
     ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, MAX_TEXT_BYTES, STOPPED, Stop,
 };
-pub use new::{New, block_entries, block_items};
+pub use new::{New, block_entries, block_items, block_map_item};
 pub use scalar::{double_quoted, needs_quotes, push_rendered, resolve_plain, untyped_scalar};
 pub use top_level::TopLevel;
 pub use tree::{Children, Doc, Kind, Node, NodeId, ScalarValue, Style, line_col};

@@ -110,10 +110,10 @@ pub(crate) fn approx_entries_len(entries: &[(String, New)]) -> usize {
 }
 
 /// Block-mapping lines (each ending in a newline) at `indent`.
-pub fn block_entries(entries: &[(String, New)], indent: usize, out: &mut String) {
+pub fn block_entries<K: AsRef<str>>(entries: &[(K, New)], indent: usize, out: &mut String) {
     for (key, value) in entries {
         push_indent(out, indent);
-        push_rendered(out, key, false);
+        push_rendered(out, key.as_ref(), false);
         out.push(':');
         value.block_value(indent, out);
     }
@@ -122,25 +122,33 @@ pub fn block_entries(entries: &[(String, New)], indent: usize, out: &mut String)
 /// Block-sequence lines at `indent` (the dash's column).
 pub fn block_items(items: &[New], indent: usize, out: &mut String) {
     for item in items {
-        push_indent(out, indent);
-        out.push('-');
         match item {
-            New::Map(entries) if !entries.is_empty() => {
-                // The first entry continues the dash's line.
-                out.push(' ');
-                let mark = out.len();
-                block_entries(entries, indent + 2, out);
-                out.drain(mark..mark + indent + 2);
-            }
+            New::Map(entries) if !entries.is_empty() => block_map_item(entries, indent, out),
             New::Seq(items) if !items.is_empty() => {
-                out.push(' ');
+                push_indent(out, indent);
+                out.push_str("- ");
                 let mark = out.len();
                 block_items(items, indent + 2, out);
                 out.drain(mark..mark + indent + 2);
             }
-            other => other.block_value(indent, out),
+            other => {
+                push_indent(out, indent);
+                out.push('-');
+                other.block_value(indent, out);
+            }
         }
     }
+}
+
+/// The lines of a block-sequence item at `indent` (the dash's column) holding a mapping of
+/// `entries` (at least one): its first entry continues the dash's line. Keys may be borrowed,
+/// so that an item written once need not own them.
+pub fn block_map_item<K: AsRef<str>>(entries: &[(K, New)], indent: usize, out: &mut String) {
+    push_indent(out, indent);
+    out.push_str("- ");
+    let mark = out.len();
+    block_entries(entries, indent + 2, out);
+    out.drain(mark..mark + indent + 2);
 }
 
 pub(crate) fn push_indent(out: &mut String, n: usize) {

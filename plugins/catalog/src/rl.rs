@@ -1,6 +1,6 @@
 //! The ResourceList around the functions: its items, functionConfig and results.
 
-use krm_yaml_edit::{Doc, Editor, New, NodeId, Stop, block_entries, block_items};
+use krm_yaml_edit::{Doc, Editor, New, NodeId, Stop, block_entries, block_map_item};
 
 pub const LOCAL_CONFIG: &str = "config.kubernetes.io/local-config";
 pub const PATH: &str = "internal.config.kubernetes.io/path";
@@ -238,9 +238,15 @@ impl FnResult {
     fn into_new(self) -> New {
         // Room for every field at once: a function may report on every object.
         let mut entries = Vec::with_capacity(5);
-        entries.push(("message".to_owned(), New::Str(self.message)));
+        self.into_entries(&mut entries);
+        New::Map(entries)
+    }
+
+    /// Appends its fields to `entries` as mapping entries, in the order they are written.
+    fn into_entries<K: From<&'static str>>(self, entries: &mut Vec<(K, New)>) {
+        entries.push(("message".into(), New::Str(self.message)));
         if let Some(severity) = self.severity {
-            entries.push(("severity".to_owned(), New::str(severity)));
+            entries.push(("severity".into(), New::str(severity)));
         }
         for (key, value) in [
             ("resourceRef", self.resource_ref),
@@ -248,10 +254,9 @@ impl FnResult {
             ("file", self.file),
         ] {
             if let Some(value) = value {
-                entries.push((key.to_owned(), value));
+                entries.push((key.into(), value));
             }
         }
-        New::Map(entries)
     }
 }
 
@@ -301,14 +306,17 @@ pub fn write_results(
             &mut text,
         ),
         None => {
-            // The first result written with the key, the others after it one at a time: each
-            // result's tree is gone once written, so a function reporting on every object
-            // never holds them all.
-            let mut results = results.into_iter().map(FnResult::into_new);
-            let first = results.next().into_iter().collect();
-            block_entries(&[("results".to_owned(), New::Seq(first))], col, &mut text);
+            // The first result written with the key, the others after it one at a time, each
+            // through one list of entries with borrowed keys: a function may report on every
+            // object.
+            let mut results = results.into_iter();
+            let first = results.next().map(FnResult::into_new).into_iter().collect();
+            block_entries(&[("results", New::Seq(first))], col, &mut text);
+            let mut entries: Vec<(&str, New)> = Vec::with_capacity(5);
             for result in results {
-                block_items(&[result], col, &mut text);
+                result.into_entries(&mut entries);
+                block_map_item(&entries, col, &mut text);
+                entries.clear();
             }
         }
     }
