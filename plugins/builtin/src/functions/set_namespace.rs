@@ -11,7 +11,7 @@ use crate::rl::{
     DEPENDS_ON, FnResult, LOCAL_CONFIG, UPSTREAM_ID, marks_local_config, short_string_and,
     split_api_version,
 };
-use crate::yaml::{Doc, New, NodeId};
+use crate::yaml::{Doc, New, NodeId, block_entries};
 
 pub static FUNCTION: Function = Function {
     name: "set-namespace",
@@ -151,6 +151,13 @@ struct Site<'d> {
     origin: &'d str,
     /// The object a matching origin is reported on (named only when it is).
     id: Option<NodeId>,
+}
+
+/// The block line that adds a missing namespace-valued field (see [`transform`]).
+struct AddedLine {
+    col: usize,
+    key: &'static str,
+    line: String,
 }
 
 /// What the passes below ask of an object, looked up once: one pass over its entries, one
@@ -347,6 +354,14 @@ fn transform(ctx: &mut Ctx, config: &Config) {
 
     let mut count = 0;
     let mut old = BTreeSet::new();
+    // The line a block mapping missing its field gets, as `Editor::insert` would write it:
+    // written once for each column and key rather than queued as an entry for every object
+    // (no mapping gets two).
+    let mut added = AddedLine {
+        col: usize::MAX,
+        key: "",
+        line: String::new(),
+    };
     for site in sites {
         if ctx.interrupted().is_some() {
             return;
@@ -385,6 +400,16 @@ fn transform(ctx: &mut Ctx, config: &Config) {
             match site.node {
                 Some(node) if doc.str(node).is_some() && !doc.is_null(node) => {
                     ctx.ed.set_scalar(doc, node, new_ns, true);
+                }
+                None if doc.is_map(site.parent) && !doc.node(site.parent).flow() => {
+                    let col = doc.node(site.parent).col();
+                    if (added.col, added.key) != (col, site.key) {
+                        added.line.clear();
+                        block_entries(&[(site.key, New::str(new_ns))], col, &mut added.line);
+                        added.col = col;
+                        added.key = site.key;
+                    }
+                    ctx.ed.append_lines(doc, site.parent, added.line.clone());
                 }
                 None => ctx.ed.insert(doc, site.parent, site.key, New::str(new_ns)),
                 // A null or a collection, replaced by the string.
