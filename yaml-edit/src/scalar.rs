@@ -71,12 +71,12 @@ pub fn needs_quotes(value: &str) -> bool {
     if !resolves_to_string(value) {
         return true;
     }
-    if [
-        "y", "n", "yes", "no", "on", "off", ".inf", "-.inf", "+.inf", ".nan",
-    ]
-    .iter()
-    .any(|word| word.eq_ignore_ascii_case(value))
-    {
+    if is_short_word(
+        value,
+        &[
+            "y", "n", "yes", "no", "on", "off", ".inf", "-.inf", "+.inf", ".nan",
+        ],
+    ) {
         return true;
     }
     let b = value.as_bytes();
@@ -143,9 +143,17 @@ fn plainly_safe(value: &str) -> bool {
     let b = value.as_bytes();
     b.first().is_some_and(u8::is_ascii_alphabetic)
         && b.iter().all(|&c| WORD_BYTES[usize::from(c)])
-        && !["y", "n", "yes", "no", "on", "off", "true", "false", "null"]
-            .iter()
-            .any(|word| word.eq_ignore_ascii_case(value))
+        && !is_short_word(
+            value,
+            &["y", "n", "yes", "no", "on", "off", "true", "false", "null"],
+        )
+}
+
+/// Whether `value` is one of `words` (none longer than five bytes) in any ASCII case: most
+/// strings written are longer, and are told apart by their length alone.
+fn is_short_word(value: &str, words: &[&str]) -> bool {
+    debug_assert!(words.iter().all(|word| word.len() <= 5));
+    value.len() <= 5 && words.iter().any(|word| word.eq_ignore_ascii_case(value))
 }
 
 pub fn double_quoted(value: &str) -> String {
