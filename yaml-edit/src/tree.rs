@@ -400,7 +400,9 @@ impl<'a> Doc<'a> {
     }
 
     /// The values of `keys` in a mapping, each what [`Doc::get`] gives, found in one pass over
-    /// its entries: functions read several fields of every object.
+    /// its entries: functions read several fields of every object. Inlined, so that each key
+    /// is compared as the constant it mostly is.
+    #[inline(always)]
     pub fn get_each<const N: usize>(&self, map: NodeId, keys: [&str; N]) -> [Option<NodeId>; N] {
         let mut found = [None; N];
         let mut missing = N;
