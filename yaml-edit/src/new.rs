@@ -111,8 +111,19 @@ pub(crate) fn approx_entries_len(entries: &[(String, New)]) -> usize {
 
 /// Block-mapping lines (each ending in a newline) at `indent`.
 pub fn block_entries<K: AsRef<str>>(entries: &[(K, New)], indent: usize, out: &mut String) {
-    for (key, value) in entries {
-        push_indent(out, indent);
+    push_entries(entries, indent, indent, out);
+}
+
+/// [`block_entries`] whose first line starts `first_indent` spaces in (where it continues a
+/// line) rather than `indent`.
+fn push_entries<K: AsRef<str>>(
+    entries: &[(K, New)],
+    indent: usize,
+    first_indent: usize,
+    out: &mut String,
+) {
+    for (i, (key, value)) in entries.iter().enumerate() {
+        push_indent(out, if i == 0 { first_indent } else { indent });
         push_rendered(out, key.as_ref(), false);
         out.push(':');
         value.block_value(indent, out);
@@ -146,9 +157,7 @@ pub fn block_items(items: &[New], indent: usize, out: &mut String) {
 pub fn block_map_item<K: AsRef<str>>(entries: &[(K, New)], indent: usize, out: &mut String) {
     push_indent(out, indent);
     out.push_str("- ");
-    let mark = out.len();
-    block_entries(entries, indent + 2, out);
-    out.drain(mark..mark + indent + 2);
+    push_entries(entries, indent + 2, 0, out);
 }
 
 pub(crate) fn push_indent(out: &mut String, n: usize) {
