@@ -392,6 +392,11 @@ impl<'a> P<'a, '_> {
                 Some(&[b' ', c]) if c.is_ascii_alphanumeric() => {
                     self.plain_value(ls, colon + 2, col, id)?
                 }
+                // Nothing after the `:`: the value is on the lines below.
+                Some(&[b'\n', _]) => {
+                    self.advance(colon + 2)?;
+                    self.below(ls, colon + 1, false, col, id, depth)?
+                }
                 _ => self.value(ls, colon + 1, col, id, depth)?,
             };
             self.entries.push((key, value));
@@ -477,35 +482,8 @@ impl<'a> P<'a, '_> {
             if q < eol && q == from {
                 return Err(());
             }
-            // Nothing on this line: a nested block, an indentless sequence or a null.
             self.advance((eol + 1).min(b.len()))?;
-            return match self.next {
-                Some((next, indent)) if indent > parent_col => {
-                    self.block_node(next, indent, Some(parent), depth + 1)
-                }
-                Some((next, indent))
-                    if indent == parent_col && !is_item && self.is_dash(next + indent) =>
-                {
-                    self.seq(next, next + indent, Some(parent), depth + 1)
-                }
-                _ if q != from => Err(()),
-                _ => {
-                    // saphyr puts an empty value at a key's colon, or just after a dash.
-                    let at = if is_item { from } else { from - 1 };
-                    let col = self.col(ls, at);
-                    self.push(
-                        Kind::Scalar {
-                            value: ScalarValue::verbatim(at, at),
-                            style: Style::Plain,
-                            tagged: false,
-                        },
-                        at,
-                        at,
-                        col,
-                        Some(parent),
-                    )
-                }
-            };
+            return self.below(ls, from, q != from, parent_col, parent, depth);
         }
         if q == from {
             return Err(());
@@ -536,6 +514,49 @@ impl<'a> P<'a, '_> {
         };
         self.end_value_line(eol, parent_col)?;
         Ok(id)
+    }
+
+    /// The value after a key's `:` or an item's `-` at `from` (on the line starting at `ls`)
+    /// with nothing after it on its line (`spaced` if blanks or a comment are), the cursor past
+    /// that line: a nested block, an indentless sequence or a null.
+    #[inline(always)]
+    fn below(
+        &mut self,
+        ls: usize,
+        from: usize,
+        spaced: bool,
+        parent_col: usize,
+        parent: NodeId,
+        depth: usize,
+    ) -> R<NodeId> {
+        let is_item = self.b[from - 1] == b'-';
+        match self.next {
+            Some((next, indent)) if indent > parent_col => {
+                self.block_node(next, indent, Some(parent), depth + 1)
+            }
+            Some((next, indent))
+                if indent == parent_col && !is_item && self.is_dash(next + indent) =>
+            {
+                self.seq(next, next + indent, Some(parent), depth + 1)
+            }
+            _ if spaced => Err(()),
+            _ => {
+                // saphyr puts an empty value at a key's colon, or just after a dash.
+                let at = if is_item { from } else { from - 1 };
+                let col = self.col(ls, at);
+                self.push(
+                    Kind::Scalar {
+                        value: ScalarValue::verbatim(at, at),
+                        style: Style::Plain,
+                        tagged: false,
+                    },
+                    at,
+                    at,
+                    col,
+                    Some(parent),
+                )
+            }
+        }
     }
 
     /// The plain scalar starting at `q` on the line starting at `ls`, which it ends: a value in
