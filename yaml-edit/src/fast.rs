@@ -37,7 +37,9 @@ struct P<'a, 's> {
 pub fn parse<'a>(src: &'a str, stop: &Stop) -> Option<Doc<'a>> {
     let b = src.as_bytes();
     // Texts too long for the tree's offsets are the general parser's to refuse.
-    if b.len() > MAX_TEXT_BYTES || memchr::memchr(b'\r', b).is_some() || src.starts_with('\u{feff}')
+    if b.len() > MAX_TEXT_BYTES
+        || crate::bytes::find(b'\r', b).is_some()
+        || src.starts_with('\u{feff}')
     {
         return None;
     }

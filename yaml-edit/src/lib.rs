@@ -6,6 +6,7 @@
 //! the general parser for everything else; [`Editor`] queues changes at the tree's spans and
 //! writes the result once. Shared by the `builtin` plugin and the ConfigHub function executor.
 
+mod bytes;
 mod edit;
 // Public for property tests that hold the fast path to the general parser's trees.
 pub mod fast;

@@ -113,7 +113,7 @@ pub fn needs_quotes(value: &str) -> bool {
 /// the characters only when some byte is not printable ASCII.
 fn breaks_plain_text(value: &str) -> bool {
     let b = value.as_bytes();
-    let separator = memchr::memchr2_iter(b':', b'#', b).any(|at| match b[at] {
+    let separator = crate::bytes::positions2(b':', b'#', b).any(|at| match b[at] {
         b':' => b.get(at + 1) == Some(&b' '),
         _ => at > 0 && b[at - 1] == b' ',
     });

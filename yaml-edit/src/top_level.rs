@@ -36,12 +36,12 @@ impl<'a> TopLevel<'a> {
     /// column 0 (see [`TopLevel`]).
     pub fn scan(src: &'a str) -> Option<Self> {
         let bytes = src.as_bytes();
-        if memchr::memchr(b'\r', bytes).is_some() {
+        if crate::bytes::find(b'\r', bytes).is_some() {
             return None;
         }
         let mut entries: Vec<TopEntry<'a>> = Vec::new();
         let mut start = 0;
-        let line_ends = memchr::memchr_iter(b'\n', bytes).chain(std::iter::once(bytes.len()));
+        let line_ends = crate::bytes::positions(b'\n', bytes).chain(std::iter::once(bytes.len()));
         for end in line_ends {
             let line = &bytes[start..end];
             match line.first() {
