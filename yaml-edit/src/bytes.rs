@@ -3,7 +3,7 @@
 //! memchr's own functions choose between SSE2 and AVX2 by asking the CPU at their first call:
 //! a dozen `CPUID` instructions, each an exit to the hypervisor on a VM (1.8 µs on the
 //! project's), which come to 1% of a 10-object `krm-runner fn` call. Every x86_64 CPU has SSE2,
-//! so its searchers need no question; elsewhere memchr's functions ask nothing either.
+//! so its searchers need no question; other architectures use memchr's own functions.
 
 /// The first `needle` in `haystack`.
 pub(crate) fn find(needle: u8, haystack: &[u8]) -> Option<usize> {

@@ -107,8 +107,8 @@ fn bytes() -> Histogram {
 
 /// `count` bounds from `first`, each `factor` times the last. prometheus-client's
 /// `exponential_buckets` computes them with `powf`, which alone links libm into
-/// `krm-runner`: one library more to load at every `fn` call's start. Multiplying by a power
-/// of two, as here, gives the same bounds exactly.
+/// `krm-runner`: one library more to load at every `fn` call's start. With the factors used
+/// here, powers of two, multiplying gives the same bounds exactly.
 fn growing_bounds(first: f64, factor: f64, count: usize) -> impl Iterator<Item = f64> {
     std::iter::successors(Some(first), move |bound| Some(bound * factor)).take(count)
 }
