@@ -251,8 +251,8 @@ pub struct Sources {
 pub fn layered(sources: &Sources) -> (Figment, Vec<String>) {
     let mut problems = Vec::new();
     let mut figment = embedded();
-    if !sources.skip_system_file && Path::new(SYSTEM_CONFIG_FILE).exists() {
-        figment = merge_file(figment, Path::new(SYSTEM_CONFIG_FILE), &mut problems);
+    if let Some(file) = system_file(sources) {
+        figment = merge_file(figment, file, &mut problems);
     }
     if let Some(file) = &sources.config_file {
         if file.exists() {
@@ -262,20 +262,27 @@ pub fn layered(sources: &Sources) -> (Figment, Vec<String>) {
         }
     }
     figment = figment.merge(OtelEnv::from_process());
-    let env = prefixed_env();
-    // Merging even an empty layer costs a one-shot `fn` call 3% of its instructions.
-    if env.iter().next().is_some() {
+    if let Some(env) = prefixed_env() {
         figment = figment.merge(env);
     }
     (figment, problems)
 }
 
-/// The `KRM_RUNNER_<KEY>` variables' layer.
-fn prefixed_env() -> Env {
-    Env::prefixed(ENV_PREFIX)
+/// `/etc/krm-runner/config.yaml`, when it is one of `sources`' layers.
+fn system_file(sources: &Sources) -> Option<&'static Path> {
+    let file = Path::new(SYSTEM_CONFIG_FILE);
+    (!sources.skip_system_file && file.exists()).then_some(file)
+}
+
+/// The `KRM_RUNNER_<KEY>` variables' layer, when one is set: merging even an empty layer costs
+/// a one-shot `fn` call 3% of its instructions.
+fn prefixed_env() -> Option<Env> {
+    let env = Env::prefixed(ENV_PREFIX)
         .split("__")
         .ignore(&["config"])
-        .map(|key| key.as_str().to_ascii_lowercase().into())
+        .map(|key| key.as_str().to_ascii_lowercase().into());
+    let set = env.iter().next().is_some();
+    set.then_some(env)
 }
 
 /// The configuration [`layered`] and [`extract`] would give when none of their layers over the
@@ -284,11 +291,10 @@ fn prefixed_env() -> Env {
 /// each value came from, skips the fifth of its instructions that layering and extracting
 /// take. `None` when some layer exists (or the default is unusable: [`extract`] says why).
 pub fn embedded_alone(sources: &Sources) -> Option<Config> {
-    let system_file = !sources.skip_system_file && Path::new(SYSTEM_CONFIG_FILE).exists();
-    if system_file
+    if system_file(sources).is_some()
         || sources.config_file.is_some()
         || !OtelEnv::from_process().is_empty()
-        || prefixed_env().iter().next().is_some()
+        || prefixed_env().is_some()
     {
         return None;
     }
