@@ -118,6 +118,7 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
         EvaluatorConfig {
             plugin: "testkit".into(),
             config: serde_json::json!({}),
+            isolated: false,
         },
     );
     config.evaluators.insert(
@@ -125,6 +126,7 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
         EvaluatorConfig {
             plugin: "multi".into(),
             config: serde_json::json!({"chain": ["echo"]}),
+            isolated: false,
         },
     );
     config.serve = "default".into();

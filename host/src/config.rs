@@ -65,6 +65,76 @@ pub struct Config {
     /// ConfigHub's typed-function executor.
     #[serde(default, skip_serializing_if = "ExecutorSettings::is_empty")]
     pub executor: ExecutorSettings,
+    /// The worker processes code a caller sends runs in, when serving: the calls of
+    /// `isolated` instances and ConfigHub's typed functions.
+    #[serde(default)]
+    pub workers: WorkersConfig,
+}
+
+/// The limits of the worker processes (see `krm_worker`). A call that passes one is answered
+/// RESOURCE_EXHAUSTED naming it; the worker is replaced and the runner serves on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkersConfig {
+    /// Address space of each worker (`RLIMIT_AS`), in MiB.
+    pub memory_limit_mib: u64,
+    /// CPU time one call may use, in seconds, whatever its deadline.
+    pub cpu_seconds_per_call: u64,
+    /// A worker is replaced after this many calls.
+    pub calls_per_worker: u32,
+    /// Workers per pool kept started and waiting, so that a call never waits for one to start.
+    pub idle: usize,
+    /// Workers per pool at most; calls beyond wait for a free one until their deadline.
+    pub max: usize,
+    /// Workers idle this long beyond `idle` are stopped, giving their memory back.
+    pub idle_timeout_seconds: u64,
+    /// ConfigHub's typed functions served over HTTP and gRPC run in workers (yq, CEL,
+    /// where-filter and the rest take programs and patterns from the caller).
+    pub typed_functions: bool,
+}
+
+impl Default for WorkersConfig {
+    fn default() -> Self {
+        Self {
+            memory_limit_mib: 1024,
+            cpu_seconds_per_call: 60,
+            calls_per_worker: 1000,
+            idle: 1,
+            max: 4,
+            idle_timeout_seconds: 10,
+            typed_functions: true,
+        }
+    }
+}
+
+impl WorkersConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut at_least = |field: &str, value: u64, least: u64| {
+            if value < least {
+                problems.push(format!(
+                    "workers.{field}: {value} is too small (at least {least})"
+                ));
+            }
+        };
+        at_least("memory_limit_mib", self.memory_limit_mib, 256);
+        at_least("cpu_seconds_per_call", self.cpu_seconds_per_call, 1);
+        at_least("calls_per_worker", u64::from(self.calls_per_worker), 1);
+        at_least("max", self.max as u64, 1);
+        if self.memory_limit_mib > 1 << 30 {
+            problems.push(format!(
+                "workers.memory_limit_mib: {} is more than any machine has",
+                self.memory_limit_mib
+            ));
+        }
+        if self.idle > self.max {
+            problems.push(format!(
+                "workers.idle: {} is more than workers.max ({})",
+                self.idle, self.max
+            ));
+        }
+        problems
+    }
 }
 
 /// What operators add to ConfigHub's executor without a rebuild.
@@ -213,6 +283,10 @@ pub struct EvaluatorConfig {
     /// Handed to the plugin as JSON; its schema is the plugin's.
     #[serde(default = "empty_object")]
     pub config: serde_json::Value,
+    /// When serving, the instance's calls run in worker processes (`workers:`), not the
+    /// runner's: for plugins that run code the caller sends (a Starlark script, a yq program).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub isolated: bool,
 }
 
 fn empty_object() -> serde_json::Value {
@@ -549,6 +623,7 @@ impl Config {
             problems.push("function_configs.cluster.namespace: empty".to_owned());
         }
         problems.extend(self.telemetry.problems());
+        problems.extend(self.workers.problems());
         problems
     }
 

@@ -27,7 +27,7 @@ use krm_function_executor::api::{
     FunctionInvocationResponse,
 };
 use krm_function_executor::{Executor, ExecutorError, Toolchain};
-use krm_plugin_api::CancelReason;
+use krm_plugin_api::{CancelReason, ErrorKind};
 use krm_plugin_loader::HostCallContext;
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_server::{
@@ -40,15 +40,19 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::Status;
 
 use crate::contributed;
-use crate::runtime::{CancelOnDrop, Runtime};
+use crate::runtime::{CancelOnDrop, LARGE_CALL_BYTES, Runtime, release_free_memory};
+use crate::worker::typed::{TypedError, TypedWorkers};
 
 /// How long a client may take to send a request's headers.
 const HEADER_READ_LIMIT: Duration = Duration::from_secs(5);
 
-/// The executor of each toolchain and the bound on the requests they work on at once.
+/// The executor of each toolchain, the workers that run their sequences (when configured) and
+/// the bound on the requests they work on at once.
 pub struct TypedFunctions {
     kubernetes: Executor,
     properties: Executor,
+    /// Where sequences run; without, in the runner's own process.
+    workers: Option<TypedWorkers>,
     /// Requests being received or run; each may hold up to `max_message_bytes` of body.
     working: Arc<Semaphore>,
 }
@@ -62,22 +66,44 @@ pub enum Refusal {
     )]
     Busy,
     #[error(transparent)]
-    Executor(#[from] ExecutorError),
+    Typed(#[from] TypedError),
     #[error("the executor's task failed: {0}")]
     Internal(#[source] tokio::task::JoinError),
+}
+
+impl From<ExecutorError> for Refusal {
+    fn from(error: ExecutorError) -> Self {
+        Self::Typed(TypedError::Executor(error))
+    }
+}
+
+impl Refusal {
+    /// The kind of error the refusal is, which decides the caller's status.
+    fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Busy => ErrorKind::ResourceExhausted,
+            Self::Typed(error) => error.kind(),
+            Self::Internal(_) => ErrorKind::Internal,
+        }
+    }
 }
 
 impl TypedFunctions {
     /// Kubernetes/YAML: `kubernetes`' functions (the builtin ones and those the configuration
     /// declares) and those the evaluator plugins contribute, clashes and problems logged, one
     /// warning each; AppConfig/Properties: its builtin functions.
-    pub fn new(mut kubernetes: Executor, runtime: &Runtime) -> Arc<Self> {
+    pub fn new(
+        mut kubernetes: Executor,
+        runtime: &Runtime,
+        workers: Option<TypedWorkers>,
+    ) -> Arc<Self> {
         for report in contributed::add(&mut kubernetes, runtime) {
             tracing::warn!("{report}");
         }
         Arc::new(Self {
             kubernetes,
             properties: Executor::properties(),
+            workers,
             working: Arc::new(Semaphore::new(IN_FLIGHT_MESSAGES)),
         })
     }
@@ -98,9 +124,9 @@ impl TypedFunctions {
             .map_err(|_| Refusal::Busy)
     }
 
-    /// Runs `request` with the executor of `toolchain` on a blocking thread (the executor is
-    /// CPU-bound), holding `permit`, within `call`: its deadline cancels it, and the sequence
-    /// then stops at its next invocation (a plugin function watching its call stops sooner).
+    /// Runs `request` with the executor of `toolchain` in a worker, or on a blocking thread of
+    /// this process without workers, holding `permit`, within `call`: its deadline cancels it,
+    /// which kills the worker (in this process, the sequence stops at its next invocation).
     async fn invoke(
         self: &Arc<Self>,
         permit: OwnedSemaphorePermit,
@@ -112,9 +138,18 @@ impl TypedFunctions {
         let running = call.clone();
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            typed
-                .executor(toolchain)
-                .invoke_within(&request, &running.as_call_context())
+            let large = request.config_data.len() >= LARGE_CALL_BYTES;
+            let outcome = match &typed.workers {
+                Some(workers) => workers.invoke(toolchain, request, &running),
+                None => typed
+                    .executor(toolchain)
+                    .invoke_within(&request, &running.as_call_context())
+                    .map_err(TypedError::from),
+            };
+            if large {
+                release_free_memory();
+            }
+            outcome
         });
         let expiry = async {
             match call.deadline() {
@@ -137,7 +172,7 @@ impl TypedFunctions {
 /// Why the call ended before the sequence did, when it did.
 fn cancelled_reason(refusal: &Refusal) -> Option<CancelReason> {
     match refusal {
-        Refusal::Executor(ExecutorError::Cancelled { reason, .. }) => Some(*reason),
+        Refusal::Typed(error) => error.cancel_reason(),
         _ => None,
     }
 }
@@ -384,8 +419,15 @@ async fn invoke_http(
             };
             error(status, refusal)
         }
-        Err(refusal @ Refusal::Executor(_)) => error(StatusCode::BAD_REQUEST, refusal),
-        Err(refusal) => error(StatusCode::INTERNAL_SERVER_ERROR, refusal),
+        Err(refusal) => {
+            let status = match refusal.kind() {
+                ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
+                ErrorKind::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+                ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            error(status, refusal)
+        }
     }
 }
 
@@ -440,18 +482,19 @@ impl FunctionExecutor for GrpcExecutor {
             .typed
             .invoke(permit, toolchain, request, call)
             .await
-            .map_err(|refusal| match refusal {
-                Refusal::Executor(e @ ExecutorError::Cancelled { reason, .. }) => {
+            .map_err(|refusal| match cancelled_reason(&refusal) {
+                Some(reason) => {
                     let code = match reason {
                         CancelReason::DeadlineExceeded => tonic::Code::DeadlineExceeded,
                         CancelReason::CallerCancelled => tonic::Code::Cancelled,
                         CancelReason::ShuttingDown => tonic::Code::Unavailable,
                     };
-                    Status::new(code, e.to_string())
+                    Status::new(code, refusal.to_string())
                 }
-                Refusal::Executor(e) => Status::invalid_argument(e.to_string()),
-                Refusal::Busy => Status::resource_exhausted(refusal.to_string()),
-                Refusal::Internal(_) => Status::internal(refusal.to_string()),
+                None => Status::new(
+                    tonic::Code::from_i32(refusal.kind().grpc_code()),
+                    refusal.to_string(),
+                ),
             })?;
         let response = to_proto(response)?;
         let size = response.config_data.len()

@@ -13,33 +13,54 @@ use krm_function_executor::Executor;
 use krm_function_executor::functions::TypedFunction;
 use krm_function_executor::plugin::{RemoteFunction, contributed};
 use krm_plugin_api::TypedFunctionSet;
+use krm_plugin_loader::EvaluatorInstance;
 
 use crate::runtime::Runtime;
 
-/// Adds the runtime's contributions to `executor` (the builtin functions); the problems and
-/// clashes, one line each.
+/// The runtime's enabled instances, by name: each may contribute typed functions.
+pub fn contributors(runtime: &Runtime) -> BTreeMap<String, Arc<EvaluatorInstance>> {
+    runtime
+        .instances()
+        .iter()
+        .filter(|report| !report.disabled)
+        .filter_map(|report| Some((report.name.clone(), runtime.instance(&report.name)?.clone())))
+        .collect()
+}
+
+/// Adds the contributions of the runtime's instances to `executor`; see [`add_sets`].
 pub fn add(executor: &mut Executor, runtime: &Runtime) -> Vec<String> {
+    add_sets(
+        executor,
+        contributors(runtime).into_iter().map(|(name, instance)| {
+            let set: Arc<dyn TypedFunctionSet> = instance;
+            (name, set)
+        }),
+    )
+}
+
+/// Adds the contributions of `sets` (instance name, its typed functions) to `executor` (the
+/// builtin functions); the problems and clashes, one line each.
+pub fn add_sets(
+    executor: &mut Executor,
+    sets: impl IntoIterator<Item = (String, Arc<dyn TypedFunctionSet>)>,
+) -> Vec<String> {
     let mut reports = Vec::new();
     // Bare name -> the instances contributing it, with the function.
     let mut claims: BTreeMap<String, Vec<(String, Arc<RemoteFunction>)>> = BTreeMap::new();
-    for report in runtime.instances().iter().filter(|report| !report.disabled) {
-        let Some(instance) = runtime.instance(&report.name) else {
-            continue;
-        };
-        let set: Arc<dyn TypedFunctionSet> = instance.clone();
+    for (name, set) in sets {
         let (functions, problems) = contributed(set);
         for problem in problems {
-            reports.push(format!("evaluators.{}: {problem}; left out", report.name));
+            reports.push(format!("evaluators.{name}: {problem}; left out"));
         }
         for function in functions {
-            let qualified = format!("{}/{}", report.name, function.remote_name());
+            let qualified = format!("{name}/{}", function.remote_name());
             match executor.register(Arc::new(function.renamed(&qualified))) {
                 Ok(()) => claims
                     .entry(function.remote_name().to_owned())
                     .or_default()
-                    .push((report.name.clone(), function)),
+                    .push((name.clone(), function)),
                 Err(error) => {
-                    reports.push(format!("evaluators.{}: {error}; left out", report.name));
+                    reports.push(format!("evaluators.{name}: {error}; left out"));
                 }
             }
         }

@@ -21,6 +21,7 @@ mod runtime;
 mod server;
 mod signals;
 mod telemetry;
+mod worker;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -45,6 +46,12 @@ const SERVER_EXECUTABLE: &str = "krm-runner-server";
 /// Runs the command line `args` (the program's name first), any command; the process's exit
 /// status. Usage errors exit 2, as Go's flag package does.
 pub fn run(args: Vec<OsString>) -> u8 {
+    if args
+        .get(1)
+        .is_some_and(|first| first == worker::WORKER_ARGUMENT)
+    {
+        return worker::main();
+    }
     let cli = match Cli::parse_from_args(args) {
         Cli {
             flags,
@@ -122,6 +129,8 @@ pub fn run(args: Vec<OsString>) -> u8 {
     // every problem is reported at once; they then build without side effects.
     let purpose = if checking || !problems.is_empty() {
         Purpose::Check
+    } else if matches!(cli.command, None | Some(Command::Serve)) {
+        Purpose::ServeIsolated
     } else {
         Purpose::Serve
     };
@@ -460,7 +469,13 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
     let typed = config
         .typed_executor()
         .map_err(|problems| anyhow::anyhow!(problems.join("; ")))?;
-    let typed = confighub_serving::TypedFunctions::new(typed, &runtime);
+    let workers = if config.workers.typed_functions {
+        let contributors = contributed::contributors(&runtime);
+        Some(worker::typed::TypedWorkers::start(config, contributors).map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
+    let typed = confighub_serving::TypedFunctions::new(typed, &runtime, workers);
     server::serve(
         runtime,
         listener,

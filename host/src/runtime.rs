@@ -149,6 +149,9 @@ impl HostServices for Services {
 pub enum Purpose {
     /// Serving calls: plugins start what they need (pods, background tasks).
     Serve,
+    /// Serving calls as a long-running server: as [`Purpose::Serve`], and the calls of the
+    /// instances configured `isolated` run in worker processes (see `crate::worker`).
+    ServeIsolated,
     /// Only checking the configuration (`config check`, or a configuration with host-level
     /// problems): plugins build without side effects, told by the `validate_only` setting.
     Check,
@@ -158,6 +161,7 @@ pub enum Purpose {
 /// problem met on the way.
 struct Instances {
     config: Arc<Config>,
+    purpose: Purpose,
     dirs: Vec<PathBuf>,
     layout_checks: LayoutChecks,
     disabled: BTreeSet<String>,
@@ -195,6 +199,7 @@ impl Instances {
         }
         Self {
             config: Arc::new(config.clone()),
+            purpose,
             dirs: search_dirs(config),
             layout_checks: LayoutChecks::in_user_cache(),
             disabled,
@@ -273,11 +278,15 @@ impl Instances {
         };
         let config_json = self.config.evaluators[name].config.to_string();
         match library.build(name, &config_json, self.services.clone()) {
-            Ok(instance) => {
-                let instance = Arc::new(instance);
-                self.services.slots[name].fill(instance.clone());
-                self.built.insert(name.to_owned(), instance);
-            }
+            Ok(instance) => match self.isolated(name, Arc::new(instance), &library, config_json) {
+                Ok(instance) => {
+                    self.services.slots[name].fill(instance.clone());
+                    self.built.insert(name.to_owned(), instance);
+                }
+                Err(problem) => self
+                    .problems
+                    .push(format!("evaluators.{name}.isolated: {problem}")),
+            },
             Err(error) => self.problems.extend(
                 error
                     .problems()
@@ -297,6 +306,33 @@ impl Instances {
             position: None,
             disabled: false,
         });
+    }
+
+    /// `instance` as the runner serves it: itself, or, when it is `isolated` and this runtime
+    /// serves as a server, an instance that runs its calls in workers building the same.
+    fn isolated(
+        &self,
+        name: &str,
+        instance: Arc<EvaluatorInstance>,
+        library: &PluginLibrary,
+        config_json: String,
+    ) -> Result<Arc<EvaluatorInstance>, String> {
+        if self.purpose != Purpose::ServeIsolated || !self.config.evaluators[name].isolated {
+            return Ok(instance);
+        }
+        let settings = self
+            .services
+            .settings
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), value.clone()))
+            .collect();
+        crate::worker::plugin::isolate(
+            instance,
+            library.path().to_owned(),
+            config_json,
+            settings,
+            &self.config,
+        )
     }
 
     /// Builds instance `name` and every instance it looked up while building, and theirs.
@@ -749,12 +785,12 @@ fn run_plan(call: &Call, image: &str, resource_list: &[u8]) -> Result<EvalRespon
 }
 
 /// Calls at least this large leave big freed blocks behind in the allocator.
-const LARGE_CALL_BYTES: usize = 1 << 20;
+pub const LARGE_CALL_BYTES: usize = 1 << 20;
 
 /// Hands freed memory back to the system. glibc keeps freed blocks in per-thread arenas, so
 /// after a few multi-megabyte ResourceLists on different blocking threads an idle runner would
 /// hold hundreds of MiB it no longer uses. (Plugins share the process's allocator.)
-fn release_free_memory() {
+pub fn release_free_memory() {
     // SAFETY: malloc_trim only walks glibc's own heap structures.
     unsafe {
         libc::malloc_trim(0);

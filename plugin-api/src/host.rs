@@ -388,6 +388,15 @@ pub struct EvaluatorInstance {
 }
 
 impl EvaluatorInstance {
+    /// An instance named `name` that the runner implements itself, behind the same ABI as a
+    /// plugin's: e.g. one that runs another instance's calls in a worker process.
+    pub fn from_evaluator(name: impl Into<String>, evaluator: impl crate::Evaluator) -> Self {
+        Self {
+            name: name.into(),
+            inner: crate::plugin::exported(evaluator),
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -560,10 +560,12 @@ fn build_evaluator<P: Plugin>(
         host,
     };
     let evaluator = P::build(config, &context)?;
-    Ok(EvaluatorFfi_TO::from_value(
-        ExportedEvaluator(evaluator),
-        TD_Opaque,
-    ))
+    Ok(exported(evaluator))
+}
+
+/// `evaluator` behind the ABI, its panics contained.
+pub(crate) fn exported(evaluator: impl Evaluator) -> EvaluatorBox {
+    EvaluatorFfi_TO::from_value(ExportedEvaluator(evaluator), TD_Opaque)
 }
 
 extern "C" fn build_entry<P: Plugin>(

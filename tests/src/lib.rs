@@ -82,6 +82,9 @@ pub struct Launch<'a> {
     pub under: &'a [&'a str],
     /// RLIMIT_NOFILE for the runner.
     pub max_open_files: Option<u64>,
+    /// RLIMIT_AS for the runner, in bytes: a test whose regression would allocate without
+    /// bound then fails with the runner, not the machine.
+    pub memory_limit: Option<u64>,
 }
 
 /// A `krm-runner serve` process on loopback, killed when dropped.
@@ -124,19 +127,27 @@ impl Server {
             }
             None => Command::new(runner_binary()),
         };
-        if let Some(limit) = launch.max_open_files {
-            let limit = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
+        let limits: Vec<(libc::__rlimit_resource_t, u64)> = [
+            (libc::RLIMIT_NOFILE, launch.max_open_files),
+            (libc::RLIMIT_AS, launch.memory_limit),
+        ]
+        .into_iter()
+        .filter_map(|(resource, limit)| Some((resource, limit?)))
+        .collect();
+        if !limits.is_empty() {
             // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
             unsafe {
                 command.pre_exec(move || {
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
+                    for &(resource, limit) in &limits {
+                        let limit = libc::rlimit {
+                            rlim_cur: limit,
+                            rlim_max: limit,
+                        };
+                        if libc::setrlimit(resource, &limit) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
                     }
+                    Ok(())
                 });
             }
         }

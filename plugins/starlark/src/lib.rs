@@ -195,12 +195,30 @@ fn run(ctx: &mut Ctx) -> Exit {
             .stack_size(EVAL_STACK_BYTES)
             .spawn_scoped(scope, || evaluate(rl, stop, &program));
         match evaluation {
-            Ok(handle) => handle
-                .join()
-                .unwrap_or_else(|_| Err("the Starlark interpreter failed unexpectedly".into())),
-            Err(e) => Err(format!("cannot start the Starlark interpreter: {e}")),
+            Ok(handle) => handle.join().map_err(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|text| (*text).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                message
+            }),
+            Err(e) => Ok(Err(format!("cannot start the Starlark interpreter: {e}"))),
         }
     });
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        // The interpreter's arena panics when the process may not grow (a worker's
+        // address-space limit): a limit reached, not a failure of the program.
+        Err(panic) if panic.contains("out of memory") => {
+            return Exit::Interrupted(
+                "the program needed more memory than this process may use (out of memory)".into(),
+            );
+        }
+        Err(panic) => Err(format!(
+            "the Starlark interpreter failed unexpectedly: {panic}"
+        )),
+    };
     let evaluated = match outcome {
         Ok(evaluated) => evaluated,
         Err(message) => return failure(ctx, message),

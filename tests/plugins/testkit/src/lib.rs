@@ -1,6 +1,7 @@
 //! Test-only evaluator plugin. Images it answers (anything else is declined):
 //! - `testkit/echo`: returns its input, and the instance name as log;
 //! - `testkit/panic`: panics inside `evaluate`;
+//! - `testkit/abort`: aborts the process it runs in;
 //! - `testkit/sleep:<ms>`: waits, honouring cancellation;
 //! - `testkit/log`: emits a `tracing` event and echoes;
 //! - `testkit/telemetry`: through the host handle, adds 1 to its counter `calls` (label
@@ -91,6 +92,8 @@ impl Evaluator for Testkit {
                 self.instance.clone().into_bytes(),
             )),
             "testkit/panic" => panic!("testkit was asked to panic"),
+            // What no unwinding contains: only a process boundary does (`isolated`).
+            "testkit/abort" => std::process::abort(),
             "testkit/telemetry" => Ok(EvalResponse::new(
                 resource_list.to_vec(),
                 self.record_telemetry(context).into_bytes(),
