@@ -2,6 +2,7 @@
 //! names, order, types (strings cast to int/bool), ranges, patterns and enums. Every problem
 //! is reported, each naming the parameter at fault.
 
+use krm_plugin_api::quoted;
 use regex::Regex;
 use serde_json::Value;
 
@@ -126,8 +127,8 @@ pub fn check(
                 Some(index) => Some(index),
                 None => {
                     problems.push(format!(
-                        "{name}: {:?} is not a parameter ({})",
-                        argument.parameter_name,
+                        "{name}: {} is not a parameter ({})",
+                        quoted(&argument.parameter_name),
                         usage(signature)
                     ));
                     None
@@ -207,23 +208,29 @@ fn value(signature: &TypedSignature, index: usize, raw: &Value) -> Result<ArgVal
             .trim()
             .parse::<i64>()
             .map(ArgValue::Int)
-            .map_err(|_| format!("{text:?} is not an integer"))?,
+            .map_err(|_| format!("{} is not an integer", quoted(text)))?,
         (DataType::Int, Value::Number(number)) => match number.as_i64() {
             Some(i) => ArgValue::Int(i),
             None => match number.as_f64() {
                 // JSON numbers may arrive as floats; whole ones are integers.
                 Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => ArgValue::Int(f as i64),
-                _ => return Err(format!("{number} is not an integer")),
+                _ => {
+                    return Err(format!(
+                        "{} is not an integer",
+                        quoted(&number.to_string()).bounded()
+                    ));
+                }
             },
         },
         (DataType::Bool, Value::String(text)) => parse_bool(text)
             .map(ArgValue::Bool)
-            .ok_or_else(|| format!("{text:?} is not a boolean"))?,
+            .ok_or_else(|| format!("{} is not a boolean", quoted(text)))?,
         (DataType::Bool, Value::Bool(b)) => ArgValue::Bool(*b),
         (t, Value::String(text)) if t.is_serialized_as_string() => ArgValue::String(text.clone()),
         (t, Value::Number(_) | Value::Bool(_)) => {
             return Err(format!(
-                "{raw} given, but the parameter is of type {}",
+                "{} given, but the parameter is of type {}",
+                quoted(&raw.to_string()).bounded(),
                 t.as_str()
             ));
         }
@@ -250,12 +257,13 @@ fn value(signature: &TypedSignature, index: usize, raw: &Value) -> Result<ArgVal
                 let regexp = Regex::new(pattern)
                     .map_err(|e| format!("its pattern {pattern:?} is invalid: {e}"))?;
                 if !regexp.is_match(text) {
-                    return Err(format!("{text:?} does not match {pattern}"));
+                    return Err(format!("{} does not match {pattern}", quoted(text)));
                 }
             }
             if !parameter.allowed.is_empty() && !parameter.allowed.iter().any(|a| a == text) {
                 return Err(format!(
-                    "{text:?} is not one of {}",
+                    "{} is not one of {}",
+                    quoted(text),
                     parameter.allowed.join(", ")
                 ));
             }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use krm_plugin_api::{CallContext, CancelReason};
+use krm_plugin_api::{CallContext, CancelReason, quoted};
 
 use crate::api::{
     FunctionInvocationRequest, FunctionInvocationResponse, FunctionSignature, OutputType,
@@ -24,6 +24,9 @@ use crate::toolchain::{Toolchain, UnknownToolchain};
 pub const MAX_CONFIG_BYTES: usize = 64 * 1024 * 1024;
 /// Requests with more invocations than this are refused.
 pub const MAX_INVOCATIONS: usize = 1024;
+/// An error message longer than this is cut, saying how much was left out: messages name
+/// resources and quote arguments, and a unit of many resources can fail on each.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 8 * 1024;
 
 /// A request that cannot run at all (ConfigHub answers these with HTTP 400). Problems of one
 /// invocation are not errors: they are the response's `ErrorMessages`.
@@ -80,6 +83,8 @@ pub struct Executor {
     toolchain: Toolchain,
     functions: BTreeMap<String, Arc<dyn TypedFunction>>,
     registry: Arc<PathRegistry>,
+    /// The largest unit text an answer may carry (see [`Executor::with_max_message_bytes`]).
+    max_message_bytes: usize,
 }
 
 impl Executor {
@@ -94,7 +99,21 @@ impl Executor {
             toolchain,
             functions: BTreeMap::new(),
             registry: Arc::new(registry),
+            max_message_bytes: MAX_CONFIG_BYTES,
         }
+    }
+
+    /// Limits the unit text an invocation may produce to the runner's `max_message_bytes`
+    /// (without it, to [`MAX_CONFIG_BYTES`]): a function that would build more is refused
+    /// before it builds it, as its answer could not be sent anyway.
+    pub fn with_max_message_bytes(mut self, max_message_bytes: usize) -> Self {
+        self.max_message_bytes = max_message_bytes;
+        self
+    }
+
+    /// See [`Executor::with_max_message_bytes`].
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_message_bytes
     }
 
     /// Every built-in Kubernetes/YAML function over the Kubernetes path registry.
@@ -181,8 +200,8 @@ impl Executor {
     }
 
     /// Runs `request` within a call: once `call` is cancelled (or its deadline passes), the
-    /// sequence stops before the next invocation, or after the one running when it ends, and
-    /// the whole request fails with [`ExecutorError::Cancelled`].
+    /// invocation running stops inside its loop (functions check the call per resource, path,
+    /// match or copy), and the whole request fails with [`ExecutorError::Cancelled`].
     pub fn invoke_within(
         &self,
         request: &FunctionInvocationRequest,
@@ -212,7 +231,12 @@ impl Executor {
             Some(reason) => Err(ExecutorError::Cancelled {
                 reason,
                 index,
-                function: function.to_owned(),
+                // A name no function has is the caller's text.
+                function: if self.functions.contains_key(function) {
+                    function.to_owned()
+                } else {
+                    quoted(function).to_string()
+                },
             }),
             None => Ok(()),
         };
@@ -257,9 +281,9 @@ impl Executor {
         for (index, invocation) in request.function_invocations.iter().enumerate() {
             stop_if_cancelled(index, &invocation.function_name)?;
             let Some(function) = self.functions.get(&invocation.function_name) else {
-                run.messages.push(format!(
+                run.push(format!(
                     "invoke {}: function does not exist",
-                    invocation.function_name
+                    quoted(&invocation.function_name).bounded()
                 ));
                 success = false;
                 if request.stop_on_error {
@@ -285,7 +309,7 @@ impl Executor {
             }) {
                 Ok(arguments) => arguments,
                 Err(problems) => {
-                    run.messages.extend(problems);
+                    problems.into_iter().for_each(|problem| run.push(problem));
                     success = false;
                     if request.stop_on_error {
                         break;
@@ -300,6 +324,7 @@ impl Executor {
                 registry: &self.registry,
                 toolchain: self.toolchain,
                 cancellation: call,
+                max_message_bytes: self.max_message_bytes,
             };
             let ran = function.run(&invocation_call);
             // What a function did while the call was being cancelled is not answered.
@@ -307,8 +332,7 @@ impl Executor {
             let mut outcome = match ran {
                 Ok(outcome) => outcome,
                 Err(message) => {
-                    run.messages
-                        .push(format!("{}: {message}", invocation.function_name));
+                    run.push(format!("{}: {message}", invocation.function_name));
                     success = false;
                     if request.stop_on_error {
                         break;
@@ -327,6 +351,20 @@ impl Executor {
                 && signature.mutating()
                 && new_text != current.text()
             {
+                // A function that built more than its check allowed still cannot pass it on.
+                if new_text.len() > self.max_message_bytes {
+                    run.push(format!(
+                        "{}: the result is {} bytes, more than max_message_bytes {}",
+                        invocation.function_name,
+                        new_text.len(),
+                        self.max_message_bytes
+                    ));
+                    success = false;
+                    if request.stop_on_error {
+                        break;
+                    }
+                    continue;
+                }
                 let after = OwnedUnit::parse_as(new_text, self.toolchain).map_err(|e| {
                     ExecutorError::Unparsable(format!(
                         "{} produced data that does not parse: {e}",
@@ -336,7 +374,7 @@ impl Executor {
                 // What the toolchain's format cannot hold is this invocation's failure, and
                 // none of it is applied.
                 if let Err(problem) = native.check(after.unit()) {
-                    run.messages.push(format!(
+                    run.push(format!(
                         "{}: the result cannot be written as {}: {problem}",
                         invocation.function_name, self.toolchain
                     ));
@@ -423,6 +461,20 @@ struct Run {
 }
 
 impl Run {
+    /// Adds an error message, cut at [`MAX_ERROR_MESSAGE_BYTES`].
+    fn push(&mut self, mut message: String) {
+        if message.len() > MAX_ERROR_MESSAGE_BYTES {
+            let cut = (0..=MAX_ERROR_MESSAGE_BYTES)
+                .rev()
+                .find(|&at| message.is_char_boundary(at))
+                .unwrap_or(0);
+            let left_out = message.len() - cut;
+            message.truncate(cut);
+            message.push_str(&format!("... ({left_out} more bytes)"));
+        }
+        self.messages.push(message);
+    }
+
     fn combine(&mut self, function: &str, index: usize, output: Output) {
         if let Output::Validation(result) = &output
             && !result.passed

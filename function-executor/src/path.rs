@@ -18,6 +18,7 @@
 
 use std::borrow::Cow;
 
+use krm_plugin_api::quoted;
 use serde_json::Value;
 
 use crate::yaml::{Doc, Kind, NodeId};
@@ -63,7 +64,7 @@ impl Segment {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("path {path:?}: {problem}")]
+#[error("path {}: {problem}", quoted(.path))]
 pub struct PathError {
     pub path: String,
     pub problem: String,

@@ -110,6 +110,7 @@ impl TypedFunctionSet for PluginFunctions {
             registry: self.executor.registry(),
             toolchain: self.executor.toolchain(),
             cancellation: context,
+            max_message_bytes: self.executor.max_message_bytes(),
         };
         match typed.run(&call) {
             Ok(outcome) => {

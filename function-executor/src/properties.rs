@@ -32,6 +32,12 @@ pub const MAX_PROPERTIES: usize = 100_000;
 pub const MAX_LINE_BYTES: usize = 64 * 1024;
 /// A key with more dot-separated segments than this is refused (each is a level of the model).
 pub const MAX_KEY_SEGMENTS: usize = 64;
+/// The YAML model of a file may be this many times as large as the file, plus
+/// [`MODEL_BYTES_ALLOWANCE`]: it indents each level of a key and repeats no shared prefix, so
+/// deep keys that share none make it outgrow the file (and what parses and walks it, more so).
+pub const MODEL_BYTES_PER_BYTE: usize = 4;
+/// See [`MODEL_BYTES_PER_BYTE`]; lets a small file nest as deep as its keys may.
+pub const MODEL_BYTES_ALLOWANCE: usize = 256 * 1024;
 /// YAML's limit on an implicit key, which each segment becomes in the model (quoted and
 /// escaped where it needs to be).
 pub const MAX_SEGMENT_CHARS: usize = 1024;
@@ -59,23 +65,53 @@ pub enum PropertiesError {
         #[source]
         source: java_properties::PropertiesError,
     },
+    #[error("line {line}: key {} {problem}", quoted(.key))]
+    Key {
+        line: usize,
+        key: String,
+        problem: KeyProblem,
+    },
+    /// Keys that share no prefixes nest the model so deeply that its text would outgrow the
+    /// file many times over.
     #[error(
-        "line {line}: key {} has an empty segment (a leading, trailing or doubled dot), which the model's paths cannot name",
-        quoted(.key)
+        "line {line}: the YAML model of the file would be more than {limit} bytes ({MODEL_BYTES_PER_BYTE} per byte of the file and {MODEL_BYTES_ALLOWANCE} more): keys nest too deeply without sharing prefixes"
     )]
-    EmptySegment { line: usize, key: String },
-    #[error(
-        "line {line}: key {} has more than {MAX_KEY_SEGMENTS} dot-separated segments",
-        quoted(.key)
-    )]
-    TooDeep { line: usize, key: String },
-    #[error(
-        "line {line}: key {} has a segment longer than {MAX_SEGMENT_CHARS} characters as a YAML key",
-        quoted(.key)
-    )]
-    LongSegment { line: usize, key: String },
+    ModelTooLarge { line: usize, limit: usize },
+    /// A key the functions left in the model that reading the file back would refuse.
+    #[error("the result's key {} {problem}", quoted(.key))]
+    WrittenKey { key: String, problem: KeyProblem },
     #[error("the data is not one mapping of properties: {0}")]
     NotAMapping(String),
+}
+
+/// Why a property key cannot be read into the model: the same rules for the file read and
+/// for keys the functions write, so that what is written can be read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeyProblem {
+    #[error(
+        "has an empty segment (a leading, trailing or doubled dot), which the model's paths cannot name"
+    )]
+    EmptySegment,
+    #[error("has more than {MAX_KEY_SEGMENTS} dot-separated segments")]
+    TooDeep,
+    #[error("has a segment longer than {MAX_SEGMENT_CHARS} characters as a YAML key")]
+    LongSegment,
+}
+
+/// What keeps `key` out of the model, if anything.
+pub fn key_problem(key: &str) -> Option<KeyProblem> {
+    if key.split('.').any(str::is_empty) {
+        return Some(KeyProblem::EmptySegment);
+    }
+    if key.split('.').nth(MAX_KEY_SEGMENTS).is_some() {
+        return Some(KeyProblem::TooDeep);
+    }
+    let long = key.split('.').any(|segment| {
+        let mut rendered = String::new();
+        push_rendered(&mut rendered, segment, false);
+        rendered.chars().count() > MAX_SEGMENT_CHARS
+    });
+    long.then_some(KeyProblem::LongSegment)
 }
 
 /// `java-properties`' message without the line number it appends (the variant names it).
@@ -90,6 +126,8 @@ fn without_line_number(error: &java_properties::PropertiesError) -> String {
 /// One key/value line of the file.
 #[derive(Debug)]
 struct Entry {
+    /// The line it starts on (1-based).
+    line: usize,
     key: String,
     /// The value in the model's form, which decides whether it changed.
     value: String,
@@ -146,19 +184,12 @@ impl PropertiesFile {
             if entries.len() == MAX_PROPERTIES {
                 return Err(PropertiesError::TooMany);
             }
-            let segments = key.split('.').count();
-            if key.split('.').any(str::is_empty) {
-                return Err(PropertiesError::EmptySegment { line: number, key });
-            }
-            if segments > MAX_KEY_SEGMENTS {
-                return Err(PropertiesError::TooDeep { line: number, key });
-            }
-            if key.split('.').any(|segment| {
-                let mut rendered = String::new();
-                push_rendered(&mut rendered, segment, false);
-                rendered.chars().count() > MAX_SEGMENT_CHARS
-            }) {
-                return Err(PropertiesError::LongSegment { line: number, key });
+            if let Some(problem) = key_problem(&key) {
+                return Err(PropertiesError::Key {
+                    line: number,
+                    key,
+                    problem,
+                });
             }
             let LogicalSpan {
                 span,
@@ -166,6 +197,7 @@ impl PropertiesFile {
                 terminator,
             } = logical_span(&lines, number - 1);
             entries.push(Entry {
+                line: number,
                 key,
                 value: native_text(&typed(&value)).unwrap_or_default(),
                 span,
@@ -186,23 +218,39 @@ impl PropertiesFile {
     }
 
     /// The YAML model: one document, keys nested at their dots in the order they first
-    /// appear, each key's value the last one given.
-    pub fn model(&self) -> String {
+    /// appear, each key's value the last one given. Refused when it would outgrow the file
+    /// more than [`MODEL_BYTES_PER_BYTE`] times (plus [`MODEL_BYTES_ALLOWANCE`]), counted as
+    /// it is built.
+    pub fn model(&self) -> Result<String, PropertiesError> {
+        let limit = self
+            .text
+            .len()
+            .saturating_mul(MODEL_BYTES_PER_BYTE)
+            .saturating_add(MODEL_BYTES_ALLOWANCE);
+        let mut size = 0usize;
         let mut root = Branch::default();
         for (index, entry) in self.entries.iter().enumerate() {
             if self.effective[&entry.key] != index {
                 continue;
             }
             let segments: Vec<&str> = entry.key.split('.').collect();
-            root.insert(&segments, typed_model(&entry.value));
+            size = size
+                .saturating_add(root.insert(&segments, typed_model(&entry.value), 0))
+                .saturating_add(entry.value.len());
+            if size > limit {
+                return Err(PropertiesError::ModelTooLarge {
+                    line: entry.line,
+                    limit,
+                });
+            }
         }
         let entries = root.into_entries();
         if entries.is_empty() {
-            return "{}\n".to_owned();
+            return Ok("{}\n".to_owned());
         }
         let mut out = String::new();
         block_entries(&entries, 0, &mut out);
-        out
+        Ok(out)
     }
 
     /// The file after the functions left the model as `model` (the JSON form of its one
@@ -358,43 +406,67 @@ enum Node {
     Branch(Branch),
 }
 
+/// About what a new key at `depth` adds to the model's text: its indentation, the key, `: `
+/// and the line's end.
+fn model_line_bytes(depth: usize, key: &str) -> usize {
+    2 * depth + key.len() + 3
+}
+
 impl Branch {
-    fn child(&mut self, key: &str, make: impl FnOnce() -> Node) -> &mut Node {
-        let at = match self.index.get(key) {
-            Some(&at) => at,
+    /// The child at `key`, made when missing, and the model bytes that added.
+    fn child(
+        &mut self,
+        key: &str,
+        depth: usize,
+        make: impl FnOnce() -> Node,
+    ) -> (&mut Node, usize) {
+        let (at, added) = match self.index.get(key) {
+            Some(&at) => (at, 0),
             None => {
                 self.index.insert(key.to_owned(), self.children.len());
                 self.children.push((key.to_owned(), make()));
-                self.children.len() - 1
+                (self.children.len() - 1, model_line_bytes(depth, key))
             }
         };
-        &mut self.children[at].1
+        (&mut self.children[at].1, added)
     }
 
-    fn insert(&mut self, segments: &[&str], value: New) {
+    /// Puts `value` at `segments` below this branch (at `depth`); returns the model bytes
+    /// the new keys add.
+    fn insert(&mut self, segments: &[&str], value: New, depth: usize) -> usize {
         let Some((segment, rest)) = segments.split_first() else {
-            return;
+            return 0;
         };
         if rest.is_empty() {
-            match self.child(segment, || Node::Leaf(New::Plain(String::new()))) {
+            let (child, added) =
+                self.child(segment, depth, || Node::Leaf(New::Plain(String::new())));
+            return match child {
                 // A key that also prefixes others keeps its value under the empty key.
                 Node::Branch(branch) => {
-                    *branch.child("", || Node::Leaf(New::Plain(String::new()))) = Node::Leaf(value);
+                    let (own, more) =
+                        branch.child("", depth + 1, || Node::Leaf(New::Plain(String::new())));
+                    *own = Node::Leaf(value);
+                    added + more
                 }
-                leaf => *leaf = Node::Leaf(value),
-            }
-            return;
+                leaf => {
+                    *leaf = Node::Leaf(value);
+                    added
+                }
+            };
         }
-        let child = self.child(segment, || Node::Branch(Branch::default()));
+        let (child, mut added) = self.child(segment, depth, || Node::Branch(Branch::default()));
         if let Node::Leaf(own) = child {
             let mut branch = Branch::default();
-            *branch.child("", || Node::Leaf(New::Plain(String::new()))) =
-                Node::Leaf(std::mem::replace(own, New::Plain(String::new())));
+            let (slot, more) =
+                branch.child("", depth + 1, || Node::Leaf(New::Plain(String::new())));
+            *slot = Node::Leaf(std::mem::replace(own, New::Plain(String::new())));
+            added += more;
             *child = Node::Branch(branch);
         }
         if let Node::Branch(branch) = child {
-            branch.insert(rest, value);
+            added += branch.insert(rest, value, depth + 1);
         }
+        added
     }
 
     fn into_entries(self) -> Vec<(String, New)> {
@@ -449,6 +521,19 @@ fn native_text(value: &Value) -> Option<String> {
         },
         Value::Array(_) | Value::Object(_) => return None,
     })
+}
+
+/// Refuses a model holding a key that reading its file back would refuse.
+pub fn check_keys(model: &Value) -> Result<(), PropertiesError> {
+    let mut flat = Vec::new();
+    flatten(model, String::new(), &mut flat);
+    match flat
+        .into_iter()
+        .find_map(|(key, _)| key_problem(&key).map(|problem| (key, problem)))
+    {
+        Some((key, problem)) => Err(PropertiesError::WrittenKey { key, problem }),
+        None => Ok(()),
+    }
 }
 
 /// Every scalar of the model with its property key (segments joined by dots, a list's items
@@ -625,7 +710,7 @@ log.web=DEBUG
 ";
 
     fn model_json(file: &PropertiesFile) -> Value {
-        let model = file.model();
+        let model = file.model().unwrap();
         let doc = crate::yaml::Doc::parse(&model).unwrap();
         doc.to_json(doc.roots[0])
     }
@@ -634,7 +719,7 @@ log.web=DEBUG
     fn the_model_nests_at_dots_types_values_and_keeps_a_prefix_value_under_the_empty_key() {
         let file = PropertiesFile::parse(FILE.to_owned()).unwrap();
         assert_eq!(
-            file.model(),
+            file.model().unwrap(),
             "database:\n  host: localhost\n  port: 5432\n  ssl:\n    enabled: true\napp:\n  name: MyApplication\nlog:\n  \"\": INFO\n  web: DEBUG\n"
         );
         let json = model_json(&file);
@@ -879,7 +964,7 @@ added=1
     #[test]
     fn an_empty_file_is_an_empty_mapping() {
         let file = PropertiesFile::parse("# nothing\n".to_owned()).unwrap();
-        assert_eq!(file.model(), "{}\n");
+        assert_eq!(file.model().unwrap(), "{}\n");
         assert_eq!(
             file.write(Some(&serde_json::json!({"a": true})), &HashMap::new())
                 .unwrap(),

@@ -6,6 +6,7 @@
 
 use krm_plugin_api::quoted;
 
+use crate::path::{Segment, UnresolvedPath};
 use crate::properties::{CATEGORY_APP_CONFIG, CONFIG_NAME_PATH, PropertiesError, PropertiesFile};
 use crate::resource::{CATEGORY_RESOURCE, Element, Unit};
 
@@ -124,13 +125,50 @@ impl Toolchain {
         }
     }
 
+    /// Refuses a path whose creation would leave data the toolchain's reader refuses:
+    /// nesting deeper than the YAML parser takes, or (AppConfig/Properties) a property key
+    /// that reading the file refuses. The path's segments other than keys stand for one
+    /// existing key each.
+    pub fn check_new_path(self, path: &UnresolvedPath) -> Result<(), String> {
+        match self {
+            Toolchain::KubernetesYaml => {
+                if path.segments.len() > crate::yaml::MAX_DEPTH {
+                    return Err(format!(
+                        "path {}: {} segments would nest deeper than the {} levels YAML is read to",
+                        quoted(&path.text),
+                        path.segments.len(),
+                        crate::yaml::MAX_DEPTH
+                    ));
+                }
+                Ok(())
+            }
+            Toolchain::AppConfigProperties => {
+                let key: Vec<&str> = path
+                    .segments
+                    .iter()
+                    .map(|segment| match segment {
+                        Segment::Key { key, .. } => key.as_str(),
+                        _ => "*",
+                    })
+                    .collect();
+                match crate::properties::key_problem(&key.join(".")) {
+                    Some(problem) => Err(format!(
+                        "path {}: its property key {problem}",
+                        quoted(&path.text)
+                    )),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
     /// Reads native `text`: the model the functions work on, and what writes it back.
     pub fn read(self, text: String) -> Result<(String, NativeData), PropertiesError> {
         match self {
             Toolchain::KubernetesYaml => Ok((text, NativeData::Yaml)),
             Toolchain::AppConfigProperties => {
                 let file = PropertiesFile::parse(text)?;
-                Ok((file.model(), NativeData::Properties(file)))
+                Ok((file.model()?, NativeData::Properties(file)))
             }
         }
     }
@@ -159,7 +197,9 @@ impl NativeData {
             NativeData::Yaml => Ok(()),
             NativeData::Properties(_) => match unit.elements.as_slice() {
                 [] => Ok(()),
-                [element] if unit.doc.is_map(element.root) => Ok(()),
+                [element] if unit.doc.is_map(element.root) => {
+                    crate::properties::check_keys(&unit.doc.to_json(element.root))
+                }
                 [_] => Err(PropertiesError::NotAMapping(
                     "the document is not a mapping".into(),
                 )),

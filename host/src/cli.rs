@@ -148,9 +148,9 @@ pub struct DoArgs {
     /// Print only the function's output.
     #[arg(long)]
     pub output_only: bool,
-    /// Give up after this many seconds (decimals allowed): the sequence stops before its next
-    /// invocation, or as soon as a plugin function that watches its call stops, and nothing
-    /// is printed but the error (exit 1).
+    /// Give up after this many seconds (decimals allowed): the invocation running stops
+    /// inside its loop over resources (a plugin function, as soon as it watches its call),
+    /// and nothing is printed but the error (exit 1).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
     #[command(flatten)]
@@ -176,9 +176,9 @@ pub struct DoSeqArgs {
     /// Stop at the first invocation that fails.
     #[arg(long)]
     pub stop: bool,
-    /// Give up after this many seconds (decimals allowed): the sequence stops before its next
-    /// invocation, or as soon as a plugin function that watches its call stops, and nothing
-    /// is printed but the error (exit 1).
+    /// Give up after this many seconds (decimals allowed): the invocation running stops
+    /// inside its loop over resources (a plugin function, as soon as it watches its call),
+    /// and nothing is printed but the error (exit 1).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
     #[command(flatten)]

@@ -647,6 +647,12 @@ impl Config {
     /// each problem names its field below `executor`.
     pub fn typed_executor(&self) -> Result<Executor, Vec<String>> {
         Executor::kubernetes_with(&self.executor.attributes)
+            .map(|executor| executor.with_max_message_bytes(self.max_message_bytes))
+    }
+
+    /// ConfigHub's AppConfig/Properties executor, its answers within `max_message_bytes`.
+    pub fn properties_executor(&self) -> Executor {
+        Executor::properties().with_max_message_bytes(self.max_message_bytes)
     }
 
     /// Why `serve` names no instance that can serve.

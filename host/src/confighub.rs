@@ -185,7 +185,7 @@ fn executor_for(toolchain: &ToolchainArg, config: &Config) -> anyhow::Result<Exe
         Toolchain::KubernetesYaml => config
             .typed_executor()
             .map_err(|problems| anyhow::anyhow!(problems.join("; "))),
-        Toolchain::AppConfigProperties => Ok(Executor::properties()),
+        Toolchain::AppConfigProperties => Ok(config.properties_executor()),
     }
 }
 

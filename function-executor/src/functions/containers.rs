@@ -81,6 +81,7 @@ fn containers<'u>(
     let mut lookups: Vec<Option<UnresolvedPath>> = vec![None; prefixes.len()];
     let mut containers = Vec::new();
     for (element, info) in identified(call)? {
+        call.stop_if_cancelled()?;
         for (&(resource_type, pod_spec), lookup) in prefixes.iter().zip(&mut lookups) {
             if info.resource_type != resource_type {
                 continue;

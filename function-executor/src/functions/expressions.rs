@@ -17,6 +17,7 @@ use jaq_core::load::parse::{BinaryOp, Pattern, Term};
 use jaq_core::load::{Arena, File, Loader, lex::StrPart};
 use jaq_core::path::Part;
 use jaq_json::Val;
+use krm_plugin_api::quoted;
 use serde_json::Value;
 
 use crate::api::{DataType, OutputType, ValidationResult, YamlPayload};
@@ -76,11 +77,18 @@ fn cel_expression(expression: &str) -> Result<cel::IdedExpr, String> {
         .parser()
         .max_recursion_depth(MAX_CEL_DEPTH)
         .parse(expression)
-        .map_err(|e| format!("{expression:?} does not parse: {}", parse_errors(&e)))?;
+        .map_err(|e| {
+            format!(
+                "{} does not parse: {}",
+                quoted(expression),
+                parse_errors(&e)
+            )
+        })?;
     let nesting = comprehension_nesting(&parsed);
     if nesting > MAX_COMPREHENSION_NESTING {
         return Err(format!(
-            "{expression:?} nests {nesting} comprehensions (all, exists, exists_one, map, filter), more than the limit of {MAX_COMPREHENSION_NESTING}"
+            "{} nests {nesting} comprehensions (all, exists, exists_one, map, filter), more than the limit of {MAX_COMPREHENSION_NESTING}",
+            quoted(expression)
         ));
     }
     Ok(parsed)
@@ -191,10 +199,12 @@ impl TypedFunction for CelValidate {
         let root = cel::Context::default();
         let started = Instant::now();
         let mut details = Vec::new();
+        let source = quoted(source).bounded();
         for element in &call.unit.elements {
             over_budget(started)?;
+            call.stop_if_cancelled()?;
             let name = match element.checked_info() {
-                Ok(info) => info.resource_name.clone(),
+                Ok(info) => quoted(&info.resource_name).bounded().into_owned(),
                 Err(_) => "unknown".to_owned(),
             };
             let resource = to_cel(&call.unit.doc.to_json(element.root));
@@ -352,14 +362,14 @@ fn vet_yq(expression: &str) -> Result<(), String> {
         ));
     }
     let term = jaq_core::load::parse(expression, |p| p.term())
-        .ok_or_else(|| format!("{expression:?} does not parse as a jq expression"))?;
+        .ok_or_else(|| format!("{} does not parse as a jq expression", quoted(expression)))?;
     let mut problems = Vec::new();
     vet_term(&term, &mut problems);
     problems.dedup();
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(format!("{expression:?}: {}", problems.join("; ")))
+        Err(format!("{}: {}", quoted(expression), problems.join("; ")))
     }
 }
 
@@ -587,6 +597,7 @@ impl TypedFunction for Yq {
         let mut out = String::new();
         let mut results = 0usize;
         for element in &call.unit.elements {
+            call.stop_if_cancelled()?;
             let input = to_val(&call.unit.doc, element.root, 0);
             let context = jaq_core::Ctx::<jaq_core::data::JustLut<Val>>::new(
                 &filter.lut,
@@ -595,6 +606,7 @@ impl TypedFunction for Yq {
             let mut first_of_document = true;
             for result in filter.id.run((context, input)).map(jaq_core::unwrap_valr) {
                 over_budget(started)?;
+                call.stop_if_cancelled()?;
                 let value = result.map_err(|e| format!("yq expression evaluation failed: {e}"))?;
                 results += 1;
                 if results > MAX_YQ_RESULTS {
@@ -637,7 +649,13 @@ fn compile_yq(expression: &str) -> Result<YqFilter, String> {
                 path: (),
             },
         )
-        .map_err(|errors| format!("{expression:?} does not parse ({} errors)", errors.len()))?;
+        .map_err(|errors| {
+            format!(
+                "{} does not parse ({} errors)",
+                quoted(expression),
+                errors.len()
+            )
+        })?;
     jaq_core::Compiler::default()
         .with_funs(funs)
         .compile(modules)
@@ -647,7 +665,8 @@ fn compile_yq(expression: &str) -> Result<YqFilter, String> {
                 .flat_map(|(_, errors)| errors.iter().map(|(name, _)| (*name).to_owned()))
                 .collect();
             format!(
-                "{expression:?} does not compile: undefined {}",
+                "{} does not compile: undefined {}",
+                quoted(expression),
                 names.join(", ")
             )
         })

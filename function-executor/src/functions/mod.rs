@@ -25,9 +25,11 @@ pub mod validation;
 
 /// What a function gets: the parsed unit, the checked arguments, the request's context, the
 /// path registry, the toolchain (whose format native-data arguments are in, and which says
-/// where a resource keeps its name and context), and the call's deadline and cancellation (a
-/// long function may stop when the call is cancelled; the executor checks it between
-/// invocations).
+/// where a resource keeps its name and context), the call's deadline and cancellation (every
+/// loop over resources, paths, matches or copies asks [`Call::stop_if_cancelled`]: the caller
+/// stops waiting long before a large unit is done) and the largest unit text the answer may
+/// carry (a function that multiplies its input checks the size it is about to build against
+/// it with [`Call::check_output_size`] first).
 pub struct Call<'c, 'a, 'k> {
     pub unit: &'c Unit<'a>,
     pub arguments: &'c Arguments,
@@ -35,12 +37,37 @@ pub struct Call<'c, 'a, 'k> {
     pub registry: &'c PathRegistry,
     pub toolchain: Toolchain,
     pub cancellation: &'c CallContext<'k>,
+    /// The runner's `max_message_bytes`: no unit text larger than this can be answered.
+    pub max_message_bytes: usize,
 }
+
+/// A function's error when its call ended while it worked; the executor answers the
+/// cancellation itself, not this.
+pub const STOPPED: &str = "stopped: the call ended";
 
 impl Call<'_, '_, '_> {
     /// `text` parsed as a unit of the call's toolchain's model.
     pub fn parse_model<'t>(&self, text: &'t str) -> Result<Unit<'t>, String> {
         Unit::parse_as(text, self.toolchain)
+    }
+
+    /// An error once the call is cancelled or past its deadline.
+    pub fn stop_if_cancelled(&self) -> Result<(), String> {
+        match self.cancellation.cancel_reason() {
+            Some(_) => Err(STOPPED.to_owned()),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses to build a unit text of `size` bytes (`what` it is) over `max_message_bytes`.
+    pub fn check_output_size(&self, size: usize, what: &str) -> Result<(), String> {
+        if size > self.max_message_bytes {
+            return Err(format!(
+                "{what} would be {size} bytes, more than max_message_bytes {}",
+                self.max_message_bytes
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -185,4 +212,145 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
     functions.extend(expressions::functions());
     functions.extend(patch::functions());
     functions
+}
+
+#[cfg(test)]
+mod tests {
+    use krm_plugin_api::CancelReason;
+    use krm_plugin_api::host::HostCallContext;
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::{FunctionArgument, FunctionInvocation};
+    use crate::resource::OwnedUnit;
+    use crate::{Executor, args};
+
+    /// Runs `function` with `arguments` over `text` within `call`, as the executor would.
+    fn run(
+        executor: &Executor,
+        text: &str,
+        function: &str,
+        arguments: Vec<serde_json::Value>,
+        call: &CallContext<'_>,
+        max_message_bytes: usize,
+    ) -> Result<Outcome, String> {
+        let invocation = FunctionInvocation::new(
+            function,
+            arguments
+                .into_iter()
+                .map(FunctionArgument::positional)
+                .collect(),
+        );
+        let typed = executor.function(function).expect("a built-in function");
+        let arguments = args::check(typed.signature(), &invocation).expect("valid arguments");
+        let unit = OwnedUnit::parse(text.to_owned()).unwrap();
+        typed.run(&Call {
+            unit: unit.unit(),
+            arguments: &arguments,
+            context: &FunctionContext::default(),
+            registry: executor.registry(),
+            toolchain: Toolchain::KubernetesYaml,
+            cancellation: call,
+            max_message_bytes,
+        })
+    }
+
+    fn invocations() -> Vec<(&'static str, Vec<serde_json::Value>)> {
+        vec![
+            ("search-replace", vec![json!("v"), json!("w")]),
+            (
+                "replicate",
+                vec![json!("v1/ConfigMap"), json!("c1"), json!(3)],
+            ),
+            (
+                "set-string-path",
+                vec![json!("*"), json!("data.value"), json!("w")],
+            ),
+            ("get-string-path", vec![json!("*"), json!("data.value")]),
+            (
+                "where-filter",
+                vec![json!("*"), json!("metadata.name LIKE 'c%'")],
+            ),
+            (
+                "where-filter",
+                vec![json!("*"), json!("ConfigHub.ResourceName = 'x'")],
+            ),
+            ("cel-validate", vec![json!("r.kind == 'ConfigMap'")]),
+            ("yq", vec![json!(".metadata.name")]),
+            ("get-placeholders", vec![]),
+            ("validate", vec![]),
+            ("get-resources", vec![]),
+            ("ensure-context", vec![json!(true)]),
+        ]
+    }
+
+    const UNIT: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c1\ndata:\n  value: v\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c2\ndata:\n  value: v\n";
+
+    #[test]
+    fn functions_stop_inside_their_loops_once_the_call_is_cancelled() {
+        let executor = Executor::kubernetes();
+        let live = HostCallContext::new(None);
+        let cancelled = HostCallContext::new(None);
+        cancelled.cancel(CancelReason::CallerCancelled);
+        for (function, arguments) in invocations() {
+            let ran = run(
+                &executor,
+                UNIT,
+                function,
+                arguments.clone(),
+                &live.as_call_context(),
+                1 << 20,
+            );
+            assert!(ran.is_ok(), "{function}: {ran:?}");
+            let stopped = run(
+                &executor,
+                UNIT,
+                function,
+                arguments,
+                &cancelled.as_call_context(),
+                1 << 20,
+            );
+            assert_eq!(stopped.map(drop), Err(STOPPED.to_owned()), "{function}");
+        }
+    }
+
+    #[test]
+    fn amplifying_functions_refuse_before_building_over_the_limit() {
+        let executor = Executor::kubernetes();
+        let call = HostCallContext::new(None);
+        let call = call.as_call_context();
+        let limit = UNIT.len() + 100;
+        for (function, arguments) in [
+            ("search-replace", vec![json!("v"), json!("w".repeat(200))]),
+            ("replicate", vec![json!("v1/ConfigMap"), json!("c1"), json!(3)]),
+            (
+                "set-string-path",
+                vec![json!("*"), json!("data.value"), json!("w".repeat(200))],
+            ),
+            (
+                "upsert-resource",
+                vec![
+                    json!(
+                        json!([{
+                            "ResourceName": "/c3",
+                            "ResourceNameWithoutScope": "c3",
+                            "ResourceType": "v1/ConfigMap",
+                            "ResourceCategory": "Resource",
+                            "ResourceBody": format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c3\ndata:\n  value: {}\n", "w".repeat(200)),
+                        }])
+                        .to_string()
+                    ),
+                    json!("v1/ConfigMap"),
+                    json!("c3"),
+                ],
+            ),
+        ] {
+            let refused = run(&executor, UNIT, function, arguments, &call, limit);
+            let problem = refused.map(drop).unwrap_err();
+            assert!(
+                problem.contains(&format!("bytes, more than max_message_bytes {limit}")),
+                "{function}: {problem}"
+            );
+        }
+    }
 }

@@ -306,6 +306,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
     let mut whole_edits = 0;
     let mut path_patches: BTreeMap<usize, (Identity, &ResourceMutation)> = BTreeMap::new();
     for (position, element) in unit.elements.iter().enumerate() {
+        call.stop_if_cancelled()?;
         let Ok(info) = element.checked_info() else {
             continue;
         };
@@ -387,6 +388,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
             .partition(|(_, _, record)| record.mutation_type == MutationType::Delete);
         writes.extend(removals.into_iter().rev());
         for (segments, path, record) in writes {
+            call.stop_if_cancelled()?;
             if batch.iter().any(|done| related(done, &segments)) {
                 let text = std::mem::take(&mut editor).finish(&current.unit().doc);
                 current = OwnedUnit::parse_as(text, call.toolchain)?;

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use krm_plugin_api::quoted;
 use regex::Regex;
 use serde_json::Value;
 
@@ -152,6 +153,7 @@ pub fn get<'r>(
     let mut problems = Vec::new();
     let mut targets = TargetsByType::new(entries_for, arguments);
     for element in &call.unit.elements {
+        call.stop_if_cancelled()?;
         let info = match element.checked_info() {
             Ok(info) => info,
             Err(problem) => {
@@ -289,8 +291,24 @@ pub fn write<'r>(
     let mut edits = 0;
     let mut problems = Vec::new();
     let new_json = value.to_json();
+    // Every path the value goes to adds it: a long value over many paths multiplies, so the
+    // unit's size is counted before each edit is queued.
+    let value_bytes = match value {
+        ArgValue::String(s) => s.len(),
+        ArgValue::Int(_) | ArgValue::Bool(_) => 20,
+    };
+    let mut size = doc.src.len();
+    let mut grow = |missing: &[String]| {
+        let keys: usize = missing
+            .iter()
+            .map(|key| key.len() + 2 * missing.len() + 3)
+            .sum();
+        size = size.saturating_add(value_bytes).saturating_add(keys);
+        call.check_output_size(size, "the unit after the edits")
+    };
     let mut targets = TargetsByType::new(entries_for, arguments);
     for element in &call.unit.elements {
+        call.stop_if_cancelled()?;
         let info = match element.checked_info() {
             Ok(info) => info,
             Err(problem) => {
@@ -311,6 +329,7 @@ pub fn write<'r>(
                     continue;
                 }
                 let Some(node) = found.node else {
+                    grow(&found.missing)?;
                     match create_missing(editor, doc, found.existing, &found.missing, value) {
                         Ok(()) => edits += 1,
                         Err(problem) => problems.push(format!("{}: {problem}", at(&found.path))),
@@ -358,12 +377,14 @@ pub fn write<'r>(
                             continue;
                         };
                         if replaced != text {
+                            grow(&[])?;
                             editor.set_scalar(doc, node, &replaced, true);
                             edits += 1;
                         }
                     }
                     None => {
                         if current.as_ref() != Some(&new_json) {
+                            grow(&[])?;
                             match value {
                                 ArgValue::String(s) => editor.set_scalar(doc, node, s, true),
                                 other => {
@@ -399,6 +420,7 @@ pub fn fill_missing<'r>(
     let mut problems = Vec::new();
     let mut targets = TargetsByType::new(entries_for, &[]);
     for element in &call.unit.elements {
+        call.stop_if_cancelled()?;
         let Ok(info) = element.checked_info() else {
             continue;
         };
@@ -448,7 +470,8 @@ fn create_missing(
         Ok(())
     } else {
         Err(format!(
-            "cannot create {first:?}: its parent is not a mapping"
+            "cannot create {}: its parent is not a mapping",
+            quoted(first)
         ))
     }
 }
@@ -670,10 +693,14 @@ impl TypedFunction for ArbitraryPath {
         let path_text = call.arguments.str("path").unwrap_or_default();
         if path_text.contains('#') {
             return Err(format!(
-                "path {path_text:?}: embedded accessors (#) are only available on registered paths"
+                "path {}: embedded accessors (#) are only available on registered paths",
+                quoted(path_text)
             ));
         }
-        UnresolvedPath::parse(path_text).map_err(|e| e.to_string())?;
+        let path = UnresolvedPath::parse(path_text).map_err(|e| e.to_string())?;
+        if self.set {
+            call.toolchain.check_new_path(&path)?;
+        }
         let entry = PathVisitorInfo::new(attribute::GENERAL, path_text, self.data_type);
         let entries_for = |info: &ResourceInfo| {
             if info.resource_type == resource_type || resource_type == "*" {

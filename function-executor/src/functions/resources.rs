@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use krm_plugin_api::quoted;
+
 use crate::api::{DataType, FunctionOutput, OutputType, Resource, ResourceInfo};
 use crate::functions::{Call, Outcome, Output, TypedFunction};
 use crate::resource::Element;
@@ -91,6 +93,7 @@ fn get_resources(call: &Call) -> Result<Outcome, String> {
     let body = call.arguments.str("body").unwrap_or("yaml");
     let mut resources = Vec::new();
     for (element, info) in identified(call)? {
+        call.stop_if_cancelled()?;
         let resource_body = match body {
             "none" => String::new(),
             "json" => serde_json::to_string(&call.unit.doc.to_json(element.root))
@@ -136,7 +139,11 @@ fn delete_resource(call: &Call) -> Result<Outcome, String> {
         .into_iter()
         .find(|(_, info)| info.resource_type == resource_type && names(info, resource_name))
         .ok_or_else(|| {
-            format!("resource with type {resource_type} and name {resource_name} not found")
+            format!(
+                "resource with type {} and name {} not found",
+                quoted(resource_type).bounded(),
+                quoted(resource_name).bounded()
+            )
         })?;
     let (start, end) = call.unit.removal_span(element);
     let src = call.unit.doc.src;
@@ -151,20 +158,29 @@ fn upsert_resource(call: &Call) -> Result<Outcome, String> {
         .map_err(|e| format!("resource-list is not a ResourceList: {e}"))?;
     let wanted =
         |info: &ResourceInfo| info.resource_type == resource_type && names(info, resource_name);
-    let resource = resources
-        .iter()
-        .find(|r| wanted(&r.info))
-        .ok_or_else(|| format!("resource-list has no {resource_type} {resource_name}"))?;
+    let resource = resources.iter().find(|r| wanted(&r.info)).ok_or_else(|| {
+        format!(
+            "resource-list has no {} {}",
+            quoted(resource_type).bounded(),
+            quoted(resource_name).bounded()
+        )
+    })?;
     // The body is the YAML model, as get-resources gives it by default (ConfigHub parses it
     // as YAML whatever the toolchain).
-    let body = call
-        .parse_model(&resource.resource_body)
-        .map_err(|e| format!("the body of {resource_type} {resource_name} does not parse: {e}"))?;
+    let body = call.parse_model(&resource.resource_body).map_err(|e| {
+        format!(
+            "the body of {} {} does not parse: {e}",
+            quoted(resource_type).bounded(),
+            quoted(resource_name).bounded()
+        )
+    })?;
     match body.elements.as_slice() {
         [element] if element.checked_info().is_ok_and(&wanted) => {}
         _ => {
             return Err(format!(
-                "the body of {resource_type} {resource_name} must be that one resource"
+                "the body of {} {} must be that one resource",
+                quoted(resource_type).bounded(),
+                quoted(resource_name).bounded()
             ));
         }
     }
@@ -173,6 +189,10 @@ fn upsert_resource(call: &Call) -> Result<Outcome, String> {
         text.push('\n');
     }
     let src = call.unit.doc.src;
+    call.check_output_size(
+        src.len().saturating_add(text.len()),
+        "the unit after upsert-resource",
+    )?;
     let existing = identified(call)?
         .into_iter()
         .find(|(_, info)| wanted(info))
@@ -238,8 +258,20 @@ fn replicate(call: &Call) -> Result<Outcome, String> {
             name_path.join(".")
         ));
     };
+    // Each copy is the resource with a longer name and a separator; all of them are counted
+    // before the first is built.
+    let name_growth = replicas.to_string().len() + 1;
+    let copy_bytes = text.len() + name_growth + "\n---\n".len();
+    call.check_output_size(
+        (call.unit.doc.src.len() - text.len()).saturating_add(replicas.saturating_mul(copy_bytes)),
+        &format!(
+            "the unit with {replicas} copies of {}",
+            quoted(resource_name).bounded()
+        ),
+    )?;
     let mut copies = Vec::with_capacity(replicas);
     for index in 0..replicas {
+        call.stop_if_cancelled()?;
         let mut editor = crate::yaml::Editor::default();
         editor.set_scalar(
             &copy.doc,

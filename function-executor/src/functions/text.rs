@@ -20,16 +20,26 @@ fn search_replace(call: &Call) -> Result<Outcome, String> {
     let doc = &call.unit.doc;
     let mut editor = Editor::default();
     let mut edits = 0;
+    // The unit's size as the replacements so far leave it: a short search and a long
+    // replacement multiply a value, so each is counted before it is built.
+    let mut size = doc.src.len();
     for (element, _) in identified(call)? {
+        call.stop_if_cancelled()?;
         for (_, node) in scalars(doc, element.root) {
             // Only string values: numbers and booleans keep their type.
             let Value::String(text) = doc.to_json(node) else {
                 continue;
             };
-            if text.contains(search) {
-                editor.set_scalar(doc, node, &text.replace(search, replace), true);
-                edits += 1;
+            let found = text.matches(search).count();
+            if found == 0 {
+                continue;
             }
+            size = size
+                .saturating_add(found.saturating_mul(replace.len()))
+                .saturating_sub(found * search.len());
+            call.check_output_size(size, "the unit after search-replace")?;
+            editor.set_scalar(doc, node, &text.replace(search, replace), true);
+            edits += 1;
         }
     }
     Ok(Outcome {

@@ -170,6 +170,7 @@ fn reset(call: &Call) -> Result<Outcome, String> {
     let doc = &call.unit.doc;
     let mut attributes = Vec::new();
     for element in &call.unit.elements {
+        call.stop_if_cancelled()?;
         let Ok(info) = element.checked_info() else {
             continue;
         };
@@ -323,6 +324,7 @@ fn ensure_namespaces(call: &Call) -> Result<Outcome, String> {
     let mut editor = Editor::default();
     let mut edits = 0;
     for (element, info) in identified(call)? {
+        call.stop_if_cancelled()?;
         if CLUSTER_SCOPED_TYPES.contains(&info.resource_type.as_str()) {
             continue;
         }
@@ -374,6 +376,7 @@ fn ensure_context(call: &Call) -> Result<Outcome, String> {
     let mut editor = Editor::default();
     let mut edits = 0;
     for (element, info) in identified(call)? {
+        call.stop_if_cancelled()?;
         if add {
             let entries: Vec<(String, String)> = context
                 .iter()
@@ -440,6 +443,7 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
     let mut editor = Editor::default();
     let mut edits = 0;
     for (element, info) in identified(call)? {
+        call.stop_if_cancelled()?;
         if resource_type != "*" && info.resource_type != resource_type {
             continue;
         }

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use krm_plugin_api::quoted;
 use regex::{Regex, RegexBuilder};
 use serde_json::Value;
 
@@ -23,6 +24,11 @@ pub const PLACEHOLDER_INT: i64 = 999_999_999;
 
 /// Where-expressions longer than this are refused.
 const MAX_WHERE_BYTES: usize = 16 * 1024;
+/// LIKE patterns and regular expressions longer than this are refused.
+pub const MAX_PATTERN_BYTES: usize = 4 * 1024;
+/// The most memory one compiled pattern may take (the `regex` crate's `size_limit`): a
+/// pattern of [`MAX_PATTERN_BYTES`] `_` (any character, each a UTF-8 decoder) fits.
+const MAX_PATTERN_PROGRAM_BYTES: usize = 16 * 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Literal {
@@ -69,11 +75,13 @@ enum Operator {
     NotIn,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 struct Relation {
     path: String,
     operator: Operator,
     literals: Vec<Literal>,
+    /// The pattern of LIKE and regular-expression operators, compiled once for every value.
+    pattern: Option<Regex>,
 }
 
 /// Parses `path op literal [AND ...]`; tokens are separated by spaces.
@@ -90,9 +98,10 @@ fn parse_where(expression: &str) -> Result<Vec<Relation>, String> {
             .word()
             .ok_or("where-expression: expected a path")?
             .to_owned();
+        let shown = quoted(&path);
         let operator_word = tokens
             .word()
-            .ok_or_else(|| format!("where-expression: expected an operator after {path}"))?;
+            .ok_or_else(|| format!("where-expression: expected an operator after {shown}"))?;
         let operator = match operator_word.to_ascii_uppercase().as_str() {
             "=" | "==" => Operator::Eq,
             "!=" | "<>" => Operator::Ne,
@@ -113,13 +122,14 @@ fn parse_where(expression: &str) -> Result<Vec<Relation>, String> {
                 Some("LIKE") => Operator::NotLike,
                 _ => {
                     return Err(format!(
-                        "where-expression: expected IN or LIKE after NOT in the relation on {path}"
+                        "where-expression: expected IN or LIKE after NOT in the relation on {shown}"
                     ));
                 }
             },
             other => {
                 return Err(format!(
-                    "where-expression: unknown operator {other:?} after {path}"
+                    "where-expression: unknown operator {} after {shown}",
+                    quoted(other)
                 ));
             }
         };
@@ -130,7 +140,9 @@ fn parse_where(expression: &str) -> Result<Vec<Relation>, String> {
         };
         let data_type = literals[0].data_type();
         if literals.iter().any(|l| l.data_type() != data_type) {
-            return Err(format!("where-expression: the list for {path} mixes types"));
+            return Err(format!(
+                "where-expression: the list for {shown} mixes types"
+            ));
         }
         let string_only = matches!(
             operator,
@@ -144,24 +156,33 @@ fn parse_where(expression: &str) -> Result<Vec<Relation>, String> {
         );
         if string_only && data_type != DataType::String {
             return Err(format!(
-                "where-expression: {operator_word} needs a string literal ({path})"
+                "where-expression: {} needs a string literal ({shown})",
+                quoted(operator_word)
             ));
         }
         if data_type == DataType::Bool && !matches!(operator, Operator::Eq | Operator::Ne) {
             return Err(format!(
-                "where-expression: booleans support only = and != ({path})"
+                "where-expression: booleans support only = and != ({shown})"
             ));
         }
+        let pattern = match (&literals[0], string_only) {
+            (Literal::String(text), true) => Some(compile_pattern(operator, text, &path)?),
+            _ => None,
+        };
         relations.push(Relation {
             path,
             operator,
             literals,
+            pattern,
         });
         match tokens.word() {
             None => return Ok(relations),
             Some(word) if word.eq_ignore_ascii_case("AND") => {}
             Some(other) => {
-                return Err(format!("where-expression: expected AND, found {other:?}"));
+                return Err(format!(
+                    "where-expression: expected AND, found {}",
+                    quoted(other)
+                ));
             }
         }
     }
@@ -212,7 +233,8 @@ impl<'e> Tokens<'e> {
             "false" => Ok(Literal::Bool(false)),
             _ => word.parse().map(Literal::Int).map_err(|_| {
                 format!(
-                    "where-expression: {word:?} is not a literal ('string', integer, true or false)"
+                    "where-expression: {} is not a literal ('string', integer, true or false)",
+                    quoted(word)
                 )
             }),
         }
@@ -240,20 +262,47 @@ impl<'e> Tokens<'e> {
     }
 }
 
-fn like_regex(pattern: &str, case_insensitive: bool) -> Result<Regex, String> {
-    let mut regex = String::from("^");
-    for c in pattern.chars() {
-        match c {
-            '%' => regex.push_str(".*"),
-            '_' => regex.push('.'),
-            c => regex.push_str(&regex::escape(&c.to_string())),
-        }
+/// The regular expression of a LIKE or regular-expression operator's `pattern`.
+fn compile_pattern(operator: Operator, pattern: &str, path: &str) -> Result<Regex, String> {
+    use Operator::*;
+    if pattern.len() > MAX_PATTERN_BYTES {
+        return Err(format!(
+            "where-expression: the pattern for {} is {} bytes, more than the limit of {MAX_PATTERN_BYTES}",
+            quoted(path),
+            pattern.len()
+        ));
     }
-    regex.push('$');
+    let like = matches!(operator, Like | ILike | NotLike);
+    let regex = if like {
+        let mut regex = String::from("^");
+        for c in pattern.chars() {
+            match c {
+                '%' => regex.push_str(".*"),
+                '_' => regex.push('.'),
+                c => regex.push_str(&regex::escape(c.encode_utf8(&mut [0; 4]))),
+            }
+        }
+        regex.push('$');
+        regex
+    } else {
+        pattern.to_owned()
+    };
     RegexBuilder::new(&regex)
-        .case_insensitive(case_insensitive)
+        .case_insensitive(matches!(operator, ILike | IRegex | NotIRegex))
+        .size_limit(MAX_PATTERN_PROGRAM_BYTES)
         .build()
-        .map_err(|e| format!("pattern {pattern:?}: {e}"))
+        .map_err(|e| {
+            let what = if like {
+                "pattern"
+            } else {
+                "regular expression"
+            };
+            format!(
+                "where-expression: {}: {what} {}: {e}",
+                quoted(path),
+                quoted(pattern)
+            )
+        })
 }
 
 fn evaluate(relation: &Relation, value: &Value) -> Result<bool, String> {
@@ -262,16 +311,19 @@ fn evaluate(relation: &Relation, value: &Value) -> Result<bool, String> {
     let ordering = || {
         first.matches_value(value).ok_or_else(|| {
             format!(
-                "{}: value {value} is not of the literal's type {}",
-                relation.path,
+                "{}: value {} is not of the literal's type {}",
+                quoted(&relation.path),
+                quoted(&value.to_string()),
                 first.data_type().as_str()
             )
         })
     };
     let text = || value.as_str().unwrap_or_default();
-    let pattern = || match first {
-        Literal::String(p) => p.as_str(),
-        _ => "",
+    let matches = || {
+        relation
+            .pattern
+            .as_ref()
+            .is_some_and(|pattern| pattern.is_match(text()))
     };
     Ok(match relation.operator {
         Eq => ordering()?.is_eq(),
@@ -280,18 +332,8 @@ fn evaluate(relation: &Relation, value: &Value) -> Result<bool, String> {
         Gt => ordering()?.is_gt(),
         Le => ordering()?.is_le(),
         Ge => ordering()?.is_ge(),
-        Like => like_regex(pattern(), false)?.is_match(text()),
-        ILike => like_regex(pattern(), true)?.is_match(text()),
-        NotLike => !like_regex(pattern(), false)?.is_match(text()),
-        Regex | IRegex | NotRegex | NotIRegex => {
-            let regex = RegexBuilder::new(pattern())
-                .case_insensitive(matches!(relation.operator, IRegex | NotIRegex))
-                .build()
-                .map_err(|e| {
-                    format!("{}: regular expression {:?}: {e}", relation.path, pattern())
-                })?;
-            regex.is_match(text()) == matches!(relation.operator, Regex | IRegex)
-        }
+        Like | ILike | Regex | IRegex => matches(),
+        NotLike | NotRegex | NotIRegex => !matches(),
         In | NotIn => {
             let found = relation
                 .literals
@@ -318,6 +360,7 @@ fn matching(
     let mut matched = BTreeSet::new();
     if let Some(field) = relation.path.strip_prefix("ConfigHub.") {
         for (_, info) in identified(call)? {
+            call.stop_if_cancelled()?;
             if !of_type(&info.resource_type) {
                 continue;
             }
@@ -339,6 +382,7 @@ fn matching(
         let keys: Vec<String> = sub_path.split('.').map(path::unescape).collect();
         let doc = &call.unit.doc;
         for (element, info) in identified(call)? {
+            call.stop_if_cancelled()?;
             if !of_type(&info.resource_type) {
                 continue;
             }
@@ -428,6 +472,7 @@ fn validate(call: &Call) -> Result<Outcome, String> {
     let doc = &call.unit.doc;
     let mut details = Vec::new();
     for element in &call.unit.elements {
+        call.stop_if_cancelled()?;
         if let Err(problem) = element.checked_info() {
             details.push(problem);
             continue;
@@ -485,6 +530,7 @@ fn placeholders(call: &Call) -> Result<Vec<AttributeValue>, String> {
     let doc = &call.unit.doc;
     let mut found = Vec::new();
     for (element, info) in identified(call)? {
+        call.stop_if_cancelled()?;
         for (path, node) in scalars(doc, element.root) {
             let value = doc.to_json(node);
             let data_type = match &value {
