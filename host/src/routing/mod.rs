@@ -282,7 +282,7 @@ impl Router {
                 let instance = self.runnable(&planned).ok()?;
                 let resolved_tag = match step {
                     fc::PlannedExecutor::Go { tag, .. }
-                    | fc::PlannedExecutor::Binary { tag, .. } => constraint.map(|_| tag),
+                    | fc::PlannedExecutor::Binary { tag, .. } => constraint.and(tag.as_ref()),
                     fc::PlannedExecutor::Pod { .. } => None,
                 };
                 Some(RoutedEvaluator {
@@ -334,7 +334,10 @@ impl Router {
                     fc::PlannedExecutor::Go { tag, .. } | fc::PlannedExecutor::Binary { tag, .. },
                 ) = (constraint, step)
                 {
-                    what = format!("{what} as tag {tag:?}");
+                    what = match tag {
+                        Some(tag) => format!("{what} as tag {tag:?}"),
+                        None => format!("{what} untagged (a range of its tags overlaps)"),
+                    };
                 }
                 let outcome = self
                     .runnable(&planned)
@@ -409,16 +412,16 @@ struct Planned<'a> {
 }
 
 impl<'a> Planned<'a> {
-    /// The executor's section of the spec, narrowed to the tag it runs, with the builtin's
-    /// id and the binary's absolute path filled in.
+    /// The executor's section of the spec, narrowed to the tag it runs (none when it runs the
+    /// image untagged), with the builtin's id and the binary's absolute path filled in.
     fn new(matched: &fc::Matched, step: &'a fc::PlannedExecutor) -> Self {
         let settings = match step {
             fc::PlannedExecutor::Go { function_id, tag } => to_json(&fc::GoExecutor {
-                tags: vec![tag.clone()],
+                tags: tag.iter().cloned().collect(),
                 id: Some(function_id.clone()),
             }),
             fc::PlannedExecutor::Binary { path, tag } => to_json(&fc::BinaryExecutor {
-                tags: vec![tag.clone()],
+                tags: tag.iter().cloned().collect(),
                 path: path.display().to_string(),
             }),
             fc::PlannedExecutor::Pod { settings } => to_json(&**settings),
