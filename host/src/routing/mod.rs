@@ -53,16 +53,19 @@ pub async fn start_sources(
         }
         let warmed = Arc::new(ahead::Warmed::default());
         loop {
+            // A change signalled before this round starts (the files' first reading, too) is
+            // in the table it works out: no second round for it.
+            tokio::select! {
+                biased;
+                () = router.changed.notified() => {}
+                () = std::future::ready(()) => {}
+            }
             let (resolver, warmed) = (router.clone(), warmed.clone());
             let round = tokio::task::spawn_blocking(move || {
                 resolver.resolve_ahead(warm_up.then_some(&*warmed))
             });
             if let Ok(reports) = round.await {
-                for report in &reports {
-                    if let State::Failed { reason, message } = &report.state {
-                        tracing::warn!(function_config = %report.object, executor = report.executor.field(), reason, "{message}");
-                    }
-                }
+                ahead::log_failures(&reports);
                 if let Some(status) = &status {
                     status.write_round(&router, &reports).await;
                 }
