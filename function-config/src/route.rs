@@ -57,10 +57,16 @@ fn trim_prefix(prefix: &str) -> &str {
 #[derive(Clone, Debug, PartialEq)]
 pub enum PlannedExecutor {
     /// Run the built-in function with this id (`goExecutor.id`, else `metadata.name`), as the
-    /// image's `tag` (the requested one, or the one a requested constraint resolved to).
-    Go { function_id: String, tag: String },
-    /// Run this executable (made absolute against the functions directory) as the image's `tag`.
-    Binary { path: PathBuf, tag: String },
+    /// image's `tag`: the requested one, or the one a requested constraint resolved to; `None`
+    /// when the constraint names no single version but overlaps a range the executor's tags
+    /// give (the image is run untagged).
+    Go {
+        function_id: String,
+        tag: Option<String>,
+    },
+    /// Run this executable (made absolute against the functions directory) as the image's `tag`
+    /// (as for `Go`).
+    Binary { path: PathBuf, tag: Option<String> },
     /// Run the image in a pod with these settings (a requested constraint is resolved against
     /// the registry's tags by the pod evaluator).
     Pod { settings: Arc<PodExecutor> },
@@ -321,8 +327,11 @@ impl RoutingTable {
     /// field 3, sent with an untagged image). Executor tags are constraints themselves: a
     /// requested tag falls under an entry that names it or admits its version. With a requested
     /// constraint, the go and binary executors run the highest of the tags they name exactly
-    /// that satisfies it; the pod executor is planned whenever it is configured, and resolves
-    /// the constraint against the registry's tags (keeping to those its own `tags` admit).
+    /// that satisfies it; else, for a constraint naming one version (`1.4.2`), that version
+    /// when one of their entries admits it; else, when the constraint overlaps one of their
+    /// ranges (`~1.4.0` and `>= 1.0.0, < 2.0.0`), the untagged image. The pod executor is
+    /// planned whenever it is configured, and resolves the constraint against the registry's
+    /// tags (keeping to those its own `tags` admit).
     pub fn route_with(&self, image: &str, constraint: Option<&Constraint>) -> RouteOutcome {
         let image = ImageRef::parse(image, &self.default_prefix);
         if let Some(digest) = &image.digest {
@@ -348,20 +357,34 @@ impl RoutingTable {
         let mut left_out = Vec::new();
         // The tag an executor serves the call as, or why it does not.
         let pick = |executor, entries: &[TagEntry], tags: &[String]| match constraint {
-            None if entries.iter().any(|entry| entry.admits(&image.tag)) => Ok(image.tag.clone()),
+            None if entries.iter().any(|entry| entry.admits(&image.tag)) => {
+                Ok(Some(image.tag.clone()))
+            }
             None => Err(LeftOut::TagNotListed {
                 executor,
                 tag: image.tag.clone(),
                 tags: tags.to_vec(),
             }),
-            Some(constraint) => constraint
-                .best(entries.iter().filter_map(TagEntry::concrete))
-                .map(str::to_owned)
-                .ok_or_else(|| LeftOut::NoneSatisfies {
-                    executor,
-                    constraint: constraint.to_string(),
-                    tags: tags.to_vec(),
-                }),
+            Some(constraint) => {
+                if let Some(tag) = constraint.best(entries.iter().filter_map(TagEntry::concrete)) {
+                    Ok(Some(tag.to_owned()))
+                } else if let Some(version) = constraint
+                    .exact()
+                    .filter(|version| entries.iter().any(|entry| entry.admits(version)))
+                {
+                    Ok(Some(version.to_owned()))
+                } else if entries.iter().any(|entry| {
+                    matches!(entry, TagEntry::Constraint(range) if range.overlaps(constraint))
+                }) {
+                    Ok(None)
+                } else {
+                    Err(LeftOut::NoneSatisfies {
+                        executor,
+                        constraint: constraint.to_string(),
+                        tags: tags.to_vec(),
+                    })
+                }
+            }
         };
         match &spec.go_executor {
             None => left_out.push(LeftOut::Absent(FunctionConfigExecutor::GoExecutor)),

@@ -9,6 +9,10 @@ use krm_runner_proto::go_duration;
 use crate::types::{FunctionConfig, PodExecutor};
 use crate::version::TagEntry;
 
+/// Most tags one executor of a FunctionConfig may list. Each is matched against calls and
+/// worked out ahead of them, and a real list names a handful of versions or ranges.
+pub const MAX_TAGS: usize = 1000;
+
 /// One problem with one field of a FunctionConfig.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldError {
@@ -41,8 +45,9 @@ impl std::error::Error for FieldError {}
 /// tag for the go and binary executors, at least one executor) and adds: `metadata.name` is set
 /// (the API server guarantees it, files do not), `spec.image` is a short name (with a registry or
 /// tag it could never match a request), `spec.goExecutor.id` is not empty when given, and
-/// `spec.podExecutor.timeToLive` is a Go duration, and every executor tag is `""`, `latest` or a
-/// version constraint that parses (see [`crate::version`]).
+/// `spec.podExecutor.timeToLive` is a Go duration, and every executor lists at most
+/// [`MAX_TAGS`] tags, each `""`, `latest` or a version constraint that parses (see
+/// [`crate::version`]).
 pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
     let mut errors = Vec::new();
     if config.metadata.name.as_deref().is_none_or(str::is_empty) {
@@ -107,7 +112,16 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
         ),
     ];
     for (executor, tags) in tag_lists {
-        for (index, tag) in tags.into_iter().flatten().enumerate() {
+        let tags = tags.map_or(&[][..], Vec::as_slice);
+        if tags.len() > MAX_TAGS {
+            // One problem for the list, not one per entry: the entries are not looked at.
+            errors.push(FieldError::new(
+                format!("spec.{executor}.tags"),
+                format!("{} tags; at most {MAX_TAGS} are accepted", tags.len()),
+            ));
+            continue;
+        }
+        for (index, tag) in tags.iter().enumerate() {
             if let Err(error) = TagEntry::parse(tag) {
                 errors.push(FieldError::new(
                     format!("spec.{executor}.tags[{index}]"),
@@ -222,6 +236,28 @@ mod tests {
         assert_eq!(
             messages(&config("set-namespace", spec)),
             Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_tag_list_over_the_limit_is_one_problem() {
+        let with_tags = |count: usize| {
+            let spec = FunctionConfigSpec {
+                image: "fn".into(),
+                prefixes: None,
+                pod_executor: None,
+                binary_executor: Some(BinaryExecutor {
+                    tags: vec!["bad tag".into(); count],
+                    path: "fn".into(),
+                }),
+                go_executor: None,
+            };
+            messages(&config("fn", spec))
+        };
+        assert_eq!(with_tags(MAX_TAGS).len(), MAX_TAGS);
+        assert_eq!(
+            with_tags(MAX_TAGS + 1),
+            ["spec.binaryExecutor.tags: 1001 tags; at most 1000 are accepted"]
         );
     }
 

@@ -112,6 +112,41 @@ impl Constraint {
         parse_tag(tag).is_some_and(|version| self.matches(&version))
     }
 
+    /// The version the constraint names when it admits exactly one (`1.2.3`, `v1.2.3`,
+    /// `=1.2.3`), as written without the operator; `None` for ranges, partial versions
+    /// (`1.2` is any 1.2.x) and wildcards.
+    pub fn exact(&self) -> Option<&str> {
+        match self.alternatives.as_slice() {
+            [only] => match only.as_slice() {
+                [comparison] if comparison.op == Op::Equal && !comparison.is_partial() => {
+                    Some(self.text.trim().trim_start_matches('=').trim_start())
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether some version satisfies both constraints.
+    ///
+    /// Each comparison's set of versions is an interval, or for `!=` the outside of one,
+    /// whose ends are its version or the next patch, minor or major release after it. Where
+    /// several comparisons all hold, the lowest version that does is such an end of one of
+    /// them (or 0.0.0), so trying those versions finds a common one when there is one.
+    pub fn overlaps(&self, other: &Constraint) -> bool {
+        std::iter::once(Version::new(0, 0, 0))
+            .chain(
+                self.comparisons()
+                    .chain(other.comparisons())
+                    .flat_map(Comparison::interval_ends),
+            )
+            .any(|version| self.matches(&version) && other.matches(&version))
+    }
+
+    fn comparisons(&self) -> impl Iterator<Item = &Comparison> {
+        self.alternatives.iter().flatten()
+    }
+
     /// The tag of the highest version among `tags` that satisfies the constraint. Tags that are
     /// not versions are skipped; of two tags naming the same version (`v1.2`, `v1.2.0`), the
     /// longer, more explicit one wins.
@@ -397,6 +432,18 @@ impl Comparison {
         }
     }
 
+    /// The versions where this comparison's set of versions may start or stop: its version
+    /// as written, and the next patch, minor and major release after it.
+    fn interval_ends(&self) -> [Version; 4] {
+        let c = &self.version;
+        [
+            c.clone(),
+            Version::new(c.major, c.minor, c.patch.saturating_add(1)),
+            Version::new(c.major, c.minor.saturating_add(1), 0),
+            Version::new(c.major.saturating_add(1), 0, 0),
+        ]
+    }
+
     /// `~1.2.3`: at least 1.2.3, below 1.3.0; `~1`: any 1.x.
     fn tilde(&self, v: &Version, order: Ordering) -> bool {
         let c = &self.version;
@@ -563,6 +610,56 @@ mod tests {
             .unwrap()
             .best(["v1.2", "v1.2.0", "1.2"]);
         assert_eq!(same, Some("v1.2.0"));
+    }
+
+    #[test]
+    fn constraints_overlap_when_some_version_satisfies_both() {
+        let overlap = |a: &str, b: &str| {
+            let (a, b) = (Constraint::parse(a).unwrap(), Constraint::parse(b).unwrap());
+            assert_eq!(a.overlaps(&b), b.overlaps(&a), "{a} and {b} both ways");
+            a.overlaps(&b)
+        };
+        for (a, b) in [
+            (">= 1.0.0, < 2.0.0", "1.4.2"),
+            (">= 1.0.0, < 2.0.0", "v1.4.2"),
+            (">= 1.0.0, < 2.0.0", "~1.4.0"),
+            (">= 1.0.0, < 2.0.0", "^1.9"),
+            (">= 1.0.0, < 2.0.0", "< 1.0.1"),
+            (">= 1.0.0, < 2.0.0", "*"),
+            ("~1.2 || >=3", "2.5.0 - 3.0.0"),
+            ("!=1.2.3", "1.2.3 - 1.2.4"),
+            ("!=1.2.x", "~1.2 || ~1.3"),
+            (">1.2.3", ">= 1.2.0, < 1.2.5"),
+            (">1.2.x", "<= 1.3.0"),
+            ("<1", "^0.0"),
+            (">=1.2.3-0", "1.2.3-rc.1"),
+        ] {
+            assert!(overlap(a, b), "{a} and {b} overlap");
+        }
+        for (a, b) in [
+            (">= 1.0.0, < 2.0.0", "2.0.0"),
+            (">= 1.0.0, < 2.0.0", "~2.1"),
+            (">= 1.0.0, < 2.0.0", "<1"),
+            (">= 1.0.0, < 2.0.0", "1.4.2-rc.1"),
+            ("!=1.2.3", "1.2.3"),
+            ("!=1.2.x", "~1.2.4"),
+            (">1.2.3", "<= 1.2.3"),
+            ("^0.0.3", "0.0.4"),
+            ("~1.2 || >=3", "1.3.0 - 2.9.9"),
+        ] {
+            assert!(!overlap(a, b), "{a} and {b} do not overlap");
+        }
+    }
+
+    #[test]
+    fn a_constraint_naming_one_version_says_which() {
+        let exact = |text: &str| Constraint::parse(text).unwrap().exact().map(str::to_owned);
+        assert_eq!(exact("1.4.2").as_deref(), Some("1.4.2"));
+        assert_eq!(exact("v1.4.2").as_deref(), Some("v1.4.2"));
+        assert_eq!(exact("= v1.4.2-rc.1").as_deref(), Some("v1.4.2-rc.1"));
+        for range in ["1.4", "~1.4.2", ">= 1.4.2", "1.4.2 || 1.4.3", "1.x", "*"] {
+            assert_eq!(exact(range), None, "{range}");
+        }
     }
 
     #[test]

@@ -277,6 +277,10 @@ pub struct PodFlags {
     /// Porch: pods per function image at most (default 1).
     #[arg(long, global = true, value_name = "N")]
     pub max_parallel_pods_per_function: Option<i64>,
+    /// Porch: times a call whose function pod is unreachable (UNAVAILABLE) is tried again on
+    /// another pod, while the caller's deadline allows (default 2).
+    #[arg(long, global = true, value_name = "N")]
+    pub max_grpc_retries: Option<i64>,
     /// Porch: authenticate to registries with the docker config at --registry-auth-secret-path.
     #[arg(long, global = true, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
     pub enable_private_registries: Option<bool>,
@@ -335,6 +339,7 @@ const SERVER_FLAGS: &[&str] = &[
     "warm_up_pod_cache",
     "max_waitlist_length",
     "max_parallel_pods_per_function",
+    "max_grpc_retries",
     "enable_private_registries",
     "registry_auth_secret_path",
     "registry_auth_secret_name",
@@ -541,6 +546,7 @@ pub fn flag_layer(
             "max-parallel-pods-per-function",
             pod.max_parallel_pods_per_function,
         ),
+        ("max-grpc-retries", pod.max_grpc_retries),
     ];
     for (flag, value) in numbers {
         if let Some(value) = value {

@@ -9,12 +9,14 @@
 pub mod krmrunner {
     pub mod v1 {
         tonic::include_proto!("krmrunner.v1");
+        include!(concat!(env!("OUT_DIR"), "/clients/krmrunner.v1.rs"));
     }
 }
 
 /// Porch's function-evaluator service (package `evaluator`).
 pub mod evaluator {
     tonic::include_proto!("evaluator");
+    include!(concat!(env!("OUT_DIR"), "/clients/evaluator.rs"));
 }
 
 pub mod go_duration;

@@ -1,10 +1,12 @@
 //! Server-side conventions shared by every krm-runner gRPC server (the runner and the pods'
 //! wrapper server), so that both answer as Porch's servers do and hold up against hostile
 //! clients: bounded streams per connection, bounded request bytes being received, bounded time
-//! to send a request, bounded status messages, and no busy loop when file descriptors run out.
+//! to send a request, bounded status messages, no busy loop when file descriptors run out, and
+//! INVALID_ARGUMENT for a request that does not decode.
 
 use std::future::Future;
 use std::io;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,11 +18,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Sleep;
 use tokio_stream::Stream;
 use tonic::body::Body;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Request, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+use tonic_prost::{ProstDecoder, ProstEncoder};
 use tower::{Layer, Service};
 
 /// Porch's health checker: SERVING for any service name; Watch sends one message and ends.
@@ -54,6 +58,57 @@ impl Health for AlwaysServing {
 fn serving() -> HealthCheckResponse {
     HealthCheckResponse {
         status: ServingStatus::Serving as i32,
+    }
+}
+
+/// Every krm-runner server's codec (the generated servers name it): tonic-prost's, except that
+/// a request that does not decode (a string field that is not UTF-8, a truncated field) is
+/// answered INVALID_ARGUMENT with prost's description of the problem, which names the message
+/// and field, where tonic-prost answers INTERNAL: the request is at fault, not the server.
+#[derive(Debug, Clone)]
+pub struct RequestCodec<T, U>(PhantomData<(T, U)>);
+
+impl<T, U> Default for RequestCodec<T, U> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T, U> Codec for RequestCodec<T, U>
+where
+    T: prost::Message + Send + 'static,
+    U: prost::Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = ProstEncoder<T>;
+    type Decoder = RequestDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstEncoder::default()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RequestDecoder(ProstDecoder::default())
+    }
+}
+
+/// See [`RequestCodec`].
+#[derive(Debug, Clone)]
+pub struct RequestDecoder<U>(ProstDecoder<U>);
+
+impl<U: prost::Message + Default> Decoder for RequestDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        self.0
+            .decode(buf)
+            .map_err(|status| Status::invalid_argument(status.message().to_owned()))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        self.0.buffer_settings()
     }
 }
 

@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use krm_runner_tests::{
-    build_dir, previous_abi_plugin, repo_root, run_cli, run_cli_within, run_with_input, scratch,
+    Server, build_dir, previous_abi_plugin, repo_root, run_cli, run_cli_within, run_with_input,
+    scratch,
 };
 
 fn stderr(output: &std::process::Output) -> String {
@@ -486,6 +487,37 @@ fn porch_flags_map_onto_the_config() {
         stderr(&output).contains("--pod-ttl ignored"),
         "{}",
         stderr(&output)
+    );
+}
+
+/// Porch's Deployment passes `--max-grpc-retries`; a runner refusing it would crash-loop.
+#[test]
+fn porch_max_grpc_retries_sets_the_pod_instances_retries() {
+    let dir = scratch();
+    let config = write_config(
+        dir.path(),
+        "evaluators:\n  pod:\n    plugin: pod\n    config: {wrapper_server_image: w:v1}\n",
+    );
+    for flag in ["--max-grpc-retries=5", "-max-grpc-retries=5"] {
+        let output = run_cli(&["--config-file", &config, flag, "config"], &[], b"");
+        assert!(output.status.success(), "{flag}: {}", stderr(&output));
+        let text = stdout(&output);
+        assert!(
+            text.contains("# evaluators.pod.config.max_grpc_retries = 5  <- command line"),
+            "{flag}:\n{text}"
+        );
+    }
+    let help = stdout(&run_cli(&["serve", "--help"], &[], b""));
+    assert!(help.contains("--max-grpc-retries <N>"), "{help}");
+
+    // Without a pod instance (the embedded configuration) the runner serves all the same.
+    let server = Server::start("", &["--max-grpc-retries=2"]);
+    assert!(
+        server
+            .stderr()
+            .contains("--max-grpc-retries ignored: no evaluator instance named \"pod\""),
+        "{}",
+        server.stderr()
     );
 }
 

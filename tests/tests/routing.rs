@@ -669,3 +669,55 @@ mod cluster {
         assert_eq!(status.code(), tonic::Code::NotFound);
     }
 }
+
+/// A FunctionConfig `many` whose binaryExecutor lists `count` tags and names a binary that
+/// does not exist.
+fn many_tags(count: usize) -> String {
+    let tags: Vec<String> = (0..count).map(|patch| format!("v1.0.{patch}")).collect();
+    format!(
+        "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {{name: many}}\n\
+         spec:\n  image: many\n  binaryExecutor: {{path: missing, tags: [{}]}}\n",
+        tags.join(", ")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_tag_list_is_refused_and_a_failing_one_logs_a_line_per_executor() {
+    let dir = scratch();
+    let config = write_config(dir.path());
+    write_function_configs(dir.path(), "many.yaml", &many_tags(100_001));
+    let refusal = "spec.binaryExecutor.tags: 100001 tags; at most 1000 are accepted";
+    let check = run_cli(&["--config-file", &config, "config", "check"], &[], b"");
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(2), "{stderr:.2000}");
+    assert!(
+        stderr.contains("many.yaml") && stderr.contains(refusal),
+        "{stderr:.2000}"
+    );
+    assert!(stderr.lines().count() <= 3, "{stderr:.2000}");
+    // The server refuses to start on it, just as briefly.
+    let serve = krm_runner_tests::run_cli_within(
+        &["--config-file", &config, "serve"],
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&serve.stderr);
+    assert_eq!(serve.status.code(), Some(2), "{stderr:.2000}");
+    assert!(stderr.contains(refusal), "{stderr:.2000}");
+    assert!(stderr.lines().count() <= 3, "{stderr:.2000}");
+
+    // At the limit it serves; its 1000 tags, all failing (no binary), make one warning.
+    write_function_configs(dir.path(), "many.yaml", &many_tags(1000));
+    let server = Server::start(&routing_config(dir.path()), &[]);
+    wait_for_log(&server, "failed_tags=1000").await;
+    let stderr = server.stderr();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.contains("FunctionConfig many"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("BinaryMissing"),
+        "{}",
+        warnings[0]
+    );
+}

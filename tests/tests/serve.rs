@@ -235,6 +235,140 @@ async fn oversized_request_is_resource_exhausted_and_server_keeps_serving() {
     assert_eq!(response.resource_list, resource_list(&["a"]));
 }
 
+/// Porch's `EvaluateFunctionRequest` with its string fields as bytes, so that they can carry
+/// what is not UTF-8.
+#[derive(Clone, PartialEq, prost::Message)]
+struct EvaluateFunctionBytes {
+    #[prost(bytes = "vec", tag = "1")]
+    resource_list: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    image: Vec<u8>,
+    #[prost(bytes = "vec", tag = "3")]
+    tag: Vec<u8>,
+}
+
+/// `krmrunner.v1.InvokeRequest` (and `ListTypedFunctionsRequest`, its first field) likewise.
+#[derive(Clone, PartialEq, prost::Message)]
+struct InvokeBytes {
+    #[prost(bytes = "vec", tag = "1")]
+    toolchain: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    config_data: Vec<u8>,
+    #[prost(message, repeated, tag = "3")]
+    invocations: Vec<InvocationBytes>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct InvocationBytes {
+    #[prost(bytes = "vec", tag = "1")]
+    function_name: Vec<u8>,
+    #[prost(message, repeated, tag = "2")]
+    arguments: Vec<ArgumentBytes>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ArgumentBytes {
+    #[prost(bytes = "vec", tag = "1")]
+    parameter_name: Vec<u8>,
+    /// The `string_value` of the `value` oneof.
+    #[prost(bytes = "vec", tag = "2")]
+    string_value: Vec<u8>,
+}
+
+/// The answer to `message` sent to the gRPC method `path`: an error, whatever the method.
+async fn refusal<M: prost::Message + Send + 'static>(
+    channel: &tonic::transport::Channel,
+    path: &str,
+    message: M,
+) -> tonic::Status {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    grpc.unary::<_, (), _>(
+        tonic::Request::new(message),
+        path.parse().unwrap(),
+        tonic_prost::ProstCodec::<M, ()>::default(),
+    )
+    .await
+    .expect_err(path)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_string_field_that_is_not_utf8_is_an_invalid_argument_naming_it() {
+    let server = Server::start("", &[]);
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let bad = b"set-\xff\xfenamespace".to_vec();
+    let evaluate = |image: &[u8], tag: &[u8]| EvaluateFunctionBytes {
+        resource_list: resource_list(&["a"]),
+        image: image.to_vec(),
+        tag: tag.to_vec(),
+    };
+    let invoke = |toolchain: &[u8], name: &[u8], parameter: &[u8], value: &[u8]| InvokeBytes {
+        toolchain: toolchain.to_vec(),
+        config_data: b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n".to_vec(),
+        invocations: vec![InvocationBytes {
+            function_name: name.to_vec(),
+            arguments: vec![ArgumentBytes {
+                parameter_name: parameter.to_vec(),
+                string_value: value.to_vec(),
+            }],
+        }],
+    };
+    let yaml = b"Kubernetes/YAML";
+    const EVALUATE: &str = "/evaluator.FunctionEvaluator/EvaluateFunction";
+    const INVOKE: &str = "/krmrunner.v1.FunctionExecutor/Invoke";
+    let refusals = [
+        (
+            refusal(&channel, EVALUATE, evaluate(&bad, b"")).await,
+            "EvaluateFunctionRequest.image",
+        ),
+        (
+            refusal(&channel, EVALUATE, evaluate(b"set-namespace", &bad)).await,
+            "EvaluateFunctionRequest.tag",
+        ),
+        (
+            refusal(&channel, INVOKE, invoke(&bad, b"get-replicas", b"", b"x")).await,
+            "InvokeRequest.toolchain",
+        ),
+        (
+            refusal(&channel, INVOKE, invoke(yaml, &bad, b"", b"x")).await,
+            "Invocation.function_name",
+        ),
+        (
+            refusal(&channel, INVOKE, invoke(yaml, b"set-replicas", &bad, b"x")).await,
+            "Argument.parameter_name",
+        ),
+        (
+            refusal(&channel, INVOKE, invoke(yaml, b"set-replicas", b"", &bad)).await,
+            "Argument.value",
+        ),
+        (
+            refusal(
+                &channel,
+                "/krmrunner.v1.FunctionExecutor/ListTypedFunctions",
+                invoke(&bad, b"", b"", b""),
+            )
+            .await,
+            "ListTypedFunctionsRequest.toolchain",
+        ),
+    ];
+    for (status, field) in refusals {
+        assert_eq!(status.code(), Code::InvalidArgument, "{field}: {status:?}");
+        assert!(
+            status.message().contains(field) && status.message().contains("UTF-8"),
+            "{field}: {status:?}"
+        );
+    }
+    let (response, _) = server
+        .call("krm-runner/identity", &resource_list(&["a"]))
+        .await
+        .expect("the runner keeps serving");
+    assert_eq!(response.resource_list, resource_list(&["a"]));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn function_output_over_the_limit_is_resource_exhausted() {
     let dir = scratch();

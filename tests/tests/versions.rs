@@ -340,6 +340,72 @@ async fn function_config_tags_are_constraints_and_requested_tags_resolve_against
     );
 }
 
+const RANGED: &str = r#"apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: ranged}
+spec:
+  image: ranged
+  prefixes: [example.com/fns]
+  binaryExecutor: {tags: [">= 1.0.0, < 2.0.0"], path: v1.2.7}
+---
+apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: set-namespace}
+spec:
+  image: set-namespace
+  goExecutor: {tags: [">= 0.4.0, < 1.0.0"]}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_requested_version_or_range_is_served_by_an_executor_range_admitting_it() {
+    let (dir, config) = setup();
+    write_function_config(dir.path(), RANGED);
+    let server = Server::start(&config, &[]);
+    let input = resource_list(&["a"]);
+    let ranged = "example.com/fns/ranged";
+
+    // A version the range admits is served as that version; a range overlapping it untagged.
+    for (tag, resolved) in [
+        ("1.4.2", Some(format!("{ranged}:1.4.2"))),
+        ("v1.4.2", Some(format!("{ranged}:v1.4.2"))),
+        ("~1.4.0", None),
+        (">= 1.9.5", None),
+    ] {
+        let (response, evaluator, header) = call(&server, ranged, tag, &input)
+            .await
+            .unwrap_or_else(|status| panic!("{tag}: {status:?}\n{}", server.stderr()));
+        assert_eq!((evaluator.as_str(), header), ("exec", resolved), "{tag}");
+        assert_eq!(String::from_utf8_lossy(&response.log).trim(), "v1.2.7");
+    }
+    let (_, evaluator, _) = call(&server, &format!("{ranged}:v1.4.2"), "", &input)
+        .await
+        .unwrap();
+    assert_eq!(evaluator, "exec");
+    for outside in ["2.0.0", "~2.1", "1.4.2-rc.1"] {
+        let status = call(&server, ranged, outside, &input).await.unwrap_err();
+        assert_eq!(status.code(), Code::NotFound, "{outside}: {status:?}");
+        assert!(
+            status.message().contains(&format!(
+                r#"binaryExecutor: no tag among [">= 1.0.0, < 2.0.0"] satisfies constraint "{outside}""#
+            )),
+            "{status:?}"
+        );
+    }
+
+    // goExecutor likewise: the builtin reproduces only v0.4.1, the FunctionConfig says more.
+    let set_namespace = "ghcr.io/kptdev/krm-functions-catalog/set-namespace";
+    let input = b"apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+functionConfig: {apiVersion: v1, kind: ConfigMap, metadata: {name: c}, data: {namespace: ns}}
+items: []
+";
+    let (_, evaluator, header) = call(&server, set_namespace, "0.5.0", input)
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(evaluator, "builtin");
+    assert_eq!(header, Some(format!("{set_namespace}:0.5.0")));
+}
+
 #[test]
 fn functions_resolve_explains_the_version_chosen() {
     let (dir, config) = setup();

@@ -173,7 +173,7 @@ fn absent_sections_and_pod_tag_lists_are_explained() {
         matched(table.route("binary-abs:v1")).plan,
         [PlannedExecutor::Binary {
             path: PathBuf::from("/usr/bin/fn"),
-            tag: "v1".to_owned(),
+            tag: Some("v1".to_owned()),
         }]
     );
 }
@@ -506,11 +506,11 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
         [
             PlannedExecutor::Go {
                 function_id: "fn".into(),
-                tag: "v1.1.0".into()
+                tag: Some("v1.1.0".into())
             },
             PlannedExecutor::Binary {
                 path: PathBuf::from("/opt/functions/fn"),
-                tag: "v1.2.7".into()
+                tag: Some("v1.2.7".into())
             },
             PlannedExecutor::Pod {
                 settings: Arc::new(serde_json::from_value(json!({"tags": ["~1.2"]})).unwrap())
@@ -522,7 +522,7 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
         patch.plan[0],
         PlannedExecutor::Binary {
             path: PathBuf::from("/opt/functions/fn"),
-            tag: "v1.2.3".into()
+            tag: Some("v1.2.3".into())
         }
     );
     assert_eq!(
@@ -532,5 +532,56 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
     // Only a constraint naming a pre-release picks one.
     let rc = route("2.0.0-rc.1");
     assert_eq!(rc.plan.len(), 2, "{:?}", rc.plan);
-    assert!(matches!(&rc.plan[0], PlannedExecutor::Binary { tag, .. } if tag == "v2.0.0-rc.1"));
+    assert!(
+        matches!(&rc.plan[0], PlannedExecutor::Binary { tag: Some(tag), .. } if tag == "v2.0.0-rc.1")
+    );
+}
+
+#[test]
+fn a_requested_version_or_range_meets_executor_ranges() {
+    let table = table(vec![file(
+        "fn",
+        json!({
+            "image": "fn",
+            "goExecutor": {"tags": [">= 1.0.0, < 2.0.0"]},
+            "binaryExecutor": {"tags": [">= 1.0.0, < 2.0.0", "v2.3.0"], "path": "fn"},
+        }),
+    )]);
+    let tags = |constraint: &str| {
+        let constraint = Constraint::parse(constraint).unwrap();
+        let planned = matched(table.route_with("example.com/fn", Some(&constraint)));
+        let tags: Vec<_> = planned
+            .plan
+            .iter()
+            .map(|step| match step {
+                PlannedExecutor::Go { tag, .. } | PlannedExecutor::Binary { tag, .. } => {
+                    (step.executor(), tag.clone())
+                }
+                PlannedExecutor::Pod { .. } => panic!("no podExecutor"),
+            })
+            .collect();
+        (tags, planned.left_out)
+    };
+    let go = FunctionConfigExecutor::GoExecutor;
+    let binary = FunctionConfigExecutor::BinaryExecutor;
+    // A version the range admits is run as that version.
+    for version in ["1.4.2", "v1.4.2", "=1.4.2"] {
+        let expected = version.trim_start_matches('=');
+        let (planned, _) = tags(version);
+        assert_eq!(
+            planned,
+            [(go, Some(expected.into())), (binary, Some(expected.into()))],
+            "{version}"
+        );
+    }
+    // A range overlapping it is run untagged; a named tag satisfying it is preferred.
+    assert_eq!(tags("~1.4.0").0, [(go, None), (binary, None)]);
+    assert_eq!(tags("^2").0, [(binary, Some("v2.3.0".into()))]);
+    let (planned, left_out) = tags("~2.1");
+    assert!(planned.is_empty(), "{planned:?}");
+    assert_eq!(
+        left_out[0].to_string(),
+        r#"goExecutor: no tag among [">= 1.0.0, < 2.0.0"] satisfies constraint "~2.1""#
+    );
+    assert!(tags("1.4.2-rc.1").0.is_empty());
 }

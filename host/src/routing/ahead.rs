@@ -241,6 +241,31 @@ impl Router {
     }
 }
 
+/// Logs the failed tags of `reports` (one round's, in FunctionConfig and executor order): one
+/// line per executor of a FunctionConfig, with how many of its tags failed and the first
+/// failure, so that a long tag list cannot flood the log.
+pub fn log_failures(reports: &[Report]) {
+    let failed = reports.iter().filter_map(|report| match &report.state {
+        State::Failed { reason, message } => Some((report, *reason, message)),
+        _ => None,
+    });
+    let mut groups: Vec<((&Report, &str, &String), usize)> = Vec::new();
+    for failure in failed {
+        match groups.last_mut() {
+            Some(((first, ..), count))
+                if first.object == failure.0.object && first.executor == failure.0.executor =>
+            {
+                *count += 1;
+            }
+            _ => groups.push((failure, 1)),
+        }
+    }
+    for ((first, reason, message), failed_tags) in groups {
+        let tag = first.tag.as_deref().unwrap_or_default();
+        tracing::warn!(function_config = %first.object, executor = first.executor.field(), reason, tag, failed_tags, "{message}");
+    }
+}
+
 /// A go or binary executor's tag: a tag it names exactly stands for itself; a constraint is
 /// resolved by `resolve` when the evaluator can (the builtin, among the tags it reproduces).
 fn local_tag(

@@ -53,16 +53,19 @@ pub async fn start_sources(
         }
         let warmed = Arc::new(ahead::Warmed::default());
         loop {
+            // A change signalled before this round starts (the files' first reading, too) is
+            // in the table it works out: no second round for it.
+            tokio::select! {
+                biased;
+                () = router.changed.notified() => {}
+                () = std::future::ready(()) => {}
+            }
             let (resolver, warmed) = (router.clone(), warmed.clone());
             let round = tokio::task::spawn_blocking(move || {
                 resolver.resolve_ahead(warm_up.then_some(&*warmed))
             });
             if let Ok(reports) = round.await {
-                for report in &reports {
-                    if let State::Failed { reason, message } = &report.state {
-                        tracing::warn!(function_config = %report.object, executor = report.executor.field(), reason, "{message}");
-                    }
-                }
+                ahead::log_failures(&reports);
                 if let Some(status) = &status {
                     status.write_round(&router, &reports).await;
                 }
@@ -282,7 +285,7 @@ impl Router {
                 let instance = self.runnable(&planned).ok()?;
                 let resolved_tag = match step {
                     fc::PlannedExecutor::Go { tag, .. }
-                    | fc::PlannedExecutor::Binary { tag, .. } => constraint.map(|_| tag),
+                    | fc::PlannedExecutor::Binary { tag, .. } => constraint.and(tag.as_ref()),
                     fc::PlannedExecutor::Pod { .. } => None,
                 };
                 Some(RoutedEvaluator {
@@ -334,7 +337,10 @@ impl Router {
                     fc::PlannedExecutor::Go { tag, .. } | fc::PlannedExecutor::Binary { tag, .. },
                 ) = (constraint, step)
                 {
-                    what = format!("{what} as tag {tag:?}");
+                    what = match tag {
+                        Some(tag) => format!("{what} as tag {tag:?}"),
+                        None => format!("{what} untagged (a range of its tags overlaps)"),
+                    };
                 }
                 let outcome = self
                     .runnable(&planned)
@@ -409,16 +415,16 @@ struct Planned<'a> {
 }
 
 impl<'a> Planned<'a> {
-    /// The executor's section of the spec, narrowed to the tag it runs, with the builtin's
-    /// id and the binary's absolute path filled in.
+    /// The executor's section of the spec, narrowed to the tag it runs (none when it runs the
+    /// image untagged), with the builtin's id and the binary's absolute path filled in.
     fn new(matched: &fc::Matched, step: &'a fc::PlannedExecutor) -> Self {
         let settings = match step {
             fc::PlannedExecutor::Go { function_id, tag } => to_json(&fc::GoExecutor {
-                tags: vec![tag.clone()],
+                tags: tag.iter().cloned().collect(),
                 id: Some(function_id.clone()),
             }),
             fc::PlannedExecutor::Binary { path, tag } => to_json(&fc::BinaryExecutor {
-                tags: vec![tag.clone()],
+                tags: tag.iter().cloned().collect(),
                 path: path.display().to_string(),
             }),
             fc::PlannedExecutor::Pod { settings } => to_json(&**settings),

@@ -32,6 +32,10 @@ pub struct PodConfig {
     /// Calls per image allowed to wait beyond the pods' preferred load; more are refused
     /// with RESOURCE_EXHAUSTED (Porch queues without limit).
     pub max_queued_calls: usize,
+    /// Times a call whose pod could not be reached (UNAVAILABLE) is tried again on another
+    /// pod, while the caller's deadline has not passed (Porch: `--max-grpc-retries`); below 0
+    /// means none.
+    pub max_grpc_retries: i64,
     /// The wrapper-server image (Porch: env `WRAPPER_SERVER_IMAGE`, which is the default here).
     pub wrapper_server_image: Option<String>,
     /// Longest wait for a new pod to become ready, never longer than the caller's deadline.
@@ -88,6 +92,7 @@ impl Default for PodConfig {
             max_waitlist_length: 2,
             max_parallel_pods_per_function: 1,
             max_queued_calls: 1000,
+            max_grpc_retries: 2,
             wrapper_server_image: None,
             readiness_timeout: "60s".into(),
             connect_via: ConnectVia::ServiceDns,
@@ -117,6 +122,7 @@ pub struct Settings {
     pub preferred_load: usize,
     pub max_pods: usize,
     pub max_queued_calls: usize,
+    pub max_grpc_retries: usize,
     pub wrapper_server_image: String,
     pub connect_via: ConnectVia,
     pub owner: String,
@@ -236,6 +242,7 @@ impl PodConfig {
                 .filter(|n| *n > 0)
                 .unwrap_or(1),
             max_queued_calls: self.max_queued_calls,
+            max_grpc_retries: usize::try_from(self.max_grpc_retries).unwrap_or(0),
             wrapper_server_image: wrapper_server_image.unwrap_or_default(),
             connect_via: self.connect_via,
             owner: label_safe(&owner),

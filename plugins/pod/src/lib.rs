@@ -105,10 +105,6 @@ impl Evaluator for PodEvaluator {
     }
 }
 
-/// Porch's retries of a call whose pod turned out unreachable, each on another pod once the
-/// unreachable one is out of the pool.
-const UNREACHABLE_RETRIES: usize = 2;
-
 /// One call as the wrapper server is asked it.
 struct Call<'a> {
     image: &'a str,
@@ -123,82 +119,122 @@ async fn evaluate(
     limits: &Arc<Limits>,
     call: Call<'_>,
 ) -> Result<EvalResponse, EvalError> {
+    let retries = pool.settings.max_grpc_retries;
+    retrying(call.image, retries, call.deadline, || {
+        attempt(pool, limits, &call)
+    })
+    .await
+}
+
+/// What one attempt at a call came to.
+enum Attempt {
+    Answered(Result<EvalResponse, EvalError>),
+    /// The pod could not be reached (see [`unreachable`]); it is out of the pool already.
+    Unreachable {
+        pod: String,
+        status: tonic::Status,
+    },
+}
+
+/// Makes `attempt` until one is answered. A pod that went away behind the runner's back
+/// (deleted, evicted, killed mid-call) fails the connection: the call is tried again on another
+/// pod, `retries` times at most (Porch's `--max-grpc-retries`) and only while the caller's
+/// `deadline` has not passed. Functions are pure transformations, so a retry is safe.
+async fn retrying<F, A>(
+    image: &str,
+    retries: usize,
+    deadline: Option<Instant>,
+    mut attempt: F,
+) -> Result<EvalResponse, EvalError>
+where
+    F: FnMut() -> A,
+    A: Future<Output = Attempt>,
+{
+    let mut unreachable = 0;
+    loop {
+        let (pod, status) = match attempt().await {
+            Attempt::Answered(answer) => return answer,
+            Attempt::Unreachable { pod, status } => (pod, status),
+        };
+        unreachable += 1;
+        let expired = deadline.is_some_and(|deadline| Instant::now() >= deadline);
+        if unreachable > retries || expired {
+            return Err(EvalError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "unable to evaluate {image} with pod evaluator: its pods were unreachable {unreachable} times, last {pod}: {}",
+                    status.message()
+                ),
+            ));
+        }
+        tracing::warn!(pod = %pod, image, attempt = unreachable, "function pod unreachable ({}); retrying on another pod", status.message());
+    }
+}
+
+/// One attempt at `call` on a pod of the pool; an unreachable pod is evicted.
+async fn attempt(pool: &Arc<Pool>, limits: &Arc<Limits>, call: &Call<'_>) -> Attempt {
     let Call {
         image,
         resource_list,
         deadline,
         trace,
-    } = call;
-    // A pod that went away behind the runner's back (deleted, evicted, killed mid-call) fails
-    // the connection: evict it and try again on another pod, within the caller's deadline.
-    // Functions are pure transformations, so a retry is safe.
-    let mut attempt = 0;
-    loop {
-        let lease_span = pool.telemetry.start_span(trace, "pod.lease");
-        let waiting_since = Instant::now();
-        let lease = pool
-            .acquire(image, limits, deadline)
-            .await
-            .inspect_err(|error| lease_span.set_error(&error.message))?;
-        lease_span.set_attribute("krm.pod.name", lease.pod.name.as_str());
-        lease_span.set_attribute("krm.pod.cold", lease.cold);
-        lease_span.set_attribute(
-            "krm.pod.wait_ms",
-            u64::try_from(waiting_since.elapsed().as_millis()).unwrap_or(u64::MAX),
-        );
-        lease_span.end();
-        // The wrapper server's span, and the function's, show under this one.
-        let call_span = pool.telemetry.start_span(trace, "pod.call");
-        call_span.set_attribute("krm.pod.name", lease.pod.name.as_str());
-        let handed_on = call_span.trace_context();
-        let mut request = tonic::Request::new(EvaluateFunctionRequest {
-            resource_list: resource_list.to_vec(),
-            image: image.to_owned(),
-            tag: String::new(),
-        });
-        if let Some(deadline) = deadline {
-            request.set_timeout(deadline.saturating_duration_since(Instant::now()));
+    } = *call;
+    let lease_span = pool.telemetry.start_span(trace, "pod.lease");
+    let waiting_since = Instant::now();
+    let lease = match pool.acquire(image, limits, deadline).await {
+        Ok(lease) => lease,
+        Err(error) => {
+            lease_span.set_error(&error.message);
+            return Attempt::Answered(Err(error));
         }
-        if let Some(trace) = handed_on.as_ref().or(trace) {
-            let headers = [
-                ("traceparent", &trace.traceparent),
-                ("tracestate", &trace.tracestate),
-            ];
-            for (key, value) in headers.into_iter().filter(|(_, value)| !value.is_empty()) {
-                if let Ok(value) = value.parse() {
-                    request.metadata_mut().insert(key, value);
-                }
-            }
-        }
-        let status = match lease.pod.client().evaluate_function(request).await {
-            Ok(response) => {
-                let response = response.into_inner();
-                return Ok(EvalResponse::new(response.resource_list, response.log));
-            }
-            Err(status) if unreachable(&status) => status,
-            Err(status) => {
-                let error = from_wrapper(image, &status);
-                call_span.set_error(&error.message);
-                return Err(error);
-            }
-        };
-        call_span.set_error(status.message());
-        let name = lease.pod.name.clone();
-        drop(lease);
-        pool.evict(&name, Eviction::Unreachable);
-        if attempt == UNREACHABLE_RETRIES {
-            return Err(EvalError::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "unable to evaluate {image} with pod evaluator: its pods were unreachable {} times, last {name}: {}",
-                    attempt + 1,
-                    status.message()
-                ),
-            ));
-        }
-        attempt += 1;
-        tracing::warn!(pod = %name, image, attempt, "function pod unreachable ({}); retrying on another pod", status.message());
+    };
+    lease_span.set_attribute("krm.pod.name", lease.pod.name.as_str());
+    lease_span.set_attribute("krm.pod.cold", lease.cold);
+    lease_span.set_attribute(
+        "krm.pod.wait_ms",
+        u64::try_from(waiting_since.elapsed().as_millis()).unwrap_or(u64::MAX),
+    );
+    lease_span.end();
+    // The wrapper server's span, and the function's, show under this one.
+    let call_span = pool.telemetry.start_span(trace, "pod.call");
+    call_span.set_attribute("krm.pod.name", lease.pod.name.as_str());
+    let handed_on = call_span.trace_context();
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: resource_list.to_vec(),
+        image: image.to_owned(),
+        tag: String::new(),
+    });
+    if let Some(deadline) = deadline {
+        request.set_timeout(deadline.saturating_duration_since(Instant::now()));
     }
+    if let Some(trace) = handed_on.as_ref().or(trace) {
+        let headers = [
+            ("traceparent", &trace.traceparent),
+            ("tracestate", &trace.tracestate),
+        ];
+        for (key, value) in headers.into_iter().filter(|(_, value)| !value.is_empty()) {
+            if let Ok(value) = value.parse() {
+                request.metadata_mut().insert(key, value);
+            }
+        }
+    }
+    let status = match lease.pod.client().evaluate_function(request).await {
+        Ok(response) => {
+            let response = response.into_inner();
+            return Attempt::Answered(Ok(EvalResponse::new(response.resource_list, response.log)));
+        }
+        Err(status) if unreachable(&status) => status,
+        Err(status) => {
+            let error = from_wrapper(image, &status);
+            call_span.set_error(&error.message);
+            return Attempt::Answered(Err(error));
+        }
+    };
+    call_span.set_error(status.message());
+    let pod = lease.pod.name.clone();
+    drop(lease);
+    pool.evict(&pod, Eviction::Unreachable);
+    Attempt::Unreachable { pod, status }
 }
 
 /// Whether the call failed for want of a connection to the pod, not with the wrapper's
@@ -330,3 +366,107 @@ async fn kube_client(kubeconfig: Option<&str>) -> Result<kube::Client, ConfigErr
 }
 
 export_plugin!(PodPlugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::cell::Cell;
+
+    use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
+
+    /// A wrapper-server client whose pod is gone: nothing listens at its address any more.
+    fn gone_pod() -> FunctionEvaluatorClient<tonic::transport::Channel> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        drop(listener);
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect_lazy();
+        FunctionEvaluatorClient::new(channel)
+    }
+
+    /// A real call to a pod that is gone, as an attempt sees it.
+    async fn call_gone_pod(attempts: &Cell<usize>) -> Attempt {
+        attempts.set(attempts.get() + 1);
+        let request = EvaluateFunctionRequest {
+            resource_list: b"items: []\n".to_vec(),
+            image: "example.com/fn:v1".into(),
+            tag: String::new(),
+        };
+        match gone_pod().evaluate_function(request).await {
+            Err(status) if unreachable(&status) => Attempt::Unreachable {
+                pod: format!("pod-{}", attempts.get()),
+                status,
+            },
+            other => panic!("a call to a closed port is unreachable, not {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_pod_is_retried_as_often_as_configured() {
+        for retries in [0, 2, 5] {
+            let attempts = Cell::new(0);
+            let error = retrying("example.com/fn:v1", retries, None, || {
+                call_gone_pod(&attempts)
+            })
+            .await
+            .unwrap_err();
+            assert_eq!(attempts.get(), retries + 1, "{retries} retries");
+            assert_eq!(error.kind, ErrorKind::Unavailable, "{error:?}");
+            assert!(
+                error.message.contains(&format!(
+                    "unreachable {} times, last pod-{}",
+                    retries + 1,
+                    retries + 1
+                )),
+                "{error:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retry_that_reaches_a_pod_is_the_answer() {
+        let attempts = &Cell::new(0);
+        let answer = retrying("example.com/fn:v1", 2, None, move || async move {
+            if attempts.get() < 2 {
+                call_gone_pod(attempts).await
+            } else {
+                attempts.set(attempts.get() + 1);
+                Attempt::Answered(Ok(EvalResponse::new(b"served".to_vec(), Vec::new())))
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            (attempts.get(), answer.resource_list),
+            (3, b"served".to_vec())
+        );
+    }
+
+    #[tokio::test]
+    async fn no_retry_once_the_deadline_has_passed() {
+        let attempts = Cell::new(0);
+        let error = retrying("example.com/fn:v1", 2, Some(Instant::now()), || {
+            call_gone_pod(&attempts)
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(attempts.get(), 1, "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn a_pod_that_answers_with_an_error_is_not_retried() {
+        let attempts = Cell::new(0);
+        let error = retrying("example.com/fn:v1", 2, None, || {
+            attempts.set(attempts.get() + 1);
+            async { Attempt::Answered(Err(EvalError::failed("the function failed"))) }
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(
+            (attempts.get(), error.message.as_str()),
+            (1, "the function failed")
+        );
+    }
+}
