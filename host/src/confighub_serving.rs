@@ -94,6 +94,7 @@ impl TypedFunctions {
     /// warning each; AppConfig/Properties: its builtin functions.
     pub fn new(
         mut kubernetes: Executor,
+        properties: Executor,
         runtime: &Runtime,
         workers: Option<TypedWorkers>,
     ) -> Arc<Self> {
@@ -102,7 +103,7 @@ impl TypedFunctions {
         }
         Arc::new(Self {
             kubernetes,
-            properties: Executor::properties(),
+            properties,
             workers,
             working: Arc::new(Semaphore::new(IN_FLIGHT_MESSAGES)),
         })

@@ -475,7 +475,12 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
     } else {
         None
     };
-    let typed = confighub_serving::TypedFunctions::new(typed, &runtime, workers);
+    let typed = confighub_serving::TypedFunctions::new(
+        typed,
+        config.properties_executor(),
+        &runtime,
+        workers,
+    );
     server::serve(
         runtime,
         listener,

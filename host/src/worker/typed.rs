@@ -24,6 +24,7 @@ use crate::contributed;
 #[derive(Serialize, Deserialize)]
 pub struct TypedSpec {
     attributes: Vec<AttributeDeclaration>,
+    max_message_bytes: usize,
     /// Instance name -> its typed functions' signatures, as the ABI gives them (JSON).
     contributed: BTreeMap<String, String>,
 }
@@ -137,6 +138,7 @@ impl TypedWorkers {
     ) -> Result<Self, String> {
         let spec = RoleSpec::Typed(TypedSpec {
             attributes: config.executor.attributes.clone(),
+            max_message_bytes: config.max_message_bytes,
             contributed: contributors
                 .iter()
                 .map(|(name, instance)| (name.clone(), instance.signatures_json()))
@@ -247,8 +249,9 @@ pub struct TypedRole {
 
 impl TypedRole {
     pub fn start(spec: TypedSpec, _parts: Vec<Vec<u8>>, channel: Channel) -> Result<Self, String> {
-        let mut kubernetes =
-            Executor::kubernetes_with(&spec.attributes).map_err(|problems| problems.join("; "))?;
+        let mut kubernetes = Executor::kubernetes_with(&spec.attributes)
+            .map_err(|problems| problems.join("; "))?
+            .with_max_message_bytes(spec.max_message_bytes);
         let sets = spec.contributed.into_iter().map(|(instance, signatures)| {
             let set: Arc<dyn TypedFunctionSet> = Arc::new(AskTheRunner {
                 instance: instance.clone(),
@@ -261,7 +264,7 @@ impl TypedRole {
         let _ = contributed::add_sets(&mut kubernetes, sets);
         Ok(Self {
             kubernetes,
-            properties: Executor::properties(),
+            properties: Executor::properties().with_max_message_bytes(spec.max_message_bytes),
         })
     }
 }
