@@ -122,7 +122,7 @@ fn starlark_list(source: &str) -> Vec<u8> {
 async fn yq_programs_that_exhaust_memory_end_only_their_worker() {
     let (server, _) = serve("");
     let mut client = executor(&server).await;
-    let nine_levels = vec!["(1,1,1,1,1,1,1,1,1,1)"; 9].join(" | ");
+    let nine_levels = ["(1,1,1,1,1,1,1,1,1,1)"; 9].join(" | ");
     for program in [
         r#"(((("x" * 1000) * 1000) * 1000) * 1000) | length"#.to_owned(),
         format!("[{nine_levels}] | length"),
@@ -194,7 +194,7 @@ async fn work_stops_when_the_callers_deadline_passes() {
     let before = settle(&server, 3);
 
     // A billion steps yielding nothing: no result or size check ever runs.
-    let nothing = format!("[{} | empty]", vec!["(1,1,1,1,1,1,1,1,1,1)"; 9].join(" | "));
+    let nothing = format!("[{} | empty]", ["(1,1,1,1,1,1,1,1,1,1)"; 9].join(" | "));
     let body = json!({
         "ToolchainType": "Kubernetes/YAML",
         "ConfigData": base64(UNIT),
@@ -230,11 +230,9 @@ async fn work_stops_when_the_callers_deadline_passes() {
         )],
     ));
     call.set_timeout(Duration::from_millis(800));
-    let status = client
-        .invoke(call)
-        .await
-        .err()
-        .expect("72 million comparisons do not finish within the deadline");
+    let Err(status) = client.invoke(call).await else {
+        panic!("72 million comparisons do not finish within the deadline");
+    };
     assert!(
         matches!(status.code(), Code::DeadlineExceeded | Code::Cancelled),
         "{status:?}"

@@ -196,12 +196,11 @@ fn run(ctx: &mut Ctx) -> Exit {
             .spawn_scoped(scope, || evaluate(rl, stop, &program));
         match evaluation {
             Ok(handle) => handle.join().map_err(|panic| {
-                let message = panic
+                panic
                     .downcast_ref::<&str>()
                     .map(|text| (*text).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                message
+                    .unwrap_or_default()
             }),
             Err(e) => Ok(Err(format!("cannot start the Starlark interpreter: {e}"))),
         }
