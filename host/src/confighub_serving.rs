@@ -33,14 +33,14 @@ use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_server::{
     FunctionExecutor, FunctionExecutorServer,
 };
-use krm_runner_proto::serving::{self, CLOSE_LIMIT, IN_FLIGHT_MESSAGES, RECEIVE_LIMIT, answer_by};
+use krm_runner_proto::serving::{self, IN_FLIGHT_MESSAGES, RECEIVE_LIMIT, answer_by};
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::Status;
 
 use crate::contributed;
-use crate::runtime::{CancelOnDrop, LARGE_CALL_BYTES, Runtime, release_free_memory};
+use crate::runtime::{CancelOnDrop, LARGE_CALL_BYTES, Runtime, release_free_memory, track_call};
 use crate::worker::typed::{TypedError, TypedWorkers};
 
 /// How long a client may take to send a request's headers.
@@ -137,8 +137,11 @@ impl TypedFunctions {
     ) -> Result<FunctionInvocationResponse, Refusal> {
         let typed = self.clone();
         let running = call.clone();
+        // Shutdown lets the sequence finish within its grace period, as it does a function call.
+        let tracked = track_call(&call);
         let task = tokio::task::spawn_blocking(move || {
             let _permit = permit;
+            let _tracked = tracked;
             let large = request.config_data.len() >= LARGE_CALL_BYTES;
             let outcome = match &typed.workers {
                 Some(workers) => workers.invoke(toolchain, request, &running),
@@ -191,7 +194,7 @@ pub fn deadline_after(seconds: f64) -> Option<Instant> {
 // ---- HTTP ----
 
 /// Serves ConfigHub's routes on `listener` until `stopping` turns true; connections then
-/// finish the request they are on, for at most [`CLOSE_LIMIT`].
+/// finish the request they are on, within shutdown's grace period.
 pub async fn serve_http(
     listener: TcpListener,
     typed: Arc<TypedFunctions>,
@@ -229,8 +232,10 @@ async fn serve_connection(stream: TcpStream, router: Router, mut closing: watch:
             }
         }
         () = turned_true(&mut closing) => {
+            // The request in progress is answered (shutdown's grace period bounds it, and the
+            // runner's exit ends whatever is left); idle connections close at once.
             connection.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(CLOSE_LIMIT, connection).await;
+            let _ = connection.await;
         }
     }
 }

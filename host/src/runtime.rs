@@ -856,6 +856,12 @@ struct RunningCall {
     _orphans: CallInFlight,
 }
 
+/// Counts a call that is not an EvaluateFunction (a typed-function sequence) among the calls
+/// shutdown waits for and cancels when its grace period ends, until the guard is dropped.
+pub fn track_call(context: &Arc<HostCallContext>) -> impl Drop + Send + 'static {
+    RunningCall::register(context)
+}
+
 impl RunningCall {
     fn register(context: &Arc<HostCallContext>) -> Self {
         let orphans = process::call_in_flight();

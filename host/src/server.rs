@@ -308,6 +308,8 @@ pub async fn serve(
     let grace_over = move || {
         tracing::warn!("grace period over: cancelling in-flight calls");
         let _ = force_tx.send(true);
+        // Typed-function sequences too (their workers are killed).
+        runtime::cancel_running_calls(CancelReason::ShuttingDown);
     };
     serving::drain_within(
         server,
@@ -318,7 +320,7 @@ pub async fn serve(
     )
     .await?;
     if let Some(http) = http {
-        // It stopped accepting when shutdown started; its connections close within CLOSE_LIMIT.
+        // It stopped accepting when shutdown started; its requests have been answered.
         let _ = tokio::time::timeout(serving::CLOSE_LIMIT, http).await;
     }
     tracing::info!("stopped");

@@ -357,6 +357,52 @@ fn http_runs_plugin_functions_in_sequences_and_keeps_serving_after_a_panic() {
     assert_eq!(status, 400);
 }
 
+/// Fault 12 of issue 27: SIGTERM lets a sequence in flight over HTTP and over gRPC finish
+/// within the grace period, as it does an EvaluateFunction call.
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_lets_sequences_in_flight_finish() {
+    let (server, port) = serve(&[]);
+    let slow = json!([
+        {"FunctionName": "set-replicas", "Arguments": [{"Value": 4}]},
+        {"FunctionName": "sleep", "Arguments": [{"Value": 1500}]}
+    ]);
+    let over_http = std::thread::spawn(move || post(port, "", slow));
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let over_grpc = tokio::spawn(async move {
+        client
+            .invoke(pb::InvokeRequest {
+                toolchain: "Kubernetes/YAML".to_owned(),
+                config_data: UNIT.as_bytes().to_vec(),
+                invocations: vec![invocation("sleep", vec![int_argument(1500)])],
+                ..pb::InvokeRequest::default()
+            })
+            .await
+    });
+    // Both sequences are in their sleep when the signal comes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.signal(libc::SIGTERM);
+    let (status, response) = over_http.join().unwrap();
+    assert_eq!(
+        (status, &response["Success"]),
+        (200, &json!(true)),
+        "{response}"
+    );
+    let response = over_grpc
+        .await
+        .unwrap()
+        .expect("answered, not cut")
+        .into_inner();
+    assert!(response.success, "{:?}", response.error_messages);
+    let mut server = server;
+    assert!(
+        server
+            .wait_exit(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+}
+
 /// A `FunctionExecutor/Invoke` carrying `grpc-timeout` but with no deadline timer on the
 /// client (tonic's channel would answer CANCELLED locally), so the answer is the server's.
 async fn invoke_with_remote_deadline(
