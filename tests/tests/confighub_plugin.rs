@@ -364,7 +364,7 @@ async fn shutdown_lets_sequences_in_flight_finish() {
     let (server, port) = serve(&[]);
     let slow = json!([
         {"FunctionName": "set-replicas", "Arguments": [{"Value": 4}]},
-        {"FunctionName": "sleep", "Arguments": [{"Value": 1500}]}
+        {"FunctionName": "sleep", "Arguments": [{"Value": 4000}]}
     ]);
     let over_http = std::thread::spawn(move || post(port, "", slow));
     let mut client = FunctionExecutorClient::connect(server.endpoint())
@@ -375,13 +375,15 @@ async fn shutdown_lets_sequences_in_flight_finish() {
             .invoke(pb::InvokeRequest {
                 toolchain: "Kubernetes/YAML".to_owned(),
                 config_data: UNIT.as_bytes().to_vec(),
-                invocations: vec![invocation("sleep", vec![int_argument(1500)])],
+                invocations: vec![invocation("sleep", vec![int_argument(4000)])],
                 ..pb::InvokeRequest::default()
             })
             .await
     });
-    // Both sequences are in their sleep when the signal comes.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Both sequences are in their sleep when the signal comes: a request still unread then
+    // would rightly be refused, so the signal waits half the sleep, a generous margin on a
+    // loaded machine.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     server.signal(libc::SIGTERM);
     let (status, response) = over_http.join().unwrap();
     assert_eq!(
