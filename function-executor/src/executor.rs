@@ -62,7 +62,8 @@ pub enum ExecutorError {
     },
 }
 
-fn cancelled_text(reason: CancelReason) -> &'static str {
+/// What a sequence stopped for `reason` says, in every message about it.
+pub fn cancelled_text(reason: CancelReason) -> &'static str {
     match reason {
         CancelReason::CallerCancelled => "the caller cancelled the sequence",
         CancelReason::DeadlineExceeded => "the sequence exceeded the caller's deadline",

@@ -488,19 +488,11 @@ impl FunctionExecutor for GrpcExecutor {
             .typed
             .invoke(permit, toolchain, request, call)
             .await
-            .map_err(|refusal| match cancelled_reason(&refusal) {
-                Some(reason) => {
-                    let code = match reason {
-                        CancelReason::DeadlineExceeded => tonic::Code::DeadlineExceeded,
-                        CancelReason::CallerCancelled => tonic::Code::Cancelled,
-                        CancelReason::ShuttingDown => tonic::Code::Unavailable,
-                    };
-                    Status::new(code, refusal.to_string())
-                }
-                None => Status::new(
+            .map_err(|refusal| {
+                Status::new(
                     tonic::Code::from_i32(refusal.kind().grpc_code()),
                     refusal.to_string(),
-                ),
+                )
             })?;
         let response = to_proto(response)?;
         let size = response.config_data.len()

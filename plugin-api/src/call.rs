@@ -306,7 +306,7 @@ impl FunctionConfigRoute {
 }
 
 /// Why a call stopped early.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CancelReason {
     /// The caller cancelled or disconnected.
     CallerCancelled,
@@ -323,6 +323,15 @@ impl CancelReason {
             CancelReasonFfi::CallerCancelled => Some(Self::CallerCancelled),
             CancelReasonFfi::DeadlineExceeded => Some(Self::DeadlineExceeded),
             CancelReasonFfi::ShuttingDown => Some(Self::ShuttingDown),
+        }
+    }
+
+    /// The kind of error a call stopped for this reason answers with.
+    pub fn error_kind(self) -> ErrorKind {
+        match self {
+            Self::CallerCancelled => ErrorKind::Cancelled,
+            Self::DeadlineExceeded => ErrorKind::DeadlineExceeded,
+            Self::ShuttingDown => ErrorKind::Unavailable,
         }
     }
 

@@ -105,11 +105,7 @@ fn call_error(error: WorkerError, context: &CallContext<'_>, image: &str, who: &
     }
     EvalError::new(
         error_kind(&error),
-        format!(
-            "{who} for {}: {}",
-            krm_plugin_api::quoted(image),
-            bounded(&error.to_string())
-        ),
+        format!("{who} for {}: {}", krm_plugin_api::quoted(image), error),
     )
 }
 
@@ -124,15 +120,5 @@ fn error_kind(error: &WorkerError) -> ErrorKind {
         WorkerError::Cancelled => ErrorKind::Cancelled,
         WorkerError::Start { .. } => ErrorKind::Unavailable,
         WorkerError::Died { .. } | WorkerError::Protocol(_) => ErrorKind::Internal,
-    }
-}
-
-/// Messages about a worker quote its log: at most this much of it.
-const MESSAGE_CHARS: usize = 2048;
-
-fn bounded(text: &str) -> &str {
-    match text.char_indices().nth(MESSAGE_CHARS) {
-        Some((cut, _)) => &text[..cut],
-        None => text,
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use krm_function_executor::api::{FunctionInvocationRequest, FunctionInvocationResponse};
 use krm_function_executor::declared::AttributeDeclaration;
+use krm_function_executor::executor::cancelled_text;
 use krm_function_executor::{Executor, ExecutorError, Toolchain};
 use krm_plugin_api::{CallContext, CancelReason, ErrorKind, EvalError, TypedFunctionSet};
 use krm_plugin_loader::{EvaluatorInstance, HostCallContext};
@@ -43,19 +44,12 @@ struct CallHeader {
 enum Outcome {
     Answered,
     Cancelled {
-        reason: Cancel,
+        reason: CancelReason,
         index: usize,
         function: String,
     },
     /// The executor refused the request (an [`ExecutorError`], in words).
     Refused(String),
-}
-
-#[derive(Serialize, Deserialize)]
-enum Cancel {
-    Caller,
-    Deadline,
-    Shutdown,
 }
 
 /// A contributed function's call, from the worker; the request is the part.
@@ -88,24 +82,12 @@ pub enum TypedError {
     Worker(#[source] WorkerError),
 }
 
-fn cancelled_text(reason: CancelReason) -> &'static str {
-    match reason {
-        CancelReason::CallerCancelled => "the caller cancelled the sequence",
-        CancelReason::DeadlineExceeded => "the sequence exceeded the caller's deadline",
-        CancelReason::ShuttingDown => "the sequence was stopped: the runner is shutting down",
-    }
-}
-
 impl TypedError {
     /// The kind of error this is, which decides the caller's status.
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::Executor(ExecutorError::Cancelled { reason, .. }) | Self::Cancelled(reason) => {
-                match reason {
-                    CancelReason::DeadlineExceeded => ErrorKind::DeadlineExceeded,
-                    CancelReason::CallerCancelled => ErrorKind::Cancelled,
-                    CancelReason::ShuttingDown => ErrorKind::Unavailable,
-                }
+                reason.error_kind()
             }
             Self::Executor(_) | Self::Refused(_) => ErrorKind::InvalidInput,
             Self::Worker(error) => super::error_kind(error),
@@ -206,11 +188,7 @@ impl TypedWorkers {
                 index,
                 function,
             } => Err(TypedError::Executor(ExecutorError::Cancelled {
-                reason: match reason {
-                    Cancel::Caller => CancelReason::CallerCancelled,
-                    Cancel::Deadline => CancelReason::DeadlineExceeded,
-                    Cancel::Shutdown => CancelReason::ShuttingDown,
-                },
+                reason,
                 index,
                 function,
             })),
@@ -329,11 +307,7 @@ impl Role for TypedRole {
                 function,
             }) => Message::new(
                 &Outcome::Cancelled {
-                    reason: match reason {
-                        CancelReason::CallerCancelled => Cancel::Caller,
-                        CancelReason::DeadlineExceeded => Cancel::Deadline,
-                        CancelReason::ShuttingDown => Cancel::Shutdown,
-                    },
+                    reason,
                     index,
                     function,
                 },
