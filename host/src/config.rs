@@ -117,7 +117,8 @@ impl WorkersConfig {
                 ));
             }
         };
-        at_least("memory_limit_mib", self.memory_limit_mib, 256);
+        // The Starlark interpreter alone reserves a 256 MiB stack and may use a 256 MiB heap.
+        at_least("memory_limit_mib", self.memory_limit_mib, 512);
         at_least("cpu_seconds_per_call", self.cpu_seconds_per_call, 1);
         at_least("calls_per_worker", u64::from(self.calls_per_worker), 1);
         at_least("max", self.max as u64, 1);

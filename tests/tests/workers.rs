@@ -330,10 +330,13 @@ async fn dead_and_unstartable_workers_fail_one_call_each() {
 
     // The plugin file goes away: its workers cannot start, and the runner says so per call.
     std::fs::remove_file(&plugin).unwrap();
-    for pid in workers(&server) {
+    let killed: Vec<i32> = workers(&server).into_iter().map(|(pid, _)| pid).collect();
+    for pid in &killed {
         // SAFETY: as above.
-        unsafe { libc::kill(pid.0, libc::SIGKILL) };
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
     }
+    // Dead before the call, so that none is handed out in the instant before its signal lands.
+    assert_eq!(wait_gone(&killed, Duration::from_secs(10)), Vec::<i32>::new());
     let status = server.call("testkit/echo", b"{}").await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert!(
@@ -411,6 +414,159 @@ async fn a_flood_of_killing_calls_leaves_the_pools_as_they_were() {
         "the runner's memory grew: {resident_before} KiB -> {} KiB",
         resident_kib(server.pid() as i32)
     );
+}
+
+/// Fault 13: HTTP clients that hang up while their sequence runs (or waits for a worker) give
+/// their place back at once: their workers are killed, and with every one of the HTTP
+/// listener's places taken by such clients, the next request is served, not refused as busy
+/// after waiting [`RECEIVE_LIMIT`](krm_runner_proto::serving::RECEIVE_LIMIT).
+#[test]
+fn http_clients_that_hang_up_free_their_place_and_their_worker() {
+    use std::io::Write;
+    let (server, http) = serve("");
+    settle(&server, 3);
+    // A billion steps yielding nothing: it would run for minutes, no deadline given.
+    let endless = format!("[{} | empty]", ["(1,1,1,1,1,1,1,1,1,1)"; 9].join(" | "));
+    let body = json!({
+        "ToolchainType": "Kubernetes/YAML",
+        "ConfigData": base64(UNIT),
+        "FunctionInvocations": [{"FunctionName": "yq", "Arguments": [{"Value": endless}]}],
+    })
+    .to_string();
+    let places = krm_runner_proto::serving::IN_FLIGHT_MESSAGES;
+    let clients: Vec<std::net::TcpStream> = (0..places)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", http)).unwrap();
+            write!(
+                stream,
+                "POST /function/kubernetes HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            stream
+        })
+        .collect();
+    // The pool's workers all busy with them (the others wait for a worker), then they go.
+    let typed_workers = 4;
+    let started = Instant::now();
+    while busy_workers(&server) < typed_workers {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the endless programs never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(clients);
+
+    let (status, answer) = http_exchange(
+        http,
+        "POST",
+        "/function/kubernetes",
+        "",
+        json!({
+            "ToolchainType": "Kubernetes/YAML",
+            "ConfigData": base64(UNIT),
+            "FunctionInvocations": [{"FunctionName": "yq", "Arguments": [{"Value": ".metadata.name"}]}],
+        })
+        .to_string()
+        .as_bytes(),
+    );
+    // With the departed clients' places still held, this would wait for one and be refused.
+    assert_eq!(status, 200, "{answer}");
+    // Their workers were killed, not left running their programs.
+    let started = Instant::now();
+    while busy_workers(&server) > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "workers still run the departed clients' programs"
+        );
+    }
+    settle(&server, 3);
+}
+
+/// How many of the runner's workers use CPU over 300 ms (at least 30 ms of it: a busy one on
+/// a machine shared with the other tests still gets far more).
+fn busy_workers(server: &Server) -> usize {
+    let ticks = |pid: i32| krm_runner_tests::process_stat(pid).map_or(0, |stat| stat.cpu_ticks);
+    let before: Vec<(i32, u64)> = workers(server)
+        .iter()
+        .map(|(pid, _)| (*pid, ticks(*pid)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    before
+        .into_iter()
+        .filter(|(pid, ticks_before)| ticks(*pid) >= *ticks_before + 3)
+        .count()
+}
+
+/// Faults 8 and 9: ten sequences over 5 MB units at once over gRPC `Invoke` run in the
+/// workers, so the runner's own peak stays a fraction of what they need together, and its
+/// resident memory comes back to within twice its start-up size within 30 s.
+#[tokio::test(flavor = "multi_thread")]
+async fn large_sequences_at_once_leave_the_runner_small() {
+    let (server, _) = serve("");
+    settle(&server, 3);
+    let runner = server.pid() as i32;
+    let at_start = resident_kib(runner);
+    let one: String = (0..64)
+        .map(|i| format!("  k{i}: '{}'\n", "v".repeat(60)))
+        .collect();
+    let unit: String = (0..1_150)
+        .map(|i| {
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm{i}\ndata:\n{one}---\n")
+        })
+        .collect();
+    assert!(
+        unit.len() > 5_000_000 && unit.len() < 6_000_000,
+        "{}",
+        unit.len()
+    );
+    let calls: Vec<_> = (0..10)
+        .map(|_| {
+            let endpoint = server.endpoint();
+            let unit = unit.clone();
+            tokio::spawn(async move {
+                let mut client = FunctionExecutorClient::connect(endpoint)
+                    .await
+                    .unwrap()
+                    .max_decoding_message_size(64 << 20);
+                client
+                    .invoke(request(
+                        &unit,
+                        vec![invocation("set-label", &["tier", "web"])],
+                    ))
+                    .await
+            })
+        })
+        .collect();
+    for call in calls {
+        let response = call.await.unwrap().expect("answered").into_inner();
+        assert!(response.success, "{:?}", response.error_messages);
+        assert!(response.config_data.len() > unit.len());
+    }
+    // The runner only passes the units on: about 130 MB at its peak here, where running the
+    // ten sequences itself takes it near 600 MB (and 4.3 GB on heavier functions).
+    let peak = peak_kib(runner);
+    assert!(peak < 384 * 1024, "the runner peaked at {peak} KiB");
+    let started = Instant::now();
+    while resident_kib(runner) > 2 * at_start {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the runner holds {} KiB 30 s after the calls; {at_start} KiB at start",
+            resident_kib(runner)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The most memory a process has had resident, in KiB.
+fn peak_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// SIGTERM: the runner stops its workers with itself.

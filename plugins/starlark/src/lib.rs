@@ -196,25 +196,35 @@ fn run(ctx: &mut Ctx) -> Exit {
             .spawn_scoped(scope, || evaluate(rl, stop, &program));
         match evaluation {
             Ok(handle) => handle.join().map_err(|panic| {
-                panic
-                    .downcast_ref::<&str>()
-                    .map(|text| (*text).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default()
+                Unfinished::Panicked(
+                    panic
+                        .downcast_ref::<&str>()
+                        .map(|text| (*text).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default(),
+                )
             }),
-            Err(e) => Ok(Err(format!("cannot start the Starlark interpreter: {e}"))),
+            Err(e) => Err(Unfinished::NoThread(e)),
         }
     });
     let outcome = match outcome {
         Ok(outcome) => outcome,
         // The interpreter's arena panics when the process may not grow (a worker's
-        // address-space limit): a limit reached, not a failure of the program.
-        Err(panic) if panic.contains("out of memory") => {
+        // address-space limit), and its thread cannot start when its stack does not fit: a
+        // limit reached, not a failure of the program.
+        Err(Unfinished::Panicked(panic)) if panic.contains("out of memory") => {
             return Exit::Interrupted(
                 "the program needed more memory than this process may use (out of memory)".into(),
             );
         }
-        Err(panic) => Err(format!(
+        Err(Unfinished::NoThread(e)) => {
+            return Exit::Interrupted(format!(
+                "the Starlark interpreter's {} MiB stack does not fit in the memory this \
+                 process may use (out of memory): {e}",
+                EVAL_STACK_BYTES >> 20
+            ));
+        }
+        Err(Unfinished::Panicked(panic)) => Err(format!(
             "the Starlark interpreter failed unexpectedly: {panic}"
         )),
     };
@@ -234,6 +244,12 @@ fn run(ctx: &mut Ctx) -> Exit {
         return Exit::Failed(FAILURE.into());
     }
     Exit::Ok
+}
+
+/// Why the interpreter's thread gave no outcome.
+enum Unfinished {
+    Panicked(String),
+    NoThread(std::io::Error),
 }
 
 /// The SDK's message when a function reports failure: the catalog's stderr.
