@@ -19,6 +19,7 @@ use crate::properties::PropertiesError;
 use crate::registry::PathRegistry;
 use crate::resource::OwnedUnit;
 use crate::toolchain::{Toolchain, UnknownToolchain};
+use crate::yaml::ParseError;
 
 /// Config data larger than this is refused.
 pub const MAX_CONFIG_BYTES: usize = 64 * 1024 * 1024;
@@ -39,7 +40,14 @@ pub enum ExecutorError {
     #[error("config data is not UTF-8 text")]
     NotText(#[source] std::str::Utf8Error),
     #[error("configuration data parsing error: {0}")]
-    Unparsable(String),
+    Unparsable(#[source] ParseError),
+    /// A mutating function left a text that does not parse.
+    #[error("{function} produced data that does not parse: {error}")]
+    UnparsableResult {
+        function: String,
+        #[source]
+        error: ParseError,
+    },
     #[error(transparent)]
     Toolchain(#[from] UnknownToolchain),
     /// The request names a toolchain other than the one this executor serves.
@@ -366,11 +374,11 @@ impl Executor {
                     }
                     continue;
                 }
-                let after = OwnedUnit::parse_as(new_text, self.toolchain).map_err(|e| {
-                    ExecutorError::Unparsable(format!(
-                        "{} produced data that does not parse: {e}",
-                        invocation.function_name
-                    ))
+                let after = OwnedUnit::parse_as(new_text, self.toolchain).map_err(|error| {
+                    ExecutorError::UnparsableResult {
+                        function: invocation.function_name.clone(),
+                        error,
+                    }
                 })?;
                 // What the toolchain's format cannot hold is this invocation's failure, and
                 // none of it is applied.

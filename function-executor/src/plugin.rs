@@ -22,7 +22,7 @@ use crate::api::{
 };
 use crate::args;
 use crate::executor::{Executor, RegistrationError};
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::registry::PathRegistry;
 use crate::resource::OwnedUnit;
 use crate::signature::TypedSignature;
@@ -125,9 +125,9 @@ impl TypedFunctionSet for PluginFunctions {
                         .map_err(|e| EvalError::internal(format!("{function}: output: {e}")))?;
                 }
             }
-            Err(message) => {
+            Err(error) => {
                 response.success = false;
-                response.error_messages = vec![message];
+                response.error_messages = vec![error.to_string()];
             }
         }
         encode(&response)
@@ -214,7 +214,7 @@ impl TypedFunction for RemoteFunction {
         &self.signature
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         let arguments = call
             .arguments
             .0
@@ -233,12 +233,11 @@ impl TypedFunction for RemoteFunction {
         let request = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
         let answer = self
             .set
-            .invoke(call.cancellation, &self.remote_name, &request)
-            .map_err(|error| error.message)?;
+            .invoke(call.cancellation, &self.remote_name, &request)?;
         let response: FunctionInvocationResponse = serde_json::from_slice(&answer)
             .map_err(|e| format!("unreadable answer from the plugin: {e}"))?;
         if !response.success {
-            return Err(response.error_messages.join("; "));
+            return Err(response.error_messages.join("; ").into());
         }
         let output = match response.output_type {
             Some(output_type) if response.output != b"null" => Some(
@@ -272,7 +271,7 @@ mod tests {
     const UNIT: &str =
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n";
 
-    fn count_documents(call: &Call) -> Result<Outcome, String> {
+    fn count_documents(call: &Call) -> Result<Outcome, FunctionError> {
         let label = call.arguments.str("label").unwrap_or_default();
         Ok(Outcome::output(Output::Attributes(vec![AttributeValue {
             resource: Default::default(),
@@ -286,8 +285,8 @@ mod tests {
         }])))
     }
 
-    fn fail(_: &Call) -> Result<Outcome, String> {
-        Err("deliberately failed".to_owned())
+    fn fail(_: &Call) -> Result<Outcome, FunctionError> {
+        Err("deliberately failed".into())
     }
 
     fn plugin_set() -> Arc<PluginFunctions> {
@@ -389,12 +388,12 @@ mod tests {
         assert!(response.mutators.is_empty());
     }
 
-    fn wait(call: &Call) -> Result<Outcome, String> {
+    fn wait(call: &Call) -> Result<Outcome, FunctionError> {
         match call
             .cancellation
             .wait_cancelled(std::time::Duration::from_secs(30))
         {
-            Some(reason) => Err(format!("stopped: {reason:?}")),
+            Some(_) => Err(crate::functions::Stopped.into()),
             None => Ok(Outcome::default()),
         }
     }

@@ -3,7 +3,7 @@
 
 use crate::api::ResourceInfo;
 use crate::toolchain::Toolchain;
-use crate::yaml::{Doc, Kind, NodeId};
+use crate::yaml::{Doc, Kind, NodeId, ParseError};
 
 /// The category ConfigHub gives Kubernetes objects.
 pub const CATEGORY_RESOURCE: &str = "Resource";
@@ -37,12 +37,12 @@ pub struct Unit<'a> {
 
 impl<'a> Unit<'a> {
     /// A unit of Kubernetes resources.
-    pub fn parse(text: &'a str) -> Result<Self, String> {
+    pub fn parse(text: &'a str) -> Result<Self, ParseError> {
         Self::parse_as(text, Toolchain::KubernetesYaml)
     }
 
     /// A unit of `toolchain`'s model, its resources identified as that toolchain does.
-    pub fn parse_as(text: &'a str, toolchain: Toolchain) -> Result<Self, String> {
+    pub fn parse_as(text: &'a str, toolchain: Toolchain) -> Result<Self, ParseError> {
         let doc = Doc::parse(text)?;
         let identify = match toolchain {
             Toolchain::KubernetesYaml => kubernetes_element,
@@ -105,11 +105,11 @@ self_cell::self_cell!(
 );
 
 impl OwnedUnit {
-    pub fn parse(text: String) -> Result<Self, String> {
+    pub fn parse(text: String) -> Result<Self, ParseError> {
         Self::parse_as(text, Toolchain::KubernetesYaml)
     }
 
-    pub fn parse_as(text: String, toolchain: Toolchain) -> Result<Self, String> {
+    pub fn parse_as(text: String, toolchain: Toolchain) -> Result<Self, ParseError> {
         Self::try_new(text, |text| Unit::parse_as(text, toolchain))
     }
 

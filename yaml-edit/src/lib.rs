@@ -8,6 +8,7 @@
 
 mod bytes;
 mod edit;
+mod error;
 // Public for property tests that hold the fast path to the general parser's trees.
 pub mod fast;
 mod limits;
@@ -18,8 +19,9 @@ mod top_level;
 mod tree;
 
 pub use edit::{Editor, scalar_edit};
+pub use error::{ParseError, Position};
 pub use limits::{
-    ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, MAX_TEXT_BYTES, STOPPED, Stop,
+    ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, MAX_TEXT_BYTES, Stop, Stopped,
 };
 pub use new::{New, block_entries, block_items, block_map_item};
 pub use scalar::{double_quoted, needs_quotes, push_rendered, resolve_plain, untyped_scalar};

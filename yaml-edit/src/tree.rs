@@ -200,20 +200,6 @@ pub struct Doc<'a> {
     pub(crate) keys_unique: bool,
 }
 
-/// The parse error when a document would hold more than [`MAX_NODES`] nodes.
-pub(crate) fn too_many_nodes() -> String {
-    format!("more than {MAX_NODES} nodes")
-}
-
-/// The parse error when the values a document keeps (see [`ScalarValue`]) would hold more than
-/// [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES).
-pub(crate) fn too_many_values() -> String {
-    format!(
-        "the values of its scalars hold more than {} bytes",
-        crate::MAX_TEXT_BYTES
-    )
-}
-
 /// 1-based line and column (in characters) of byte `pos`.
 pub fn line_col(src: &str, pos: usize) -> (usize, usize) {
     let pos = pos.min(src.len());
@@ -241,7 +227,7 @@ impl<'a> Doc<'a> {
         &self.nodes[id]
     }
 
-    /// Adds a node; none past [`MAX_NODES`] (see [`too_many_nodes`]).
+    /// Adds a node; none past [`MAX_NODES`] (see [`ParseError::TooManyNodes`](crate::ParseError::TooManyNodes)).
     #[inline]
     pub(crate) fn push(&mut self, node: Node) -> Option<NodeId> {
         if self.nodes.len() >= MAX_NODES {
@@ -253,7 +239,7 @@ impl<'a> Doc<'a> {
 
     /// Keeps a scalar's value that is not written verbatim in the text (unescaped, folded);
     /// none past [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES) of such values (see
-    /// [`too_many_values`]).
+    /// [`ParseError::TooManyValues`](crate::ParseError::TooManyValues)).
     pub(crate) fn keep_value(&mut self, value: &str) -> Option<ScalarValue> {
         let start = self.values.len();
         if start + value.len() > crate::MAX_TEXT_BYTES {

@@ -10,13 +10,13 @@ use crate::functions::path_visitor::{
     CONTAINER_NAME_PATTERN, IMAGE_REFERENCE_PATTERN, fill_missing, get, write,
 };
 use crate::functions::resources::{Custom, custom, identified};
-use crate::functions::{Call, Outcome, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, TypedFunction};
 use crate::path::{self, UnresolvedPath};
 use crate::registry::{IMAGE_ACCESSOR, PathVisitorInfo, attribute, pod_spec_prefixes};
 use crate::signature::ParameterBuilder;
 use crate::yaml::{Editor, New};
 
-fn set_image_reference_by_uri(call: &Call) -> Result<Outcome, String> {
+fn set_image_reference_by_uri(call: &Call) -> Result<Outcome, FunctionError> {
     let uri = call.arguments.str("repository-uri").unwrap_or_default();
     let reference = call.arguments.str("image-reference").unwrap_or_default();
     let accessor = Regex::new(IMAGE_ACCESSOR).map_err(|e| e.to_string())?;
@@ -69,7 +69,7 @@ fn set_image_reference_by_uri(call: &Call) -> Result<Outcome, String> {
 fn containers<'u>(
     call: &'u Call,
     container: &str,
-) -> Result<Vec<(&'u ResourceInfo, path::Resolved, crate::yaml::NodeId)>, String> {
+) -> Result<Vec<(&'u ResourceInfo, path::Resolved, crate::yaml::NodeId)>, FunctionError> {
     let name = if container == "*" {
         "*".to_owned()
     } else {
@@ -103,14 +103,14 @@ fn containers<'u>(
     Ok(containers)
 }
 
-fn set_env(call: &Call) -> Result<Outcome, String> {
+fn set_env(call: &Call) -> Result<Outcome, FunctionError> {
     let container = call.arguments.str("container-name").unwrap_or_default();
     // Later pairs for one variable win.
     let mut pairs: Vec<(String, String)> = Vec::new();
     for value in call.arguments.all("env-key-value") {
         let text = value.as_str().unwrap_or_default();
         let Some((key, value)) = text.split_once('=') else {
-            return Err(format!("env-key-value {text:?} is not KEY=value"));
+            return Err(format!("env-key-value {text:?} is not KEY=value").into());
         };
         pairs.retain(|(k, _)| k != key);
         pairs.push((key.to_owned(), value.to_owned()));
@@ -126,7 +126,8 @@ fn set_env(call: &Call) -> Result<Outcome, String> {
             return Err(format!(
                 "{} {}: {} goes through an alias; not edited",
                 info.resource_type, info.resource_name, found.path
-            ));
+            )
+            .into());
         }
         let env = doc.get(node, "env");
         let mut missing = Vec::new();
@@ -148,7 +149,7 @@ fn set_env(call: &Call) -> Result<Outcome, String> {
                         return Err(format!(
                             "{} {}: env {key} of container {}: its value is not a scalar (valueFrom?)",
                             info.resource_type, info.resource_name, found.path
-                        ));
+                        ).into());
                     }
                     None => {
                         editor.insert(doc, item, "value", New::str(value.clone()));
@@ -176,7 +177,8 @@ fn set_env(call: &Call) -> Result<Outcome, String> {
                 return Err(format!(
                     "{} {}: {}.env is not a list",
                     info.resource_type, info.resource_name, found.path
-                ));
+                )
+                .into());
             }
             None => editor.insert(doc, node, "env", New::Seq(missing)),
         }
@@ -243,7 +245,7 @@ impl Quantity {
     }
 }
 
-fn set_container_resources(call: &Call) -> Result<Outcome, String> {
+fn set_container_resources(call: &Call) -> Result<Outcome, FunctionError> {
     let container = call.arguments.str("container-name").unwrap_or_default();
     let operation = call.arguments.str("operation").unwrap_or("all");
     let factor = call
@@ -358,7 +360,7 @@ const POD_SECURITY_LABEL: &str = "metadata.labels.pod-security~1kubernetes~1io/e
 /// non-root pods with the runtime's seccomp profile and containers that cannot escalate
 /// privileges nor write their root filesystem, and minimum CPU and memory requests. Each
 /// switch defaults to true, but probes: they cannot be added yet, as no port is known to probe.
-fn set_pod_defaults(call: &Call) -> Result<Outcome, String> {
+fn set_pod_defaults(call: &Call) -> Result<Outcome, FunctionError> {
     let switched_on = |name: &str| {
         call.arguments
             .get(name)

@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::api::{DataType, OutputType, ValidationResult, YamlPayload};
 use crate::args::Arguments;
 use crate::functions::resources::custom;
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::signature::{ParameterBuilder, TypedSignature};
 use crate::yaml::{Doc, Kind, MAX_DEPTH, New, NodeId, Style, block_entries, block_items};
 
@@ -192,7 +192,7 @@ impl TypedFunction for CelValidate {
         }
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         let source = call.arguments.str(CEL_PARAMETER).unwrap_or_default();
         let expression =
             cel_expression(source).map_err(|e| format!("parameter {CEL_PARAMETER}: {e}"))?;
@@ -219,7 +219,7 @@ impl TypedFunction for CelValidate {
                     return Err(format!(
                         "expression {source} does not evaluate to a boolean (on resource {name}: {:?})",
                         other.type_of()
-                    ));
+                    ).into());
                 }
                 Err(e) => details.push(format!(
                     "validation expression {source} could not be evaluated on resource {name}: {e}"
@@ -588,7 +588,7 @@ impl TypedFunction for Yq {
         }
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         let expression = call.arguments.str(YQ_PARAMETER).unwrap_or_default();
         let filter = vet_yq(expression)
             .and_then(|()| compile_yq(expression))
@@ -610,7 +610,7 @@ impl TypedFunction for Yq {
                 let value = result.map_err(|e| format!("yq expression evaluation failed: {e}"))?;
                 results += 1;
                 if results > MAX_YQ_RESULTS {
-                    return Err(format!("more than {MAX_YQ_RESULTS} results; stopped"));
+                    return Err(format!("more than {MAX_YQ_RESULTS} results; stopped").into());
                 }
                 if first_of_document && !out.is_empty() {
                     out.push_str("---\n");
@@ -620,7 +620,8 @@ impl TypedFunction for Yq {
                 if out.len() > MAX_YQ_OUTPUT_BYTES {
                     return Err(format!(
                         "the output is more than {MAX_YQ_OUTPUT_BYTES} bytes; stopped"
-                    ));
+                    )
+                    .into());
                 }
             }
         }

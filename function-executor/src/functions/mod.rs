@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use krm_plugin_api::CallContext;
+use krm_plugin_api::{CallContext, EvalError};
 use serde_json::Value;
 
 use crate::api::{
@@ -13,6 +13,9 @@ use crate::registry::PathRegistry;
 use crate::resource::Unit;
 use crate::signature::TypedSignature;
 use crate::toolchain::Toolchain;
+use crate::yaml::ParseError;
+// What a function's work stopped by the call's end fails with ([`FunctionError::Stopped`]).
+pub use crate::yaml::Stopped;
 
 pub mod containers;
 pub mod expressions;
@@ -41,31 +44,69 @@ pub struct Call<'c, 'a, 'k> {
     pub max_message_bytes: usize,
 }
 
-/// A function's error when its call ended while it worked; the executor answers the
-/// cancellation itself, not this.
-pub const STOPPED: &str = "stopped: the call ended";
+/// Why a typed function gave no outcome.
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionError {
+    /// The call ended (cancelled, or past its deadline) while the function worked; the
+    /// executor answers why the call ended, not this.
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
+    /// The unit text the function would build is larger than a call may answer.
+    #[error("{what} would be {size} bytes, more than max_message_bytes {max_message_bytes}")]
+    OutputTooLarge {
+        /// What the text is (`the unit after upsert-resource`).
+        what: String,
+        /// Its size in bytes.
+        size: usize,
+        /// The runner's `max_message_bytes`.
+        max_message_bytes: usize,
+    },
+    /// The unit, an argument or a resource does not allow what the function does; the message
+    /// names which.
+    #[error("{0}")]
+    Failed(String),
+    /// A text the function reads or builds is not YAML it can work on.
+    #[error(transparent)]
+    Unparsable(#[from] ParseError),
+    /// A function a plugin contributes failed in the plugin.
+    #[error(transparent)]
+    Plugin(#[from] EvalError),
+}
+
+impl From<String> for FunctionError {
+    fn from(message: String) -> Self {
+        FunctionError::Failed(message)
+    }
+}
+
+impl From<&str> for FunctionError {
+    fn from(message: &str) -> Self {
+        FunctionError::Failed(message.to_owned())
+    }
+}
 
 impl Call<'_, '_, '_> {
     /// `text` parsed as a unit of the call's toolchain's model.
-    pub fn parse_model<'t>(&self, text: &'t str) -> Result<Unit<'t>, String> {
+    pub fn parse_model<'t>(&self, text: &'t str) -> Result<Unit<'t>, ParseError> {
         Unit::parse_as(text, self.toolchain)
     }
 
     /// An error once the call is cancelled or past its deadline.
-    pub fn stop_if_cancelled(&self) -> Result<(), String> {
+    pub fn stop_if_cancelled(&self) -> Result<(), Stopped> {
         match self.cancellation.cancel_reason() {
-            Some(_) => Err(STOPPED.to_owned()),
+            Some(_) => Err(Stopped),
             None => Ok(()),
         }
     }
 
     /// Refuses to build a unit text of `size` bytes (`what` it is) over `max_message_bytes`.
-    pub fn check_output_size(&self, size: usize, what: &str) -> Result<(), String> {
+    pub fn check_output_size(&self, size: usize, what: &str) -> Result<(), FunctionError> {
         if size > self.max_message_bytes {
-            return Err(format!(
-                "{what} would be {size} bytes, more than max_message_bytes {}",
-                self.max_message_bytes
-            ));
+            return Err(FunctionError::OutputTooLarge {
+                what: what.to_owned(),
+                size,
+                max_message_bytes: self.max_message_bytes,
+            });
         }
         Ok(())
     }
@@ -140,7 +181,7 @@ impl Output {
     }
 }
 
-/// A function the executor can run. Errors are messages for the response.
+/// A function the executor can run. Its errors' messages are the response's.
 pub trait TypedFunction: Send + Sync {
     fn signature(&self) -> &TypedSignature;
 
@@ -150,7 +191,7 @@ pub trait TypedFunction: Send + Sync {
         Vec::new()
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String>;
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError>;
 }
 
 /// The generic functions ConfigHub's `generic.RegisterStandardFunctions` registers, which it
@@ -233,7 +274,7 @@ mod tests {
         arguments: Vec<serde_json::Value>,
         call: &CallContext<'_>,
         max_message_bytes: usize,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Outcome, FunctionError> {
         let invocation = FunctionInvocation::new(
             function,
             arguments
@@ -310,7 +351,10 @@ mod tests {
                 &cancelled.as_call_context(),
                 1 << 20,
             );
-            assert_eq!(stopped.map(drop), Err(STOPPED.to_owned()), "{function}");
+            assert!(
+                matches!(stopped, Err(FunctionError::Stopped(_))),
+                "{function}: {stopped:?}"
+            );
         }
     }
 
@@ -346,7 +390,7 @@ mod tests {
             ),
         ] {
             let refused = run(&executor, UNIT, function, arguments, &call, limit);
-            let problem = refused.map(drop).unwrap_err();
+            let problem = refused.map(drop).unwrap_err().to_string();
             assert!(
                 problem.contains(&format!("bytes, more than max_message_bytes {limit}")),
                 "{function}: {problem}"

@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::api::{DataType, MutationInfo, MutationType, ResourceInfo, ResourceMutation};
 use crate::functions::resources::custom;
 use crate::functions::unit::entry_lines;
-use crate::functions::{Call, Outcome, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, TypedFunction};
 use crate::path::unescape;
 use crate::resource::{OwnedUnit, Unit};
 use crate::signature::{ParameterBuilder, TypedSignature};
@@ -279,7 +279,7 @@ fn root_of(unit: &Unit, wanted: &Identity) -> Option<NodeId> {
         .map(|e| e.root)
 }
 
-fn patch_mutations(call: &Call) -> Result<Outcome, String> {
+fn patch_mutations(call: &Call) -> Result<Outcome, FunctionError> {
     let predicates = mutation_list(call, PREDICATES)?;
     let patch = mutation_list(call, PATCH)?;
     let records: usize = predicates
@@ -290,7 +290,8 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
     if records > MAX_PATH_RECORDS {
         return Err(format!(
             "{records} mutation records, more than the limit of {MAX_PATH_RECORDS}"
-        ));
+        )
+        .into());
     }
     let predicates: HashMap<Identity, &ResourceMutation> = predicates
         .iter()
@@ -338,7 +339,8 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
                     return Err(format!(
                         "{PATCH}: the value of {} {} must be one resource",
                         key.0, key.1
-                    ));
+                    )
+                    .into());
                 }
                 if !text.ends_with('\n') {
                     text.push('\n');
@@ -427,7 +429,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
         }
     }
     if !problems.is_empty() {
-        return Err(problems.join("; "));
+        return Err(problems.join("; ").into());
     }
     Ok(Outcome {
         text: (changed_whole || path_edits > 0).then(|| current.into_text()),

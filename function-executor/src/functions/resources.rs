@@ -5,7 +5,7 @@ use std::sync::Arc;
 use krm_plugin_api::quoted;
 
 use crate::api::{DataType, FunctionOutput, OutputType, Resource, ResourceInfo};
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::resource::Element;
 use crate::signature::{ParameterBuilder, TypedFacet, TypedSignature};
 
@@ -59,7 +59,7 @@ pub fn custom(
 /// A function defined by its signature and a plain `fn`.
 pub struct Custom {
     pub signature: TypedSignature,
-    pub run: fn(&Call) -> Result<Outcome, String>,
+    pub run: fn(&Call) -> Result<Outcome, FunctionError>,
 }
 
 impl TypedFunction for Custom {
@@ -67,7 +67,7 @@ impl TypedFunction for Custom {
         &self.signature
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         (self.run)(call)
     }
 }
@@ -89,7 +89,7 @@ pub fn identified<'u>(call: &'u Call) -> Result<Vec<(&'u Element, &'u ResourceIn
     }
 }
 
-fn get_resources(call: &Call) -> Result<Outcome, String> {
+fn get_resources(call: &Call) -> Result<Outcome, FunctionError> {
     let body = call.arguments.str("body").unwrap_or("yaml");
     let mut resources = Vec::new();
     for (element, info) in identified(call)? {
@@ -117,7 +117,7 @@ fn get_resources(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Resources(resources)))
 }
 
-fn get_resources_of_type(call: &Call) -> Result<Outcome, String> {
+fn get_resources_of_type(call: &Call) -> Result<Outcome, FunctionError> {
     let wanted = call.arguments.str("resource-type").unwrap_or_default();
     let infos = identified(call)?
         .into_iter()
@@ -132,7 +132,7 @@ fn names(info: &ResourceInfo, name: &str) -> bool {
     info.resource_name == name || (!name.contains('/') && info.resource_name_without_scope == name)
 }
 
-fn delete_resource(call: &Call) -> Result<Outcome, String> {
+fn delete_resource(call: &Call) -> Result<Outcome, FunctionError> {
     let resource_type = call.arguments.str("resource-type").unwrap_or_default();
     let resource_name = call.arguments.str("resource-name").unwrap_or_default();
     let (element, _) = identified(call)?
@@ -150,7 +150,7 @@ fn delete_resource(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::text(format!("{}{}", &src[..start], &src[end..])))
 }
 
-fn upsert_resource(call: &Call) -> Result<Outcome, String> {
+fn upsert_resource(call: &Call) -> Result<Outcome, FunctionError> {
     let list = call.arguments.str("resource-list").unwrap_or_default();
     let resource_type = call.arguments.str("resource-type").unwrap_or_default();
     let resource_name = call.arguments.str("resource-name").unwrap_or_default();
@@ -181,7 +181,8 @@ fn upsert_resource(call: &Call) -> Result<Outcome, String> {
                 "the body of {} {} must be that one resource",
                 quoted(resource_type).bounded(),
                 quoted(resource_name).bounded()
-            ));
+            )
+            .into());
         }
     }
     let mut text = body.element_text(&body.elements[0]).to_owned();
@@ -215,7 +216,7 @@ fn upsert_resource(call: &Call) -> Result<Outcome, String> {
 
 /// Replaces the resource with `replicas` copies named `<name>0`, `<name>1`, ... (as
 /// ConfigHub does; 0 removes it). Resources are matched by name without namespace.
-fn replicate(call: &Call) -> Result<Outcome, String> {
+fn replicate(call: &Call) -> Result<Outcome, FunctionError> {
     let resource_type = call.arguments.str("resource-type").unwrap_or_default();
     let resource_name = call.arguments.str("resource-name").unwrap_or_default();
     let category = call
@@ -256,7 +257,8 @@ fn replicate(call: &Call) -> Result<Outcome, String> {
             info.resource_type,
             info.resource_name,
             name_path.join(".")
-        ));
+        )
+        .into());
     };
     // Each copy is the resource with a longer name and a separator; all of them are counted
     // before the first is built.

@@ -6,12 +6,12 @@ use serde_json::Value;
 
 use crate::api::DataType;
 use crate::functions::resources::{Custom, custom, identified};
-use crate::functions::{Call, Outcome, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, TypedFunction};
 use crate::resource::scalars;
 use crate::signature::ParameterBuilder;
 use crate::yaml::Editor;
 
-fn search_replace(call: &Call) -> Result<Outcome, String> {
+fn search_replace(call: &Call) -> Result<Outcome, FunctionError> {
     let search = call.arguments.str("search-value").unwrap_or_default();
     let replace = call.arguments.str("replace-value").unwrap_or_default();
     if search.is_empty() {

@@ -10,7 +10,7 @@ use crate::args::ArgValue;
 use crate::functions::path_visitor::{EntriesFor, get, scalar, write};
 use crate::functions::resources::{Custom, custom, identified};
 use crate::functions::validation::{PLACEHOLDER_INT, PLACEHOLDER_STRING};
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::mutations;
 use crate::path::{self, UnresolvedPath};
 use crate::registry::{CLUSTER_SCOPED_TYPES, PathVisitorInfo, attribute};
@@ -18,7 +18,7 @@ use crate::signature::ParameterBuilder;
 use crate::toolchain::Toolchain;
 use crate::yaml::{Editor, Kind};
 
-fn get_attributes(call: &Call) -> Result<Outcome, String> {
+fn get_attributes(call: &Call) -> Result<Outcome, FunctionError> {
     let entries_for = |info: &ResourceInfo| {
         call.registry
             .paths_for(attribute::GENERAL, &info.resource_type)
@@ -27,7 +27,7 @@ fn get_attributes(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
-fn get_details(call: &Call) -> Result<Outcome, String> {
+fn get_details(call: &Call) -> Result<Outcome, FunctionError> {
     let entries_for = |info: &ResourceInfo| {
         call.registry
             .paths_for(attribute::DETAIL, &info.resource_type)
@@ -45,7 +45,7 @@ fn is_placeholder(value: &serde_json::Value) -> bool {
 }
 
 /// The values of the attributes named that still hold a placeholder.
-fn needed(call: &Call, attribute_names: &[&str]) -> Result<Outcome, String> {
+fn needed(call: &Call, attribute_names: &[&str]) -> Result<Outcome, FunctionError> {
     let entries_for = |info: &ResourceInfo| {
         attribute_names
             .iter()
@@ -58,15 +58,15 @@ fn needed(call: &Call, attribute_names: &[&str]) -> Result<Outcome, String> {
 }
 
 /// The general attributes and the registered needed values that still hold a placeholder.
-fn get_needed(call: &Call) -> Result<Outcome, String> {
+fn get_needed(call: &Call) -> Result<Outcome, FunctionError> {
     needed(call, &[attribute::GENERAL, attribute::NEEDED])
 }
 
-fn get_needed_namespaces(call: &Call) -> Result<Outcome, String> {
+fn get_needed_namespaces(call: &Call) -> Result<Outcome, FunctionError> {
     needed(call, &[attribute::NAMESPACE_REFERENCE])
 }
 
-fn get_provided(call: &Call) -> Result<Outcome, String> {
+fn get_provided(call: &Call) -> Result<Outcome, FunctionError> {
     let entries_for = |info: &ResourceInfo| {
         call.registry
             .paths_for(attribute::PROVIDED, &info.resource_type)
@@ -76,7 +76,7 @@ fn get_provided(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
-fn set_attributes(call: &Call) -> Result<Outcome, String> {
+fn set_attributes(call: &Call) -> Result<Outcome, FunctionError> {
     let list = call.arguments.str("attribute-list").unwrap_or_default();
     let attributes: Vec<AttributeValue> = serde_json::from_str(list)
         .map_err(|e| format!("attribute-list is not an AttributeValueList: {e}"))?;
@@ -97,7 +97,7 @@ fn normalized(name: &str) -> String {
 /// Fills the placeholders of the identifying names and app labels with
 /// `<unit>-<space>` (see [`crate::registry::DEFAULT_NAME_TEMPLATE`]); values that do not hold
 /// a placeholder are kept.
-fn set_default_names(call: &Call) -> Result<Outcome, String> {
+fn set_default_names(call: &Call) -> Result<Outcome, FunctionError> {
     let context = call.context;
     let unit = if context.unit_slug.is_empty() {
         &context.unit_display_name
@@ -114,7 +114,8 @@ fn set_default_names(call: &Call) -> Result<Outcome, String> {
             } else {
                 "space name"
             }
-        ));
+        )
+        .into());
     }
     let name = format!("{unit}-{space}");
     let entries_for = |info: &ResourceInfo| {
@@ -135,7 +136,7 @@ fn set_default_names(call: &Call) -> Result<Outcome, String> {
 /// Puts the placeholder back into every string or integer at a path whose recorded mutation
 /// has its predicate set: the values last set by the mutations chosen are unset again. Other
 /// values (booleans, maps, lists, missing paths) are left alone.
-fn reset(call: &Call) -> Result<Outcome, String> {
+fn reset(call: &Call) -> Result<Outcome, FunctionError> {
     let list = call
         .arguments
         .str("mutation-predicates")
@@ -210,7 +211,7 @@ fn reset(call: &Call) -> Result<Outcome, String> {
 /// volumes, service account names, role binding subjects, Ingress backends and TLS
 /// secrets, ...; namespaces: every namespace field and reference) to the given name. Fields
 /// are only changed, never added.
-fn set_references_of_type(call: &Call) -> Result<Outcome, String> {
+fn set_references_of_type(call: &Call) -> Result<Outcome, FunctionError> {
     let referenced = call.arguments.str("resource-type").unwrap_or_default();
     let name = call.arguments.str("resource-name").unwrap_or_default();
     let attribute_name = if referenced == "v1/Namespace" {
@@ -230,7 +231,8 @@ fn set_references_of_type(call: &Call) -> Result<Outcome, String> {
         return Err(format!(
             "no references to resources of type {referenced} are known (known: {})",
             known.join(", ")
-        ));
+        )
+        .into());
     }
     let entries_for = |info: &ResourceInfo| {
         call.registry
@@ -252,7 +254,7 @@ fn set_references_of_type(call: &Call) -> Result<Outcome, String> {
 }
 
 /// Writes each attribute's value at its resource and path, creating missing keys.
-fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcome, String> {
+fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcome, FunctionError> {
     let mut editor = Editor::default();
     let mut edits = 0;
     let mut problems = Vec::new();
@@ -311,7 +313,7 @@ fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcom
         }
     }
     if !problems.is_empty() {
-        return Err(problems.join("; "));
+        return Err(problems.join("; ").into());
     }
     Ok(Outcome {
         text: (edits > 0).then(|| editor.finish(&call.unit.doc)),
@@ -319,7 +321,7 @@ fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcom
     })
 }
 
-fn ensure_namespaces(call: &Call) -> Result<Outcome, String> {
+fn ensure_namespaces(call: &Call) -> Result<Outcome, FunctionError> {
     let doc = &call.unit.doc;
     let mut editor = Editor::default();
     let mut edits = 0;
@@ -361,7 +363,7 @@ pub(crate) fn entry_lines(
 
 /// Records the unit's slug and the space's ID in every resource, where the toolchain keeps
 /// them ([`Toolchain::context_keys`]), or removes them (and any revision number).
-fn ensure_context(call: &Call) -> Result<Outcome, String> {
+fn ensure_context(call: &Call) -> Result<Outcome, FunctionError> {
     let add = call
         .arguments
         .get("add-context")
@@ -409,7 +411,7 @@ fn ensure_context(call: &Call) -> Result<Outcome, String> {
         if ours.len() == doc.entries(mapping).len() {
             // Nothing else is in the mapping: the mapping goes too.
             let Some((last, parent_path)) = keys.mapping.split_last() else {
-                return Err(unwritable());
+                return Err(unwritable().into());
             };
             let parent = doc
                 .get_path(element.root, parent_path)
@@ -431,7 +433,7 @@ fn ensure_context(call: &Call) -> Result<Outcome, String> {
     })
 }
 
-fn set_path_comment(call: &Call) -> Result<Outcome, String> {
+fn set_path_comment(call: &Call) -> Result<Outcome, FunctionError> {
     let resource_type = call.arguments.str("resource-type").unwrap_or_default();
     let comment = call.arguments.str("comment").unwrap_or_default();
     if comment.contains(['\n', '\r']) {
@@ -453,7 +455,8 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
                 return Err(format!(
                     "{} {}: path {} goes through an alias; not edited",
                     info.resource_type, info.resource_name, found.path
-                ));
+                )
+                .into());
             }
             let written = doc.node(node);
             let on_one_line = matches!(written.kind, Kind::Scalar { .. })
@@ -462,7 +465,8 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
                 return Err(format!(
                     "{} {}: path {}: only values written on one line take a comment",
                     info.resource_type, info.resource_name, found.path
-                ));
+                )
+                .into());
             }
             let rest = doc.rest_of_line(written.end());
             let text = if comment.is_empty() {
@@ -482,7 +486,7 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
 
 /// The mutations from the previous data, in the toolchain's own format unless
 /// `alreadyConverted` says it is the model already, to the current data.
-fn compute_mutations(call: &Call) -> Result<Outcome, String> {
+fn compute_mutations(call: &Call) -> Result<Outcome, FunctionError> {
     let previous = call.arguments.str("config-doc-list").unwrap_or_default();
     let index = call
         .arguments

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo, ValidationResult};
 use crate::functions::path_visitor::get;
 use crate::functions::resources::{Custom, custom, identified};
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::path::{self, UnresolvedPath};
 use crate::registry::{PathVisitorInfo, attribute};
 use crate::resource::scalars;
@@ -355,7 +355,7 @@ fn matching(
     call: &Call,
     resource_type: &str,
     relation: &Relation,
-) -> Result<BTreeSet<Key>, String> {
+) -> Result<BTreeSet<Key>, FunctionError> {
     let of_type = |t: &str| resource_type == "*" || t == resource_type;
     let mut matched = BTreeSet::new();
     if let Some(field) = relation.path.strip_prefix("ConfigHub.") {
@@ -369,7 +369,9 @@ fn matching(
                 "ResourceNameWithoutScope" => &info.resource_name_without_scope,
                 "ResourceType" => &info.resource_type,
                 "ResourceCategory" => &info.resource_category,
-                other => return Err(format!("unsupported ConfigHub path: ConfigHub.{other}")),
+                other => {
+                    return Err(format!("unsupported ConfigHub path: ConfigHub.{other}").into());
+                }
             };
             if evaluate(relation, &Value::String(value.clone()))? {
                 matched.insert(key(info));
@@ -436,7 +438,7 @@ fn matching(
     Ok(matched)
 }
 
-fn where_filter(call: &Call) -> Result<Outcome, String> {
+fn where_filter(call: &Call) -> Result<Outcome, FunctionError> {
     let resource_type = match call.arguments.str("resource-type").unwrap_or_default() {
         "" => "*",
         other => other,
@@ -468,7 +470,7 @@ fn where_filter(call: &Call) -> Result<Outcome, String> {
 }
 
 /// Structural checks every Kubernetes resource must pass.
-fn validate(call: &Call) -> Result<Outcome, String> {
+fn validate(call: &Call) -> Result<Outcome, FunctionError> {
     let doc = &call.unit.doc;
     let mut details = Vec::new();
     for element in &call.unit.elements {
@@ -526,7 +528,7 @@ fn validate(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Validation(result)))
 }
 
-fn placeholders(call: &Call) -> Result<Vec<AttributeValue>, String> {
+fn placeholders(call: &Call) -> Result<Vec<AttributeValue>, FunctionError> {
     let doc = &call.unit.doc;
     let mut found = Vec::new();
     for (element, info) in identified(call)? {
@@ -553,11 +555,11 @@ fn placeholders(call: &Call) -> Result<Vec<AttributeValue>, String> {
     Ok(found)
 }
 
-fn get_placeholders(call: &Call) -> Result<Outcome, String> {
+fn get_placeholders(call: &Call) -> Result<Outcome, FunctionError> {
     Ok(Outcome::output(Output::Attributes(placeholders(call)?)))
 }
 
-fn no_placeholders(call: &Call) -> Result<Outcome, String> {
+fn no_placeholders(call: &Call) -> Result<Outcome, FunctionError> {
     let found = placeholders(call)?;
     let result = if found.is_empty() {
         ValidationResult::passed()
@@ -579,7 +581,7 @@ fn no_placeholders(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Validation(result)))
 }
 
-fn is_approved(call: &Call) -> Result<Outcome, String> {
+fn is_approved(call: &Call) -> Result<Outcome, FunctionError> {
     let wanted = call
         .arguments
         .get("num-approvers")

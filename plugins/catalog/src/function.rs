@@ -2,7 +2,7 @@
 //! how it ends, and its signature and validation.
 
 use krm_plugin_api::{Parameter, ParameterType};
-use krm_yaml_edit::{Doc, Editor, NodeId, STOPPED, Stop};
+use krm_yaml_edit::{Doc, Editor, NodeId, Stop, Stopped};
 use serde_json::Value;
 
 use crate::rl::{FnResult, ResourceList};
@@ -27,16 +27,53 @@ pub struct Limits {
 
 impl Limits {
     /// Why work whose output is `output_bytes` long so far must stop, if it must.
-    pub fn interruption(&self, output_bytes: usize) -> Option<String> {
+    pub fn interruption(&self, output_bytes: usize) -> Option<Interruption> {
         if self.stop.requested() {
-            return Some(STOPPED.into());
+            return Some(Interruption::Stopped(Stopped));
         }
-        (output_bytes > self.max_output_bytes).then(|| {
-            format!(
-                "the output would be over {} bytes (max_message_bytes)",
-                self.max_output_bytes
-            )
+        (output_bytes > self.max_output_bytes).then_some(Interruption::OutputTooLarge {
+            max_output_bytes: self.max_output_bytes,
         })
+    }
+}
+
+/// Why a function gave up without output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Interruption {
+    /// The call ended (cancelled, or past its deadline).
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
+    /// The output would be larger than a call may return.
+    #[error("the output would be over {max_output_bytes} bytes (max_message_bytes)")]
+    OutputTooLarge {
+        /// The runner's `max_message_bytes`.
+        max_output_bytes: usize,
+    },
+    /// The work needed more memory than its process may use (a worker's address-space
+    /// limit): a limit reached, not a failure of the function.
+    #[error("{0} needed more memory than this process may use (out of memory)")]
+    OutOfMemory(&'static str),
+}
+
+/// Why a function's work ended without a result: the call's limits, or the function's own
+/// failure (its message, as the catalog's function words it).
+#[derive(Debug)]
+pub enum Halt {
+    /// See [`Limits::interruption`].
+    Interrupted(Interruption),
+    /// The function failed.
+    Failed(String),
+}
+
+impl From<String> for Halt {
+    fn from(message: String) -> Self {
+        Halt::Failed(message)
+    }
+}
+
+impl From<Interruption> for Halt {
+    fn from(interruption: Interruption) -> Self {
+        Halt::Interrupted(interruption)
     }
 }
 
@@ -47,7 +84,7 @@ pub enum Exit {
     /// Non-zero exit status with this message on stderr.
     Failed(String),
     /// Gave up without output: the call ended, or a limit was reached.
-    Interrupted(String),
+    Interrupted(Interruption),
 }
 
 impl<'r, 'a> Ctx<'r, 'a> {
@@ -64,9 +101,21 @@ impl<'r, 'a> Ctx<'r, 'a> {
     /// Why the function must give up now, if it must: the call ended, or the edits queued
     /// so far would make the output larger than a call may return. Checked once per object.
     pub fn interrupted(&self) -> Option<Exit> {
+        self.interruption().map(Exit::Interrupted)
+    }
+
+    /// [`Ctx::interrupted`] as an error, for work that ends with `?`.
+    pub fn interruption(&self) -> Option<Interruption> {
         self.limits
             .interruption(self.rl.doc.src.len() + self.ed.queued_bytes())
-            .map(Exit::Interrupted)
+    }
+
+    /// How a function whose work ended with `halt` exits.
+    pub fn halt(&mut self, halt: Halt) -> Exit {
+        match halt {
+            Halt::Interrupted(interruption) => Exit::Interrupted(interruption),
+            Halt::Failed(message) => self.fail(message),
+        }
     }
 
     pub fn doc(&self) -> &'r Doc<'a> {

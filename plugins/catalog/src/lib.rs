@@ -21,7 +21,9 @@ use serde::Deserialize;
 mod function;
 pub mod rl;
 
-pub use function::{Ctx, Exit, Function, Limits, check, group_of, param, validate};
+pub use function::{
+    Ctx, Exit, Function, Halt, Interruption, Limits, check, group_of, param, validate,
+};
 
 /// The runner's default `max_message_bytes`, for when it does not say.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 6 << 20;

@@ -31,7 +31,7 @@ use starlark::values::list::AllocList;
 use starlark::values::structs::AllocStruct;
 
 use krm_catalog_function::rl::{FnResult, ResourceList, split_api_version};
-use krm_catalog_function::{Ctx, Exit, Function, param};
+use krm_catalog_function::{Ctx, Exit, Function, Interruption, param};
 use krm_yaml_edit::{Editor, NodeId, Stop};
 
 mod amplify;
@@ -210,9 +210,7 @@ fn run(ctx: &mut Ctx) -> Exit {
         // The interpreter's arena panics when the process may not grow (a worker's
         // address-space limit): a limit reached, not a failure of the program.
         Err(panic) if panic.contains("out of memory") => {
-            return Exit::Interrupted(
-                "the program needed more memory than this process may use (out of memory)".into(),
-            );
+            return Exit::Interrupted(Interruption::OutOfMemory("the program"));
         }
         Err(panic) => Err(format!(
             "the Starlark interpreter failed unexpectedly: {panic}"

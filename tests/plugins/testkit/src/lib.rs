@@ -30,7 +30,9 @@ use std::time::Duration;
 use krm_function_executor::api::{AttributeValue, DataType, OutputType, ResourceInfo};
 use krm_function_executor::args::{ArgValue, Arguments};
 use krm_function_executor::functions::resources::{Custom, custom, identified};
-use krm_function_executor::functions::{Call, Outcome, Output, TypedFunction};
+use krm_function_executor::functions::{
+    Call, FunctionError, Outcome, Output, Stopped, TypedFunction,
+};
 use krm_function_executor::plugin::PluginFunctions;
 use krm_function_executor::registry::PathRegistry;
 use krm_function_executor::signature::ParameterBuilder;
@@ -138,7 +140,7 @@ fn attribute(resource: &ResourceInfo, value: serde_json::Value) -> AttributeValu
     }
 }
 
-fn list_names(call: &Call) -> Result<Outcome, String> {
+fn list_names(call: &Call) -> Result<Outcome, FunctionError> {
     let suffix = call.arguments.str("suffix").unwrap_or_default();
     let names = identified(call)?
         .into_iter()
@@ -150,7 +152,7 @@ fn list_names(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Attributes(names)))
 }
 
-fn sleep(call: &Call) -> Result<Outcome, String> {
+fn sleep(call: &Call) -> Result<Outcome, FunctionError> {
     let millis = call
         .arguments
         .get("millis")
@@ -160,16 +162,16 @@ fn sleep(call: &Call) -> Result<Outcome, String> {
         .cancellation
         .wait_cancelled(Duration::from_millis(millis.unsigned_abs()))
     {
-        Some(reason) => Err(format!("stopped: {reason:?}")),
+        Some(_) => Err(Stopped.into()),
         None => Ok(Outcome::default()),
     }
 }
 
-fn explode(_: &Call) -> Result<Outcome, String> {
+fn explode(_: &Call) -> Result<Outcome, FunctionError> {
     panic!("testkit's explode was asked to panic")
 }
 
-fn clashing_get_replicas(call: &Call) -> Result<Outcome, String> {
+fn clashing_get_replicas(call: &Call) -> Result<Outcome, FunctionError> {
     let values = identified(call)?
         .into_iter()
         .map(|(_, info)| attribute(info, serde_json::Value::from("testkit")))
@@ -188,7 +190,7 @@ impl TypedFunction for Stamp {
         &self.signature
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         let value = call.arguments.str("value").unwrap_or_default();
         let arguments = Arguments(vec![
             (
