@@ -61,7 +61,8 @@ pub use call::{
 pub use decline::{Answer, Chain, Probe, ProbeOutcome, declined_message};
 pub use krm_function_process::{QUOTED_CHARS, Quoted, TraceContext, process, quoted, results};
 pub use plugin::{
-    BuildContext, ConfigError, ConfigProblem, Evaluator, EvaluatorHandle, Plugin, TypedFunctionSet,
+    BuildContext, ConfigError, ConfigProblem, DEFAULT_MAX_MESSAGE_BYTES, Evaluator,
+    EvaluatorHandle, Plugin, TypedFunctionSet,
 };
 pub use signature::{
     Example, FunctionSignature, NameMatch, Parameter, ParameterType, pick_function,
