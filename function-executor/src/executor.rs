@@ -143,10 +143,7 @@ impl Executor {
             Toolchain::AppConfigProperties => PathRegistry::properties(),
         };
         let mut executor = Self::empty_for(toolchain, registry);
-        let built = match toolchain {
-            Toolchain::KubernetesYaml => functions::kubernetes(&executor.registry),
-            Toolchain::AppConfigProperties => functions::properties(),
-        };
+        let built = functions::built_in(toolchain, &executor.registry);
         for function in built {
             executor
                 .register(function)

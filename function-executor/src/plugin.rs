@@ -262,10 +262,12 @@ impl TypedFunction for RemoteFunction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ExecutorError;
     use crate::api::{AttributeValue, DataType, OutputType};
-    use crate::functions::resources::{Custom, custom};
+    use crate::functions::definition::{
+        Definition, FunctionKind, KUBERNETES, Options, no_parameters, signature,
+    };
     use crate::signature::ParameterBuilder;
+    use crate::{ExecutorError, Toolchain};
     use serde_json::json;
 
     const UNIT: &str =
@@ -289,25 +291,47 @@ mod tests {
         Err("deliberately failed".into())
     }
 
+    static COUNT_DOCUMENTS: Definition = Definition {
+        name: "count-documents",
+        description: "counts",
+        parameters: |_| {
+            vec![ParameterBuilder::new("label", DataType::String, "a label").pattern("^[a-z]+$")]
+        },
+        kind: FunctionKind::Readonly {
+            result: "count",
+            description: "the count",
+            output: OutputType::AttributeValueList,
+        },
+        toolchains: KUBERNETES,
+        run: count_documents,
+        options: Options::DEFAULT,
+    };
+
+    static ALWAYS_FAIL: Definition = Definition {
+        name: "always-fail",
+        description: "fails",
+        parameters: no_parameters,
+        kind: FunctionKind::Mutating,
+        toolchains: KUBERNETES,
+        run: fail,
+        options: Options::DEFAULT,
+    };
+
+    static WAIT: Definition = Definition {
+        name: "wait",
+        description: "waits for cancellation",
+        parameters: no_parameters,
+        kind: FunctionKind::Quiet,
+        toolchains: KUBERNETES,
+        run: wait,
+        options: Options::DEFAULT,
+    };
+
     fn plugin_set() -> Arc<PluginFunctions> {
-        let count = custom(
-            "count-documents",
-            "counts",
-            vec![ParameterBuilder::new("label", DataType::String, "a label").pattern("^[a-z]+$")],
-            Some(("count", "the count", OutputType::AttributeValueList)),
-            false,
-        );
-        let fail_signature = custom("always-fail", "fails", vec![], None, true);
         Arc::new(
             PluginFunctions::new(vec![
-                Arc::new(Custom {
-                    signature: count,
-                    run: count_documents,
-                }),
-                Arc::new(Custom {
-                    signature: fail_signature,
-                    run: fail,
-                }),
+                COUNT_DOCUMENTS.function(Toolchain::KubernetesYaml),
+                ALWAYS_FAIL.function(Toolchain::KubernetesYaml),
             ])
             .unwrap(),
         )
@@ -402,12 +426,7 @@ mod tests {
     fn a_cancelled_call_stops_the_sequence_inside_a_plugin_function_and_answers_nothing() {
         use krm_plugin_api::CancelReason;
         use krm_plugin_api::host::HostCallContext;
-        let waiting = custom("wait", "waits for cancellation", vec![], None, false);
-        let set = PluginFunctions::new(vec![Arc::new(Custom {
-            signature: waiting,
-            run: wait,
-        })])
-        .unwrap();
+        let set = PluginFunctions::new(vec![WAIT.function(Toolchain::KubernetesYaml)]).unwrap();
         let mut executor = Executor::kubernetes();
         for function in contributed(Arc::new(set)).0 {
             executor.register(function).unwrap();
@@ -458,7 +477,7 @@ mod tests {
         assert!(functions.is_empty());
         assert!(problems[0].to_string().contains("unreadable"));
         let mut signature =
-            serde_json::to_value(custom("Bad/Name", "", vec![], None, false)).unwrap();
+            serde_json::to_value(signature("Bad/Name", "", vec![], None, false)).unwrap();
         let json = json!([signature.take()]).to_string();
         let (functions, problems) = contributed(Arc::new(Broken(Box::leak(json.into_boxed_str()))));
         assert!(functions.is_empty());

@@ -14,10 +14,12 @@ use crate::resource::Unit;
 use crate::signature::TypedSignature;
 use crate::toolchain::Toolchain;
 use crate::yaml::ParseError;
+pub use definition::Definition;
 // What a function's work stopped by the call's end fails with ([`FunctionError::Stopped`]).
 pub use crate::yaml::Stopped;
 
 pub mod containers;
+pub mod definition;
 pub mod expressions;
 pub mod patch;
 pub mod path_visitor;
@@ -194,64 +196,57 @@ pub trait TypedFunction: Send + Sync {
     fn run(&self, call: &Call) -> Result<Outcome, FunctionError>;
 }
 
-/// The generic functions ConfigHub's `generic.RegisterStandardFunctions` registers, which it
-/// registers for AppConfig/Properties too; each works on the YAML model of any toolchain.
-pub const GENERIC_FOR_PROPERTIES: &[&str] = &[
-    "get-resources",
-    "get-resources-of-type",
-    "set-references-of-type",
-    "get-placeholders",
-    "no-placeholders",
-    "search-replace",
-    "set-path-comment",
-    "set-default-names",
-    "get-attributes",
-    "set-attributes",
-    "get-needed",
-    "get-provided",
-    "cel-validate",
-    "where-filter",
-    "yq",
-    "is-approved",
-    "ensure-context",
-    "get-details",
-    "upsert-resource",
-    "delete-resource",
-    "compute-mutations",
-    "patch-mutations",
-    "reset",
-    "replicate",
+/// Every built-in function that is not a path visitor, each for the toolchains it names.
+/// ConfigHub's generic functions (`generic.RegisterStandardFunctions`) serve every toolchain.
+pub static BUILT_IN: &[&Definition] = &[
+    &resources::GET_RESOURCES,
+    &resources::GET_RESOURCES_OF_TYPE,
+    &resources::UPSERT_RESOURCE,
+    &resources::REPLICATE,
+    &resources::DELETE_RESOURCE,
+    &text::SEARCH_REPLACE,
+    &validation::WHERE_FILTER,
+    &validation::VALIDATE,
+    &validation::PROPERTIES_VALIDATE,
+    &validation::GET_PLACEHOLDERS,
+    &validation::NO_PLACEHOLDERS,
+    &validation::IS_APPROVED,
+    &expressions::CEL_VALIDATE,
+    &expressions::YQ,
+    &unit::GET_ATTRIBUTES,
+    &unit::GET_DETAILS,
+    &unit::GET_NEEDED,
+    &unit::GET_NEEDED_NAMESPACES,
+    &unit::GET_PROVIDED,
+    &unit::SET_ATTRIBUTES,
+    &unit::SET_DEFAULT_NAMES,
+    &unit::RESET,
+    &unit::SET_REFERENCES_OF_TYPE,
+    &unit::ENSURE_NAMESPACES,
+    &unit::ENSURE_CONTEXT_KUBERNETES,
+    &unit::ENSURE_CONTEXT_PROPERTIES,
+    &unit::SET_PATH_COMMENT,
+    &unit::COMPUTE_MUTATIONS,
+    &patch::PATCH_MUTATIONS,
+    &containers::SET_POD_DEFAULTS,
+    &containers::SET_CONTAINER_RESOURCES,
+    &containers::SET_IMAGE_REFERENCE_BY_URI,
+    &containers::SET_ENV,
 ];
 
-/// Every built-in function for AppConfig/Properties: the arbitrary-path getters and setters,
-/// the generic functions of [`GENERIC_FOR_PROPERTIES`] and its own `validate`.
-pub fn properties() -> Vec<Arc<dyn TypedFunction>> {
-    let toolchain = Toolchain::AppConfigProperties;
-    let mut functions = path_visitor::arbitrary_paths();
+/// Every built-in function of `toolchain`: its path visitors over `registry` and the
+/// [`BUILT_IN`] functions that serve it.
+pub fn built_in(toolchain: Toolchain, registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
+    let mut functions = match toolchain {
+        Toolchain::KubernetesYaml => path_visitor::kubernetes(registry),
+        Toolchain::AppConfigProperties => path_visitor::arbitrary_paths(),
+    };
     functions.extend(
-        resources::functions()
-            .into_iter()
-            .chain(text::functions())
-            .chain(validation::functions())
-            .chain(expressions::functions())
-            .chain(unit::functions(toolchain))
-            .chain(patch::functions())
-            .filter(|function| GENERIC_FOR_PROPERTIES.contains(&function.signature().name())),
+        BUILT_IN
+            .iter()
+            .filter(|definition| definition.toolchains.contains(&toolchain))
+            .map(|definition| definition.function(toolchain)),
     );
-    functions.push(validation::properties_validate());
-    functions
-}
-
-/// Every built-in function for Kubernetes/YAML, over `registry`.
-pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
-    let mut functions = path_visitor::kubernetes(registry);
-    functions.extend(resources::functions());
-    functions.extend(text::functions());
-    functions.extend(validation::functions());
-    functions.extend(unit::functions(Toolchain::KubernetesYaml));
-    functions.extend(containers::functions());
-    functions.extend(expressions::functions());
-    functions.extend(patch::functions());
     functions
 }
 

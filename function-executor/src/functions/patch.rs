@@ -14,17 +14,16 @@
 //!   creating missing keys; Delete removes the key or list item.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::api::{DataType, MutationInfo, MutationType, ResourceInfo, ResourceMutation};
-use crate::functions::resources::custom;
+use crate::functions::definition::{ALL_TOOLCHAINS, Definition, FunctionKind, Options};
 use crate::functions::unit::entry_lines;
-use crate::functions::{Call, FunctionError, Outcome, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome};
 use crate::path::unescape;
 use crate::resource::{OwnedUnit, Unit};
-use crate::signature::{ParameterBuilder, TypedSignature};
+use crate::signature::ParameterBuilder;
 use crate::yaml::{Doc, Editor, Kind, New, NodeId};
 
 /// Path records (predicates and patch together) beyond this are refused.
@@ -437,17 +436,10 @@ fn patch_mutations(call: &Call) -> Result<Outcome, FunctionError> {
     })
 }
 
-pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
-    vec![Arc::new(super::resources::Custom {
-        signature: patch_signature(),
-        run: patch_mutations,
-    })]
-}
-
-fn patch_signature() -> TypedSignature {
-    custom(
-        "patch-mutations",
-        "Selectively patch attributes if their mutations indicate they are patchable. Intended to be used with compute-mutations.",
+pub static PATCH_MUTATIONS: Definition = Definition {
+    name: "patch-mutations",
+    description: "Selectively patch attributes if their mutations indicate they are patchable. Intended to be used with compute-mutations.",
+    parameters: |_| {
         vec![
             ParameterBuilder::new(
                 PREDICATES,
@@ -459,11 +451,13 @@ fn patch_signature() -> TypedSignature {
                 DataType::ResourceMutationList,
                 "Mutations to filter and patch",
             ),
-        ],
-        None,
-        true,
-    )
-}
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: patch_mutations,
+    options: Options::DEFAULT,
+};
 
 #[cfg(test)]
 mod tests {

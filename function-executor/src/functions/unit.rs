@@ -1,16 +1,17 @@
 //! Functions over the unit as a whole: attributes across resources, namespaces, comments and
 //! mutation records.
 
-use std::sync::Arc;
-
 use std::collections::BTreeMap;
 
 use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo, ResourceMutation};
 use crate::args::ArgValue;
+use crate::functions::definition::{
+    ALL_TOOLCHAINS, Definition, FunctionKind, KUBERNETES, Options, PROPERTIES, no_parameters,
+};
 use crate::functions::path_visitor::{EntriesFor, get, scalar, write};
-use crate::functions::resources::{Custom, custom, identified};
+use crate::functions::resources::identified;
 use crate::functions::validation::{PLACEHOLDER_INT, PLACEHOLDER_STRING};
-use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, Output};
 use crate::mutations;
 use crate::path::{self, UnresolvedPath};
 use crate::registry::{CLUSTER_SCOPED_TYPES, PathVisitorInfo, attribute};
@@ -520,210 +521,236 @@ fn compute_mutations(call: &Call) -> Result<Outcome, FunctionError> {
 
 /// The functions over whole units; `toolchain` decides the format of compute-mutations'
 /// previous data.
-pub fn functions(toolchain: Toolchain) -> Vec<Arc<dyn TypedFunction>> {
-    let ensure_context_description = match toolchain {
-        Toolchain::KubernetesYaml => "Add (or, with false, remove) the annotations confighub.com/UnitSlug and confighub.com/SpaceID on every resource".to_owned(),
-        Toolchain::AppConfigProperties => "Add (or, with false, remove) the properties configHub.unitSlug and configHub.spaceID".to_owned(),
-    };
-    let string = DataType::String;
+pub static GET_ATTRIBUTES: Definition = Definition {
+    name: "get-attributes",
+    description: "Get the attributes registered as general attributes (replicas, images, namespaces, host names) with their getters and setters",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "attribute-value",
+        description: "Attributes",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_attributes,
+    options: Options::DEFAULT,
+};
+
+pub static GET_DETAILS: Definition = Definition {
+    name: "get-details",
+    description: "Get the descriptive facts of the unit (replicas, image repositories and references, Service types and ports), each with its description",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "detail",
+        description: "Details",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_details,
+    options: Options::DEFAULT,
+};
+
+pub static GET_NEEDED: Definition = Definition {
+    name: "get-needed",
+    description: "Get the general attributes (replicas, images, namespaces, host names) that still hold a placeholder, with their setters",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "attribute-value",
+        description: "Attributes that need a value",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_needed,
+    options: Options::DEFAULT,
+};
+
+pub static GET_NEEDED_NAMESPACES: Definition = Definition {
+    name: "get-needed-namespaces",
+    description: "Get the namespace fields and references that still hold a placeholder",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "namespace-name",
+        description: "Namespace attributes that need a value",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: KUBERNETES,
+    run: get_needed_namespaces,
+    options: Options::DEFAULT,
+};
+
+pub static GET_PROVIDED: Definition = Definition {
+    name: "get-provided",
+    description: "Get the names this unit provides to others (namespaces, service accounts, config maps, secrets, services, ...)",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "attribute-value",
+        description: "Provided values",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_provided,
+    options: Options::DEFAULT,
+};
+
+pub static SET_ATTRIBUTES: Definition = Definition {
+    name: "set-attributes",
+    description: "Write each attribute of an AttributeValueList at its resource and path, creating missing keys",
+    parameters: |_| {
+        vec![ParameterBuilder::new(
+            "attribute-list",
+            DataType::AttributeValueList,
+            "Attributes to write, as returned by a getter",
+        )]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: set_attributes,
+    options: Options::DEFAULT,
+};
+
+pub static SET_DEFAULT_NAMES: Definition = Definition {
+    name: "set-default-names",
+    description: "Fill the resource names and app labels still holding the placeholder confighubplaceholder with <unit>-<space> (the unit's and the space's normalized names)",
+    parameters: no_parameters,
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: set_default_names,
+    options: Options::DEFAULT,
+};
+
+pub static RESET: Definition = Definition {
+    name: "reset",
+    description: "Set the strings and integers last set by the mutations whose predicate is true back to their placeholders (confighubplaceholder, 999999999)",
+    parameters: |_| {
+        vec![ParameterBuilder::new(
+            "mutation-predicates",
+            DataType::ResourceMutationList,
+            "Mutations, with Predicate true on the paths to reset",
+        )]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: reset,
+    options: Options::DEFAULT,
+};
+
+pub static SET_REFERENCES_OF_TYPE: Definition = Definition {
+    name: "set-references-of-type",
+    description: "Set every field that refers by name to a resource of the given type (e.g. v1/ConfigMap, v1/Secret, v1/ServiceAccount, v1/Service, v1/PersistentVolumeClaim, v1/Namespace) to the given name",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(
+                "resource-type",
+                DataType::String,
+                "Type (apiVersion/kind) of the resources referred to",
+            )
+            .example("v1/ConfigMap"),
+            ParameterBuilder::new(
+                "resource-name",
+                DataType::String,
+                "Name to set in the references",
+            )
+            .example("settings"),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: set_references_of_type,
+    options: Options::DEFAULT,
+};
+
+pub static ENSURE_NAMESPACES: Definition = Definition {
+    name: "ensure-namespaces",
+    description: "Add metadata.namespace: confighubplaceholder to namespaced resources without a namespace",
+    parameters: no_parameters,
+    kind: FunctionKind::Mutating,
+    toolchains: KUBERNETES,
+    run: ensure_namespaces,
+    options: Options::DEFAULT,
+};
+
+pub static ENSURE_CONTEXT_KUBERNETES: Definition = Definition {
+    name: "ensure-context",
+    description: "Add (or, with false, remove) the annotations confighub.com/UnitSlug and confighub.com/SpaceID on every resource",
+    parameters: ensure_context_parameters,
+    kind: FunctionKind::Mutating,
+    toolchains: KUBERNETES,
+    run: ensure_context,
+    options: Options::DEFAULT,
+};
+
+pub static ENSURE_CONTEXT_PROPERTIES: Definition = Definition {
+    name: "ensure-context",
+    description: "Add (or, with false, remove) the properties configHub.unitSlug and configHub.spaceID",
+    parameters: ensure_context_parameters,
+    kind: FunctionKind::Mutating,
+    toolchains: PROPERTIES,
+    run: ensure_context,
+    options: Options::DEFAULT,
+};
+
+fn ensure_context_parameters(_: Toolchain) -> Vec<ParameterBuilder> {
     vec![
-        Arc::new(Custom {
-            signature: custom(
-                "get-attributes",
-                "Get the attributes registered as general attributes (replicas, images, namespaces, host names) with their getters and setters",
-                Vec::new(),
-                Some((
-                    "attribute-value",
-                    "Attributes",
-                    OutputType::AttributeValueList,
-                )),
-                false,
-            ),
-            run: get_attributes,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-details",
-                "Get the descriptive facts of the unit (replicas, image repositories and references, Service types and ports), each with its description",
-                Vec::new(),
-                Some(("detail", "Details", OutputType::AttributeValueList)),
-                false,
-            ),
-            run: get_details,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-needed",
-                "Get the general attributes (replicas, images, namespaces, host names) that still hold a placeholder, with their setters",
-                Vec::new(),
-                Some((
-                    "attribute-value",
-                    "Attributes that need a value",
-                    OutputType::AttributeValueList,
-                )),
-                false,
-            ),
-            run: get_needed,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-needed-namespaces",
-                "Get the namespace fields and references that still hold a placeholder",
-                Vec::new(),
-                Some((
-                    "namespace-name",
-                    "Namespace attributes that need a value",
-                    OutputType::AttributeValueList,
-                )),
-                false,
-            ),
-            run: get_needed_namespaces,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-provided",
-                "Get the names this unit provides to others (namespaces, service accounts, config maps, secrets, services, ...)",
-                Vec::new(),
-                Some((
-                    "attribute-value",
-                    "Provided values",
-                    OutputType::AttributeValueList,
-                )),
-                false,
-            ),
-            run: get_provided,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-attributes",
-                "Write each attribute of an AttributeValueList at its resource and path, creating missing keys",
-                vec![ParameterBuilder::new(
-                    "attribute-list",
-                    DataType::AttributeValueList,
-                    "Attributes to write, as returned by a getter",
-                )],
-                None,
-                true,
-            ),
-            run: set_attributes,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-default-names",
-                "Fill the resource names and app labels still holding the placeholder confighubplaceholder with <unit>-<space> (the unit's and the space's normalized names)",
-                Vec::new(),
-                None,
-                true,
-            ),
-            run: set_default_names,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "reset",
-                "Set the strings and integers last set by the mutations whose predicate is true back to their placeholders (confighubplaceholder, 999999999)",
-                vec![ParameterBuilder::new(
-                    "mutation-predicates",
-                    DataType::ResourceMutationList,
-                    "Mutations, with Predicate true on the paths to reset",
-                )],
-                None,
-                true,
-            ),
-            run: reset,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-references-of-type",
-                "Set every field that refers by name to a resource of the given type (e.g. v1/ConfigMap, v1/Secret, v1/ServiceAccount, v1/Service, v1/PersistentVolumeClaim, v1/Namespace) to the given name",
-                vec![
-                    ParameterBuilder::new(
-                        "resource-type",
-                        string,
-                        "Type (apiVersion/kind) of the resources referred to",
-                    )
-                    .example("v1/ConfigMap"),
-                    ParameterBuilder::new("resource-name", string, "Name to set in the references")
-                        .example("settings"),
-                ],
-                None,
-                true,
-            ),
-            run: set_references_of_type,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "ensure-namespaces",
-                "Add metadata.namespace: confighubplaceholder to namespaced resources without a namespace",
-                Vec::new(),
-                None,
-                true,
-            ),
-            run: ensure_namespaces,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "ensure-context",
-                &ensure_context_description,
-                vec![
-                    ParameterBuilder::new(
-                        "add-context",
-                        DataType::Bool,
-                        "Add the context (true) or remove it (false)",
-                    )
-                    .example("true"),
-                ],
-                None,
-                true,
-            ),
-            run: ensure_context,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-path-comment",
-                "Put a line comment on the values at a path (an empty comment removes it)",
-                vec![
-                    ParameterBuilder::new(
-                        "resource-type",
-                        string,
-                        "Resource type (apiVersion/kind), * for any",
-                    )
-                    .example("apps/v1/Deployment"),
-                    ParameterBuilder::new("path", string, "Path of the values")
-                        .example("spec.replicas"),
-                    ParameterBuilder::new("comment", string, "Comment text, without #"),
-                ],
-                None,
-                true,
-            ),
-            run: set_path_comment,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "compute-mutations",
-                "Compute the mutations from the given previous data to the current data",
-                vec![
-                    ParameterBuilder::new(
-                        "config-doc-list",
-                        toolchain.data_type(),
-                        "Previous data, in the toolchain's own format",
-                    ),
-                    ParameterBuilder::new(
-                        "functionIndex",
-                        DataType::Int,
-                        "Index recorded with the mutations",
-                    )
-                    .range(Some(0), None),
-                    ParameterBuilder::new(
-                        "alreadyConverted",
-                        DataType::Bool,
-                        "The previous data is already the YAML model",
-                    )
-                    .optional(),
-                ],
-                Some(("mutations", "Mutations", OutputType::ResourceMutationList)),
-                false,
-            ),
-            run: compute_mutations,
-        }),
+        ParameterBuilder::new(
+            "add-context",
+            DataType::Bool,
+            "Add the context (true) or remove it (false)",
+        )
+        .example("true"),
     ]
 }
+
+pub static SET_PATH_COMMENT: Definition = Definition {
+    name: "set-path-comment",
+    description: "Put a line comment on the values at a path (an empty comment removes it)",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(
+                "resource-type",
+                DataType::String,
+                "Resource type (apiVersion/kind), * for any",
+            )
+            .example("apps/v1/Deployment"),
+            ParameterBuilder::new("path", DataType::String, "Path of the values")
+                .example("spec.replicas"),
+            ParameterBuilder::new("comment", DataType::String, "Comment text, without #"),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: set_path_comment,
+    options: Options::DEFAULT,
+};
+
+pub static COMPUTE_MUTATIONS: Definition = Definition {
+    name: "compute-mutations",
+    description: "Compute the mutations from the given previous data to the current data",
+    parameters: |toolchain| {
+        vec![
+            ParameterBuilder::new(
+                "config-doc-list",
+                toolchain.data_type(),
+                "Previous data, in the toolchain's own format",
+            ),
+            ParameterBuilder::new(
+                "functionIndex",
+                DataType::Int,
+                "Index recorded with the mutations",
+            )
+            .range(Some(0), None),
+            ParameterBuilder::new(
+                "alreadyConverted",
+                DataType::Bool,
+                "The previous data is already the YAML model",
+            )
+            .optional(),
+        ]
+    },
+    kind: FunctionKind::Readonly {
+        result: "mutations",
+        description: "Mutations",
+        output: OutputType::ResourceMutationList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: compute_mutations,
+    options: Options::DEFAULT,
+};
