@@ -32,6 +32,9 @@
 //! one. Plugins and runner must agree on [`ABI_VERSION`]; a mismatched plugin is refused at
 //! start-up with a message naming both versions.
 //!
+//! To change a ResourceList without reformatting what you did not touch, turn on the `yaml`
+//! feature and edit through its `yaml` module (the builtin functions' lossless editor).
+//!
 //! Test a plugin in its own `cargo test` with the `testing` feature ([`testing`]): it builds
 //! the plugin and calls it through this same ABI path, without a `.so` or a runner. The
 //! krm-runner tree's `plugin-template/` is a complete plugin to copy, with its own workspace,
@@ -53,12 +56,19 @@ mod signature;
 mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+/// Lossless YAML editing, as the builtin functions edit (feature `yaml`): parse a
+/// ResourceList once ([`yaml::Doc::parse`]), queue changes at the spans of the nodes they touch
+/// ([`yaml::Editor`]) and write the text once; everything else stays byte-identical, comments,
+/// quoting and key order included. Parse errors are typed ([`yaml::ParseError`], with line and
+/// column), and a [`yaml::Stop`] requested on cancellation ends a long parse.
+#[cfg(feature = "yaml")]
+pub use krm_yaml_edit as yaml;
 
 pub use call::{
     CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionConfigExecutor,
     FunctionConfigRoute, Resolution,
 };
-pub use decline::{Answer, Chain, Probe, ProbeOutcome, declined_message};
+pub use decline::{Answer, Chain, Probe, ProbeOutcome};
 pub use krm_function_process::{QUOTED_CHARS, Quoted, TraceContext, process, quoted, results};
 pub use plugin::{
     BuildContext, ConfigError, ConfigProblem, DEFAULT_MAX_MESSAGE_BYTES, Evaluator,
@@ -67,7 +77,7 @@ pub use plugin::{
 pub use signature::{
     Example, FunctionSignature, NameMatch, Parameter, ParameterType, pick_function,
 };
-pub use telemetry::{AttributeValue, Measurement, MeasurementKind, Span, Telemetry};
+pub use telemetry::{AttributeValue, Span, Telemetry};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.
 #[cfg(not(krm_plugin_api_previous))]

@@ -6,6 +6,8 @@
 //! the general parser for everything else; [`Editor`] queues changes at the tree's spans and
 //! writes the result once. Shared by the `builtin` plugin and the ConfigHub function executor.
 
+#![deny(missing_docs)]
+
 mod bytes;
 mod edit;
 mod error;
