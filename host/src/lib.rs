@@ -649,7 +649,7 @@ fn print_resolution(
         }
         None => format!(
             "NOT_FOUND {}",
-            krm_plugin_api::declined_message(image, &resolution.declined)
+            krm_plugin_loader::declined_message(image, &resolution.declined)
         ),
     };
     println!("outcome:         {outcome}");
