@@ -15,9 +15,8 @@ use crate::api::{
 use crate::args;
 use crate::functions::{self, Call, Output, TypedFunction};
 use crate::mutations;
-use crate::properties::PropertiesError;
 use crate::registry::PathRegistry;
-use crate::resource::OwnedUnit;
+use crate::toolchain::properties::PropertiesError;
 use crate::toolchain::{Toolchain, UnknownToolchain};
 use crate::yaml::ParseError;
 
@@ -271,8 +270,10 @@ impl Executor {
             .toolchain
             .read(text)
             .map_err(ExecutorError::Properties)?;
-        let mut current =
-            OwnedUnit::parse_as(model, self.toolchain).map_err(ExecutorError::Unparsable)?;
+        let mut current = self
+            .toolchain
+            .parse_owned(model)
+            .map_err(ExecutorError::Unparsable)?;
 
         let mut run = Run {
             combine: request.combine_validation_results,
@@ -371,7 +372,7 @@ impl Executor {
                     }
                     continue;
                 }
-                let after = OwnedUnit::parse_as(new_text, self.toolchain).map_err(|error| {
+                let after = self.toolchain.parse_owned(new_text).map_err(|error| {
                     ExecutorError::UnparsableResult {
                         function: invocation.function_name.clone(),
                         error,

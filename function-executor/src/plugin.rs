@@ -24,7 +24,6 @@ use crate::args;
 use crate::executor::{Executor, RegistrationError};
 use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::registry::PathRegistry;
-use crate::resource::OwnedUnit;
 use crate::signature::TypedSignature;
 
 /// The typed functions a plugin contributes, served through the ABI.
@@ -101,7 +100,8 @@ impl TypedFunctionSet for PluginFunctions {
                 return encode(&response);
             }
         };
-        let unit = OwnedUnit::parse(text)
+        let unit = crate::Toolchain::KubernetesYaml
+            .parse_owned(text)
             .map_err(|e| EvalError::invalid_input(format!("{function}: config data: {e}")))?;
         let call = Call {
             unit: unit.unit(),

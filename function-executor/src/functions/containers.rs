@@ -401,7 +401,7 @@ fn set_pod_defaults(call: &Call) -> Result<Outcome, FunctionError> {
     let mut text: Option<String> = None;
     for (paths, value) in edits {
         let current = text.as_deref().unwrap_or(call.unit.doc.src);
-        let unit = crate::resource::Unit::parse(current)?;
+        let unit = crate::Toolchain::KubernetesYaml.parse(current)?;
         let pass = Call {
             unit: &unit,
             ..*call

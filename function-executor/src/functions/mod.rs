@@ -90,7 +90,7 @@ impl From<&str> for FunctionError {
 impl Call<'_, '_, '_> {
     /// `text` parsed as a unit of the call's toolchain's model.
     pub fn parse_model<'t>(&self, text: &'t str) -> Result<Unit<'t>, ParseError> {
-        Unit::parse_as(text, self.toolchain)
+        self.toolchain.parse(text)
     }
 
     /// An error once the call is cancelled or past its deadline.
@@ -258,7 +258,7 @@ mod tests {
 
     use super::*;
     use crate::api::{FunctionArgument, FunctionInvocation};
-    use crate::resource::OwnedUnit;
+
     use crate::{Executor, args};
 
     /// Runs `function` with `arguments` over `text` within `call`, as the executor would.
@@ -279,7 +279,9 @@ mod tests {
         );
         let typed = executor.function(function).expect("a built-in function");
         let arguments = args::check(typed.signature(), &invocation).expect("valid arguments");
-        let unit = OwnedUnit::parse(text.to_owned()).unwrap();
+        let unit = Toolchain::KubernetesYaml
+            .parse_owned(text.to_owned())
+            .unwrap();
         typed.run(&Call {
             unit: unit.unit(),
             arguments: &arguments,

@@ -22,7 +22,7 @@ use crate::functions::definition::{ALL_TOOLCHAINS, Definition, FunctionKind, Opt
 use crate::functions::unit::entry_lines;
 use crate::functions::{Call, FunctionError, Outcome};
 use crate::path::unescape;
-use crate::resource::{OwnedUnit, Unit};
+use crate::resource::Unit;
 use crate::signature::ParameterBuilder;
 use crate::yaml::{Doc, Editor, Kind, New, NodeId};
 
@@ -356,14 +356,11 @@ fn patch_mutations(call: &Call) -> Result<Outcome, FunctionError> {
             path_patches.insert(position, (key, mutation));
         }
     }
-    let mut current = OwnedUnit::parse_as(
-        if whole_edits > 0 {
-            editor.finish(doc)
-        } else {
-            doc.src.to_owned()
-        },
-        call.toolchain,
-    )?;
+    let mut current = call.toolchain.parse_owned(if whole_edits > 0 {
+        editor.finish(doc)
+    } else {
+        doc.src.to_owned()
+    })?;
     let changed_whole = whole_edits > 0;
 
     let mut problems = Vec::new();
@@ -392,7 +389,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, FunctionError> {
             call.stop_if_cancelled()?;
             if batch.iter().any(|done| related(done, &segments)) {
                 let text = std::mem::take(&mut editor).finish(&current.unit().doc);
-                current = OwnedUnit::parse_as(text, call.toolchain)?;
+                current = call.toolchain.parse_owned(text)?;
                 batch.clear();
             }
             let unit = current.unit();
@@ -415,7 +412,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, FunctionError> {
                     batch.push(segments);
                     if moves {
                         let text = std::mem::take(&mut editor).finish(&current.unit().doc);
-                        current = OwnedUnit::parse_as(text, call.toolchain)?;
+                        current = call.toolchain.parse_owned(text)?;
                         batch.clear();
                     }
                 }
@@ -424,7 +421,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, FunctionError> {
         }
         if !batch.is_empty() {
             let text = editor.finish(&current.unit().doc);
-            current = OwnedUnit::parse_as(text, call.toolchain)?;
+            current = call.toolchain.parse_owned(text)?;
         }
     }
     if !problems.is_empty() {
@@ -465,7 +462,6 @@ mod tests {
 
     use crate::Executor;
     use crate::api::{FunctionArgument, FunctionInvocation, FunctionInvocationRequest};
-    use crate::resource::Unit;
 
     fn invoke(
         data: &str,
@@ -493,7 +489,7 @@ mod tests {
     }
 
     fn values(text: &str) -> Vec<Value> {
-        let unit = Unit::parse(text).unwrap();
+        let unit = crate::Toolchain::KubernetesYaml.parse(text).unwrap();
         unit.elements
             .iter()
             .map(|e| unit.doc.to_json(e.root))
