@@ -228,7 +228,7 @@ pub struct TypedRole {
 impl TypedRole {
     pub fn start(spec: TypedSpec, _parts: Vec<Vec<u8>>, channel: Channel) -> Result<Self, String> {
         let mut kubernetes = Executor::kubernetes_with(&spec.attributes)
-            .map_err(|problems| problems.join("; "))?
+            .map_err(|problems| problems.to_string())?
             .with_max_message_bytes(spec.max_message_bytes);
         let sets = spec.contributed.into_iter().map(|(instance, signatures)| {
             let set: Arc<dyn TypedFunctionSet> = Arc::new(AskTheRunner {
