@@ -9,7 +9,9 @@ use crate::resource::Element;
 use crate::signature::ParameterBuilder;
 
 /// The identities of every element, or the problems of those without one.
-pub fn identified<'u>(call: &'u Call) -> Result<Vec<(&'u Element, &'u ResourceInfo)>, String> {
+pub fn identified<'u>(
+    call: &'u Call,
+) -> Result<Vec<(&'u Element, &'u ResourceInfo)>, FunctionError> {
     let mut found = Vec::new();
     let mut problems = Vec::new();
     for element in &call.unit.elements {
@@ -21,7 +23,7 @@ pub fn identified<'u>(call: &'u Call) -> Result<Vec<(&'u Element, &'u ResourceIn
     if problems.is_empty() {
         Ok(found)
     } else {
-        Err(problems.join("; "))
+        Err(FunctionError::Failed(problems.join("; ")))
     }
 }
 

@@ -209,14 +209,32 @@ pub fn param(
     }
 }
 
+/// A functionConfig's value that breaks its parameter's rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("parameter `{parameter}` {rule}")]
+pub struct BrokenRule {
+    /// The parameter's name.
+    pub parameter: String,
+    /// The rule, as the catalog words it (`is required`, `must be a string`).
+    pub rule: String,
+}
+
+impl BrokenRule {
+    fn new(parameter: &str, rule: impl Into<String>) -> Self {
+        Self {
+            parameter: parameter.to_owned(),
+            rule: rule.into(),
+        }
+    }
+}
+
 /// Checks `params` (the functionConfig seen as parameter name -> value) against the signature.
-/// The message names the parameter and the rule it breaks.
-pub fn validate(parameters: &[Parameter], params: &Value) -> Result<(), String> {
+pub fn validate(parameters: &[Parameter], params: &Value) -> Result<(), BrokenRule> {
     for p in parameters {
         let value = params.get(&p.name).filter(|v| !v.is_null());
         let Some(value) = value else {
             if p.required {
-                return Err(format!("parameter `{}` is required", p.name));
+                return Err(BrokenRule::new(&p.name, "is required"));
             }
             continue;
         };
@@ -241,28 +259,27 @@ pub fn validate(parameters: &[Parameter], params: &Value) -> Result<(), String> 
                 ParameterType::List => "a list",
                 ParameterType::Object => "an object",
             };
-            return Err(format!("parameter `{}` must be {expected}", p.name));
+            return Err(BrokenRule::new(&p.name, format!("must be {expected}")));
         }
         if p.required && value.as_str().is_some_and(str::is_empty) {
-            return Err(format!(
-                "parameter `{}` is required and must not be empty",
-                p.name
+            return Err(BrokenRule::new(
+                &p.name,
+                "is required and must not be empty",
             ));
         }
         if let Some(s) = value.as_str() {
             if !p.allowed.is_empty() && !p.allowed.iter().any(|a| a == s) {
-                return Err(format!(
-                    "parameter `{}` must be one of [{}], got {s:?}",
-                    p.name,
-                    p.allowed.join(", ")
+                return Err(BrokenRule::new(
+                    &p.name,
+                    format!("must be one of [{}], got {s:?}", p.allowed.join(", ")),
                 ));
             }
             if let Some(pattern) = &p.pattern
                 && regex::Regex::new(pattern).is_ok_and(|re| !re.is_match(s))
             {
-                return Err(format!(
-                    "parameter `{}` must match the pattern `{pattern}`, got {s:?}",
-                    p.name
+                return Err(BrokenRule::new(
+                    &p.name,
+                    format!("must match the pattern `{pattern}`, got {s:?}"),
                 ));
             }
         }
@@ -273,11 +290,13 @@ pub fn validate(parameters: &[Parameter], params: &Value) -> Result<(), String> 
             if let Some(n) = n
                 && (p.minimum.is_some_and(|min| n < min) || p.maximum.is_some_and(|max| n > max))
             {
-                return Err(format!(
-                    "parameter `{}` must be within [{}, {}], got {n}",
-                    p.name,
-                    p.minimum.map_or("-inf".into(), |v| v.to_string()),
-                    p.maximum.map_or("inf".into(), |v| v.to_string())
+                return Err(BrokenRule::new(
+                    &p.name,
+                    format!(
+                        "must be within [{}, {}], got {n}",
+                        p.minimum.map_or("-inf".into(), |v| v.to_string()),
+                        p.maximum.map_or("inf".into(), |v| v.to_string())
+                    ),
                 ));
             }
         }
@@ -307,15 +326,18 @@ mod tests {
         let params = vec![param("substring", ParameterType::String, true, ""), mode];
         assert_eq!(
             validate(&params, &json!({})).unwrap_err(),
-            "parameter `substring` is required"
+            BrokenRule::new("substring", "is required")
         );
         assert_eq!(
-            validate(&params, &json!({"substring": ["x"]})).unwrap_err(),
+            validate(&params, &json!({"substring": ["x"]}))
+                .unwrap_err()
+                .to_string(),
             "parameter `substring` must be a string"
         );
         assert!(
             validate(&params, &json!({"substring": "x", "editMode": "middle"}))
                 .unwrap_err()
+                .to_string()
                 .contains("`editMode` must be one of [prepend, append]")
         );
         assert!(validate(&params, &json!({"substring": "x", "editMode": "append"})).is_ok());

@@ -23,7 +23,7 @@ mod function;
 pub mod rl;
 
 pub use function::{
-    Ctx, Exit, Function, Halt, Interruption, Limits, check, group_of, param, validate,
+    BrokenRule, Ctx, Exit, Function, Halt, Interruption, Limits, check, group_of, param, validate,
 };
 
 /// The catalog's image prefixes, always recognised.
