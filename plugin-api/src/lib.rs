@@ -8,10 +8,11 @@
 //!    `serde` for your config). The crate's library name decides the file: name it
 //!    `krm_plugin_<name>` so `plugin: <name>` finds `libkrm_plugin_<name>.so`.
 //! 2. Implement [`Evaluator`]: take an image name and a ResourceList, return a ResourceList and
-//!    a log, or an [`EvalError`]. Answer [`EvalError::declined_because`] for images you do not
-//!    serve, saying why, so the chain falls through to the next evaluator (and the caller learns
-//!    why nothing served); say the same ahead of a call in [`Evaluator::probe`]. Watch the [`CallContext`]: when the caller
-//!    cancels or its deadline passes, stop and clean up. To contribute ConfigHub-style typed
+//!    a log, or an [`EvalError`]. Say which images you serve in [`Evaluator::serves`], and why
+//!    you decline the others: the SDK answers a call for those NOT_FOUND with that reason, so the
+//!    chain falls through to the next evaluator (and the caller learns why nothing served), and
+//!    [`Evaluator::probe`] tells the same ahead of a call. Watch the [`CallContext`]: when the
+//!    caller cancels or its deadline passes, stop and clean up. To contribute ConfigHub-style typed
 //!    functions too, return a [`TypedFunctionSet`] from [`Evaluator::typed_functions`]
 //!    (`krm_function_executor::plugin::PluginFunctions` is one).
 //! 3. Implement [`Plugin`]: a name, a version, a one-line description, a serde config type and a
