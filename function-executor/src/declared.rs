@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use krm_plugin_api::ConfigError;
 use serde::{Deserialize, Serialize};
 
 use crate::api::DataType;
@@ -108,65 +109,64 @@ fn is_resource_type(resource_type: &str) -> bool {
 
 impl AttributeDeclaration {
     /// Every problem of this declaration, each naming its field below `at`.
-    fn problems(&self, at: &str, taken: &BTreeSet<String>) -> Vec<String> {
+    fn problems(&self, at: &str, taken: &BTreeSet<String>) -> Vec<ConfigError> {
         let mut problems = Vec::new();
         if !is_name(&self.name) {
-            problems.push(format!(
-                "{at}.name: {:?} is not a name of lower-case letters, digits and inner dashes (at most 63)",
-                self.name
-            ));
+            problems.push(ConfigError::field(format!("{at}.name"), format!("{:?} is not a name of lower-case letters, digits and inner dashes (at most 63)", self.name)));
         } else {
             for function in [format!("get-{}", self.name), format!("set-{}", self.name)] {
                 if taken.contains(&function) {
-                    problems.push(format!("{at}.name: {function} already exists"));
+                    problems.push(ConfigError::field(
+                        format!("{at}.name"),
+                        format!("{function} already exists"),
+                    ));
                 }
             }
         }
         for (i, parameter) in self.parameters.iter().enumerate() {
             if !is_name(parameter) || *parameter == self.name {
-                problems.push(format!(
-                    "{at}.parameters[{i}]: {parameter:?} is not a parameter name (lower-case letters, digits, inner dashes; not the attribute's)"
-                ));
+                problems.push(ConfigError::field(format!("{at}.parameters[{i}]"), format!("{parameter:?} is not a parameter name (lower-case letters, digits, inner dashes; not the attribute's)")));
             }
         }
         if self.paths.is_empty() {
-            problems.push(format!(
-                "{at}.paths: empty; give at least one resource type"
+            problems.push(ConfigError::field(
+                format!("{at}.paths"),
+                "empty; give at least one resource type",
             ));
         }
         let count: usize = self.paths.values().map(Vec::len).sum();
         if count > MAX_DECLARED_PATHS {
-            problems.push(format!(
-                "{at}.paths: {count} paths, more than the limit of {MAX_DECLARED_PATHS}"
+            problems.push(ConfigError::field(
+                format!("{at}.paths"),
+                format!("{count} paths, more than the limit of {MAX_DECLARED_PATHS}"),
             ));
             return problems;
         }
         for (resource_type, paths) in &self.paths {
             let at = format!("{at}.paths[{resource_type:?}]");
             if !is_resource_type(resource_type) {
-                problems.push(format!(
-                    "{at}: {resource_type:?} is not a resource type such as apps/v1/Deployment, v1/Service or *"
-                ));
+                problems.push(ConfigError::field(at.as_str(), format!("{resource_type:?} is not a resource type such as apps/v1/Deployment, v1/Service or *")));
             }
             if paths.is_empty() {
-                problems.push(format!("{at}: no paths"));
+                problems.push(ConfigError::field(at.as_str(), "no paths"));
             }
             for (j, path) in paths.iter().enumerate() {
                 let at = format!("{at}[{j}]");
                 if let Err(e) = UnresolvedPath::parse(&path.replace("%s", "x")) {
-                    problems.push(format!("{at}: {e}"));
+                    problems.push(ConfigError::field(at.as_str(), e.to_string()));
                     continue;
                 }
                 if path.contains('#') {
-                    problems.push(format!(
-                        "{at}: {path:?} selects part of a value (#); declared attributes take whole values"
-                    ));
+                    problems.push(ConfigError::field(at.as_str(), format!("{path:?} selects part of a value (#); declared attributes take whole values")));
                 }
                 let placeholders = path.matches("%s").count();
                 if placeholders != self.parameters.len() {
-                    problems.push(format!(
-                        "{at}: {path:?} has {placeholders} %s, but {} parameters are declared",
-                        self.parameters.len()
+                    problems.push(ConfigError::field(
+                        at.as_str(),
+                        format!(
+                            "{path:?} has {placeholders} %s, but {} parameters are declared",
+                            self.parameters.len()
+                        ),
                     ));
                 }
             }
@@ -232,15 +232,18 @@ impl Executor {
     /// The Kubernetes/YAML executor with `declared` attributes added to its path registry
     /// and their `get-X`/`set-X` pairs to its functions. Every problem is reported, each
     /// naming its field as `attributes[i]....`.
-    pub fn kubernetes_with(declared: &[AttributeDeclaration]) -> Result<Self, Vec<String>> {
+    pub fn kubernetes_with(declared: &[AttributeDeclaration]) -> Result<Self, ConfigError> {
         if declared.is_empty() {
             return Ok(Self::kubernetes());
         }
         if declared.len() > MAX_DECLARED_ATTRIBUTES {
-            return Err(vec![format!(
-                "attributes: {} declared, more than the limit of {MAX_DECLARED_ATTRIBUTES}",
-                declared.len()
-            )]);
+            return Err(ConfigError::field(
+                "attributes",
+                format!(
+                    "{} declared, more than the limit of {MAX_DECLARED_ATTRIBUTES}",
+                    declared.len()
+                ),
+            ));
         }
         let built_in = Self::kubernetes();
         let mut taken: BTreeSet<String> = built_in
@@ -253,9 +256,9 @@ impl Executor {
             let at = format!("attributes[{i}]");
             let found = declaration.problems(&at, &taken);
             if registry.attribute(&declaration.name).is_some() && found.is_empty() {
-                problems.push(format!(
-                    "{at}.name: the attribute {} is already registered",
-                    declaration.name
+                problems.push(ConfigError::field(
+                    format!("{at}.name"),
+                    format!("the attribute {} is already registered", declaration.name),
                 ));
                 continue;
             }
@@ -264,26 +267,26 @@ impl Executor {
                 continue;
             }
             if let Err(problem) = declaration.register(&mut registry) {
-                problems.push(format!("{at}: {problem}"));
+                problems.push(ConfigError::field(at, problem));
                 continue;
             }
             taken.insert(format!("get-{}", declaration.name));
             taken.insert(format!("set-{}", declaration.name));
         }
-        if !problems.is_empty() {
+        if let Some(problems) = ConfigError::all(problems) {
             return Err(problems);
         }
         let mut executor = Self::empty(registry);
         for function in built_in.functions() {
             executor
                 .register(function.clone())
-                .map_err(|e| vec![e.to_string()])?;
+                .map_err(|e| ConfigError::new(e.to_string()))?;
         }
         for declaration in declared {
             for function in declaration.functions(executor.registry()) {
                 executor
                     .register(function)
-                    .map_err(|e| vec![format!("attributes: {e}")])?;
+                    .map_err(|e| ConfigError::field("attributes", e.to_string()))?;
             }
         }
         Ok(executor)
@@ -310,7 +313,13 @@ mod tests {
              "paths": {"apps v1": ["spec.x"], "v1/Service": ["spec..x", "spec.ports.0.port"]}},
             {"name": "tier", "paths": {"v1/Service": []}}
         ]));
-        let problems = Executor::kubernetes_with(&declared).err().unwrap();
+        let problems: Vec<String> = Executor::kubernetes_with(&declared)
+            .err()
+            .unwrap()
+            .problems()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         let expected = [
             "attributes[0].name: \"Team\" is not a name",
             "attributes[0].paths: empty",

@@ -15,10 +15,10 @@ use crate::api::{
 use crate::args;
 use crate::functions::{self, Call, Output, TypedFunction};
 use crate::mutations;
-use crate::properties::PropertiesError;
 use crate::registry::PathRegistry;
-use crate::resource::OwnedUnit;
+use crate::toolchain::properties::PropertiesError;
 use crate::toolchain::{Toolchain, UnknownToolchain};
+use crate::yaml::ParseError;
 
 /// Config data larger than this is refused.
 pub const MAX_CONFIG_BYTES: usize = 64 * 1024 * 1024;
@@ -39,7 +39,14 @@ pub enum ExecutorError {
     #[error("config data is not UTF-8 text")]
     NotText(#[source] std::str::Utf8Error),
     #[error("configuration data parsing error: {0}")]
-    Unparsable(String),
+    Unparsable(#[source] ParseError),
+    /// A mutating function left a text that does not parse.
+    #[error("{function} produced data that does not parse: {error}")]
+    UnparsableResult {
+        function: String,
+        #[source]
+        error: ParseError,
+    },
     #[error(transparent)]
     Toolchain(#[from] UnknownToolchain),
     /// The request names a toolchain other than the one this executor serves.
@@ -135,10 +142,7 @@ impl Executor {
             Toolchain::AppConfigProperties => PathRegistry::properties(),
         };
         let mut executor = Self::empty_for(toolchain, registry);
-        let built = match toolchain {
-            Toolchain::KubernetesYaml => functions::kubernetes(&executor.registry),
-            Toolchain::AppConfigProperties => functions::properties(),
-        };
+        let built = functions::built_in(toolchain, &executor.registry);
         for function in built {
             executor
                 .register(function)
@@ -266,8 +270,10 @@ impl Executor {
             .toolchain
             .read(text)
             .map_err(ExecutorError::Properties)?;
-        let mut current =
-            OwnedUnit::parse_as(model, self.toolchain).map_err(ExecutorError::Unparsable)?;
+        let mut current = self
+            .toolchain
+            .parse_owned(model)
+            .map_err(ExecutorError::Unparsable)?;
 
         let mut run = Run {
             combine: request.combine_validation_results,
@@ -366,11 +372,11 @@ impl Executor {
                     }
                     continue;
                 }
-                let after = OwnedUnit::parse_as(new_text, self.toolchain).map_err(|e| {
-                    ExecutorError::Unparsable(format!(
-                        "{} produced data that does not parse: {e}",
-                        invocation.function_name
-                    ))
+                let after = self.toolchain.parse_owned(new_text).map_err(|error| {
+                    ExecutorError::UnparsableResult {
+                        function: invocation.function_name.clone(),
+                        error,
+                    }
                 })?;
                 // What the toolchain's format cannot hold is this invocation's failure, and
                 // none of it is applied.

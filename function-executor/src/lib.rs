@@ -3,7 +3,7 @@
 //! attribute ("the replicas of workload controllers") into paths per resource type, and an
 //! executor that runs a sequence of invocations over one unit: multi-document YAML
 //! (Kubernetes/YAML), or a Java `.properties` file seen through its YAML model
-//! (AppConfig/Properties, [`properties`]).
+//! (AppConfig/Properties, [`toolchain::properties`]).
 //!
 //! - [`api`]: the wire types, with the JSON field names of ConfigHub's `function/api`.
 //! - [`signature::TypedSignature`]: krm-runner's [`krm_plugin_api::FunctionSignature`]
@@ -26,7 +26,6 @@ pub mod functions;
 pub mod mutations;
 pub mod path;
 pub mod plugin;
-pub mod properties;
 pub mod registry;
 pub mod resource;
 pub mod signature;

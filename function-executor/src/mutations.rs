@@ -365,7 +365,10 @@ metadata:
                 "  name: web\n  labels:\n    app: web\nspec",
             )
             .replace("        image: nginx\n", "");
-        let (before, after) = (Unit::parse(BEFORE).unwrap(), Unit::parse(&after).unwrap());
+        let (before, after) = (
+            crate::Toolchain::KubernetesYaml.parse(BEFORE).unwrap(),
+            crate::Toolchain::KubernetesYaml.parse(&after).unwrap(),
+        );
         let mutations = diff(&before, &after, 2);
         assert_eq!(mutations.len(), 1, "{mutations:#?}");
         let paths = &mutations[0].path_mutation_map;
@@ -387,7 +390,10 @@ metadata:
     fn aliases_are_followed_even_where_the_text_is_unchanged() {
         let before = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\nx: &v 1\ny: *v\nz:\n  w: 1\n";
         let after = before.replace("&v 1", "&v 2").replace("w: 1", "w: 3");
-        let (before, after) = (Unit::parse(before).unwrap(), Unit::parse(&after).unwrap());
+        let (before, after) = (
+            crate::Toolchain::KubernetesYaml.parse(before).unwrap(),
+            crate::Toolchain::KubernetesYaml.parse(&after).unwrap(),
+        );
         let mutations = diff(&before, &after, 0);
         let paths: Vec<_> = mutations[0]
             .path_mutation_map
@@ -399,9 +405,11 @@ metadata:
 
     #[test]
     fn resources_added_and_deleted_and_merged() {
-        let before = Unit::parse(BEFORE).unwrap();
+        let before = crate::Toolchain::KubernetesYaml.parse(BEFORE).unwrap();
         let only_service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n";
-        let after = Unit::parse(only_service).unwrap();
+        let after = crate::Toolchain::KubernetesYaml
+            .parse(only_service)
+            .unwrap();
         let deleted = diff(&before, &after, 0);
         assert_eq!(
             deleted[0].resource_mutation_info.mutation_type,
@@ -424,7 +432,11 @@ metadata:
         let relabeled = BEFORE.replace("  name: web\nspec", "  name: web\n  labels: {a: b}\nspec");
         merge(
             &mut merged,
-            diff(&before, &Unit::parse(&relabeled).unwrap(), 2),
+            diff(
+                &before,
+                &crate::Toolchain::KubernetesYaml.parse(&relabeled).unwrap(),
+                2,
+            ),
         );
         assert_eq!(merged.len(), 1);
         assert_eq!(

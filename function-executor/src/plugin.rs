@@ -22,9 +22,8 @@ use crate::api::{
 };
 use crate::args;
 use crate::executor::{Executor, RegistrationError};
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::registry::PathRegistry;
-use crate::resource::OwnedUnit;
 use crate::signature::TypedSignature;
 
 /// The typed functions a plugin contributes, served through the ABI.
@@ -101,7 +100,8 @@ impl TypedFunctionSet for PluginFunctions {
                 return encode(&response);
             }
         };
-        let unit = OwnedUnit::parse(text)
+        let unit = crate::Toolchain::KubernetesYaml
+            .parse_owned(text)
             .map_err(|e| EvalError::invalid_input(format!("{function}: config data: {e}")))?;
         let call = Call {
             unit: unit.unit(),
@@ -125,9 +125,9 @@ impl TypedFunctionSet for PluginFunctions {
                         .map_err(|e| EvalError::internal(format!("{function}: output: {e}")))?;
                 }
             }
-            Err(message) => {
+            Err(error) => {
                 response.success = false;
-                response.error_messages = vec![message];
+                response.error_messages = vec![error.to_string()];
             }
         }
         encode(&response)
@@ -214,7 +214,7 @@ impl TypedFunction for RemoteFunction {
         &self.signature
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         let arguments = call
             .arguments
             .0
@@ -233,12 +233,11 @@ impl TypedFunction for RemoteFunction {
         let request = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
         let answer = self
             .set
-            .invoke(call.cancellation, &self.remote_name, &request)
-            .map_err(|error| error.message)?;
+            .invoke(call.cancellation, &self.remote_name, &request)?;
         let response: FunctionInvocationResponse = serde_json::from_slice(&answer)
             .map_err(|e| format!("unreadable answer from the plugin: {e}"))?;
         if !response.success {
-            return Err(response.error_messages.join("; "));
+            return Err(response.error_messages.join("; ").into());
         }
         let output = match response.output_type {
             Some(output_type) if response.output != b"null" => Some(
@@ -263,16 +262,18 @@ impl TypedFunction for RemoteFunction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ExecutorError;
     use crate::api::{AttributeValue, DataType, OutputType};
-    use crate::functions::resources::{Custom, custom};
+    use crate::functions::definition::{
+        Definition, FunctionKind, KUBERNETES, Options, no_parameters, signature,
+    };
     use crate::signature::ParameterBuilder;
+    use crate::{ExecutorError, Toolchain};
     use serde_json::json;
 
     const UNIT: &str =
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n";
 
-    fn count_documents(call: &Call) -> Result<Outcome, String> {
+    fn count_documents(call: &Call) -> Result<Outcome, FunctionError> {
         let label = call.arguments.str("label").unwrap_or_default();
         Ok(Outcome::output(Output::Attributes(vec![AttributeValue {
             resource: Default::default(),
@@ -286,29 +287,51 @@ mod tests {
         }])))
     }
 
-    fn fail(_: &Call) -> Result<Outcome, String> {
-        Err("deliberately failed".to_owned())
+    fn fail(_: &Call) -> Result<Outcome, FunctionError> {
+        Err("deliberately failed".into())
     }
 
+    static COUNT_DOCUMENTS: Definition = Definition {
+        name: "count-documents",
+        description: "counts",
+        parameters: |_| {
+            vec![ParameterBuilder::new("label", DataType::String, "a label").pattern("^[a-z]+$")]
+        },
+        kind: FunctionKind::Readonly {
+            result: "count",
+            description: "the count",
+            output: OutputType::AttributeValueList,
+        },
+        toolchains: KUBERNETES,
+        run: count_documents,
+        options: Options::DEFAULT,
+    };
+
+    static ALWAYS_FAIL: Definition = Definition {
+        name: "always-fail",
+        description: "fails",
+        parameters: no_parameters,
+        kind: FunctionKind::Mutating,
+        toolchains: KUBERNETES,
+        run: fail,
+        options: Options::DEFAULT,
+    };
+
+    static WAIT: Definition = Definition {
+        name: "wait",
+        description: "waits for cancellation",
+        parameters: no_parameters,
+        kind: FunctionKind::Quiet,
+        toolchains: KUBERNETES,
+        run: wait,
+        options: Options::DEFAULT,
+    };
+
     fn plugin_set() -> Arc<PluginFunctions> {
-        let count = custom(
-            "count-documents",
-            "counts",
-            vec![ParameterBuilder::new("label", DataType::String, "a label").pattern("^[a-z]+$")],
-            Some(("count", "the count", OutputType::AttributeValueList)),
-            false,
-        );
-        let fail_signature = custom("always-fail", "fails", vec![], None, true);
         Arc::new(
             PluginFunctions::new(vec![
-                Arc::new(Custom {
-                    signature: count,
-                    run: count_documents,
-                }),
-                Arc::new(Custom {
-                    signature: fail_signature,
-                    run: fail,
-                }),
+                COUNT_DOCUMENTS.function(Toolchain::KubernetesYaml),
+                ALWAYS_FAIL.function(Toolchain::KubernetesYaml),
             ])
             .unwrap(),
         )
@@ -389,12 +412,12 @@ mod tests {
         assert!(response.mutators.is_empty());
     }
 
-    fn wait(call: &Call) -> Result<Outcome, String> {
+    fn wait(call: &Call) -> Result<Outcome, FunctionError> {
         match call
             .cancellation
             .wait_cancelled(std::time::Duration::from_secs(30))
         {
-            Some(reason) => Err(format!("stopped: {reason:?}")),
+            Some(_) => Err(crate::functions::Stopped.into()),
             None => Ok(Outcome::default()),
         }
     }
@@ -403,12 +426,7 @@ mod tests {
     fn a_cancelled_call_stops_the_sequence_inside_a_plugin_function_and_answers_nothing() {
         use krm_plugin_api::CancelReason;
         use krm_plugin_api::host::HostCallContext;
-        let waiting = custom("wait", "waits for cancellation", vec![], None, false);
-        let set = PluginFunctions::new(vec![Arc::new(Custom {
-            signature: waiting,
-            run: wait,
-        })])
-        .unwrap();
+        let set = PluginFunctions::new(vec![WAIT.function(Toolchain::KubernetesYaml)]).unwrap();
         let mut executor = Executor::kubernetes();
         for function in contributed(Arc::new(set)).0 {
             executor.register(function).unwrap();
@@ -459,7 +477,7 @@ mod tests {
         assert!(functions.is_empty());
         assert!(problems[0].to_string().contains("unreadable"));
         let mut signature =
-            serde_json::to_value(custom("Bad/Name", "", vec![], None, false)).unwrap();
+            serde_json::to_value(signature("Bad/Name", "", vec![], None, false)).unwrap();
         let json = json!([signature.take()]).to_string();
         let (functions, problems) = contributed(Arc::new(Broken(Box::leak(json.into_boxed_str()))));
         assert!(functions.is_empty());

@@ -2,11 +2,7 @@
 //! lossless tree, with each document's resource identity.
 
 use crate::api::ResourceInfo;
-use crate::toolchain::Toolchain;
-use crate::yaml::{Doc, Kind, NodeId};
-
-/// The category ConfigHub gives Kubernetes objects.
-pub const CATEGORY_RESOURCE: &str = "Resource";
+use crate::yaml::{Doc, Kind, NodeId, ParseError};
 
 /// One document of the unit.
 #[derive(Debug, Clone)]
@@ -29,6 +25,10 @@ impl Element {
     }
 }
 
+/// How a toolchain names the resource a document of its model holds: the element of document
+/// number `document`, whose root node is `root`.
+pub type Identify = fn(doc: &Doc, document: usize, root: NodeId) -> Element;
+
 /// The parsed unit. Documents that are empty (a trailing `---`) are not elements.
 pub struct Unit<'a> {
     pub doc: Doc<'a>,
@@ -36,18 +36,9 @@ pub struct Unit<'a> {
 }
 
 impl<'a> Unit<'a> {
-    /// A unit of Kubernetes resources.
-    pub fn parse(text: &'a str) -> Result<Self, String> {
-        Self::parse_as(text, Toolchain::KubernetesYaml)
-    }
-
-    /// A unit of `toolchain`'s model, its resources identified as that toolchain does.
-    pub fn parse_as(text: &'a str, toolchain: Toolchain) -> Result<Self, String> {
+    /// A unit whose resources `identify` names (see [`crate::Toolchain::parse`]).
+    pub fn parse_with(text: &'a str, identify: Identify) -> Result<Self, ParseError> {
         let doc = Doc::parse(text)?;
-        let identify = match toolchain {
-            Toolchain::KubernetesYaml => kubernetes_element,
-            Toolchain::AppConfigProperties => app_config_element,
-        };
         let elements = doc
             .roots
             .iter()
@@ -105,12 +96,9 @@ self_cell::self_cell!(
 );
 
 impl OwnedUnit {
-    pub fn parse(text: String) -> Result<Self, String> {
-        Self::parse_as(text, Toolchain::KubernetesYaml)
-    }
-
-    pub fn parse_as(text: String, toolchain: Toolchain) -> Result<Self, String> {
-        Self::try_new(text, |text| Unit::parse_as(text, toolchain))
+    /// See [`Unit::parse_with`].
+    pub fn parse_with(text: String, identify: Identify) -> Result<Self, ParseError> {
+        Self::try_new(text, |text| Unit::parse_with(text, identify))
     }
 
     pub fn unit(&self) -> &Unit<'_> {
@@ -138,68 +126,6 @@ fn separator_lines(src: &str, from: usize, to: usize) -> Vec<(usize, usize)> {
         at = line_end;
     }
     lines
-}
-
-fn kubernetes_element(doc: &Doc, document: usize, root: NodeId) -> Element {
-    let mut element = Element {
-        document,
-        root,
-        info: ResourceInfo {
-            resource_category: CATEGORY_RESOURCE.to_owned(),
-            ..ResourceInfo::default()
-        },
-        problem: None,
-    };
-    if !doc.is_map(root) {
-        element.problem = Some("not a mapping".to_owned());
-        return element;
-    }
-    let api_version = doc.get_str(root, &["apiVersion"]).unwrap_or_default();
-    let kind = doc.get_str(root, &["kind"]).unwrap_or_default();
-    let name = doc.get_str(root, &["metadata", "name"]).unwrap_or_default();
-    let namespace = doc
-        .get_str(root, &["metadata", "namespace"])
-        .unwrap_or_default();
-    // Built by hand rather than with `format!`: every element of every parse is identified.
-    element.info.resource_type = joined(api_version, kind);
-    element.info.resource_name = joined(namespace, name);
-    element.info.resource_name_without_scope = name.to_owned();
-    element.problem = match (api_version.is_empty(), kind.is_empty()) {
-        (true, _) => Some("no apiVersion".to_owned()),
-        (_, true) => Some("no kind".to_owned()),
-        _ => None,
-    };
-    element
-}
-
-/// `first/second`.
-fn joined(first: &str, second: &str) -> String {
-    let mut out = String::with_capacity(first.len() + 1 + second.len());
-    out.push_str(first);
-    out.push('/');
-    out.push_str(second);
-    out
-}
-
-/// A properties file's one document: named by `configHub.configName`, typed by
-/// `configHub.configSchema`, with ConfigHub's stand-ins when they are absent.
-fn app_config_element(doc: &Doc, document: usize, root: NodeId) -> Element {
-    use crate::properties::{
-        CATEGORY_APP_CONFIG, CONFIG_NAME_PATH, CONFIG_SCHEMA_PATH, NO_NAME, NO_SCHEMA,
-    };
-    let name = doc.get_str(root, &CONFIG_NAME_PATH).unwrap_or(NO_NAME);
-    let resource_type = doc.get_str(root, &CONFIG_SCHEMA_PATH).unwrap_or(NO_SCHEMA);
-    Element {
-        document,
-        root,
-        info: ResourceInfo {
-            resource_name: name.to_owned(),
-            resource_name_without_scope: name.to_owned(),
-            resource_type: resource_type.to_owned(),
-            resource_category: CATEGORY_APP_CONFIG.to_owned(),
-        },
-        problem: (!doc.is_map(root)).then(|| "not a mapping".to_owned()),
-    }
 }
 
 /// Every scalar below `node` with its resolved path (keys escaped), in document order.
@@ -239,7 +165,6 @@ fn collect_scalars(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
 
     const UNIT: &str = "\
 apiVersion: apps/v1
@@ -258,7 +183,7 @@ metadata:
 
     #[test]
     fn identities_follow_confighub() {
-        let unit = Unit::parse(UNIT).unwrap();
+        let unit = crate::Toolchain::KubernetesYaml.parse(UNIT).unwrap();
         assert_eq!(unit.elements.len(), 2);
         let [deployment, service] = &unit.elements[..] else {
             panic!()
@@ -273,7 +198,7 @@ metadata:
 
     #[test]
     fn removal_keeps_the_other_documents_whole() {
-        let unit = Unit::parse(UNIT).unwrap();
+        let unit = crate::Toolchain::KubernetesYaml.parse(UNIT).unwrap();
         let remove = |i: usize| {
             let (start, end) = unit.removal_span(&unit.elements[i]);
             format!("{}{}", &UNIT[..start], &UNIT[end..])
@@ -283,7 +208,7 @@ metadata:
             "# a comment\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\n---\n"
         );
         let two = "a: 1\nkind: K\n---\napiVersion: v1\nkind: K\n";
-        let unit = Unit::parse(two).unwrap();
+        let unit = crate::Toolchain::KubernetesYaml.parse(two).unwrap();
         let (start, end) = unit.removal_span(&unit.elements[1]);
         assert_eq!(
             format!("{}{}", &two[..start], &two[end..]),
@@ -293,7 +218,9 @@ metadata:
 
     #[test]
     fn elements_without_identity_are_named() {
-        let unit = Unit::parse("kind: X\n---\n- a\n").unwrap();
+        let unit = crate::Toolchain::KubernetesYaml
+            .parse("kind: X\n---\n- a\n")
+            .unwrap();
         assert_eq!(
             unit.elements[0].checked_info().unwrap_err(),
             "resource/element 0: no apiVersion"

@@ -638,7 +638,8 @@ impl Config {
         match self.typed_executor() {
             Ok(_) => Vec::new(),
             Err(found) => found
-                .into_iter()
+                .problems()
+                .iter()
                 .map(|problem| format!("executor.{problem}"))
                 .collect(),
         }
@@ -646,7 +647,7 @@ impl Config {
 
     /// ConfigHub's Kubernetes/YAML executor with the attributes this configuration declares;
     /// each problem names its field below `executor`.
-    pub fn typed_executor(&self) -> Result<Executor, Vec<String>> {
+    pub fn typed_executor(&self) -> Result<Executor, krm_plugin_api::ConfigError> {
         Executor::kubernetes_with(&self.executor.attributes)
             .map(|executor| executor.with_max_message_bytes(self.max_message_bytes))
     }

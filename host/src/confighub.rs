@@ -182,9 +182,7 @@ fn executor_for(toolchain: &ToolchainArg, config: &Config) -> anyhow::Result<Exe
         .map_err(|unknown| BadInvocation::error(format!("--toolchain: {unknown}")))?;
     match toolchain {
         // The configuration's problems were reported before any command ran.
-        Toolchain::KubernetesYaml => config
-            .typed_executor()
-            .map_err(|problems| anyhow::anyhow!(problems.join("; "))),
+        Toolchain::KubernetesYaml => config.typed_executor().map_err(anyhow::Error::new),
         Toolchain::AppConfigProperties => Ok(config.properties_executor()),
     }
 }

@@ -466,9 +466,7 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
         tracing::info!(address = %http.local_addr()?, "serving ConfigHub's function routes over HTTP");
     }
     // The configuration's problems were reported before serving started.
-    let typed = config
-        .typed_executor()
-        .map_err(|problems| anyhow::anyhow!(problems.join("; ")))?;
+    let typed = config.typed_executor()?;
     let workers = if config.workers.typed_functions {
         let contributors = contributed::contributors(&runtime);
         Some(worker::typed::TypedWorkers::start(config, contributors).map_err(anyhow::Error::msg)?)
@@ -649,7 +647,7 @@ fn print_resolution(
         }
         None => format!(
             "NOT_FOUND {}",
-            krm_plugin_api::declined_message(image, &resolution.declined)
+            krm_plugin_loader::declined_message(image, &resolution.declined)
         ),
     };
     println!("outcome:         {outcome}");

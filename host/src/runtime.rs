@@ -9,11 +9,11 @@ use std::time::Instant;
 use krm_plugin_api::process::{self, CallInFlight};
 use krm_plugin_api::{
     CancelReason, Chain, ErrorKind, EvalError, EvalResponse, FunctionConfigExecutor,
-    FunctionSignature, Measurement, NameMatch, ProbeOutcome, TraceContext,
+    FunctionSignature, NameMatch, ProbeOutcome, TraceContext,
 };
 use krm_plugin_loader::{
     EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan, LayoutChecks,
-    PluginLibrary,
+    Measurement, PluginLibrary,
 };
 use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;

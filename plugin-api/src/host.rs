@@ -23,9 +23,13 @@ use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
     AttributeValue, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
-    FunctionConfigRoute, FunctionSignature, Measurement, MeasurementKind, Probe, ProbeOutcome,
-    Resolution, TraceContext, TypedFunctionSet,
+    FunctionConfigRoute, FunctionSignature, Probe, ProbeOutcome, Resolution, TraceContext,
+    TypedFunctionSet,
 };
+// What only the runner handles: plugins record measurements through `Telemetry`, and their
+// declines are worded by the SDK.
+pub use crate::decline::declined_message;
+pub use crate::telemetry::{Measurement, MeasurementKind};
 
 /// Calls nest through delegating evaluators; deeper than this is a loop in the configuration.
 const MAX_CALL_DEPTH: u32 = 16;

@@ -8,10 +8,11 @@
 //!    `serde` for your config). The crate's library name decides the file: name it
 //!    `krm_plugin_<name>` so `plugin: <name>` finds `libkrm_plugin_<name>.so`.
 //! 2. Implement [`Evaluator`]: take an image name and a ResourceList, return a ResourceList and
-//!    a log, or an [`EvalError`]. Answer [`EvalError::declined_because`] for images you do not
-//!    serve, saying why, so the chain falls through to the next evaluator (and the caller learns
-//!    why nothing served); say the same ahead of a call in [`Evaluator::probe`]. Watch the [`CallContext`]: when the caller
-//!    cancels or its deadline passes, stop and clean up. To contribute ConfigHub-style typed
+//!    a log, or an [`EvalError`]. Say which images you serve in [`Evaluator::serves`], and why
+//!    you decline the others: the SDK answers a call for those NOT_FOUND with that reason, so the
+//!    chain falls through to the next evaluator (and the caller learns why nothing served), and
+//!    [`Evaluator::probe`] tells the same ahead of a call. Watch the [`CallContext`]: when the
+//!    caller cancels or its deadline passes, stop and clean up. To contribute ConfigHub-style typed
 //!    functions too, return a [`TypedFunctionSet`] from [`Evaluator::typed_functions`]
 //!    (`krm_function_executor::plugin::PluginFunctions` is one).
 //! 3. Implement [`Plugin`]: a name, a version, a one-line description, a serde config type and a
@@ -31,6 +32,9 @@
 //! its own copies of its dependencies (tokio, tracing, ...): start your own runtime if you need
 //! one. Plugins and runner must agree on [`ABI_VERSION`]; a mismatched plugin is refused at
 //! start-up with a message naming both versions.
+//!
+//! To change a ResourceList without reformatting what you did not touch, turn on the `yaml`
+//! feature and edit through its `yaml` module (the builtin functions' lossless editor).
 //!
 //! Test a plugin in its own `cargo test` with the `testing` feature ([`testing`]): it builds
 //! the plugin and calls it through this same ABI path, without a `.so` or a runner. The
@@ -53,20 +57,28 @@ mod signature;
 mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+/// Lossless YAML editing, as the builtin functions edit (feature `yaml`): parse a
+/// ResourceList once ([`yaml::Doc::parse`]), queue changes at the spans of the nodes they touch
+/// ([`yaml::Editor`]) and write the text once; everything else stays byte-identical, comments,
+/// quoting and key order included. Parse errors are typed ([`yaml::ParseError`], with line and
+/// column), and a [`yaml::Stop`] requested on cancellation ends a long parse.
+#[cfg(feature = "yaml")]
+pub use krm_yaml_edit as yaml;
 
 pub use call::{
     CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionConfigExecutor,
     FunctionConfigRoute, Resolution,
 };
-pub use decline::{Answer, Chain, Probe, ProbeOutcome, declined_message};
+pub use decline::{Answer, Chain, Probe, ProbeOutcome};
 pub use krm_function_process::{QUOTED_CHARS, Quoted, TraceContext, process, quoted, results};
 pub use plugin::{
-    BuildContext, ConfigError, ConfigProblem, Evaluator, EvaluatorHandle, Plugin, TypedFunctionSet,
+    BuildContext, ConfigError, ConfigProblem, DEFAULT_MAX_MESSAGE_BYTES, Evaluator,
+    EvaluatorHandle, Plugin, TypedFunctionSet,
 };
 pub use signature::{
     Example, FunctionSignature, NameMatch, Parameter, ParameterType, pick_function,
 };
-pub use telemetry::{AttributeValue, Measurement, MeasurementKind, Span, Telemetry};
+pub use telemetry::{AttributeValue, Span, Telemetry};
 
 /// The plugin ABI this crate speaks. A runner refuses plugins built for another one.
 #[cfg(not(krm_plugin_api_previous))]

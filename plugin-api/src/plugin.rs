@@ -124,13 +124,22 @@ pub trait Evaluator: Send + Sync + 'static {
         None
     }
 
-    /// What a call for `image` (routed as `route`) would do here, decided without running
-    /// anything: serve, decline (with the reason the call's NOT_FOUND would give), or, by
-    /// default, unknown. `krm-runner functions --resolve` shows it; decide it with the same
-    /// code `evaluate` uses, so the two always agree.
-    fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
+    /// Whether this evaluator serves `image` routed as `route`, decided without running
+    /// anything: the one answer a call and [`probe`](Self::probe) both go by. A call for an
+    /// image this declines ([`Probe::Declines`], with the reason its NOT_FOUND gives) is answered
+    /// before [`evaluate`](Self::evaluate) runs, so `evaluate` only sees what it serves. By
+    /// default ([`Probe::Unknown`]) only `evaluate` decides. Every call asks it: keep it cheap.
+    fn serves(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
         let _ = (image, route);
         Probe::Unknown
+    }
+
+    /// What a call for `image` (routed as `route`) would do here, decided without running
+    /// anything: what [`serves`](Self::serves) answers. `krm-runner functions --resolve` shows
+    /// it. Override it only to answer otherwise ahead of a call than during one: to delegate
+    /// ([`Probe::Delegated`]), or when `evaluate` decides by itself with the same code.
+    fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
+        self.serves(image, route)
     }
 
     /// Typed functions (ConfigHub's model) this evaluator contributes: they are listed by
@@ -263,6 +272,9 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// The runner's `max_message_bytes` when it does not say (Porch's default: 6 MiB).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 6 * 1024 * 1024;
+
 /// What an instance is built with: its name, the runner's settings and the other instances.
 pub struct BuildContext {
     instance: String,
@@ -275,7 +287,8 @@ impl BuildContext {
         &self.instance
     }
 
-    /// A runner-wide setting: `default_image_prefix`, `max_message_bytes`, `validate_only`.
+    /// A runner-wide setting: `default_image_prefix`, `max_message_bytes`, `validate_only`
+    /// (each read through its own method below).
     pub fn setting(&self, key: &str) -> Option<String> {
         self.host
             .setting(RStr::from_str(key))
@@ -288,6 +301,21 @@ impl BuildContext {
     /// nothing outside the process (no pods, no background work).
     pub fn validate_only(&self) -> bool {
         self.setting("validate_only").as_deref() == Some("true")
+    }
+
+    /// The largest message a call may carry, in and out (the runner's `max_message_bytes`):
+    /// bound what a call builds by it. [`DEFAULT_MAX_MESSAGE_BYTES`] from a runner that does
+    /// not say.
+    pub fn max_message_bytes(&self) -> usize {
+        self.setting("max_message_bytes")
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES)
+    }
+
+    /// The registry prefix of images named without one (the runner's `default_image_prefix`,
+    /// Porch's `--default-image-prefix`); empty when the runner sets none.
+    pub fn default_image_prefix(&self) -> String {
+        self.setting("default_image_prefix").unwrap_or_default()
     }
 
     /// The runner's metrics and traces, for the instance's own measurements and spans; keep it
@@ -427,6 +455,10 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
     ) -> RResult<ResponseFfi, ErrorFfi> {
         let context = CallContext::new(context);
         let outcome = catch_unwind(AssertUnwindSafe(|| {
+            if let Probe::Declines(reason) = self.0.serves(image.as_str(), context.route().as_ref())
+            {
+                return Err(EvalError::declined_because(image.as_str(), reason));
+            }
             self.0
                 .evaluate(&context, image.as_str(), resource_list.as_slice())
         }));

@@ -10,13 +10,13 @@
 
 use std::collections::BTreeMap;
 
+use krm_plugin_api::yaml::{Doc, Editor};
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator, Example,
     FunctionConfigRoute, FunctionSignature, Parameter, Plugin, Probe, export_plugin,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
-use yaml_serde::{Mapping, Value};
 
 /// The instance's `config:` section. Unknown keys are errors, so typos are caught at start-up.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -47,47 +47,44 @@ pub struct Stamp {
 }
 
 impl Stamp {
-    fn serves(&self, image: &str) -> bool {
-        self.images.iter().any(|served| served == image)
-    }
-
-    fn decline_reason(&self) -> String {
-        format!("stamp serves only {}", self.images.join(", "))
-    }
-
+    /// The ResourceList with the annotations set on every item, edited in place: comments,
+    /// quoting and order of everything else stay as they were.
     fn stamp(&self, resource_list: &[u8]) -> Result<Vec<u8>, EvalError> {
-        let mut list: Value = yaml_serde::from_slice(resource_list)
-            .map_err(|error| EvalError::invalid_input(format!("not a ResourceList: {error}")))?;
-        let items = list
-            .get_mut("items")
-            .and_then(Value::as_sequence_mut)
+        let not_a_list = |error: &dyn std::fmt::Display| {
+            EvalError::invalid_input(format!("not a ResourceList: {error}"))
+        };
+        let text = std::str::from_utf8(resource_list).map_err(|error| not_a_list(&error))?;
+        let doc = Doc::parse(text).map_err(|error| not_a_list(&error))?;
+        let items = doc
+            .roots
+            .first()
+            .and_then(|&root| doc.get(root, "items"))
+            .filter(|&items| doc.is_seq(items))
             .ok_or_else(|| EvalError::invalid_input("the ResourceList has no `items` list"))?;
-        for (index, item) in items.iter_mut().enumerate() {
-            let annotations = item
-                .as_mapping_mut()
-                .map(|item| entry(item, "metadata"))
-                .and_then(Value::as_mapping_mut)
-                .map(|metadata| entry(metadata, "annotations"))
-                .and_then(Value::as_mapping_mut)
-                .ok_or_else(|| {
-                    EvalError::invalid_input(format!(
-                        "items[{index}]: metadata.annotations is not a map"
-                    ))
-                })?;
-            for (key, value) in &self.annotations {
-                annotations.insert(Value::from(key.as_str()), Value::from(value.as_str()));
+        let annotations: Vec<(String, String)> = self
+            .annotations
+            .iter()
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        let mut editor = Editor::default();
+        for (index, &item) in doc.items(items).iter().enumerate() {
+            // A missing or empty map is created; anything else in the way is refused.
+            let in_the_way = |path: &[&str]| {
+                doc.get_path(item, path)
+                    .is_some_and(|node| !doc.is_map(node) && !doc.is_null(node))
+            };
+            if !doc.is_map(item)
+                || in_the_way(&["metadata"])
+                || in_the_way(&["metadata", "annotations"])
+            {
+                return Err(EvalError::invalid_input(format!(
+                    "items[{index}]: metadata.annotations is not a map"
+                )));
             }
+            editor.ensure_map(&doc, item, &["metadata", "annotations"], &annotations, true);
         }
-        yaml_serde::to_string(&list)
-            .map(String::into_bytes)
-            .map_err(|error| EvalError::internal(format!("cannot write the ResourceList: {error}")))
+        Ok(editor.finish(&doc).into_bytes())
     }
-}
-
-/// The value at `key` of `map`, an empty map put there first if there is none.
-fn entry<'a>(map: &'a mut Mapping, key: &str) -> &'a mut Value {
-    map.entry(Value::from(key))
-        .or_insert_with(|| Value::Mapping(Mapping::new()))
 }
 
 impl Evaluator for Stamp {
@@ -97,9 +94,7 @@ impl Evaluator for Stamp {
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
-        if !self.serves(image) {
-            return Err(EvalError::declined_because(image, self.decline_reason()));
-        }
+        // Images `serves` declines never get here: the SDK answers them.
         // Quick work needs no more than this; long work watches the context as it goes (or
         // registers `context.on_cancel`) and stops when the caller gives up.
         if let Some(reason) = context.cancel_reason() {
@@ -110,11 +105,13 @@ impl Evaluator for Stamp {
         Ok(EvalResponse::new(stamped, log.into_bytes()))
     }
 
-    fn probe(&self, image: &str, _route: Option<&FunctionConfigRoute>) -> Probe {
-        if self.serves(image) {
+    /// The one answer to "is this image mine?": calls for other images are declined with the
+    /// reason before `evaluate` runs, and `krm-runner functions --resolve` shows the same.
+    fn serves(&self, image: &str, _route: Option<&FunctionConfigRoute>) -> Probe {
+        if self.images.iter().any(|served| served == image) {
             Probe::Serves
         } else {
-            Probe::Declines(self.decline_reason())
+            Probe::Declines(format!("stamp serves only {}", self.images.join(", ")))
         }
     }
 

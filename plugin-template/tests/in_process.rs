@@ -102,3 +102,13 @@ fn a_typo_in_the_config_names_the_field() {
         "{error}"
     );
 }
+
+#[test]
+fn what_the_stamp_does_not_touch_stays_as_written() {
+    let input = b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1 # core\n  kind: ConfigMap\n  metadata:\n    name: 'settings'\n  data: {mode: \"fast\"}\n";
+    let response = stamp().evaluate("example.com/stamp:v1", input).unwrap();
+    assert_eq!(
+        String::from_utf8(response.resource_list).unwrap(),
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1 # core\n  kind: ConfigMap\n  metadata:\n    name: 'settings'\n    annotations:\n      team: platform\n  data: {mode: \"fast\"}\n"
+    );
+}

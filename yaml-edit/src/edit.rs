@@ -84,6 +84,7 @@ impl Text {
 }
 
 impl Editor {
+    /// Queues the bytes `start..end` of the text to be replaced by `text`.
     pub fn replace(&mut self, start: usize, end: usize, text: String) {
         self.push_edit(start, end, text, None);
     }

@@ -6,8 +6,11 @@
 //! the general parser for everything else; [`Editor`] queues changes at the tree's spans and
 //! writes the result once. Shared by the `builtin` plugin and the ConfigHub function executor.
 
+#![deny(missing_docs)]
+
 mod bytes;
 mod edit;
+mod error;
 // Public for property tests that hold the fast path to the general parser's trees.
 pub mod fast;
 mod limits;
@@ -18,8 +21,9 @@ mod top_level;
 mod tree;
 
 pub use edit::{Editor, scalar_edit};
+pub use error::{ParseError, Position};
 pub use limits::{
-    ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, MAX_TEXT_BYTES, STOPPED, Stop,
+    ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, MAX_TEXT_BYTES, Stop, Stopped,
 };
 pub use new::{New, block_entries, block_items, block_map_item};
 pub use scalar::{double_quoted, needs_quotes, push_rendered, resolve_plain, untyped_scalar};

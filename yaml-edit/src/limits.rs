@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::ParseError;
+
 /// Nesting deeper than this is refused rather than risking the stack on hostile input.
 pub const MAX_DEPTH: usize = 512;
 
@@ -11,11 +13,9 @@ pub const MAX_DEPTH: usize = 512;
 pub const MAX_TEXT_BYTES: usize = u32::MAX as usize;
 
 /// Refuses a text longer than [`MAX_TEXT_BYTES`].
-pub(crate) fn check_text_size(len: usize) -> Result<(), String> {
+pub(crate) fn check_text_size(len: usize) -> Result<(), ParseError> {
     if len > MAX_TEXT_BYTES {
-        return Err(format!(
-            "the text is {len} bytes, more than the {MAX_TEXT_BYTES} a parse takes"
-        ));
+        return Err(ParseError::TooLong { bytes: len });
     }
     Ok(())
 }
@@ -35,14 +35,28 @@ pub const ALIAS_EXPANSION_ALLOWANCE: u64 = 1_000_000;
 pub struct Stop(Arc<AtomicBool>);
 
 impl Stop {
+    /// Asks the work to give up.
     pub fn request(&self) {
         self.0.store(true, Ordering::Relaxed);
     }
 
+    /// Whether the work must give up.
     pub fn requested(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// [`Stopped`] once the work must give up.
+    pub fn check(&self) -> Result<(), Stopped> {
+        if self.requested() {
+            Err(Stopped)
+        } else {
+            Ok(())
+        }
+    }
 }
 
-/// The parse error when [`Stop`] was requested.
-pub const STOPPED: &str = "stopped: the call ended";
+/// Work given up because its [`Stop`] was requested: the call ended (cancelled, or past its
+/// deadline), and whoever answers the call says why it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("stopped: the call ended")]
+pub struct Stopped;

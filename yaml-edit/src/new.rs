@@ -9,11 +9,14 @@ pub enum New {
     Str(String),
     /// A scalar written as is (numbers, booleans; must be valid plain YAML).
     Plain(String),
+    /// A mapping of these entries, in order.
     Map(Vec<(String, New)>),
+    /// A sequence of these items.
     Seq(Vec<New>),
 }
 
 impl New {
+    /// The string `value` ([`New::Str`]).
     pub fn str(value: impl Into<String>) -> Self {
         New::Str(value.into())
     }

@@ -3,10 +3,10 @@
 use saphyr_parser::{Event, Parser, ScalarStyle};
 
 use crate::limits::check_text_size;
-use crate::tree::{narrow, too_many_nodes, too_many_values};
+use crate::tree::narrow;
 use crate::{
-    ALIAS_EXPANSION_ALLOWANCE, Children, Doc, Kind, MAX_ALIASES, MAX_DEPTH, Node, NodeId, STOPPED,
-    Stop, Style, line_col,
+    ALIAS_EXPANSION_ALLOWANCE, Children, Doc, Kind, MAX_ALIASES, MAX_DEPTH, Node, NodeId,
+    ParseError, Position, Stop, Style,
 };
 
 /// How often (in parser events) the general parser looks at its [`Stop`].
@@ -22,14 +22,15 @@ enum Open {
 }
 
 impl<'a> Doc<'a> {
-    pub fn parse(src: &'a str) -> Result<Self, String> {
+    /// Parses `src` (see [`Doc::parse_until`]).
+    pub fn parse(src: &'a str) -> Result<Self, ParseError> {
         Self::parse_until(src, &Stop::default())
     }
 
-    /// Parses `src`, giving up with [`STOPPED`] once `stop` is requested. Duplicate keys,
+    /// Parses `src`, giving up with [`Stopped`](crate::Stopped) once `stop` is requested. Duplicate keys,
     /// recursive aliases, alias bombs, nesting deeper than [`MAX_DEPTH`] and texts longer than
     /// [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES) are errors.
-    pub fn parse_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
+    pub fn parse_until(src: &'a str, stop: &Stop) -> Result<Self, ParseError> {
         let doc = match crate::fast::parse(src, stop) {
             Some(doc) => {
                 #[cfg(debug_assertions)]
@@ -38,9 +39,7 @@ impl<'a> Doc<'a> {
             }
             None => Self::parse_general_until(src, stop)?,
         };
-        if stop.requested() {
-            return Err(STOPPED.into());
-        }
+        stop.check()?;
         if !doc.keys_unique {
             doc.check_unique_keys()?;
         }
@@ -49,18 +48,17 @@ impl<'a> Doc<'a> {
 
     /// Refuses a mapping that holds one key twice (as Go's yaml.v3, and so kpt, does): which of
     /// the two values counts would otherwise depend on who reads it.
-    pub fn check_unique_keys(&self) -> Result<(), String> {
+    pub fn check_unique_keys(&self) -> Result<(), ParseError> {
         for node in &self.nodes {
             let Kind::Map(entries) = node.kind else {
                 continue;
             };
             if let Some((first, again)) = self.repeated_key(&self.entries[entries.range()]) {
-                let (line, col) = line_col(self.src, self.nodes[again].start());
-                let (first_line, first_col) = line_col(self.src, self.nodes[first].start());
-                return Err(format!(
-                    "duplicate mapping key {:?} at line {line} column {col} (first at line {first_line} column {first_col})",
-                    self.str(again).unwrap_or_default()
-                ));
+                return Err(ParseError::DuplicateKey {
+                    key: self.str(again).unwrap_or_default().to_owned(),
+                    at: Position::of(self.src, self.nodes[again].start()),
+                    first: Position::of(self.src, self.nodes[first].start()),
+                });
             }
         }
         Ok(())
@@ -151,14 +149,14 @@ impl<'a> Doc<'a> {
 
     /// The general parser (saphyr events) alone, to check the fast path against it.
     #[cfg(any(test, debug_assertions))]
-    pub fn parse_general(src: &'a str) -> Result<Self, String> {
+    pub fn parse_general(src: &'a str) -> Result<Self, ParseError> {
         Self::parse_general_until(src, &Stop::default())
     }
 
-    fn parse_general_until(src: &'a str, stop: &Stop) -> Result<Self, String> {
+    fn parse_general_until(src: &'a str, stop: &Stop) -> Result<Self, ParseError> {
         check_text_size(src.len())?;
         match Self::parse_events(src, src, stop) {
-            Err(error) if error.starts_with(TAB_AFTER_COLON) => {
+            Err(ParseError::Syntax(error)) if error.info().starts_with(TAB_AFTER_COLON) => {
                 Self::parse_tab_separated(src, stop)
             }
             parsed => parsed,
@@ -169,7 +167,7 @@ impl<'a> Doc<'a> {
     /// so every offset holds). A tab that turns out to sit inside a scalar (a quoted or block
     /// scalar holding `:<TAB>`) is content, not a separator: it is restored and the text parsed
     /// again, which settles it since tabs in separators do not change where scalars end.
-    fn parse_tab_separated(src: &'a str, stop: &Stop) -> Result<Self, String> {
+    fn parse_tab_separated(src: &'a str, stop: &Stop) -> Result<Self, ParseError> {
         let bytes = src.as_bytes();
         let mut tabs: Vec<usize> = (1..bytes.len())
             .filter(|&i| bytes[i] == b'\t' && bytes[i - 1] == b':')
@@ -179,7 +177,8 @@ impl<'a> Doc<'a> {
             for &i in &tabs {
                 spaced[i] = b' ';
             }
-            let spaced = String::from_utf8(spaced).map_err(|e| e.to_string())?;
+            // Only ASCII tabs became ASCII spaces: the text is still UTF-8.
+            let spaced = String::from_utf8(spaced).expect("tabs replaced by spaces");
             let doc = Self::parse_events(&spaced, src, stop)?;
             // `tabs` is sorted: each scalar finds the tabs inside it by binary search.
             let mut in_scalars: Vec<usize> = Vec::new();
@@ -201,7 +200,7 @@ impl<'a> Doc<'a> {
 
     /// Builds the tree from saphyr's events over `scanned`, a text with the same offsets as
     /// `src` (the document kept for editing).
-    fn parse_events(scanned: &str, src: &'a str, stop: &Stop) -> Result<Self, String> {
+    fn parse_events(scanned: &str, src: &'a str, stop: &Stop) -> Result<Self, ParseError> {
         // saphyr reports character offsets; map them to bytes only when the text needs it.
         let char_to_byte: Option<Vec<usize>> = if src.is_ascii() {
             None
@@ -222,10 +221,10 @@ impl<'a> Doc<'a> {
         let mut events = 0usize;
         while let Some(next) = parser.next_event() {
             events += 1;
-            if events.is_multiple_of(STOP_CHECK_EVENTS) && stop.requested() {
-                return Err(STOPPED.into());
+            if events.is_multiple_of(STOP_CHECK_EVENTS) {
+                stop.check()?;
             }
-            let (event, span) = next.map_err(|e| e.to_string())?;
+            let (event, span) = next?;
             let (start, end) = (byte(span.start.index()), byte(span.end.index()));
             let col = span.start.col();
             let finished = match event {
@@ -248,7 +247,7 @@ impl<'a> Doc<'a> {
                         _ => end,
                     };
                     expansion.scalar(value.len());
-                    let value = doc.keep_value(&value).ok_or_else(too_many_values)?;
+                    let value = doc.keep_value(&value).ok_or(ParseError::TooManyValues)?;
                     let id = doc
                         .push(Node::new(
                             Kind::Scalar {
@@ -261,17 +260,18 @@ impl<'a> Doc<'a> {
                             col,
                             false,
                         ))
-                        .ok_or_else(too_many_nodes)?;
+                        .ok_or(ParseError::TooManyNodes)?;
                     if anchor > 0 {
                         anchors.insert(anchor, id);
                     }
                     Some(id)
                 }
                 Event::Alias(anchor) => {
-                    let target = *anchors.get(&anchor).ok_or_else(|| {
-                        let (line, col) = line_col(src, start);
-                        format!("unknown alias at line {line} column {col}")
-                    })?;
+                    let target = *anchors
+                        .get(&anchor)
+                        .ok_or_else(|| ParseError::UnknownAlias {
+                            at: Position::of(src, start),
+                        })?;
                     expansion.alias(target, src, start)?;
                     Some(
                         doc.push(Node::new(
@@ -281,12 +281,14 @@ impl<'a> Doc<'a> {
                             col,
                             false,
                         ))
-                        .ok_or_else(too_many_nodes)?,
+                        .ok_or(ParseError::TooManyNodes)?,
                     )
                 }
                 Event::MappingStart(anchor, _) | Event::SequenceStart(anchor, _) => {
                     if stack.len() >= MAX_DEPTH {
-                        return Err(format!("nesting deeper than {MAX_DEPTH} levels"));
+                        return Err(ParseError::TooDeep {
+                            at: Position::of(src, start),
+                        });
                     }
                     let is_map = matches!(event, Event::MappingStart(..));
                     expansion.open();
@@ -302,7 +304,7 @@ impl<'a> Doc<'a> {
                     };
                     let id = doc
                         .push(Node::new(kind, start, start, col, flow))
-                        .ok_or_else(too_many_nodes)?;
+                        .ok_or(ParseError::TooManyNodes)?;
                     if anchor > 0 {
                         anchors.insert(anchor, id);
                     }
@@ -317,7 +319,7 @@ impl<'a> Doc<'a> {
                     let (id, children) = match stack.pop() {
                         Some(Open::Map(id, entries, _)) => (id, doc.add_entries(&entries)),
                         Some(Open::Seq(id, items)) => (id, doc.add_items(&items)),
-                        None => return Err("unbalanced collection end".into()),
+                        None => return Err(ParseError::Unbalanced),
                     };
                     doc.nodes[id].set_children(children);
                     let (first, last) = first_and_last_child(&doc, id);
@@ -425,26 +427,25 @@ impl Expansion {
         self.sizes[id] = children.saturating_add(1);
     }
 
-    fn alias(&mut self, target: NodeId, src: &str, at: usize) -> Result<(), String> {
-        let (line, col) = line_col(src, at);
+    fn alias(&mut self, target: NodeId, src: &str, at: usize) -> Result<(), ParseError> {
         self.aliases += 1;
         if self.aliases > MAX_ALIASES {
-            return Err(format!(
-                "more than {MAX_ALIASES} aliases (the last at line {line} column {col})"
-            ));
+            return Err(ParseError::TooManyAliases {
+                at: Position::of(src, at),
+            });
         }
         let size = self.sizes[target];
         if size == u64::MAX {
-            return Err(format!(
-                "the alias at line {line} column {col} refers to a node that contains it"
-            ));
+            return Err(ParseError::RecursiveAlias {
+                at: Position::of(src, at),
+            });
         }
         self.own += 1;
         self.sizes.push(size);
         Ok(())
     }
 
-    fn check(&self, roots: &[NodeId]) -> Result<(), String> {
+    fn check(&self, roots: &[NodeId]) -> Result<(), ParseError> {
         if self.aliases == 0 {
             return Ok(());
         }
@@ -457,9 +458,7 @@ impl Expansion {
             .saturating_mul(2)
             .saturating_add(ALIAS_EXPANSION_ALLOWANCE);
         if expanded > limit {
-            return Err(format!(
-                "its aliases expand it beyond {limit} (twice its size plus {ALIAS_EXPANSION_ALLOWANCE}, counting one per node plus the bytes of each scalar): refused as an alias bomb"
-            ));
+            return Err(ParseError::AliasBomb { limit });
         }
         Ok(())
     }

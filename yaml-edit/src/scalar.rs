@@ -156,6 +156,7 @@ fn is_short_word(value: &str, words: &[&str]) -> bool {
     value.len() <= 5 && words.iter().any(|word| word.eq_ignore_ascii_case(value))
 }
 
+/// `value` as a double-quoted YAML scalar.
 pub fn double_quoted(value: &str) -> String {
     // JSON string syntax is valid YAML double-quoted syntax.
     serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_owned())

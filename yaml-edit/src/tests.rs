@@ -137,7 +137,7 @@ fn laughs(levels: usize) -> String {
 fn alias_expansion_is_bounded() {
     // Three levels (729 copies) are fine; eight (43 million) are a bomb.
     assert!(Doc::parse(&laughs(3)).is_ok());
-    let error = Doc::parse(&laughs(8)).err().unwrap();
+    let error = Doc::parse(&laughs(8)).err().unwrap().to_string();
     assert!(error.contains("refused as an alias bomb"), "{error}");
     // One big anchored scalar copied many times is a bomb too.
     let big = format!(
@@ -145,16 +145,19 @@ fn alias_expansion_is_bounded() {
         "x".repeat(100_000),
         vec!["*a"; 30].join(", ")
     );
-    assert!(Doc::parse(&big).err().unwrap().contains("alias bomb"));
+    assert!(matches!(
+        Doc::parse(&big),
+        Err(ParseError::AliasBomb { .. })
+    ));
     let many = format!("a: &a x\nb: [{}]\n", vec!["*a"; MAX_ALIASES + 1].join(", "));
-    let error = Doc::parse(&many).err().unwrap();
+    let error = Doc::parse(&many).err().unwrap().to_string();
     assert!(error.starts_with("more than 10000 aliases"), "{error}");
 }
 
 #[test]
 fn recursive_aliases_are_refused() {
     for src in ["a: &a [*a]\n", "a: &a {b: *a}\n", "- &x\n  - *x\n"] {
-        let error = Doc::parse(src).err().unwrap();
+        let error = Doc::parse(src).err().unwrap().to_string();
         assert!(
             error.contains("refers to a node that contains it"),
             "{src:?}: {error}"
@@ -183,11 +186,23 @@ fn duplicate_keys_are_refused_with_their_position() {
             "duplicate mapping key \"a\" at line 5 column 1 (first at line 1 column 1)",
         ),
     ] {
-        assert_eq!(Doc::parse(src).err().as_deref(), Some(expected), "{src:?}");
+        assert_eq!(
+            Doc::parse(src).err().map(|e| e.to_string()).as_deref(),
+            Some(expected),
+            "{src:?}"
+        );
     }
     let wide: String = (0..100).map(|i| format!("k{i}: v\n")).collect();
     assert!(Doc::parse(&wide).is_ok());
     let error = Doc::parse(&format!("{wide}k7: again\n")).err().unwrap();
+    assert_eq!(
+        error.position(),
+        Some(Position {
+            line: 101,
+            column: 1
+        })
+    );
+    let error = error.to_string();
     assert!(
         error.starts_with("duplicate mapping key \"k7\" at line 101"),
         "{error}"
@@ -213,8 +228,8 @@ fn a_requested_stop_ends_the_parse() {
     let flow = format!("[{}]", vec!["x"; 3000].join(", "));
     for src in [block, flow] {
         assert_eq!(
-            Doc::parse_until(&src, &stop).err().as_deref(),
-            Some(STOPPED)
+            Doc::parse_until(&src, &stop).err(),
+            Some(ParseError::Stopped(Stopped))
         );
     }
 }
@@ -335,7 +350,7 @@ fn top_level_mapping_replaces_a_value_or_is_added_keeping_every_other_byte() {
 fn texts_longer_than_32_bit_offsets_hold_are_refused() {
     let too_long = MAX_TEXT_BYTES + 1;
     assert_eq!(
-        limits::check_text_size(too_long).unwrap_err(),
+        limits::check_text_size(too_long).unwrap_err().to_string(),
         format!("the text is {too_long} bytes, more than the {MAX_TEXT_BYTES} a parse takes")
     );
     assert!(limits::check_text_size(MAX_TEXT_BYTES).is_ok());
@@ -368,4 +383,22 @@ fn several_keys_are_found_as_one_at_a_time() {
     assert_eq!(doc.get_each(alias, ["a", "b"]), [doc.get(alias, "a"), None]);
     let scalar = doc.get(root, "k").unwrap();
     assert_eq!(doc.get_each(scalar, ["kind"]), [None]);
+}
+
+#[test]
+fn syntax_errors_name_their_kind_and_place() {
+    let error = Doc::parse("a: [b\nc: d\n").err().unwrap();
+    assert!(matches!(error, ParseError::Syntax(_)), "{error:?}");
+    assert_eq!(error.position().map(|p| p.line), Some(2));
+    let error = Doc::parse("a: &a [*a]\n").err().unwrap();
+    assert_eq!(
+        error,
+        ParseError::RecursiveAlias {
+            at: Position { line: 1, column: 8 }
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "the alias at line 1 column 8 refers to a node that contains it"
+    );
 }

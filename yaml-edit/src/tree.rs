@@ -2,6 +2,7 @@
 
 use crate::{MAX_DEPTH, New, resolve_plain};
 
+/// A node of a [`Doc`]: its index in [`Doc::nodes`].
 pub type NodeId = usize;
 
 /// Nodes are numbered in 32 bits, this one meaning none (the parent of a root).
@@ -22,11 +23,16 @@ pub(crate) fn narrow(n: usize) -> u32 {
     n as u32
 }
 
+/// How a scalar is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Style {
+    /// Unquoted.
     Plain,
+    /// In single quotes.
     Single,
+    /// In double quotes.
     Double,
+    /// A block scalar (`|` or `>`).
     Block,
 }
 
@@ -42,10 +48,12 @@ pub struct Children {
 }
 
 impl Children {
+    /// How many children.
     pub fn len(&self) -> usize {
         self.len as usize
     }
 
+    /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -80,11 +88,16 @@ impl ScalarValue {
     }
 }
 
+/// What a node is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A scalar, read with [`Doc::str`].
     Scalar {
+        /// Where its value is kept.
         value: ScalarValue,
+        /// How it is written.
         style: Style,
+        /// Whether it carries a tag (`!!str`).
         tagged: bool,
     },
     /// Its entries, read with [`Doc::entries`].
@@ -99,6 +112,7 @@ pub enum Kind {
 /// column and parent in 32 bits, read through its methods.
 #[derive(Debug, Clone)]
 pub struct Node {
+    /// What it is.
     pub kind: Kind,
     start: u32,
     end: u32,
@@ -184,8 +198,11 @@ impl Node {
     }
 }
 
+/// A parsed text: its nodes with their spans, over the text itself.
 pub struct Doc<'a> {
+    /// The text.
     pub src: &'a str,
+    /// Every node, in the order the parse met them.
     pub nodes: Vec<Node>,
     /// Root node of each document in the stream.
     pub roots: Vec<NodeId>,
@@ -198,20 +215,6 @@ pub struct Doc<'a> {
     /// Whether every mapping's keys are known to differ (the fast path checks each mapping as
     /// it reads it); otherwise [`Doc::check_unique_keys`] looks after the parse.
     pub(crate) keys_unique: bool,
-}
-
-/// The parse error when a document would hold more than [`MAX_NODES`] nodes.
-pub(crate) fn too_many_nodes() -> String {
-    format!("more than {MAX_NODES} nodes")
-}
-
-/// The parse error when the values a document keeps (see [`ScalarValue`]) would hold more than
-/// [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES).
-pub(crate) fn too_many_values() -> String {
-    format!(
-        "the values of its scalars hold more than {} bytes",
-        crate::MAX_TEXT_BYTES
-    )
 }
 
 /// 1-based line and column (in characters) of byte `pos`.
@@ -237,11 +240,12 @@ impl<'a> Doc<'a> {
         }
     }
 
+    /// The node `id`.
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id]
     }
 
-    /// Adds a node; none past [`MAX_NODES`] (see [`too_many_nodes`]).
+    /// Adds a node; none past [`MAX_NODES`] (see [`ParseError::TooManyNodes`](crate::ParseError::TooManyNodes)).
     #[inline]
     pub(crate) fn push(&mut self, node: Node) -> Option<NodeId> {
         if self.nodes.len() >= MAX_NODES {
@@ -253,7 +257,7 @@ impl<'a> Doc<'a> {
 
     /// Keeps a scalar's value that is not written verbatim in the text (unescaped, folded);
     /// none past [`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES) of such values (see
-    /// [`too_many_values`]).
+    /// [`ParseError::TooManyValues`](crate::ParseError::TooManyValues)).
     pub(crate) fn keep_value(&mut self, value: &str) -> Option<ScalarValue> {
         let start = self.values.len();
         if start + value.len() > crate::MAX_TEXT_BYTES {
@@ -334,10 +338,12 @@ impl<'a> Doc<'a> {
         }
     }
 
+    /// Whether `id` is a mapping (aliases followed).
     pub fn is_map(&self, id: NodeId) -> bool {
         matches!(self.nodes[self.deref(id)].kind, Kind::Map(_))
     }
 
+    /// Whether `id` is a sequence (aliases followed).
     pub fn is_seq(&self, id: NodeId) -> bool {
         matches!(self.nodes[self.deref(id)].kind, Kind::Seq(_))
     }
@@ -394,6 +400,7 @@ impl<'a> Doc<'a> {
         }
     }
 
+    /// The value of `key` in mapping `map`.
     #[inline]
     pub fn get(&self, map: NodeId, key: &str) -> Option<NodeId> {
         self.entry(map, key).map(|(_, v)| v)
@@ -420,6 +427,7 @@ impl<'a> Doc<'a> {
         found
     }
 
+    /// The value at `path` (keys of nested mappings) below `node`.
     #[inline]
     pub fn get_path(&self, mut node: NodeId, path: &[&str]) -> Option<NodeId> {
         for key in path {
@@ -428,6 +436,7 @@ impl<'a> Doc<'a> {
         Some(node)
     }
 
+    /// The string at `path` below `map`.
     #[inline]
     pub fn get_str(&self, map: NodeId, path: &[&str]) -> Option<&str> {
         self.get_path(map, path).and_then(|n| self.str(n))

@@ -1,22 +1,21 @@
 //! Functions over the containers of pod-owning resources that need more than one path.
 
-use std::sync::Arc;
-
 use regex::Regex;
 
 use crate::api::{DataType, ResourceInfo};
 use crate::args::ArgValue;
+use crate::functions::definition::{Definition, FunctionKind, KUBERNETES, Options};
 use crate::functions::path_visitor::{
     CONTAINER_NAME_PATTERN, IMAGE_REFERENCE_PATTERN, fill_missing, get, write,
 };
-use crate::functions::resources::{Custom, custom, identified};
-use crate::functions::{Call, Outcome, TypedFunction};
+use crate::functions::resources::identified;
+use crate::functions::{Call, FunctionError, Outcome};
 use crate::path::{self, UnresolvedPath};
 use crate::registry::{IMAGE_ACCESSOR, PathVisitorInfo, attribute, pod_spec_prefixes};
 use crate::signature::ParameterBuilder;
 use crate::yaml::{Editor, New};
 
-fn set_image_reference_by_uri(call: &Call) -> Result<Outcome, String> {
+fn set_image_reference_by_uri(call: &Call) -> Result<Outcome, FunctionError> {
     let uri = call.arguments.str("repository-uri").unwrap_or_default();
     let reference = call.arguments.str("image-reference").unwrap_or_default();
     let accessor = Regex::new(IMAGE_ACCESSOR).map_err(|e| e.to_string())?;
@@ -69,7 +68,7 @@ fn set_image_reference_by_uri(call: &Call) -> Result<Outcome, String> {
 fn containers<'u>(
     call: &'u Call,
     container: &str,
-) -> Result<Vec<(&'u ResourceInfo, path::Resolved, crate::yaml::NodeId)>, String> {
+) -> Result<Vec<(&'u ResourceInfo, path::Resolved, crate::yaml::NodeId)>, FunctionError> {
     let name = if container == "*" {
         "*".to_owned()
     } else {
@@ -103,14 +102,14 @@ fn containers<'u>(
     Ok(containers)
 }
 
-fn set_env(call: &Call) -> Result<Outcome, String> {
+fn set_env(call: &Call) -> Result<Outcome, FunctionError> {
     let container = call.arguments.str("container-name").unwrap_or_default();
     // Later pairs for one variable win.
     let mut pairs: Vec<(String, String)> = Vec::new();
     for value in call.arguments.all("env-key-value") {
         let text = value.as_str().unwrap_or_default();
         let Some((key, value)) = text.split_once('=') else {
-            return Err(format!("env-key-value {text:?} is not KEY=value"));
+            return Err(format!("env-key-value {text:?} is not KEY=value").into());
         };
         pairs.retain(|(k, _)| k != key);
         pairs.push((key.to_owned(), value.to_owned()));
@@ -126,7 +125,8 @@ fn set_env(call: &Call) -> Result<Outcome, String> {
             return Err(format!(
                 "{} {}: {} goes through an alias; not edited",
                 info.resource_type, info.resource_name, found.path
-            ));
+            )
+            .into());
         }
         let env = doc.get(node, "env");
         let mut missing = Vec::new();
@@ -148,7 +148,7 @@ fn set_env(call: &Call) -> Result<Outcome, String> {
                         return Err(format!(
                             "{} {}: env {key} of container {}: its value is not a scalar (valueFrom?)",
                             info.resource_type, info.resource_name, found.path
-                        ));
+                        ).into());
                     }
                     None => {
                         editor.insert(doc, item, "value", New::str(value.clone()));
@@ -176,7 +176,8 @@ fn set_env(call: &Call) -> Result<Outcome, String> {
                 return Err(format!(
                     "{} {}: {}.env is not a list",
                     info.resource_type, info.resource_name, found.path
-                ));
+                )
+                .into());
             }
             None => editor.insert(doc, node, "env", New::Seq(missing)),
         }
@@ -243,7 +244,7 @@ impl Quantity {
     }
 }
 
-fn set_container_resources(call: &Call) -> Result<Outcome, String> {
+fn set_container_resources(call: &Call) -> Result<Outcome, FunctionError> {
     let container = call.arguments.str("container-name").unwrap_or_default();
     let operation = call.arguments.str("operation").unwrap_or("all");
     let factor = call
@@ -358,7 +359,7 @@ const POD_SECURITY_LABEL: &str = "metadata.labels.pod-security~1kubernetes~1io/e
 /// non-root pods with the runtime's seccomp profile and containers that cannot escalate
 /// privileges nor write their root filesystem, and minimum CPU and memory requests. Each
 /// switch defaults to true, but probes: they cannot be added yet, as no port is known to probe.
-fn set_pod_defaults(call: &Call) -> Result<Outcome, String> {
+fn set_pod_defaults(call: &Call) -> Result<Outcome, FunctionError> {
     let switched_on = |name: &str| {
         call.arguments
             .get(name)
@@ -400,7 +401,7 @@ fn set_pod_defaults(call: &Call) -> Result<Outcome, String> {
     let mut text: Option<String> = None;
     for (paths, value) in edits {
         let current = text.as_deref().unwrap_or(call.unit.doc.src);
-        let unit = crate::resource::Unit::parse(current)?;
+        let unit = crate::Toolchain::KubernetesYaml.parse(current)?;
         let pass = Call {
             unit: &unit,
             ..*call
@@ -429,112 +430,130 @@ fn set_pod_defaults(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome { text, output: None })
 }
 
-pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
-    let string = DataType::String;
-    let mut set_env_signature = custom(
-        "set-env",
-        "Set environment variables of a container (* for every container), adding those missing",
+/// An optional boolean parameter of set-pod-defaults.
+fn switch(name: &str, description: &str) -> ParameterBuilder {
+    ParameterBuilder::new(name, DataType::Bool, description)
+        .optional()
+        .example("true")
+}
+
+pub static SET_POD_DEFAULTS: Definition = Definition {
+    name: "set-pod-defaults",
+    description: "Add hardening defaults where missing: the restricted Pod Security label on namespaces, no automounted service account token, non-root pods with the RuntimeDefault seccomp profile, containers without privilege escalation and with a read-only root filesystem, minimum CPU and memory requests",
+    parameters: |_| {
+        vec![
+            switch(
+                "pod-security",
+                "Label namespaces pod-security.kubernetes.io/enforce: restricted",
+            ),
+            switch(
+                "automount-service-account-token",
+                "Set automountServiceAccountToken: false",
+            ),
+            switch(
+                "security-context",
+                "Add pod and container security contexts",
+            ),
+            switch("resources", "Add CPU (100m) and memory (128Mi) requests"),
+            switch("probes", "Add probes (not supported yet: pass false)"),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: KUBERNETES,
+    run: set_pod_defaults,
+    options: Options::DEFAULT,
+};
+
+pub static SET_CONTAINER_RESOURCES: Definition = Definition {
+    name: "set-container-resources",
+    description: "Set the CPU and memory requests of a container (* for every container), and limits as a multiple of them",
+    parameters: |_| {
         vec![
             ParameterBuilder::new(
                 "container-name",
-                string,
+                DataType::String,
+                "Name of the container whose resources to set",
+            )
+            .example("main")
+            .pattern(CONTAINER_NAME_PATTERN),
+            ParameterBuilder::new(
+                "operation",
+                DataType::Enum,
+                "all: set; cap: only lower; floor: only raise",
+            )
+            .allowed(&["all", "cap", "floor"]),
+            ParameterBuilder::new("cpu", DataType::String, "CPU request").example("500m"),
+            ParameterBuilder::new("memory", DataType::String, "Memory request").example("256Mi"),
+            ParameterBuilder::new(
+                "limit-factor",
+                DataType::Int,
+                "Limits = requests x factor; 0 leaves limits alone unless below the request",
+            )
+            .example("2")
+            .range(Some(0), Some(10)),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: KUBERNETES,
+    run: set_container_resources,
+    options: Options::DEFAULT,
+};
+
+pub static SET_IMAGE_REFERENCE_BY_URI: Definition = Definition {
+    name: "set-image-reference-by-uri",
+    description: "Set the tag or digest of every container image from the given repository",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(
+                "repository-uri",
+                DataType::String,
+                "Image repository, without tag or digest",
+            )
+            .example("ghcr.io/example/app"),
+            ParameterBuilder::new(
+                "image-reference",
+                DataType::String,
+                "Tag (:tag) and/or digest (@sha256:...)",
+            )
+            .example(":v1.2.3")
+            .pattern(IMAGE_REFERENCE_PATTERN),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: KUBERNETES,
+    run: set_image_reference_by_uri,
+    options: Options::DEFAULT,
+};
+
+pub static SET_ENV: Definition = Definition {
+    name: "set-env",
+    description: "Set environment variables of a container (* for every container), adding those missing",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(
+                "container-name",
+                DataType::String,
                 "Name of the container whose environment to set",
             )
             .example("main")
             .pattern(CONTAINER_NAME_PATTERN),
-            ParameterBuilder::new("env-key-value", string, "KEY=value; repeat for more")
-                .example("LOG_LEVEL=debug")
-                .pattern(r"^[A-Za-z_][-._A-Za-z0-9]*="),
-        ],
-        None,
-        true,
-    );
-    set_env_signature.typed.var_args = true;
-    let switch = |name: &str, description: &str| {
-        ParameterBuilder::new(name, DataType::Bool, description)
-            .optional()
-            .example("true")
-    };
-    vec![
-        Arc::new(Custom {
-            signature: custom(
-                "set-pod-defaults",
-                "Add hardening defaults where missing: the restricted Pod Security label on namespaces, no automounted service account token, non-root pods with the RuntimeDefault seccomp profile, containers without privilege escalation and with a read-only root filesystem, minimum CPU and memory requests",
-                vec![
-                    switch("pod-security", "Label namespaces pod-security.kubernetes.io/enforce: restricted"),
-                    switch("automount-service-account-token", "Set automountServiceAccountToken: false"),
-                    switch("security-context", "Add pod and container security contexts"),
-                    switch("resources", "Add CPU (100m) and memory (128Mi) requests"),
-                    switch("probes", "Add probes (not supported yet: pass false)"),
-                ],
-                None,
-                true,
-            ),
-            run: set_pod_defaults,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-container-resources",
-                "Set the CPU and memory requests of a container (* for every container), and limits as a multiple of them",
-                vec![
-                    ParameterBuilder::new(
-                        "container-name",
-                        string,
-                        "Name of the container whose resources to set",
-                    )
-                    .example("main")
-                    .pattern(CONTAINER_NAME_PATTERN),
-                    ParameterBuilder::new(
-                        "operation",
-                        DataType::Enum,
-                        "all: set; cap: only lower; floor: only raise",
-                    )
-                    .allowed(&["all", "cap", "floor"]),
-                    ParameterBuilder::new("cpu", string, "CPU request").example("500m"),
-                    ParameterBuilder::new("memory", string, "Memory request").example("256Mi"),
-                    ParameterBuilder::new(
-                        "limit-factor",
-                        DataType::Int,
-                        "Limits = requests x factor; 0 leaves limits alone unless below the request",
-                    )
-                    .example("2")
-                    .range(Some(0), Some(10)),
-                ],
-                None,
-                true,
-            ),
-            run: set_container_resources,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-image-reference-by-uri",
-                "Set the tag or digest of every container image from the given repository",
-                vec![
-                    ParameterBuilder::new(
-                        "repository-uri",
-                        string,
-                        "Image repository, without tag or digest",
-                    )
-                    .example("ghcr.io/example/app"),
-                    ParameterBuilder::new(
-                        "image-reference",
-                        string,
-                        "Tag (:tag) and/or digest (@sha256:...)",
-                    )
-                    .example(":v1.2.3")
-                    .pattern(IMAGE_REFERENCE_PATTERN),
-                ],
-                None,
-                true,
-            ),
-            run: set_image_reference_by_uri,
-        }),
-        Arc::new(Custom {
-            signature: set_env_signature,
-            run: set_env,
-        }),
-    ]
-}
+            ParameterBuilder::new(
+                "env-key-value",
+                DataType::String,
+                "KEY=value; repeat for more",
+            )
+            .example("LOG_LEVEL=debug")
+            .pattern(r"^[A-Za-z_][-._A-Za-z0-9]*="),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: KUBERNETES,
+    run: set_env,
+    options: Options {
+        var_args: true,
+        ..Options::DEFAULT
+    },
+};
 
 #[cfg(test)]
 mod tests {

@@ -22,9 +22,9 @@ use serde_json::Value;
 
 use crate::api::{DataType, OutputType, ValidationResult, YamlPayload};
 use crate::args::Arguments;
-use crate::functions::resources::custom;
-use crate::functions::{Call, Outcome, Output, TypedFunction};
-use crate::signature::{ParameterBuilder, TypedSignature};
+use crate::functions::definition::{ALL_TOOLCHAINS, Definition, FunctionKind, Options};
+use crate::functions::{Call, FunctionError, Outcome, Output};
+use crate::signature::ParameterBuilder;
 use crate::yaml::{Doc, Kind, MAX_DEPTH, New, NodeId, Style, block_entries, block_items};
 
 /// Expressions longer than this are refused.
@@ -171,68 +171,60 @@ fn to_cel(value: &Value) -> cel::Value {
     }
 }
 
+/// `cel-validate`'s expression, compiled before the call: its problem, if any.
+fn check_cel(arguments: &Arguments) -> Vec<String> {
+    let expression = arguments.str(CEL_PARAMETER).unwrap_or_default();
+    match cel_expression(expression) {
+        Ok(_) => Vec::new(),
+        Err(problem) => vec![format!("parameter {CEL_PARAMETER}: {problem}")],
+    }
+}
+
 /// `cel-validate`: true when the expression holds for every resource (bound to `r`); the
 /// details name each resource that fails it or on which it cannot be evaluated, as
 /// ConfigHub's do. An expression that evaluates to something other than a boolean is an
 /// error.
-struct CelValidate {
-    signature: TypedSignature,
-}
-
-impl TypedFunction for CelValidate {
-    fn signature(&self) -> &TypedSignature {
-        &self.signature
-    }
-
-    fn check(&self, arguments: &Arguments) -> Vec<String> {
-        let expression = arguments.str(CEL_PARAMETER).unwrap_or_default();
-        match cel_expression(expression) {
-            Ok(_) => Vec::new(),
-            Err(problem) => vec![format!("parameter {CEL_PARAMETER}: {problem}")],
-        }
-    }
-
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
-        let source = call.arguments.str(CEL_PARAMETER).unwrap_or_default();
-        let expression =
-            cel_expression(source).map_err(|e| format!("parameter {CEL_PARAMETER}: {e}"))?;
-        let root = cel::Context::default();
-        let started = Instant::now();
-        let mut details = Vec::new();
-        let source = quoted(source).bounded();
-        for element in &call.unit.elements {
-            over_budget(started)?;
-            call.stop_if_cancelled()?;
-            let name = match element.checked_info() {
-                Ok(info) => quoted(&info.resource_name).bounded().into_owned(),
-                Err(_) => "unknown".to_owned(),
-            };
-            let resource = to_cel(&call.unit.doc.to_json(element.root));
-            let mut scope = root.new_inner_scope();
-            scope.add_variable_from_value("r", resource);
-            match cel::Value::resolve(&expression, &scope) {
-                Ok(cel::Value::Bool(true)) => {}
-                Ok(cel::Value::Bool(false)) => details.push(format!(
-                    "resource {name} failed validation expression {source}"
-                )),
-                Ok(other) => {
-                    return Err(format!(
-                        "expression {source} does not evaluate to a boolean (on resource {name}: {:?})",
-                        other.type_of()
-                    ));
-                }
-                Err(e) => details.push(format!(
-                    "validation expression {source} could not be evaluated on resource {name}: {e}"
-                )),
-            }
-        }
-        let result = if details.is_empty() {
-            ValidationResult::passed()
-        } else {
-            ValidationResult::failed(details)
+fn cel_validate(call: &Call) -> Result<Outcome, FunctionError> {
+    let source = call.arguments.str(CEL_PARAMETER).unwrap_or_default();
+    let expression =
+        cel_expression(source).map_err(|e| format!("parameter {CEL_PARAMETER}: {e}"))?;
+    let root = cel::Context::default();
+    let started = Instant::now();
+    let mut details = Vec::new();
+    let source = quoted(source).bounded();
+    for element in &call.unit.elements {
+        over_budget(started)?;
+        call.stop_if_cancelled()?;
+        let name = match element.checked_info() {
+            Ok(info) => quoted(&info.resource_name).bounded().into_owned(),
+            Err(_) => "unknown".to_owned(),
         };
-        Ok(Outcome::output(Output::Validation(result)))
+        let resource = to_cel(&call.unit.doc.to_json(element.root));
+        let mut scope = root.new_inner_scope();
+        scope.add_variable_from_value("r", resource);
+        match cel::Value::resolve(&expression, &scope) {
+            Ok(cel::Value::Bool(true)) => {}
+            Ok(cel::Value::Bool(false)) => details.push(format!(
+                "resource {name} failed validation expression {source}"
+            )),
+            Ok(other) => {
+                return Err(format!(
+                    "expression {source} does not evaluate to a boolean (on resource {name}: {:?})",
+                    other.type_of()
+                )
+                .into());
+            }
+            Err(e) => details.push(format!(
+                "validation expression {source} could not be evaluated on resource {name}: {e}"
+            )),
+        }
     }
+    let result = if details.is_empty() {
+        ValidationResult::passed()
+    } else {
+        ValidationResult::failed(details)
+    };
+    Ok(Outcome::output(Output::Validation(result)))
 }
 
 // ---- yq ----
@@ -568,66 +560,57 @@ fn render_yaml(value: &Val, out: &mut String) {
     }
 }
 
+/// `yq`'s expression, compiled before the call: its problem, if any.
+fn check_yq(arguments: &Arguments) -> Vec<String> {
+    let expression = arguments.str(YQ_PARAMETER).unwrap_or_default();
+    match vet_yq(expression).and_then(|()| compile_yq(expression).map(drop)) {
+        Ok(()) => Vec::new(),
+        Err(problem) => vec![format!("parameter {YQ_PARAMETER}: {problem}")],
+    }
+}
+
 /// `yq`: the expression's results over each document (as `yq eval-all` evaluates them,
 /// document by document), rendered as YAML; the results of different documents are
 /// separated by `---`.
-struct Yq {
-    signature: TypedSignature,
-}
-
-impl TypedFunction for Yq {
-    fn signature(&self) -> &TypedSignature {
-        &self.signature
-    }
-
-    fn check(&self, arguments: &Arguments) -> Vec<String> {
-        let expression = arguments.str(YQ_PARAMETER).unwrap_or_default();
-        match vet_yq(expression).and_then(|()| compile_yq(expression).map(drop)) {
-            Ok(()) => Vec::new(),
-            Err(problem) => vec![format!("parameter {YQ_PARAMETER}: {problem}")],
-        }
-    }
-
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
-        let expression = call.arguments.str(YQ_PARAMETER).unwrap_or_default();
-        let filter = vet_yq(expression)
-            .and_then(|()| compile_yq(expression))
-            .map_err(|e| format!("parameter {YQ_PARAMETER}: {e}"))?;
-        let started = Instant::now();
-        let mut out = String::new();
-        let mut results = 0usize;
-        for element in &call.unit.elements {
+fn yq(call: &Call) -> Result<Outcome, FunctionError> {
+    let expression = call.arguments.str(YQ_PARAMETER).unwrap_or_default();
+    let filter = vet_yq(expression)
+        .and_then(|()| compile_yq(expression))
+        .map_err(|e| format!("parameter {YQ_PARAMETER}: {e}"))?;
+    let started = Instant::now();
+    let mut out = String::new();
+    let mut results = 0usize;
+    for element in &call.unit.elements {
+        call.stop_if_cancelled()?;
+        let input = to_val(&call.unit.doc, element.root, 0);
+        let context = jaq_core::Ctx::<jaq_core::data::JustLut<Val>>::new(
+            &filter.lut,
+            jaq_core::Vars::new([]),
+        );
+        let mut first_of_document = true;
+        for result in filter.id.run((context, input)).map(jaq_core::unwrap_valr) {
+            over_budget(started)?;
             call.stop_if_cancelled()?;
-            let input = to_val(&call.unit.doc, element.root, 0);
-            let context = jaq_core::Ctx::<jaq_core::data::JustLut<Val>>::new(
-                &filter.lut,
-                jaq_core::Vars::new([]),
-            );
-            let mut first_of_document = true;
-            for result in filter.id.run((context, input)).map(jaq_core::unwrap_valr) {
-                over_budget(started)?;
-                call.stop_if_cancelled()?;
-                let value = result.map_err(|e| format!("yq expression evaluation failed: {e}"))?;
-                results += 1;
-                if results > MAX_YQ_RESULTS {
-                    return Err(format!("more than {MAX_YQ_RESULTS} results; stopped"));
-                }
-                if first_of_document && !out.is_empty() {
-                    out.push_str("---\n");
-                }
-                first_of_document = false;
-                render_yaml(&value, &mut out);
-                if out.len() > MAX_YQ_OUTPUT_BYTES {
-                    return Err(format!(
-                        "the output is more than {MAX_YQ_OUTPUT_BYTES} bytes; stopped"
-                    ));
-                }
+            let value = result.map_err(|e| format!("yq expression evaluation failed: {e}"))?;
+            results += 1;
+            if results > MAX_YQ_RESULTS {
+                return Err(format!("more than {MAX_YQ_RESULTS} results; stopped").into());
+            }
+            if first_of_document && !out.is_empty() {
+                out.push_str("---\n");
+            }
+            first_of_document = false;
+            render_yaml(&value, &mut out);
+            if out.len() > MAX_YQ_OUTPUT_BYTES {
+                return Err(format!(
+                    "the output is more than {MAX_YQ_OUTPUT_BYTES} bytes; stopped"
+                )
+                .into());
             }
         }
-        let payload =
-            serde_json::to_value(YamlPayload { payload: out }).map_err(|e| e.to_string())?;
-        Ok(Outcome::output(Output::Other(OutputType::Yaml, payload)))
     }
+    let payload = serde_json::to_value(YamlPayload { payload: out }).map_err(|e| e.to_string())?;
+    Ok(Outcome::output(Output::Other(OutputType::Yaml, payload)))
 }
 
 type YqFilter = jaq_core::compile::Filter<jaq_core::Native<jaq_core::data::JustLut<Val>>>;
@@ -672,42 +655,52 @@ fn compile_yq(expression: &str) -> Result<YqFilter, String> {
         })
 }
 
-pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
-    vec![
-        Arc::new(CelValidate {
-            signature: custom(
-                "cel-validate",
-                "Returns true if the validation expression (CEL) evaluates to true for all resources; the resource is r",
-                vec![
-                    ParameterBuilder::new(
-                        CEL_PARAMETER,
-                        DataType::Cel,
-                        "CEL (Common Expression Language) expression to validate each resource, which is r (see https://cel.dev/)",
-                    )
-                    .example("r.kind != 'Deployment' || r.spec.replicas >= 2"),
-                ],
-                Some((
-                    "passed",
-                    "True if validation passed, false otherwise",
-                    OutputType::ValidationResult,
-                )),
-                false,
-            ),
-        }),
-        Arc::new(Yq {
-            signature: custom(
-                "yq",
-                "Returns the result of running yq with the specified expression on the configuration data (the jq-compatible subset)",
-                vec![
-                    ParameterBuilder::new(YQ_PARAMETER, DataType::String, "yq expression")
-                        .example(".spec.replicas"),
-                ],
-                Some(("yq output", "Output from yq", OutputType::Yaml)),
-                false,
-            ),
-        }),
-    ]
-}
+pub static CEL_VALIDATE: Definition = Definition {
+    name: "cel-validate",
+    description: "Returns true if the validation expression (CEL) evaluates to true for all resources; the resource is r",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(
+                CEL_PARAMETER,
+                DataType::Cel,
+                "CEL (Common Expression Language) expression to validate each resource, which is r (see https://cel.dev/)",
+            )
+            .example("r.kind != 'Deployment' || r.spec.replicas >= 2"),
+        ]
+    },
+    kind: FunctionKind::Validating {
+        result: "passed",
+        description: "True if validation passed, false otherwise",
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: cel_validate,
+    options: Options {
+        check: Some(check_cel),
+        ..Options::DEFAULT
+    },
+};
+
+pub static YQ: Definition = Definition {
+    name: "yq",
+    description: "Returns the result of running yq with the specified expression on the configuration data (the jq-compatible subset)",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(YQ_PARAMETER, DataType::String, "yq expression")
+                .example(".spec.replicas"),
+        ]
+    },
+    kind: FunctionKind::Readonly {
+        result: "yq output",
+        description: "Output from yq",
+        output: OutputType::Yaml,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: yq,
+    options: Options {
+        check: Some(check_yq),
+        ..Options::DEFAULT
+    },
+};
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use krm_plugin_api::CallContext;
+use krm_plugin_api::{CallContext, EvalError};
 use serde_json::Value;
 
 use crate::api::{
@@ -13,8 +13,13 @@ use crate::registry::PathRegistry;
 use crate::resource::Unit;
 use crate::signature::TypedSignature;
 use crate::toolchain::Toolchain;
+use crate::yaml::ParseError;
+pub use definition::Definition;
+// What a function's work stopped by the call's end fails with ([`FunctionError::Stopped`]).
+pub use crate::yaml::Stopped;
 
 pub mod containers;
+pub mod definition;
 pub mod expressions;
 pub mod patch;
 pub mod path_visitor;
@@ -41,31 +46,69 @@ pub struct Call<'c, 'a, 'k> {
     pub max_message_bytes: usize,
 }
 
-/// A function's error when its call ended while it worked; the executor answers the
-/// cancellation itself, not this.
-pub const STOPPED: &str = "stopped: the call ended";
+/// Why a typed function gave no outcome.
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionError {
+    /// The call ended (cancelled, or past its deadline) while the function worked; the
+    /// executor answers why the call ended, not this.
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
+    /// The unit text the function would build is larger than a call may answer.
+    #[error("{what} would be {size} bytes, more than max_message_bytes {max_message_bytes}")]
+    OutputTooLarge {
+        /// What the text is (`the unit after upsert-resource`).
+        what: String,
+        /// Its size in bytes.
+        size: usize,
+        /// The runner's `max_message_bytes`.
+        max_message_bytes: usize,
+    },
+    /// The unit, an argument or a resource does not allow what the function does; the message
+    /// names which.
+    #[error("{0}")]
+    Failed(String),
+    /// A text the function reads or builds is not YAML it can work on.
+    #[error(transparent)]
+    Unparsable(#[from] ParseError),
+    /// A function a plugin contributes failed in the plugin.
+    #[error(transparent)]
+    Plugin(#[from] EvalError),
+}
+
+impl From<String> for FunctionError {
+    fn from(message: String) -> Self {
+        FunctionError::Failed(message)
+    }
+}
+
+impl From<&str> for FunctionError {
+    fn from(message: &str) -> Self {
+        FunctionError::Failed(message.to_owned())
+    }
+}
 
 impl Call<'_, '_, '_> {
     /// `text` parsed as a unit of the call's toolchain's model.
-    pub fn parse_model<'t>(&self, text: &'t str) -> Result<Unit<'t>, String> {
-        Unit::parse_as(text, self.toolchain)
+    pub fn parse_model<'t>(&self, text: &'t str) -> Result<Unit<'t>, ParseError> {
+        self.toolchain.parse(text)
     }
 
     /// An error once the call is cancelled or past its deadline.
-    pub fn stop_if_cancelled(&self) -> Result<(), String> {
+    pub fn stop_if_cancelled(&self) -> Result<(), Stopped> {
         match self.cancellation.cancel_reason() {
-            Some(_) => Err(STOPPED.to_owned()),
+            Some(_) => Err(Stopped),
             None => Ok(()),
         }
     }
 
     /// Refuses to build a unit text of `size` bytes (`what` it is) over `max_message_bytes`.
-    pub fn check_output_size(&self, size: usize, what: &str) -> Result<(), String> {
+    pub fn check_output_size(&self, size: usize, what: &str) -> Result<(), FunctionError> {
         if size > self.max_message_bytes {
-            return Err(format!(
-                "{what} would be {size} bytes, more than max_message_bytes {}",
-                self.max_message_bytes
-            ));
+            return Err(FunctionError::OutputTooLarge {
+                what: what.to_owned(),
+                size,
+                max_message_bytes: self.max_message_bytes,
+            });
         }
         Ok(())
     }
@@ -140,7 +183,7 @@ impl Output {
     }
 }
 
-/// A function the executor can run. Errors are messages for the response.
+/// A function the executor can run. Its errors' messages are the response's.
 pub trait TypedFunction: Send + Sync {
     fn signature(&self) -> &TypedSignature;
 
@@ -150,67 +193,60 @@ pub trait TypedFunction: Send + Sync {
         Vec::new()
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String>;
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError>;
 }
 
-/// The generic functions ConfigHub's `generic.RegisterStandardFunctions` registers, which it
-/// registers for AppConfig/Properties too; each works on the YAML model of any toolchain.
-pub const GENERIC_FOR_PROPERTIES: &[&str] = &[
-    "get-resources",
-    "get-resources-of-type",
-    "set-references-of-type",
-    "get-placeholders",
-    "no-placeholders",
-    "search-replace",
-    "set-path-comment",
-    "set-default-names",
-    "get-attributes",
-    "set-attributes",
-    "get-needed",
-    "get-provided",
-    "cel-validate",
-    "where-filter",
-    "yq",
-    "is-approved",
-    "ensure-context",
-    "get-details",
-    "upsert-resource",
-    "delete-resource",
-    "compute-mutations",
-    "patch-mutations",
-    "reset",
-    "replicate",
+/// Every built-in function that is not a path visitor, each for the toolchains it names.
+/// ConfigHub's generic functions (`generic.RegisterStandardFunctions`) serve every toolchain.
+pub static BUILT_IN: &[&Definition] = &[
+    &resources::GET_RESOURCES,
+    &resources::GET_RESOURCES_OF_TYPE,
+    &resources::UPSERT_RESOURCE,
+    &resources::REPLICATE,
+    &resources::DELETE_RESOURCE,
+    &text::SEARCH_REPLACE,
+    &validation::WHERE_FILTER,
+    &validation::VALIDATE,
+    &validation::PROPERTIES_VALIDATE,
+    &validation::GET_PLACEHOLDERS,
+    &validation::NO_PLACEHOLDERS,
+    &validation::IS_APPROVED,
+    &expressions::CEL_VALIDATE,
+    &expressions::YQ,
+    &unit::GET_ATTRIBUTES,
+    &unit::GET_DETAILS,
+    &unit::GET_NEEDED,
+    &unit::GET_NEEDED_NAMESPACES,
+    &unit::GET_PROVIDED,
+    &unit::SET_ATTRIBUTES,
+    &unit::SET_DEFAULT_NAMES,
+    &unit::RESET,
+    &unit::SET_REFERENCES_OF_TYPE,
+    &unit::ENSURE_NAMESPACES,
+    &unit::ENSURE_CONTEXT_KUBERNETES,
+    &unit::ENSURE_CONTEXT_PROPERTIES,
+    &unit::SET_PATH_COMMENT,
+    &unit::COMPUTE_MUTATIONS,
+    &patch::PATCH_MUTATIONS,
+    &containers::SET_POD_DEFAULTS,
+    &containers::SET_CONTAINER_RESOURCES,
+    &containers::SET_IMAGE_REFERENCE_BY_URI,
+    &containers::SET_ENV,
 ];
 
-/// Every built-in function for AppConfig/Properties: the arbitrary-path getters and setters,
-/// the generic functions of [`GENERIC_FOR_PROPERTIES`] and its own `validate`.
-pub fn properties() -> Vec<Arc<dyn TypedFunction>> {
-    let toolchain = Toolchain::AppConfigProperties;
-    let mut functions = path_visitor::arbitrary_paths();
+/// Every built-in function of `toolchain`: its path visitors over `registry` and the
+/// [`BUILT_IN`] functions that serve it.
+pub fn built_in(toolchain: Toolchain, registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
+    let mut functions = match toolchain {
+        Toolchain::KubernetesYaml => path_visitor::kubernetes(registry),
+        Toolchain::AppConfigProperties => path_visitor::arbitrary_paths(),
+    };
     functions.extend(
-        resources::functions()
-            .into_iter()
-            .chain(text::functions())
-            .chain(validation::functions())
-            .chain(expressions::functions())
-            .chain(unit::functions(toolchain))
-            .chain(patch::functions())
-            .filter(|function| GENERIC_FOR_PROPERTIES.contains(&function.signature().name())),
+        BUILT_IN
+            .iter()
+            .filter(|definition| definition.toolchains.contains(&toolchain))
+            .map(|definition| definition.function(toolchain)),
     );
-    functions.push(validation::properties_validate());
-    functions
-}
-
-/// Every built-in function for Kubernetes/YAML, over `registry`.
-pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
-    let mut functions = path_visitor::kubernetes(registry);
-    functions.extend(resources::functions());
-    functions.extend(text::functions());
-    functions.extend(validation::functions());
-    functions.extend(unit::functions(Toolchain::KubernetesYaml));
-    functions.extend(containers::functions());
-    functions.extend(expressions::functions());
-    functions.extend(patch::functions());
     functions
 }
 
@@ -222,7 +258,7 @@ mod tests {
 
     use super::*;
     use crate::api::{FunctionArgument, FunctionInvocation};
-    use crate::resource::OwnedUnit;
+
     use crate::{Executor, args};
 
     /// Runs `function` with `arguments` over `text` within `call`, as the executor would.
@@ -233,7 +269,7 @@ mod tests {
         arguments: Vec<serde_json::Value>,
         call: &CallContext<'_>,
         max_message_bytes: usize,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Outcome, FunctionError> {
         let invocation = FunctionInvocation::new(
             function,
             arguments
@@ -243,7 +279,9 @@ mod tests {
         );
         let typed = executor.function(function).expect("a built-in function");
         let arguments = args::check(typed.signature(), &invocation).expect("valid arguments");
-        let unit = OwnedUnit::parse(text.to_owned()).unwrap();
+        let unit = Toolchain::KubernetesYaml
+            .parse_owned(text.to_owned())
+            .unwrap();
         typed.run(&Call {
             unit: unit.unit(),
             arguments: &arguments,
@@ -310,7 +348,10 @@ mod tests {
                 &cancelled.as_call_context(),
                 1 << 20,
             );
-            assert_eq!(stopped.map(drop), Err(STOPPED.to_owned()), "{function}");
+            assert!(
+                matches!(stopped, Err(FunctionError::Stopped(_))),
+                "{function}: {stopped:?}"
+            );
         }
     }
 
@@ -346,7 +387,7 @@ mod tests {
             ),
         ] {
             let refused = run(&executor, UNIT, function, arguments, &call, limit);
-            let problem = refused.map(drop).unwrap_err();
+            let problem = refused.map(drop).unwrap_err().to_string();
             assert!(
                 problem.contains(&format!("bytes, more than max_message_bytes {limit}")),
                 "{function}: {problem}"

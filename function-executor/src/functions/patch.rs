@@ -14,17 +14,16 @@
 //!   creating missing keys; Delete removes the key or list item.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::api::{DataType, MutationInfo, MutationType, ResourceInfo, ResourceMutation};
-use crate::functions::resources::custom;
+use crate::functions::definition::{ALL_TOOLCHAINS, Definition, FunctionKind, Options};
 use crate::functions::unit::entry_lines;
-use crate::functions::{Call, Outcome, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome};
 use crate::path::unescape;
-use crate::resource::{OwnedUnit, Unit};
-use crate::signature::{ParameterBuilder, TypedSignature};
+use crate::resource::Unit;
+use crate::signature::ParameterBuilder;
 use crate::yaml::{Doc, Editor, Kind, New, NodeId};
 
 /// Path records (predicates and patch together) beyond this are refused.
@@ -279,7 +278,7 @@ fn root_of(unit: &Unit, wanted: &Identity) -> Option<NodeId> {
         .map(|e| e.root)
 }
 
-fn patch_mutations(call: &Call) -> Result<Outcome, String> {
+fn patch_mutations(call: &Call) -> Result<Outcome, FunctionError> {
     let predicates = mutation_list(call, PREDICATES)?;
     let patch = mutation_list(call, PATCH)?;
     let records: usize = predicates
@@ -290,7 +289,8 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
     if records > MAX_PATH_RECORDS {
         return Err(format!(
             "{records} mutation records, more than the limit of {MAX_PATH_RECORDS}"
-        ));
+        )
+        .into());
     }
     let predicates: HashMap<Identity, &ResourceMutation> = predicates
         .iter()
@@ -338,7 +338,8 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
                     return Err(format!(
                         "{PATCH}: the value of {} {} must be one resource",
                         key.0, key.1
-                    ));
+                    )
+                    .into());
                 }
                 if !text.ends_with('\n') {
                     text.push('\n');
@@ -355,14 +356,11 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
             path_patches.insert(position, (key, mutation));
         }
     }
-    let mut current = OwnedUnit::parse_as(
-        if whole_edits > 0 {
-            editor.finish(doc)
-        } else {
-            doc.src.to_owned()
-        },
-        call.toolchain,
-    )?;
+    let mut current = call.toolchain.parse_owned(if whole_edits > 0 {
+        editor.finish(doc)
+    } else {
+        doc.src.to_owned()
+    })?;
     let changed_whole = whole_edits > 0;
 
     let mut problems = Vec::new();
@@ -391,7 +389,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
             call.stop_if_cancelled()?;
             if batch.iter().any(|done| related(done, &segments)) {
                 let text = std::mem::take(&mut editor).finish(&current.unit().doc);
-                current = OwnedUnit::parse_as(text, call.toolchain)?;
+                current = call.toolchain.parse_owned(text)?;
                 batch.clear();
             }
             let unit = current.unit();
@@ -414,7 +412,7 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
                     batch.push(segments);
                     if moves {
                         let text = std::mem::take(&mut editor).finish(&current.unit().doc);
-                        current = OwnedUnit::parse_as(text, call.toolchain)?;
+                        current = call.toolchain.parse_owned(text)?;
                         batch.clear();
                     }
                 }
@@ -423,11 +421,11 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
         }
         if !batch.is_empty() {
             let text = editor.finish(&current.unit().doc);
-            current = OwnedUnit::parse_as(text, call.toolchain)?;
+            current = call.toolchain.parse_owned(text)?;
         }
     }
     if !problems.is_empty() {
-        return Err(problems.join("; "));
+        return Err(problems.join("; ").into());
     }
     Ok(Outcome {
         text: (changed_whole || path_edits > 0).then(|| current.into_text()),
@@ -435,17 +433,10 @@ fn patch_mutations(call: &Call) -> Result<Outcome, String> {
     })
 }
 
-pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
-    vec![Arc::new(super::resources::Custom {
-        signature: patch_signature(),
-        run: patch_mutations,
-    })]
-}
-
-fn patch_signature() -> TypedSignature {
-    custom(
-        "patch-mutations",
-        "Selectively patch attributes if their mutations indicate they are patchable. Intended to be used with compute-mutations.",
+pub static PATCH_MUTATIONS: Definition = Definition {
+    name: "patch-mutations",
+    description: "Selectively patch attributes if their mutations indicate they are patchable. Intended to be used with compute-mutations.",
+    parameters: |_| {
         vec![
             ParameterBuilder::new(
                 PREDICATES,
@@ -457,11 +448,13 @@ fn patch_signature() -> TypedSignature {
                 DataType::ResourceMutationList,
                 "Mutations to filter and patch",
             ),
-        ],
-        None,
-        true,
-    )
-}
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: patch_mutations,
+    options: Options::DEFAULT,
+};
 
 #[cfg(test)]
 mod tests {
@@ -469,7 +462,6 @@ mod tests {
 
     use crate::Executor;
     use crate::api::{FunctionArgument, FunctionInvocation, FunctionInvocationRequest};
-    use crate::resource::Unit;
 
     fn invoke(
         data: &str,
@@ -497,7 +489,7 @@ mod tests {
     }
 
     fn values(text: &str) -> Vec<Value> {
-        let unit = Unit::parse(text).unwrap();
+        let unit = crate::Toolchain::KubernetesYaml.parse(text).unwrap();
         unit.elements
             .iter()
             .map(|e| unit.doc.to_json(e.root))

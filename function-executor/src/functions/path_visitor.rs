@@ -16,7 +16,7 @@ use crate::api::{
     ResourceInfo,
 };
 use crate::args::ArgValue;
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::path::{self, UnresolvedPath};
 use crate::registry::{PathRegistry, PathVisitorInfo, attribute};
 use crate::signature::{ParameterBuilder, TypedFacet, TypedSignature};
@@ -147,7 +147,7 @@ pub fn get<'r>(
     entries_for: EntriesFor<'_, 'r>,
     arguments: &[String],
     wanted: Option<DataType>,
-) -> Result<Vec<AttributeValue>, String> {
+) -> Result<Vec<AttributeValue>, FunctionError> {
     let doc = &call.unit.doc;
     let mut values = Vec::new();
     let mut problems = Vec::new();
@@ -227,7 +227,7 @@ pub fn get<'r>(
         }
     }
     if !problems.is_empty() {
-        return Err(problems.join("; "));
+        return Err(problems.join("; ").into());
     }
     // Sorted through their positions: the values themselves are large to move.
     fn sort_key(v: &AttributeValue) -> (&str, &str, &str) {
@@ -272,7 +272,7 @@ pub fn set<'r>(
     arguments: &[String],
     value: &ArgValue,
     upsert: bool,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, FunctionError> {
     let mut editor = Editor::default();
     let edits = write(call, &mut editor, entries_for, arguments, value, upsert)?;
     Ok((edits > 0).then(|| editor.finish(&call.unit.doc)))
@@ -286,7 +286,7 @@ pub fn write<'r>(
     arguments: &[String],
     value: &ArgValue,
     upsert: bool,
-) -> Result<usize, String> {
+) -> Result<usize, FunctionError> {
     let doc = &call.unit.doc;
     let mut edits = 0;
     let mut problems = Vec::new();
@@ -402,7 +402,7 @@ pub fn write<'r>(
         }
     }
     if !problems.is_empty() {
-        return Err(problems.join("; "));
+        return Err(problems.join("; ").into());
     }
     Ok(edits)
 }
@@ -414,7 +414,7 @@ pub fn fill_missing<'r>(
     editor: &mut Editor,
     entries_for: EntriesFor<'_, 'r>,
     value: &ArgValue,
-) -> Result<usize, String> {
+) -> Result<usize, FunctionError> {
     let doc = &call.unit.doc;
     let mut edits = 0;
     let mut problems = Vec::new();
@@ -442,7 +442,7 @@ pub fn fill_missing<'r>(
     if problems.is_empty() {
         Ok(edits)
     } else {
-        Err(problems.join("; "))
+        Err(problems.join("; ").into())
     }
 }
 
@@ -592,7 +592,7 @@ impl TypedFunction for AttributeFunction {
         &self.signature
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         let entries_for = |info: &ResourceInfo| {
             call.registry
                 .paths_for(&self.attribute, &info.resource_type)
@@ -606,7 +606,7 @@ impl TypedFunction for AttributeFunction {
             }
             Mode::Set { upsert } => {
                 let Some((value, path_values)) = values.split_last() else {
-                    return Err(format!("{}: no value to set", self.signature.name()));
+                    return Err(format!("{}: no value to set", self.signature.name()).into());
                 };
                 let arguments = path_arguments(path_values.iter().copied());
                 let text = set(call, &entries_for, &arguments, value, upsert)?;
@@ -688,14 +688,15 @@ impl TypedFunction for ArbitraryPath {
         &self.signature
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         let resource_type = call.arguments.str("resource-type").unwrap_or_default();
         let path_text = call.arguments.str("path").unwrap_or_default();
         if path_text.contains('#') {
             return Err(format!(
                 "path {}: embedded accessors (#) are only available on registered paths",
                 quoted(path_text)
-            ));
+            )
+            .into());
         }
         let path = UnresolvedPath::parse(path_text).map_err(|e| e.to_string())?;
         if self.set {

@@ -1,79 +1,17 @@
 //! Whole-resource functions: listing and deleting resources.
 
-use std::sync::Arc;
-
 use krm_plugin_api::quoted;
 
-use crate::api::{DataType, FunctionOutput, OutputType, Resource, ResourceInfo};
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::api::{DataType, OutputType, Resource, ResourceInfo};
+use crate::functions::definition::{ALL_TOOLCHAINS, Definition, FunctionKind, Options};
+use crate::functions::{Call, FunctionError, Outcome, Output};
 use crate::resource::Element;
-use crate::signature::{ParameterBuilder, TypedFacet, TypedSignature};
-
-/// A signature of a custom (not path-visitor) function.
-pub fn custom(
-    name: &str,
-    description: &str,
-    parameters: Vec<ParameterBuilder>,
-    output: Option<(&str, &str, OutputType)>,
-    mutating: bool,
-) -> TypedSignature {
-    let mut parameter_data_types = std::collections::BTreeMap::new();
-    let parameters = parameters
-        .into_iter()
-        .map(|builder| {
-            let (parameter, data_type) = builder.build();
-            if let Some(data_type) = data_type {
-                parameter_data_types.insert(parameter.name.clone(), data_type);
-            }
-            parameter
-        })
-        .collect();
-    let output = output.map(|(name, description, output_type)| FunctionOutput {
-        result_name: name.to_owned(),
-        description: description.to_owned(),
-        output_type,
-    });
-    let validates = output
-        .as_ref()
-        .is_some_and(|o| o.output_type == OutputType::ValidationResult);
-    TypedSignature {
-        base: krm_plugin_api::FunctionSignature {
-            name: name.to_owned(),
-            description: description.to_owned(),
-            parameters,
-            validates,
-            ..Default::default()
-        },
-        typed: TypedFacet {
-            output,
-            mutating,
-            hermetic: true,
-            idempotent: true,
-            affected_resource_types: vec!["*".to_owned()],
-            parameter_data_types,
-            ..TypedFacet::default()
-        },
-    }
-}
-
-/// A function defined by its signature and a plain `fn`.
-pub struct Custom {
-    pub signature: TypedSignature,
-    pub run: fn(&Call) -> Result<Outcome, String>,
-}
-
-impl TypedFunction for Custom {
-    fn signature(&self) -> &TypedSignature {
-        &self.signature
-    }
-
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
-        (self.run)(call)
-    }
-}
+use crate::signature::ParameterBuilder;
 
 /// The identities of every element, or the problems of those without one.
-pub fn identified<'u>(call: &'u Call) -> Result<Vec<(&'u Element, &'u ResourceInfo)>, String> {
+pub fn identified<'u>(
+    call: &'u Call,
+) -> Result<Vec<(&'u Element, &'u ResourceInfo)>, FunctionError> {
     let mut found = Vec::new();
     let mut problems = Vec::new();
     for element in &call.unit.elements {
@@ -85,11 +23,11 @@ pub fn identified<'u>(call: &'u Call) -> Result<Vec<(&'u Element, &'u ResourceIn
     if problems.is_empty() {
         Ok(found)
     } else {
-        Err(problems.join("; "))
+        Err(FunctionError::Failed(problems.join("; ")))
     }
 }
 
-fn get_resources(call: &Call) -> Result<Outcome, String> {
+fn get_resources(call: &Call) -> Result<Outcome, FunctionError> {
     let body = call.arguments.str("body").unwrap_or("yaml");
     let mut resources = Vec::new();
     for (element, info) in identified(call)? {
@@ -117,7 +55,7 @@ fn get_resources(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Resources(resources)))
 }
 
-fn get_resources_of_type(call: &Call) -> Result<Outcome, String> {
+fn get_resources_of_type(call: &Call) -> Result<Outcome, FunctionError> {
     let wanted = call.arguments.str("resource-type").unwrap_or_default();
     let infos = identified(call)?
         .into_iter()
@@ -132,7 +70,7 @@ fn names(info: &ResourceInfo, name: &str) -> bool {
     info.resource_name == name || (!name.contains('/') && info.resource_name_without_scope == name)
 }
 
-fn delete_resource(call: &Call) -> Result<Outcome, String> {
+fn delete_resource(call: &Call) -> Result<Outcome, FunctionError> {
     let resource_type = call.arguments.str("resource-type").unwrap_or_default();
     let resource_name = call.arguments.str("resource-name").unwrap_or_default();
     let (element, _) = identified(call)?
@@ -150,7 +88,7 @@ fn delete_resource(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::text(format!("{}{}", &src[..start], &src[end..])))
 }
 
-fn upsert_resource(call: &Call) -> Result<Outcome, String> {
+fn upsert_resource(call: &Call) -> Result<Outcome, FunctionError> {
     let list = call.arguments.str("resource-list").unwrap_or_default();
     let resource_type = call.arguments.str("resource-type").unwrap_or_default();
     let resource_name = call.arguments.str("resource-name").unwrap_or_default();
@@ -181,7 +119,8 @@ fn upsert_resource(call: &Call) -> Result<Outcome, String> {
                 "the body of {} {} must be that one resource",
                 quoted(resource_type).bounded(),
                 quoted(resource_name).bounded()
-            ));
+            )
+            .into());
         }
     }
     let mut text = body.element_text(&body.elements[0]).to_owned();
@@ -215,7 +154,7 @@ fn upsert_resource(call: &Call) -> Result<Outcome, String> {
 
 /// Replaces the resource with `replicas` copies named `<name>0`, `<name>1`, ... (as
 /// ConfigHub does; 0 removes it). Resources are matched by name without namespace.
-fn replicate(call: &Call) -> Result<Outcome, String> {
+fn replicate(call: &Call) -> Result<Outcome, FunctionError> {
     let resource_type = call.arguments.str("resource-type").unwrap_or_default();
     let resource_name = call.arguments.str("resource-name").unwrap_or_default();
     let category = call
@@ -256,7 +195,8 @@ fn replicate(call: &Call) -> Result<Outcome, String> {
             info.resource_type,
             info.resource_name,
             name_path.join(".")
-        ));
+        )
+        .into());
     };
     // Each copy is the resource with a longer name and a separator; all of them are counted
     // before the first is built.
@@ -315,64 +255,69 @@ fn resource_name() -> ParameterBuilder {
     .example("prod/web")
 }
 
-pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
-    let string = DataType::String;
-    vec![
-        Arc::new(Custom {
-            signature: custom(
-                "get-resources",
-                "Get the names, types and bodies of the resources",
-                vec![
-                    ParameterBuilder::new("body", DataType::Enum, "Form of the resource bodies")
-                        .allowed(&["yaml", "none", "json", "native"])
-                        .optional(),
-                ],
-                Some(("resources", "Resources", OutputType::ResourceList)),
-                false,
+pub static GET_RESOURCES: Definition = Definition {
+    name: "get-resources",
+    description: "Get the names, types and bodies of the resources",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new("body", DataType::Enum, "Form of the resource bodies")
+                .allowed(&["yaml", "none", "json", "native"])
+                .optional(),
+        ]
+    },
+    kind: FunctionKind::Readonly {
+        result: "resources",
+        description: "Resources",
+        output: OutputType::ResourceList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_resources,
+    options: Options::DEFAULT,
+};
+
+pub static GET_RESOURCES_OF_TYPE: Definition = Definition {
+    name: "get-resources-of-type",
+    description: "Get the names and types of the resources of one type",
+    parameters: |_| vec![resource_type()],
+    kind: FunctionKind::Readonly {
+        result: "resources",
+        description: "Resources of the type",
+        output: OutputType::ResourceInfoList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_resources_of_type,
+    options: Options::DEFAULT,
+};
+
+pub static UPSERT_RESOURCE: Definition = Definition {
+    name: "upsert-resource",
+    description: "Add the resource of the given type and name from a ResourceList, or replace it",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(
+                "resource-list",
+                DataType::ResourceList,
+                "ResourceList holding the resource, as get-resources returns",
             ),
-            run: get_resources,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-resources-of-type",
-                "Get the names and types of the resources of one type",
-                vec![resource_type()],
-                Some((
-                    "resources",
-                    "Resources of the type",
-                    OutputType::ResourceInfoList,
-                )),
-                false,
-            ),
-            run: get_resources_of_type,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "upsert-resource",
-                "Add the resource of the given type and name from a ResourceList, or replace it",
-                vec![
-                    ParameterBuilder::new(
-                        "resource-list",
-                        DataType::ResourceList,
-                        "ResourceList holding the resource, as get-resources returns",
-                    ),
-                    resource_type(),
-                    resource_name(),
-                ],
-                None,
-                true,
-            ),
-            run: upsert_resource,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "replicate",
-                "Replicate the specified resource replicas minus one times; the copies are named <name>0, <name>1, ...",
-                vec![
+            resource_type(),
+            resource_name(),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: upsert_resource,
+    options: Options::DEFAULT,
+};
+
+pub static REPLICATE: Definition = Definition {
+    name: "replicate",
+    description: "Replicate the specified resource replicas minus one times; the copies are named <name>0, <name>1, ...",
+    parameters: |_| {
+        vec![
                     resource_type(),
                     ParameterBuilder::new(
                         "resource-name",
-                        string,
+                        DataType::String,
                         "Name of the resource, without namespace",
                     )
                     .example("web"),
@@ -385,30 +330,28 @@ pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
                     .range(Some(0), Some(1000)),
                     ParameterBuilder::new(
                         "resource-category",
-                        string,
+                        DataType::String,
                         "Category of the resource (default: Resource for Kubernetes, AppConfig for properties)",
                     )
                     .optional(),
-                ],
-                None,
-                true,
-            ),
-            run: replicate,
-        }),
-        Arc::new(Custom {
-            signature: {
-                let mut signature = custom(
-                    "delete-resource",
-                    "Delete the resource of the given type and name",
-                    vec![resource_type(), resource_name()],
-                    None,
-                    true,
-                );
-                // Deleting twice fails the second time.
-                signature.typed.idempotent = false;
-                signature
-            },
-            run: delete_resource,
-        }),
-    ]
-}
+                ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: replicate,
+    options: Options::DEFAULT,
+};
+
+pub static DELETE_RESOURCE: Definition = Definition {
+    name: "delete-resource",
+    description: "Delete the resource of the given type and name",
+    parameters: |_| vec![resource_type(), resource_name()],
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: delete_resource,
+    options: Options {
+        // Deleting twice fails the second time.
+        idempotent: false,
+        ..Options::DEFAULT
+    },
+};

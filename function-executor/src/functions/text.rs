@@ -1,17 +1,16 @@
 //! Functions over the strings of every resource.
 
-use std::sync::Arc;
-
 use serde_json::Value;
 
 use crate::api::DataType;
-use crate::functions::resources::{Custom, custom, identified};
-use crate::functions::{Call, Outcome, TypedFunction};
+use crate::functions::definition::{ALL_TOOLCHAINS, Definition, FunctionKind, Options};
+use crate::functions::resources::identified;
+use crate::functions::{Call, FunctionError, Outcome};
 use crate::resource::scalars;
 use crate::signature::ParameterBuilder;
 use crate::yaml::Editor;
 
-fn search_replace(call: &Call) -> Result<Outcome, String> {
+fn search_replace(call: &Call) -> Result<Outcome, FunctionError> {
     let search = call.arguments.str("search-value").unwrap_or_default();
     let replace = call.arguments.str("replace-value").unwrap_or_default();
     if search.is_empty() {
@@ -48,18 +47,17 @@ fn search_replace(call: &Call) -> Result<Outcome, String> {
     })
 }
 
-pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
-    vec![Arc::new(Custom {
-        signature: custom(
-            "search-replace",
-            "Replace a substring in every string value of every resource",
-            vec![
-                ParameterBuilder::new("search-value", DataType::String, "Substring to find"),
-                ParameterBuilder::new("replace-value", DataType::String, "Replacement"),
-            ],
-            None,
-            true,
-        ),
-        run: search_replace,
-    })]
-}
+pub static SEARCH_REPLACE: Definition = Definition {
+    name: "search-replace",
+    description: "Replace a substring in every string value of every resource",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new("search-value", DataType::String, "Substring to find"),
+            ParameterBuilder::new("replace-value", DataType::String, "Replacement"),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: search_replace,
+    options: Options::DEFAULT,
+};

@@ -1,16 +1,17 @@
 //! Functions over the unit as a whole: attributes across resources, namespaces, comments and
 //! mutation records.
 
-use std::sync::Arc;
-
 use std::collections::BTreeMap;
 
 use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo, ResourceMutation};
 use crate::args::ArgValue;
+use crate::functions::definition::{
+    ALL_TOOLCHAINS, Definition, FunctionKind, KUBERNETES, Options, PROPERTIES, no_parameters,
+};
 use crate::functions::path_visitor::{EntriesFor, get, scalar, write};
-use crate::functions::resources::{Custom, custom, identified};
+use crate::functions::resources::identified;
 use crate::functions::validation::{PLACEHOLDER_INT, PLACEHOLDER_STRING};
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::functions::{Call, FunctionError, Outcome, Output};
 use crate::mutations;
 use crate::path::{self, UnresolvedPath};
 use crate::registry::{CLUSTER_SCOPED_TYPES, PathVisitorInfo, attribute};
@@ -18,7 +19,7 @@ use crate::signature::ParameterBuilder;
 use crate::toolchain::Toolchain;
 use crate::yaml::{Editor, Kind};
 
-fn get_attributes(call: &Call) -> Result<Outcome, String> {
+fn get_attributes(call: &Call) -> Result<Outcome, FunctionError> {
     let entries_for = |info: &ResourceInfo| {
         call.registry
             .paths_for(attribute::GENERAL, &info.resource_type)
@@ -27,7 +28,7 @@ fn get_attributes(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
-fn get_details(call: &Call) -> Result<Outcome, String> {
+fn get_details(call: &Call) -> Result<Outcome, FunctionError> {
     let entries_for = |info: &ResourceInfo| {
         call.registry
             .paths_for(attribute::DETAIL, &info.resource_type)
@@ -45,7 +46,7 @@ fn is_placeholder(value: &serde_json::Value) -> bool {
 }
 
 /// The values of the attributes named that still hold a placeholder.
-fn needed(call: &Call, attribute_names: &[&str]) -> Result<Outcome, String> {
+fn needed(call: &Call, attribute_names: &[&str]) -> Result<Outcome, FunctionError> {
     let entries_for = |info: &ResourceInfo| {
         attribute_names
             .iter()
@@ -58,15 +59,15 @@ fn needed(call: &Call, attribute_names: &[&str]) -> Result<Outcome, String> {
 }
 
 /// The general attributes and the registered needed values that still hold a placeholder.
-fn get_needed(call: &Call) -> Result<Outcome, String> {
+fn get_needed(call: &Call) -> Result<Outcome, FunctionError> {
     needed(call, &[attribute::GENERAL, attribute::NEEDED])
 }
 
-fn get_needed_namespaces(call: &Call) -> Result<Outcome, String> {
+fn get_needed_namespaces(call: &Call) -> Result<Outcome, FunctionError> {
     needed(call, &[attribute::NAMESPACE_REFERENCE])
 }
 
-fn get_provided(call: &Call) -> Result<Outcome, String> {
+fn get_provided(call: &Call) -> Result<Outcome, FunctionError> {
     let entries_for = |info: &ResourceInfo| {
         call.registry
             .paths_for(attribute::PROVIDED, &info.resource_type)
@@ -76,7 +77,7 @@ fn get_provided(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
-fn set_attributes(call: &Call) -> Result<Outcome, String> {
+fn set_attributes(call: &Call) -> Result<Outcome, FunctionError> {
     let list = call.arguments.str("attribute-list").unwrap_or_default();
     let attributes: Vec<AttributeValue> = serde_json::from_str(list)
         .map_err(|e| format!("attribute-list is not an AttributeValueList: {e}"))?;
@@ -97,7 +98,7 @@ fn normalized(name: &str) -> String {
 /// Fills the placeholders of the identifying names and app labels with
 /// `<unit>-<space>` (see [`crate::registry::DEFAULT_NAME_TEMPLATE`]); values that do not hold
 /// a placeholder are kept.
-fn set_default_names(call: &Call) -> Result<Outcome, String> {
+fn set_default_names(call: &Call) -> Result<Outcome, FunctionError> {
     let context = call.context;
     let unit = if context.unit_slug.is_empty() {
         &context.unit_display_name
@@ -114,7 +115,8 @@ fn set_default_names(call: &Call) -> Result<Outcome, String> {
             } else {
                 "space name"
             }
-        ));
+        )
+        .into());
     }
     let name = format!("{unit}-{space}");
     let entries_for = |info: &ResourceInfo| {
@@ -135,7 +137,7 @@ fn set_default_names(call: &Call) -> Result<Outcome, String> {
 /// Puts the placeholder back into every string or integer at a path whose recorded mutation
 /// has its predicate set: the values last set by the mutations chosen are unset again. Other
 /// values (booleans, maps, lists, missing paths) are left alone.
-fn reset(call: &Call) -> Result<Outcome, String> {
+fn reset(call: &Call) -> Result<Outcome, FunctionError> {
     let list = call
         .arguments
         .str("mutation-predicates")
@@ -210,7 +212,7 @@ fn reset(call: &Call) -> Result<Outcome, String> {
 /// volumes, service account names, role binding subjects, Ingress backends and TLS
 /// secrets, ...; namespaces: every namespace field and reference) to the given name. Fields
 /// are only changed, never added.
-fn set_references_of_type(call: &Call) -> Result<Outcome, String> {
+fn set_references_of_type(call: &Call) -> Result<Outcome, FunctionError> {
     let referenced = call.arguments.str("resource-type").unwrap_or_default();
     let name = call.arguments.str("resource-name").unwrap_or_default();
     let attribute_name = if referenced == "v1/Namespace" {
@@ -230,7 +232,8 @@ fn set_references_of_type(call: &Call) -> Result<Outcome, String> {
         return Err(format!(
             "no references to resources of type {referenced} are known (known: {})",
             known.join(", ")
-        ));
+        )
+        .into());
     }
     let entries_for = |info: &ResourceInfo| {
         call.registry
@@ -252,7 +255,7 @@ fn set_references_of_type(call: &Call) -> Result<Outcome, String> {
 }
 
 /// Writes each attribute's value at its resource and path, creating missing keys.
-fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcome, String> {
+fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcome, FunctionError> {
     let mut editor = Editor::default();
     let mut edits = 0;
     let mut problems = Vec::new();
@@ -311,7 +314,7 @@ fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcom
         }
     }
     if !problems.is_empty() {
-        return Err(problems.join("; "));
+        return Err(problems.join("; ").into());
     }
     Ok(Outcome {
         text: (edits > 0).then(|| editor.finish(&call.unit.doc)),
@@ -319,7 +322,7 @@ fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcom
     })
 }
 
-fn ensure_namespaces(call: &Call) -> Result<Outcome, String> {
+fn ensure_namespaces(call: &Call) -> Result<Outcome, FunctionError> {
     let doc = &call.unit.doc;
     let mut editor = Editor::default();
     let mut edits = 0;
@@ -361,7 +364,7 @@ pub(crate) fn entry_lines(
 
 /// Records the unit's slug and the space's ID in every resource, where the toolchain keeps
 /// them ([`Toolchain::context_keys`]), or removes them (and any revision number).
-fn ensure_context(call: &Call) -> Result<Outcome, String> {
+fn ensure_context(call: &Call) -> Result<Outcome, FunctionError> {
     let add = call
         .arguments
         .get("add-context")
@@ -409,7 +412,7 @@ fn ensure_context(call: &Call) -> Result<Outcome, String> {
         if ours.len() == doc.entries(mapping).len() {
             // Nothing else is in the mapping: the mapping goes too.
             let Some((last, parent_path)) = keys.mapping.split_last() else {
-                return Err(unwritable());
+                return Err(unwritable().into());
             };
             let parent = doc
                 .get_path(element.root, parent_path)
@@ -431,7 +434,7 @@ fn ensure_context(call: &Call) -> Result<Outcome, String> {
     })
 }
 
-fn set_path_comment(call: &Call) -> Result<Outcome, String> {
+fn set_path_comment(call: &Call) -> Result<Outcome, FunctionError> {
     let resource_type = call.arguments.str("resource-type").unwrap_or_default();
     let comment = call.arguments.str("comment").unwrap_or_default();
     if comment.contains(['\n', '\r']) {
@@ -453,7 +456,8 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
                 return Err(format!(
                     "{} {}: path {} goes through an alias; not edited",
                     info.resource_type, info.resource_name, found.path
-                ));
+                )
+                .into());
             }
             let written = doc.node(node);
             let on_one_line = matches!(written.kind, Kind::Scalar { .. })
@@ -462,7 +466,8 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
                 return Err(format!(
                     "{} {}: path {}: only values written on one line take a comment",
                     info.resource_type, info.resource_name, found.path
-                ));
+                )
+                .into());
             }
             let rest = doc.rest_of_line(written.end());
             let text = if comment.is_empty() {
@@ -482,7 +487,7 @@ fn set_path_comment(call: &Call) -> Result<Outcome, String> {
 
 /// The mutations from the previous data, in the toolchain's own format unless
 /// `alreadyConverted` says it is the model already, to the current data.
-fn compute_mutations(call: &Call) -> Result<Outcome, String> {
+fn compute_mutations(call: &Call) -> Result<Outcome, FunctionError> {
     let previous = call.arguments.str("config-doc-list").unwrap_or_default();
     let index = call
         .arguments
@@ -516,210 +521,236 @@ fn compute_mutations(call: &Call) -> Result<Outcome, String> {
 
 /// The functions over whole units; `toolchain` decides the format of compute-mutations'
 /// previous data.
-pub fn functions(toolchain: Toolchain) -> Vec<Arc<dyn TypedFunction>> {
-    let ensure_context_description = match toolchain {
-        Toolchain::KubernetesYaml => "Add (or, with false, remove) the annotations confighub.com/UnitSlug and confighub.com/SpaceID on every resource".to_owned(),
-        Toolchain::AppConfigProperties => "Add (or, with false, remove) the properties configHub.unitSlug and configHub.spaceID".to_owned(),
-    };
-    let string = DataType::String;
+pub static GET_ATTRIBUTES: Definition = Definition {
+    name: "get-attributes",
+    description: "Get the attributes registered as general attributes (replicas, images, namespaces, host names) with their getters and setters",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "attribute-value",
+        description: "Attributes",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_attributes,
+    options: Options::DEFAULT,
+};
+
+pub static GET_DETAILS: Definition = Definition {
+    name: "get-details",
+    description: "Get the descriptive facts of the unit (replicas, image repositories and references, Service types and ports), each with its description",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "detail",
+        description: "Details",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_details,
+    options: Options::DEFAULT,
+};
+
+pub static GET_NEEDED: Definition = Definition {
+    name: "get-needed",
+    description: "Get the general attributes (replicas, images, namespaces, host names) that still hold a placeholder, with their setters",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "attribute-value",
+        description: "Attributes that need a value",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_needed,
+    options: Options::DEFAULT,
+};
+
+pub static GET_NEEDED_NAMESPACES: Definition = Definition {
+    name: "get-needed-namespaces",
+    description: "Get the namespace fields and references that still hold a placeholder",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "namespace-name",
+        description: "Namespace attributes that need a value",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: KUBERNETES,
+    run: get_needed_namespaces,
+    options: Options::DEFAULT,
+};
+
+pub static GET_PROVIDED: Definition = Definition {
+    name: "get-provided",
+    description: "Get the names this unit provides to others (namespaces, service accounts, config maps, secrets, services, ...)",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "attribute-value",
+        description: "Provided values",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_provided,
+    options: Options::DEFAULT,
+};
+
+pub static SET_ATTRIBUTES: Definition = Definition {
+    name: "set-attributes",
+    description: "Write each attribute of an AttributeValueList at its resource and path, creating missing keys",
+    parameters: |_| {
+        vec![ParameterBuilder::new(
+            "attribute-list",
+            DataType::AttributeValueList,
+            "Attributes to write, as returned by a getter",
+        )]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: set_attributes,
+    options: Options::DEFAULT,
+};
+
+pub static SET_DEFAULT_NAMES: Definition = Definition {
+    name: "set-default-names",
+    description: "Fill the resource names and app labels still holding the placeholder confighubplaceholder with <unit>-<space> (the unit's and the space's normalized names)",
+    parameters: no_parameters,
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: set_default_names,
+    options: Options::DEFAULT,
+};
+
+pub static RESET: Definition = Definition {
+    name: "reset",
+    description: "Set the strings and integers last set by the mutations whose predicate is true back to their placeholders (confighubplaceholder, 999999999)",
+    parameters: |_| {
+        vec![ParameterBuilder::new(
+            "mutation-predicates",
+            DataType::ResourceMutationList,
+            "Mutations, with Predicate true on the paths to reset",
+        )]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: reset,
+    options: Options::DEFAULT,
+};
+
+pub static SET_REFERENCES_OF_TYPE: Definition = Definition {
+    name: "set-references-of-type",
+    description: "Set every field that refers by name to a resource of the given type (e.g. v1/ConfigMap, v1/Secret, v1/ServiceAccount, v1/Service, v1/PersistentVolumeClaim, v1/Namespace) to the given name",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(
+                "resource-type",
+                DataType::String,
+                "Type (apiVersion/kind) of the resources referred to",
+            )
+            .example("v1/ConfigMap"),
+            ParameterBuilder::new(
+                "resource-name",
+                DataType::String,
+                "Name to set in the references",
+            )
+            .example("settings"),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: set_references_of_type,
+    options: Options::DEFAULT,
+};
+
+pub static ENSURE_NAMESPACES: Definition = Definition {
+    name: "ensure-namespaces",
+    description: "Add metadata.namespace: confighubplaceholder to namespaced resources without a namespace",
+    parameters: no_parameters,
+    kind: FunctionKind::Mutating,
+    toolchains: KUBERNETES,
+    run: ensure_namespaces,
+    options: Options::DEFAULT,
+};
+
+pub static ENSURE_CONTEXT_KUBERNETES: Definition = Definition {
+    name: "ensure-context",
+    description: "Add (or, with false, remove) the annotations confighub.com/UnitSlug and confighub.com/SpaceID on every resource",
+    parameters: ensure_context_parameters,
+    kind: FunctionKind::Mutating,
+    toolchains: KUBERNETES,
+    run: ensure_context,
+    options: Options::DEFAULT,
+};
+
+pub static ENSURE_CONTEXT_PROPERTIES: Definition = Definition {
+    name: "ensure-context",
+    description: "Add (or, with false, remove) the properties configHub.unitSlug and configHub.spaceID",
+    parameters: ensure_context_parameters,
+    kind: FunctionKind::Mutating,
+    toolchains: PROPERTIES,
+    run: ensure_context,
+    options: Options::DEFAULT,
+};
+
+fn ensure_context_parameters(_: Toolchain) -> Vec<ParameterBuilder> {
     vec![
-        Arc::new(Custom {
-            signature: custom(
-                "get-attributes",
-                "Get the attributes registered as general attributes (replicas, images, namespaces, host names) with their getters and setters",
-                Vec::new(),
-                Some((
-                    "attribute-value",
-                    "Attributes",
-                    OutputType::AttributeValueList,
-                )),
-                false,
-            ),
-            run: get_attributes,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-details",
-                "Get the descriptive facts of the unit (replicas, image repositories and references, Service types and ports), each with its description",
-                Vec::new(),
-                Some(("detail", "Details", OutputType::AttributeValueList)),
-                false,
-            ),
-            run: get_details,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-needed",
-                "Get the general attributes (replicas, images, namespaces, host names) that still hold a placeholder, with their setters",
-                Vec::new(),
-                Some((
-                    "attribute-value",
-                    "Attributes that need a value",
-                    OutputType::AttributeValueList,
-                )),
-                false,
-            ),
-            run: get_needed,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-needed-namespaces",
-                "Get the namespace fields and references that still hold a placeholder",
-                Vec::new(),
-                Some((
-                    "namespace-name",
-                    "Namespace attributes that need a value",
-                    OutputType::AttributeValueList,
-                )),
-                false,
-            ),
-            run: get_needed_namespaces,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-provided",
-                "Get the names this unit provides to others (namespaces, service accounts, config maps, secrets, services, ...)",
-                Vec::new(),
-                Some((
-                    "attribute-value",
-                    "Provided values",
-                    OutputType::AttributeValueList,
-                )),
-                false,
-            ),
-            run: get_provided,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-attributes",
-                "Write each attribute of an AttributeValueList at its resource and path, creating missing keys",
-                vec![ParameterBuilder::new(
-                    "attribute-list",
-                    DataType::AttributeValueList,
-                    "Attributes to write, as returned by a getter",
-                )],
-                None,
-                true,
-            ),
-            run: set_attributes,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-default-names",
-                "Fill the resource names and app labels still holding the placeholder confighubplaceholder with <unit>-<space> (the unit's and the space's normalized names)",
-                Vec::new(),
-                None,
-                true,
-            ),
-            run: set_default_names,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "reset",
-                "Set the strings and integers last set by the mutations whose predicate is true back to their placeholders (confighubplaceholder, 999999999)",
-                vec![ParameterBuilder::new(
-                    "mutation-predicates",
-                    DataType::ResourceMutationList,
-                    "Mutations, with Predicate true on the paths to reset",
-                )],
-                None,
-                true,
-            ),
-            run: reset,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-references-of-type",
-                "Set every field that refers by name to a resource of the given type (e.g. v1/ConfigMap, v1/Secret, v1/ServiceAccount, v1/Service, v1/PersistentVolumeClaim, v1/Namespace) to the given name",
-                vec![
-                    ParameterBuilder::new(
-                        "resource-type",
-                        string,
-                        "Type (apiVersion/kind) of the resources referred to",
-                    )
-                    .example("v1/ConfigMap"),
-                    ParameterBuilder::new("resource-name", string, "Name to set in the references")
-                        .example("settings"),
-                ],
-                None,
-                true,
-            ),
-            run: set_references_of_type,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "ensure-namespaces",
-                "Add metadata.namespace: confighubplaceholder to namespaced resources without a namespace",
-                Vec::new(),
-                None,
-                true,
-            ),
-            run: ensure_namespaces,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "ensure-context",
-                &ensure_context_description,
-                vec![
-                    ParameterBuilder::new(
-                        "add-context",
-                        DataType::Bool,
-                        "Add the context (true) or remove it (false)",
-                    )
-                    .example("true"),
-                ],
-                None,
-                true,
-            ),
-            run: ensure_context,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "set-path-comment",
-                "Put a line comment on the values at a path (an empty comment removes it)",
-                vec![
-                    ParameterBuilder::new(
-                        "resource-type",
-                        string,
-                        "Resource type (apiVersion/kind), * for any",
-                    )
-                    .example("apps/v1/Deployment"),
-                    ParameterBuilder::new("path", string, "Path of the values")
-                        .example("spec.replicas"),
-                    ParameterBuilder::new("comment", string, "Comment text, without #"),
-                ],
-                None,
-                true,
-            ),
-            run: set_path_comment,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "compute-mutations",
-                "Compute the mutations from the given previous data to the current data",
-                vec![
-                    ParameterBuilder::new(
-                        "config-doc-list",
-                        toolchain.data_type(),
-                        "Previous data, in the toolchain's own format",
-                    ),
-                    ParameterBuilder::new(
-                        "functionIndex",
-                        DataType::Int,
-                        "Index recorded with the mutations",
-                    )
-                    .range(Some(0), None),
-                    ParameterBuilder::new(
-                        "alreadyConverted",
-                        DataType::Bool,
-                        "The previous data is already the YAML model",
-                    )
-                    .optional(),
-                ],
-                Some(("mutations", "Mutations", OutputType::ResourceMutationList)),
-                false,
-            ),
-            run: compute_mutations,
-        }),
+        ParameterBuilder::new(
+            "add-context",
+            DataType::Bool,
+            "Add the context (true) or remove it (false)",
+        )
+        .example("true"),
     ]
 }
+
+pub static SET_PATH_COMMENT: Definition = Definition {
+    name: "set-path-comment",
+    description: "Put a line comment on the values at a path (an empty comment removes it)",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(
+                "resource-type",
+                DataType::String,
+                "Resource type (apiVersion/kind), * for any",
+            )
+            .example("apps/v1/Deployment"),
+            ParameterBuilder::new("path", DataType::String, "Path of the values")
+                .example("spec.replicas"),
+            ParameterBuilder::new("comment", DataType::String, "Comment text, without #"),
+        ]
+    },
+    kind: FunctionKind::Mutating,
+    toolchains: ALL_TOOLCHAINS,
+    run: set_path_comment,
+    options: Options::DEFAULT,
+};
+
+pub static COMPUTE_MUTATIONS: Definition = Definition {
+    name: "compute-mutations",
+    description: "Compute the mutations from the given previous data to the current data",
+    parameters: |toolchain| {
+        vec![
+            ParameterBuilder::new(
+                "config-doc-list",
+                toolchain.data_type(),
+                "Previous data, in the toolchain's own format",
+            ),
+            ParameterBuilder::new(
+                "functionIndex",
+                DataType::Int,
+                "Index recorded with the mutations",
+            )
+            .range(Some(0), None),
+            ParameterBuilder::new(
+                "alreadyConverted",
+                DataType::Bool,
+                "The previous data is already the YAML model",
+            )
+            .optional(),
+        ]
+    },
+    kind: FunctionKind::Readonly {
+        result: "mutations",
+        description: "Mutations",
+        output: OutputType::ResourceMutationList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: compute_mutations,
+    options: Options::DEFAULT,
+};

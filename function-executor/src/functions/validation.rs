@@ -2,16 +2,18 @@
 //! is-approved; and get-placeholders, which lists what no-placeholders fails on.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use krm_plugin_api::quoted;
 use regex::{Regex, RegexBuilder};
 use serde_json::Value;
 
 use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo, ValidationResult};
+use crate::functions::definition::{
+    ALL_TOOLCHAINS, Definition, FunctionKind, KUBERNETES, Options, PROPERTIES, no_parameters,
+};
 use crate::functions::path_visitor::get;
-use crate::functions::resources::{Custom, custom, identified};
-use crate::functions::{Call, Outcome, Output, TypedFunction};
+use crate::functions::resources::identified;
+use crate::functions::{Call, FunctionError, Outcome, Output};
 use crate::path::{self, UnresolvedPath};
 use crate::registry::{PathVisitorInfo, attribute};
 use crate::resource::scalars;
@@ -355,7 +357,7 @@ fn matching(
     call: &Call,
     resource_type: &str,
     relation: &Relation,
-) -> Result<BTreeSet<Key>, String> {
+) -> Result<BTreeSet<Key>, FunctionError> {
     let of_type = |t: &str| resource_type == "*" || t == resource_type;
     let mut matched = BTreeSet::new();
     if let Some(field) = relation.path.strip_prefix("ConfigHub.") {
@@ -369,7 +371,9 @@ fn matching(
                 "ResourceNameWithoutScope" => &info.resource_name_without_scope,
                 "ResourceType" => &info.resource_type,
                 "ResourceCategory" => &info.resource_category,
-                other => return Err(format!("unsupported ConfigHub path: ConfigHub.{other}")),
+                other => {
+                    return Err(format!("unsupported ConfigHub path: ConfigHub.{other}").into());
+                }
             };
             if evaluate(relation, &Value::String(value.clone()))? {
                 matched.insert(key(info));
@@ -436,7 +440,7 @@ fn matching(
     Ok(matched)
 }
 
-fn where_filter(call: &Call) -> Result<Outcome, String> {
+fn where_filter(call: &Call) -> Result<Outcome, FunctionError> {
     let resource_type = match call.arguments.str("resource-type").unwrap_or_default() {
         "" => "*",
         other => other,
@@ -468,7 +472,7 @@ fn where_filter(call: &Call) -> Result<Outcome, String> {
 }
 
 /// Structural checks every Kubernetes resource must pass.
-fn validate(call: &Call) -> Result<Outcome, String> {
+fn validate(call: &Call) -> Result<Outcome, FunctionError> {
     let doc = &call.unit.doc;
     let mut details = Vec::new();
     for element in &call.unit.elements {
@@ -526,7 +530,7 @@ fn validate(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Validation(result)))
 }
 
-fn placeholders(call: &Call) -> Result<Vec<AttributeValue>, String> {
+fn placeholders(call: &Call) -> Result<Vec<AttributeValue>, FunctionError> {
     let doc = &call.unit.doc;
     let mut found = Vec::new();
     for (element, info) in identified(call)? {
@@ -553,11 +557,11 @@ fn placeholders(call: &Call) -> Result<Vec<AttributeValue>, String> {
     Ok(found)
 }
 
-fn get_placeholders(call: &Call) -> Result<Outcome, String> {
+fn get_placeholders(call: &Call) -> Result<Outcome, FunctionError> {
     Ok(Outcome::output(Output::Attributes(placeholders(call)?)))
 }
 
-fn no_placeholders(call: &Call) -> Result<Outcome, String> {
+fn no_placeholders(call: &Call) -> Result<Outcome, FunctionError> {
     let found = placeholders(call)?;
     let result = if found.is_empty() {
         ValidationResult::passed()
@@ -579,7 +583,7 @@ fn no_placeholders(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Validation(result)))
 }
 
-fn is_approved(call: &Call) -> Result<Outcome, String> {
+fn is_approved(call: &Call) -> Result<Outcome, FunctionError> {
     let wanted = call
         .arguments
         .get("num-approvers")
@@ -596,90 +600,109 @@ fn is_approved(call: &Call) -> Result<Outcome, String> {
 
 /// AppConfig/Properties' `validate`: a file that was read as properties is valid, as
 /// ConfigHub has no schema to hold it against (its own passes every file).
-pub fn properties_validate() -> Arc<dyn TypedFunction> {
-    Arc::new(Custom {
-        signature: custom(
-            "validate",
-            "Returns true: the data was read as a properties file, and there is no schema to check it against",
-            Vec::new(),
-            Some((
-                "passed",
-                "True if the data is a properties file",
-                OutputType::ValidationResult,
-            )),
-            false,
-        ),
-        run: |_| {
-            Ok(Outcome::output(Output::Validation(
-                ValidationResult::passed(),
-            )))
-        },
-    })
-}
+pub static PROPERTIES_VALIDATE: Definition = Definition {
+    name: "validate",
+    description: "Returns true: the data was read as a properties file, and there is no schema to check it against",
+    parameters: no_parameters,
+    kind: FunctionKind::Validating {
+        result: "passed",
+        description: "True if the data is a properties file",
+    },
+    toolchains: PROPERTIES,
+    run: |_| {
+        Ok(Outcome::output(Output::Validation(
+            ValidationResult::passed(),
+        )))
+    },
+    options: Options::DEFAULT,
+};
 
-pub fn functions() -> Vec<Arc<dyn TypedFunction>> {
-    let string = DataType::String;
-    let verdict = |what| Some(("passed", what, OutputType::ValidationResult));
-    vec![
-        Arc::new(Custom {
-            signature: custom(
-                "where-filter",
-                "Returns true if all terms of the conjunction of relational expressions evaluate to true for at least one matching path of a resource of the specified type. Intended to be used for filtering rather than validating, though it returns the same output type.",
-                vec![
-                    ParameterBuilder::new("resource-type", string, "Resource type (apiVersion/kind) to match, * for any")
-                        .example("apps/v1/Deployment"),
-                    ParameterBuilder::new("where-expression", string, "Conjunction (AND) of relations `path operator literal`; strings in single quotes")
-                        .example("spec.replicas > 1 AND metadata.name LIKE 'web%'"),
-                ],
-                Some(("matched", "True if the filter passed for at least one resource", OutputType::ValidationResult)),
-                false,
-            ),
-            run: where_filter,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "validate",
-                "Check that every resource is well formed: a mapping with string apiVersion and kind, a named metadata map, string labels and annotations",
-                Vec::new(),
-                verdict("True if every resource is well formed"),
-                false,
-            ),
-            run: validate,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-placeholders",
-                "Get the attributes that still hold a placeholder (confighubplaceholder or 999999999)",
-                Vec::new(),
-                Some(("attribute-value", "Attributes holding placeholders", OutputType::AttributeValueList)),
-                false,
-            ),
-            run: get_placeholders,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "no-placeholders",
-                "Check that no attribute holds a placeholder",
-                Vec::new(),
-                verdict("True if no placeholder remains"),
-                false,
-            ),
-            run: no_placeholders,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "is-approved",
-                "Check that the revision has at least the given number of approvals",
-                vec![ParameterBuilder::new("num-approvers", DataType::Int, "Approvals required")
-                    .example("1")
-                    .range(Some(0), None)],
-                verdict("True if approved by enough users"),
-                false,
-            ),
-            run: is_approved,
-        }),
-    ]
-}
+pub static WHERE_FILTER: Definition = Definition {
+    name: "where-filter",
+    description: "Returns true if all terms of the conjunction of relational expressions evaluate to true for at least one matching path of a resource of the specified type. Intended to be used for filtering rather than validating, though it returns the same output type.",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new(
+                "resource-type",
+                DataType::String,
+                "Resource type (apiVersion/kind) to match, * for any",
+            )
+            .example("apps/v1/Deployment"),
+            ParameterBuilder::new(
+                "where-expression",
+                DataType::String,
+                "Conjunction (AND) of relations `path operator literal`; strings in single quotes",
+            )
+            .example("spec.replicas > 1 AND metadata.name LIKE 'web%'"),
+        ]
+    },
+    kind: FunctionKind::Validating {
+        result: "matched",
+        description: "True if the filter passed for at least one resource",
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: where_filter,
+    options: Options::DEFAULT,
+};
+
+pub static VALIDATE: Definition = Definition {
+    name: "validate",
+    description: "Check that every resource is well formed: a mapping with string apiVersion and kind, a named metadata map, string labels and annotations",
+    parameters: no_parameters,
+    kind: FunctionKind::Validating {
+        result: "passed",
+        description: "True if every resource is well formed",
+    },
+    toolchains: KUBERNETES,
+    run: validate,
+    options: Options::DEFAULT,
+};
+
+pub static GET_PLACEHOLDERS: Definition = Definition {
+    name: "get-placeholders",
+    description: "Get the attributes that still hold a placeholder (confighubplaceholder or 999999999)",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "attribute-value",
+        description: "Attributes holding placeholders",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: get_placeholders,
+    options: Options::DEFAULT,
+};
+
+pub static NO_PLACEHOLDERS: Definition = Definition {
+    name: "no-placeholders",
+    description: "Check that no attribute holds a placeholder",
+    parameters: no_parameters,
+    kind: FunctionKind::Validating {
+        result: "passed",
+        description: "True if no placeholder remains",
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: no_placeholders,
+    options: Options::DEFAULT,
+};
+
+pub static IS_APPROVED: Definition = Definition {
+    name: "is-approved",
+    description: "Check that the revision has at least the given number of approvals",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new("num-approvers", DataType::Int, "Approvals required")
+                .example("1")
+                .range(Some(0), None),
+        ]
+    },
+    kind: FunctionKind::Validating {
+        result: "passed",
+        description: "True if approved by enough users",
+    },
+    toolchains: ALL_TOOLCHAINS,
+    run: is_approved,
+    options: Options::DEFAULT,
+};
 
 #[cfg(test)]
 mod tests {

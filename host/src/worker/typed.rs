@@ -228,7 +228,7 @@ pub struct TypedRole {
 impl TypedRole {
     pub fn start(spec: TypedSpec, _parts: Vec<Vec<u8>>, channel: Channel) -> Result<Self, String> {
         let mut kubernetes = Executor::kubernetes_with(&spec.attributes)
-            .map_err(|problems| problems.join("; "))?
+            .map_err(|problems| problems.to_string())?
             .with_max_message_bytes(spec.max_message_bytes);
         let sets = spec.contributed.into_iter().map(|(instance, signatures)| {
             let set: Arc<dyn TypedFunctionSet> = Arc::new(AskTheRunner {
@@ -273,21 +273,19 @@ impl Role for TypedRole {
                             Toolchain::KubernetesYaml => &self.kubernetes,
                             Toolchain::AppConfigProperties => &self.properties,
                         };
-                        std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        match std::panic::catch_unwind(AssertUnwindSafe(|| {
                             executor.invoke_within(&request, &context.as_call_context())
-                        }))
-                        .unwrap_or_else(|_| {
-                            Err(ExecutorError::Unparsable(
-                                "the executor panicked on this request".to_owned(),
-                            ))
-                        })
+                        })) {
+                            Ok(outcome) => outcome,
+                            Err(_) => {
+                                return refused("the executor panicked on this request".to_owned());
+                            }
+                        }
                     }
                     Err(unknown) => Err(ExecutorError::Toolchain(unknown)),
                 }
             }
-            Err(error) => Err(ExecutorError::Unparsable(format!(
-                "unreadable call: {error}"
-            ))),
+            Err(error) => return refused(format!("unreadable call: {error}")),
         };
         match outcome {
             Ok(mut response) => {
@@ -313,9 +311,14 @@ impl Role for TypedRole {
                 },
                 Vec::new(),
             ),
-            Err(error) => Message::new(&Outcome::Refused(error.to_string()), Vec::new()),
+            Err(error) => refused(error.to_string()),
         }
     }
+}
+
+/// The worker's answer to a call it cannot run, in words.
+fn refused(message: String) -> Message {
+    Message::new(&Outcome::Refused(message), Vec::new())
 }
 
 /// A plugin's typed functions as seen from a worker: their signatures, and calls sent back to

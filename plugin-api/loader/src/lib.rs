@@ -15,7 +15,8 @@ use krm_plugin_api::{ABI_VERSION, ConfigError, PLUGIN_API_VERSION};
 use serde::Deserialize;
 
 pub use krm_plugin_api::host::{
-    EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan,
+    EvaluatorInstance, EvaluatorSlot, HostCallContext, HostServices, HostSpan, Measurement,
+    MeasurementKind, declined_message,
 };
 pub use layout_checks::LayoutChecks;
 

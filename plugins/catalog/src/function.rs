@@ -2,7 +2,7 @@
 //! how it ends, and its signature and validation.
 
 use krm_plugin_api::{Parameter, ParameterType};
-use krm_yaml_edit::{Doc, Editor, NodeId, STOPPED, Stop};
+use krm_yaml_edit::{Doc, Editor, NodeId, Stop, Stopped};
 use serde_json::Value;
 
 use crate::rl::{FnResult, ResourceList};
@@ -27,16 +27,53 @@ pub struct Limits {
 
 impl Limits {
     /// Why work whose output is `output_bytes` long so far must stop, if it must.
-    pub fn interruption(&self, output_bytes: usize) -> Option<String> {
+    pub fn interruption(&self, output_bytes: usize) -> Option<Interruption> {
         if self.stop.requested() {
-            return Some(STOPPED.into());
+            return Some(Interruption::Stopped(Stopped));
         }
-        (output_bytes > self.max_output_bytes).then(|| {
-            format!(
-                "the output would be over {} bytes (max_message_bytes)",
-                self.max_output_bytes
-            )
+        (output_bytes > self.max_output_bytes).then_some(Interruption::OutputTooLarge {
+            max_output_bytes: self.max_output_bytes,
         })
+    }
+}
+
+/// Why a function gave up without output.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Interruption {
+    /// The call ended (cancelled, or past its deadline).
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
+    /// The output would be larger than a call may return.
+    #[error("the output would be over {max_output_bytes} bytes (max_message_bytes)")]
+    OutputTooLarge {
+        /// The runner's `max_message_bytes`.
+        max_output_bytes: usize,
+    },
+    /// The work needed more memory than its process may use (a worker's address-space
+    /// limit): a limit reached, not a failure of the function.
+    #[error("{0} needed more memory than this process may use (out of memory)")]
+    OutOfMemory(&'static str),
+}
+
+/// Why a function's work ended without a result: the call's limits, or the function's own
+/// failure (its message, as the catalog's function words it).
+#[derive(Debug)]
+pub enum Halt {
+    /// See [`Limits::interruption`].
+    Interrupted(Interruption),
+    /// The function failed.
+    Failed(String),
+}
+
+impl From<String> for Halt {
+    fn from(message: String) -> Self {
+        Halt::Failed(message)
+    }
+}
+
+impl From<Interruption> for Halt {
+    fn from(interruption: Interruption) -> Self {
+        Halt::Interrupted(interruption)
     }
 }
 
@@ -47,7 +84,7 @@ pub enum Exit {
     /// Non-zero exit status with this message on stderr.
     Failed(String),
     /// Gave up without output: the call ended, or a limit was reached.
-    Interrupted(String),
+    Interrupted(Interruption),
 }
 
 impl<'r, 'a> Ctx<'r, 'a> {
@@ -64,9 +101,21 @@ impl<'r, 'a> Ctx<'r, 'a> {
     /// Why the function must give up now, if it must: the call ended, or the edits queued
     /// so far would make the output larger than a call may return. Checked once per object.
     pub fn interrupted(&self) -> Option<Exit> {
+        self.interruption().map(Exit::Interrupted)
+    }
+
+    /// [`Ctx::interrupted`] as an error, for work that ends with `?`.
+    pub fn interruption(&self) -> Option<Interruption> {
         self.limits
             .interruption(self.rl.doc.src.len() + self.ed.queued_bytes())
-            .map(Exit::Interrupted)
+    }
+
+    /// How a function whose work ended with `halt` exits.
+    pub fn halt(&mut self, halt: Halt) -> Exit {
+        match halt {
+            Halt::Interrupted(interruption) => Exit::Interrupted(interruption),
+            Halt::Failed(message) => self.fail(message),
+        }
     }
 
     pub fn doc(&self) -> &'r Doc<'a> {
@@ -160,14 +209,32 @@ pub fn param(
     }
 }
 
+/// A functionConfig's value that breaks its parameter's rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("parameter `{parameter}` {rule}")]
+pub struct BrokenRule {
+    /// The parameter's name.
+    pub parameter: String,
+    /// The rule, as the catalog words it (`is required`, `must be a string`).
+    pub rule: String,
+}
+
+impl BrokenRule {
+    fn new(parameter: &str, rule: impl Into<String>) -> Self {
+        Self {
+            parameter: parameter.to_owned(),
+            rule: rule.into(),
+        }
+    }
+}
+
 /// Checks `params` (the functionConfig seen as parameter name -> value) against the signature.
-/// The message names the parameter and the rule it breaks.
-pub fn validate(parameters: &[Parameter], params: &Value) -> Result<(), String> {
+pub fn validate(parameters: &[Parameter], params: &Value) -> Result<(), BrokenRule> {
     for p in parameters {
         let value = params.get(&p.name).filter(|v| !v.is_null());
         let Some(value) = value else {
             if p.required {
-                return Err(format!("parameter `{}` is required", p.name));
+                return Err(BrokenRule::new(&p.name, "is required"));
             }
             continue;
         };
@@ -192,28 +259,27 @@ pub fn validate(parameters: &[Parameter], params: &Value) -> Result<(), String> 
                 ParameterType::List => "a list",
                 ParameterType::Object => "an object",
             };
-            return Err(format!("parameter `{}` must be {expected}", p.name));
+            return Err(BrokenRule::new(&p.name, format!("must be {expected}")));
         }
         if p.required && value.as_str().is_some_and(str::is_empty) {
-            return Err(format!(
-                "parameter `{}` is required and must not be empty",
-                p.name
+            return Err(BrokenRule::new(
+                &p.name,
+                "is required and must not be empty",
             ));
         }
         if let Some(s) = value.as_str() {
             if !p.allowed.is_empty() && !p.allowed.iter().any(|a| a == s) {
-                return Err(format!(
-                    "parameter `{}` must be one of [{}], got {s:?}",
-                    p.name,
-                    p.allowed.join(", ")
+                return Err(BrokenRule::new(
+                    &p.name,
+                    format!("must be one of [{}], got {s:?}", p.allowed.join(", ")),
                 ));
             }
             if let Some(pattern) = &p.pattern
                 && regex::Regex::new(pattern).is_ok_and(|re| !re.is_match(s))
             {
-                return Err(format!(
-                    "parameter `{}` must match the pattern `{pattern}`, got {s:?}",
-                    p.name
+                return Err(BrokenRule::new(
+                    &p.name,
+                    format!("must match the pattern `{pattern}`, got {s:?}"),
                 ));
             }
         }
@@ -224,11 +290,13 @@ pub fn validate(parameters: &[Parameter], params: &Value) -> Result<(), String> 
             if let Some(n) = n
                 && (p.minimum.is_some_and(|min| n < min) || p.maximum.is_some_and(|max| n > max))
             {
-                return Err(format!(
-                    "parameter `{}` must be within [{}, {}], got {n}",
-                    p.name,
-                    p.minimum.map_or("-inf".into(), |v| v.to_string()),
-                    p.maximum.map_or("inf".into(), |v| v.to_string())
+                return Err(BrokenRule::new(
+                    &p.name,
+                    format!(
+                        "must be within [{}, {}], got {n}",
+                        p.minimum.map_or("-inf".into(), |v| v.to_string()),
+                        p.maximum.map_or("inf".into(), |v| v.to_string())
+                    ),
                 ));
             }
         }
@@ -258,15 +326,18 @@ mod tests {
         let params = vec![param("substring", ParameterType::String, true, ""), mode];
         assert_eq!(
             validate(&params, &json!({})).unwrap_err(),
-            "parameter `substring` is required"
+            BrokenRule::new("substring", "is required")
         );
         assert_eq!(
-            validate(&params, &json!({"substring": ["x"]})).unwrap_err(),
+            validate(&params, &json!({"substring": ["x"]}))
+                .unwrap_err()
+                .to_string(),
             "parameter `substring` must be a string"
         );
         assert!(
             validate(&params, &json!({"substring": "x", "editMode": "middle"}))
                 .unwrap_err()
+                .to_string()
                 .contains("`editMode` must be one of [prepend, append]")
         );
         assert!(validate(&params, &json!({"substring": "x", "editMode": "append"})).is_ok());

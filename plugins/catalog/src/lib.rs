@@ -10,8 +10,9 @@
 use std::collections::BTreeMap;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
-    FunctionConfigExecutor, FunctionConfigRoute, FunctionSignature, Probe, Resolution,
+    BuildContext, CallContext, ConfigError, DEFAULT_MAX_MESSAGE_BYTES, ErrorKind, EvalError,
+    EvalResponse, Evaluator, FunctionConfigExecutor, FunctionConfigRoute, FunctionSignature, Probe,
+    Resolution,
 };
 use krm_runner_function_config::GoExecutor;
 use krm_runner_function_config::version::{Constraint, sorted_versions};
@@ -21,10 +22,9 @@ use serde::Deserialize;
 mod function;
 pub mod rl;
 
-pub use function::{Ctx, Exit, Function, Limits, check, group_of, param, validate};
-
-/// The runner's default `max_message_bytes`, for when it does not say.
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 6 << 20;
+pub use function::{
+    BrokenRule, Ctx, Exit, Function, Halt, Interruption, Limits, check, group_of, param, validate,
+};
 
 /// The catalog's image prefixes, always recognised.
 const CATALOG_PREFIXES: &[&str] = &["ghcr.io/kptdev/krm-functions-catalog/", "gcr.io/kpt-fn/"];
@@ -123,7 +123,7 @@ impl Catalog {
             functions,
             served,
             prefixes,
-            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            max_output_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         })
     }
 
@@ -139,14 +139,9 @@ impl Catalog {
             plugin,
             functions,
             config,
-            context.setting("default_image_prefix"),
+            Some(context.default_image_prefix()),
         )?;
-        if let Some(max) = context
-            .setting("max_message_bytes")
-            .and_then(|max| max.parse().ok())
-        {
-            catalog.max_output_bytes = max;
-        }
+        catalog.max_output_bytes = context.max_message_bytes();
         Ok(catalog)
     }
 
@@ -467,7 +462,7 @@ pub fn run_named(
         .ok_or_else(|| EvalError::not_found(name))?;
     let limits = Limits {
         stop: Stop::default(),
-        max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+        max_output_bytes: DEFAULT_MAX_MESSAGE_BYTES,
     };
     run(function, input, &limits)
 }

@@ -1,6 +1,6 @@
 //! The ResourceList around the functions: its items, functionConfig and results.
 
-use krm_yaml_edit::{Doc, Editor, New, NodeId, Stop, block_entries, block_map_item};
+use krm_yaml_edit::{Doc, Editor, New, NodeId, ParseError, Stop, block_entries, block_map_item};
 
 pub const LOCAL_CONFIG: &str = "config.kubernetes.io/local-config";
 pub const PATH: &str = "internal.config.kubernetes.io/path";
@@ -9,6 +9,28 @@ pub const INDEX: &str = "internal.config.kubernetes.io/index";
 pub const LEGACY_INDEX: &str = "config.kubernetes.io/index";
 pub const DEPENDS_ON: &str = "config.kubernetes.io/depends-on";
 pub const UPSTREAM_ID: &str = "internal.kpt.dev/upstream-identifier";
+
+/// Why an input is not a ResourceList.
+#[derive(Debug, thiserror::Error)]
+pub enum ResourceListError {
+    #[error("ResourceList is not UTF-8 text: {0}")]
+    NotUtf8(#[source] std::str::Utf8Error),
+    /// Not YAML, or the call ended while it was read ([`ParseError::Stopped`]).
+    #[error("ResourceList is not valid YAML: {0}")]
+    NotYaml(#[source] ParseError),
+    #[error("input is empty: expected a ResourceList")]
+    Empty,
+    #[error("input holds several YAML documents: expected one ResourceList")]
+    SeveralDocuments,
+    #[error("input is not a mapping: expected a ResourceList")]
+    NotAMapping,
+    #[error("input has kind {0:?}: expected ResourceList")]
+    OtherKind(String),
+    #[error("input has no `kind`: expected a ResourceList")]
+    NoKind,
+    #[error("ResourceList `items` is not a list")]
+    ItemsNotAList,
+}
 
 pub struct ResourceList<'a> {
     pub doc: Doc<'a>,
@@ -20,27 +42,23 @@ pub struct ResourceList<'a> {
 
 impl<'a> ResourceList<'a> {
     /// Parses a ResourceList (or a `kind: List`, as kyaml accepts), naming what is wrong.
-    pub fn parse(input: &'a [u8], stop: &Stop) -> Result<Self, String> {
-        let text = std::str::from_utf8(input)
-            .map_err(|e| format!("ResourceList is not UTF-8 text: {e}"))?;
-        let doc = Doc::parse_until(text, stop)
-            .map_err(|e| format!("ResourceList is not valid YAML: {e}"))?;
+    pub fn parse(input: &'a [u8], stop: &Stop) -> Result<Self, ResourceListError> {
+        let text = std::str::from_utf8(input).map_err(ResourceListError::NotUtf8)?;
+        let doc = Doc::parse_until(text, stop).map_err(ResourceListError::NotYaml)?;
         let root = match doc.roots.as_slice() {
-            [] => return Err("input is empty: expected a ResourceList".into()),
+            [] => return Err(ResourceListError::Empty),
             [root] => *root,
             // A trailing empty document (`---` at the end) is harmless.
             [root, rest @ ..] if rest.iter().all(|&r| doc.is_null(r)) => *root,
-            _ => {
-                return Err("input holds several YAML documents: expected one ResourceList".into());
-            }
+            _ => return Err(ResourceListError::SeveralDocuments),
         };
         if !doc.is_map(root) {
-            return Err("input is not a mapping: expected a ResourceList".into());
+            return Err(ResourceListError::NotAMapping);
         }
         match doc.get_str(root, &["kind"]) {
             Some("ResourceList") | Some("List") => {}
-            Some(other) => return Err(format!("input has kind {other:?}: expected ResourceList")),
-            None => return Err("input has no `kind`: expected a ResourceList".into()),
+            Some(other) => return Err(ResourceListError::OtherKind(other.to_owned())),
+            None => return Err(ResourceListError::NoKind),
         }
         let items = match doc.get(root, "items") {
             None => Vec::new(),
@@ -51,7 +69,7 @@ impl<'a> ResourceList<'a> {
                 .copied()
                 .filter(|&i| doc.is_map(i))
                 .collect(),
-            Some(_) => return Err("ResourceList `items` is not a list".into()),
+            Some(_) => return Err(ResourceListError::ItemsNotAList),
         };
         let function_config = doc
             .get(root, "functionConfig")

@@ -15,11 +15,11 @@
 
 use krm_catalog_function::Limits;
 use krm_function_executor::Executor;
+use krm_function_executor::Toolchain;
 use krm_function_executor::api::{
     AttributeValue, FunctionArgument, FunctionInvocation, FunctionInvocationRequest, OutputType,
     ResourceInfo, ValidationResult,
 };
-use krm_function_executor::resource::Unit;
 use krm_plugin_api::{CallContext, EvalError, EvalResponse, FunctionSignature, quoted};
 use serde_json::Value;
 
@@ -113,7 +113,7 @@ impl Typed {
         let changed = response.config_data != request.config_data;
         if changed {
             let text = String::from_utf8_lossy(&response.config_data);
-            let unit = Unit::parse(&text).map_err(|e| {
+            let unit = Toolchain::KubernetesYaml.parse(&text).map_err(|e| {
                 EvalError::failed(format!("{name}: produced data that does not parse: {e}"))
             })?;
             let after: Vec<&str> = unit.elements.iter().map(|e| unit.element_text(e)).collect();

@@ -108,7 +108,6 @@ impl From<PorchFunction> for FunctionEntry {
 }
 
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const DEFAULT_MAX_OUTPUT_BYTES: usize = 6 * 1024 * 1024;
 const DEFAULT_MAX_LOG_BYTES: usize = 1024 * 1024;
 
 /// The configuration, checked and ready to serve.
@@ -121,7 +120,7 @@ pub(crate) struct Resolved {
 }
 
 impl ExecConfig {
-    pub(crate) fn resolve(self, max_message_bytes: Option<usize>) -> Result<Resolved, ConfigError> {
+    pub(crate) fn resolve(self, max_message_bytes: usize) -> Result<Resolved, ConfigError> {
         let mut problems = Vec::new();
         let mut base_env: BTreeMap<String, String> = [
             ("PATH", DEFAULT_PATH),
@@ -181,10 +180,7 @@ impl ExecConfig {
             return Err(problems);
         }
         let limits = OutputLimits {
-            max_stdout_bytes: self
-                .max_output_bytes
-                .or(max_message_bytes)
-                .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+            max_stdout_bytes: self.max_output_bytes.unwrap_or(max_message_bytes),
             max_log_bytes: self.max_log_bytes.unwrap_or(DEFAULT_MAX_LOG_BYTES),
         };
         Ok(Resolved {

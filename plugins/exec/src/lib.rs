@@ -176,14 +176,11 @@ impl Plugin for ExecPlugin {
     type Evaluator = Exec;
 
     fn build(config: ExecConfig, context: &BuildContext) -> Result<Exec, ConfigError> {
-        let max_message_bytes = context
-            .setting("max_message_bytes")
-            .and_then(|value| value.parse().ok());
         let config::Resolved {
             functions,
             limits,
             base_env,
-        } = config.resolve(max_message_bytes)?;
+        } = config.resolve(context.max_message_bytes())?;
         for (image, function) in &functions {
             if let Err(problem) = krm_plugin_api::process::check_executable(&function.path) {
                 tracing::warn!(image, "{problem}; calls to this image will fail");

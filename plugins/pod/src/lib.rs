@@ -277,12 +277,8 @@ impl Plugin for PodPlugin {
     type Evaluator = PodEvaluator;
 
     fn build(config: PodConfig, context: &BuildContext) -> Result<PodEvaluator, ConfigError> {
-        let max_message_bytes = context
-            .setting("max_message_bytes")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(6 * 1024 * 1024);
-        let prefix = context.setting("default_image_prefix").unwrap_or_default();
-        let settings = config.settings(max_message_bytes, prefix)?;
+        let settings =
+            config.settings(context.max_message_bytes(), context.default_image_prefix())?;
         // The file's images match after the resolution calls get, as in Porch.
         let defaults = Limits::defaults(&settings);
         let pod_cache = settings

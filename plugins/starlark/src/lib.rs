@@ -31,7 +31,7 @@ use starlark::values::list::AllocList;
 use starlark::values::structs::AllocStruct;
 
 use krm_catalog_function::rl::{FnResult, ResourceList, split_api_version};
-use krm_catalog_function::{Ctx, Exit, Function, param};
+use krm_catalog_function::{Ctx, Exit, Function, Interruption, param};
 use krm_yaml_edit::{Editor, NodeId, Stop};
 
 mod amplify;
@@ -100,6 +100,8 @@ const MAX_CALL_DEPTH: usize = 1000;
 const MAX_RUN_TIME: Duration = Duration::from_secs(30);
 /// The interpreter recurses on the native stack; its own thread gets room for the call depth.
 const EVAL_STACK_BYTES: usize = 256 << 20;
+/// What did not fit when the interpreter's thread could not start.
+const INTERPRETER_STACK: &str = "the Starlark interpreter's 256 MiB stack";
 /// `print` output kept for the log; the rest is counted, not kept.
 const MAX_LOG_BYTES: usize = 1 << 20;
 
@@ -204,7 +206,7 @@ fn run(ctx: &mut Ctx) -> Exit {
                         .unwrap_or_default(),
                 )
             }),
-            Err(e) => Err(Unfinished::NoThread(e)),
+            Err(_) => Err(Unfinished::NoThread),
         }
     });
     let outcome = match outcome {
@@ -213,16 +215,10 @@ fn run(ctx: &mut Ctx) -> Exit {
         // address-space limit), and its thread cannot start when its stack does not fit: a
         // limit reached, not a failure of the program.
         Err(Unfinished::Panicked(panic)) if panic.contains("out of memory") => {
-            return Exit::Interrupted(
-                "the program needed more memory than this process may use (out of memory)".into(),
-            );
+            return Exit::Interrupted(Interruption::OutOfMemory("the program"));
         }
-        Err(Unfinished::NoThread(e)) => {
-            return Exit::Interrupted(format!(
-                "the Starlark interpreter's {} MiB stack does not fit in the memory this \
-                 process may use (out of memory): {e}",
-                EVAL_STACK_BYTES >> 20
-            ));
+        Err(Unfinished::NoThread) => {
+            return Exit::Interrupted(Interruption::OutOfMemory(INTERPRETER_STACK));
         }
         Err(Unfinished::Panicked(panic)) => Err(format!(
             "the Starlark interpreter failed unexpectedly: {panic}"
@@ -249,7 +245,8 @@ fn run(ctx: &mut Ctx) -> Exit {
 /// Why the interpreter's thread gave no outcome.
 enum Unfinished {
     Panicked(String),
-    NoThread(std::io::Error),
+    /// The thread could not start: its stack does not fit in what the process may map.
+    NoThread,
 }
 
 /// The SDK's message when a function reports failure: the catalog's stderr.

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::fieldspec::known_namespaced;
-use super::{Ctx, Exit, Function, Limits, param};
+use super::{Ctx, Exit, Function, Halt, Limits, param};
 use crate::rl::{ResourceList, split_api_version};
 use crate::yaml::{Doc, Editor, Kind, New, NodeId, Style, untyped_scalar};
 
@@ -183,23 +183,8 @@ fn run(ctx: &mut Ctx) -> Exit {
             }
             Exit::Ok
         }
-        Err(Stopped::Interrupted(message)) => Exit::Interrupted(message),
         // The catalog keeps the input items when the filter fails.
-        Err(Stopped::Failed(message)) => ctx.fail(message),
-    }
-}
-
-/// Why [`apply`] ended without a result.
-enum Stopped {
-    /// See [`Limits::interruption`].
-    Interrupted(String),
-    /// The filter failed, as the catalog's does.
-    Failed(String),
-}
-
-impl From<String> for Stopped {
-    fn from(message: String) -> Self {
-        Stopped::Failed(message)
+        Err(halt) => ctx.halt(halt),
     }
 }
 
@@ -241,20 +226,20 @@ impl Val {
     }
 }
 
-fn parse<'t>(text: &'t str, limits: &Limits) -> Result<ResourceList<'t>, Stopped> {
+fn parse<'t>(text: &'t str, limits: &Limits) -> Result<ResourceList<'t>, Halt> {
     ResourceList::parse(text.as_bytes(), &limits.stop).map_err(|e| {
         limits.interruption(text.len()).map_or_else(
             || format!("internal error re-reading output: {e}").into(),
-            Stopped::Interrupted,
+            Halt::Interrupted,
         )
     })
 }
 
-fn apply(original: &str, config: &Config, limits: &Limits) -> Result<String, Stopped> {
+fn apply(original: &str, config: &Config, limits: &Limits) -> Result<String, Halt> {
     let mut text = original.to_owned();
     for r in &config.replacements {
         let (Some(source), Some(targets)) = (&r.source, &r.targets) else {
-            return Err(Stopped::Failed(
+            return Err(Halt::Failed(
                 "replacements must specify a source and at least one target".into(),
             ));
         };
@@ -264,7 +249,7 @@ fn apply(original: &str, config: &Config, limits: &Limits) -> Result<String, Sto
         };
         for target in targets {
             let Some(select) = &target.select else {
-                return Err(Stopped::Failed(
+                return Err(Halt::Failed(
                     "target must specify resources to select".into(),
                 ));
             };
@@ -275,7 +260,7 @@ fn apply(original: &str, config: &Config, limits: &Limits) -> Result<String, Sto
             };
             for path in &paths {
                 if let Some(why) = limits.interruption(text.len()) {
-                    return Err(Stopped::Interrupted(why));
+                    return Err(Halt::Interrupted(why));
                 }
                 let next = {
                     let rl = parse(&text, limits)?;
@@ -284,7 +269,7 @@ fn apply(original: &str, config: &Config, limits: &Limits) -> Result<String, Sto
                     let mut edited = false;
                     for &item in &rl.items {
                         if let Some(why) = limits.interruption(text.len() + ed.queued_bytes()) {
-                            return Err(Stopped::Interrupted(why));
+                            return Err(Halt::Interrupted(why));
                         }
                         if !target_selected(doc, item, select, &target.reject)? {
                             continue;

@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 
 use super::fieldspec::{FieldSpec, known_namespaced};
 use super::nameref::{Reached, back_refs, split_path, walk};
-use super::{Ctx, Exit, Function, param};
+use super::{Ctx, Exit, Function, Halt, param};
 use crate::rl::DEPENDS_ON;
-use crate::yaml::{Kind, New, NodeId, STOPPED};
+use crate::yaml::{Kind, New, NodeId};
 
 pub static FUNCTION: Function = Function {
     name: "ensure-name-substring",
@@ -179,7 +179,10 @@ fn run(ctx: &mut Ctx) -> Exit {
     match transform(ctx, &config) {
         Ok(()) => Exit::Ok,
         // An interruption explains any error it caused.
-        Err(message) => ctx.interrupted().unwrap_or_else(|| ctx.fail(message)),
+        Err(halt) => {
+            let halt = ctx.interruption().map_or(halt, Halt::Interrupted);
+            ctx.halt(halt)
+        }
     }
 }
 
@@ -235,7 +238,7 @@ impl Changes {
     }
 }
 
-fn transform(ctx: &mut Ctx, config: &Config) -> Result<(), String> {
+fn transform(ctx: &mut Ctx, config: &Config) -> Result<(), Halt> {
     let rl = ctx.rl;
     let doc = ctx.doc();
     let mut resources: Vec<Res> = Vec::new();
@@ -270,8 +273,8 @@ fn transform(ctx: &mut Ctx, config: &Config) -> Result<(), String> {
     let mut changes = Changes::default();
     let mut depends_on: HashMap<NodeId, (NodeId, String)> = HashMap::new();
     for r in resources.iter_mut() {
-        if ctx.interrupted().is_some() {
-            return Err(STOPPED.into());
+        if let Some(interruption) = ctx.interruption() {
+            return Err(interruption.into());
         }
         if skipped(r) {
             continue;

@@ -1,7 +1,9 @@
 //! The catalog functions the builtin runs; the framework they share with the other catalog
 //! plugins lives in `krm_catalog_function`.
 
-pub use krm_catalog_function::{Ctx, Exit, Function, Limits, check, group_of, param, validate};
+pub use krm_catalog_function::{
+    Ctx, Exit, Function, Halt, Limits, check, group_of, param, validate,
+};
 
 mod apply_replacements;
 mod apply_setters;

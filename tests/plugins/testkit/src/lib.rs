@@ -29,12 +29,17 @@ use std::time::Duration;
 
 use krm_function_executor::api::{AttributeValue, DataType, OutputType, ResourceInfo};
 use krm_function_executor::args::{ArgValue, Arguments};
-use krm_function_executor::functions::resources::{Custom, custom, identified};
-use krm_function_executor::functions::{Call, Outcome, Output, TypedFunction};
+use krm_function_executor::functions::definition::{
+    Definition, FunctionKind, KUBERNETES, Options, no_parameters, signature,
+};
+use krm_function_executor::functions::resources::identified;
+use krm_function_executor::functions::{
+    Call, FunctionError, Outcome, Output, Stopped, TypedFunction,
+};
 use krm_function_executor::plugin::PluginFunctions;
 use krm_function_executor::registry::PathRegistry;
 use krm_function_executor::signature::ParameterBuilder;
-use krm_function_executor::{Executor, TypedSignature};
+use krm_function_executor::{Executor, Toolchain, TypedSignature};
 use krm_plugin_api::{
     BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
     FunctionConfigRoute, Plugin, Telemetry, TypedFunctionSet, export_plugin,
@@ -138,7 +143,7 @@ fn attribute(resource: &ResourceInfo, value: serde_json::Value) -> AttributeValu
     }
 }
 
-fn list_names(call: &Call) -> Result<Outcome, String> {
+fn list_names(call: &Call) -> Result<Outcome, FunctionError> {
     let suffix = call.arguments.str("suffix").unwrap_or_default();
     let names = identified(call)?
         .into_iter()
@@ -150,7 +155,7 @@ fn list_names(call: &Call) -> Result<Outcome, String> {
     Ok(Outcome::output(Output::Attributes(names)))
 }
 
-fn sleep(call: &Call) -> Result<Outcome, String> {
+fn sleep(call: &Call) -> Result<Outcome, FunctionError> {
     let millis = call
         .arguments
         .get("millis")
@@ -160,16 +165,16 @@ fn sleep(call: &Call) -> Result<Outcome, String> {
         .cancellation
         .wait_cancelled(Duration::from_millis(millis.unsigned_abs()))
     {
-        Some(reason) => Err(format!("stopped: {reason:?}")),
+        Some(_) => Err(Stopped.into()),
         None => Ok(Outcome::default()),
     }
 }
 
-fn explode(_: &Call) -> Result<Outcome, String> {
+fn explode(_: &Call) -> Result<Outcome, FunctionError> {
     panic!("testkit's explode was asked to panic")
 }
 
-fn clashing_get_replicas(call: &Call) -> Result<Outcome, String> {
+fn clashing_get_replicas(call: &Call) -> Result<Outcome, FunctionError> {
     let values = identified(call)?
         .into_iter()
         .map(|(_, info)| attribute(info, serde_json::Value::from("testkit")))
@@ -188,7 +193,7 @@ impl TypedFunction for Stamp {
         &self.signature
     }
 
-    fn run(&self, call: &Call) -> Result<Outcome, String> {
+    fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         let value = call.arguments.str("value").unwrap_or_default();
         let arguments = Arguments(vec![
             (
@@ -207,65 +212,93 @@ impl TypedFunction for Stamp {
     }
 }
 
+static LIST_NAMES: Definition = Definition {
+    name: "list-names",
+    description: "testkit: the name of every resource, with a suffix",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new("suffix", DataType::String, "appended to each name")
+                .optional()
+                .pattern("^[a-z0-9-]*$"),
+        ]
+    },
+    kind: FunctionKind::Readonly {
+        result: "names",
+        description: "resource names",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: KUBERNETES,
+    run: list_names,
+    options: Options::DEFAULT,
+};
+
+static SLEEP: Definition = Definition {
+    name: "sleep",
+    description: "testkit: waits, unless cancelled",
+    parameters: |_| {
+        vec![
+            ParameterBuilder::new("millis", DataType::Int, "how long").range(Some(0), Some(60_000)),
+        ]
+    },
+    kind: FunctionKind::Quiet,
+    toolchains: KUBERNETES,
+    run: sleep,
+    options: Options::DEFAULT,
+};
+
+static EXPLODE: Definition = Definition {
+    name: "explode",
+    description: "testkit: panics",
+    parameters: no_parameters,
+    kind: FunctionKind::Quiet,
+    toolchains: KUBERNETES,
+    run: explode,
+    options: Options::DEFAULT,
+};
+
+static CLASHING_GET_REPLICAS: Definition = Definition {
+    name: "get-replicas",
+    description: "testkit: clashes with the builtin get-replicas",
+    parameters: no_parameters,
+    kind: FunctionKind::Readonly {
+        result: "replicas",
+        description: "always testkit",
+        output: OutputType::AttributeValueList,
+    },
+    toolchains: KUBERNETES,
+    run: clashing_get_replicas,
+    options: Options::DEFAULT,
+};
+
 fn typed_functions() -> PluginFunctions {
     let builtin = Executor::kubernetes();
     let set_annotation = builtin
         .function("set-annotation")
         .expect("the executor has set-annotation")
         .clone();
-    let names = ParameterBuilder::new("suffix", DataType::String, "appended to each name")
-        .optional()
-        .pattern("^[a-z0-9-]*$");
-    let stamp_value =
-        ParameterBuilder::new("value", DataType::String, "the stamp").pattern("^[a-z0-9-]+$");
-    let millis =
-        ParameterBuilder::new("millis", DataType::Int, "how long").range(Some(0), Some(60_000));
-    let functions: Vec<Arc<dyn TypedFunction>> = vec![
-        Arc::new(Custom {
-            signature: custom(
-                "list-names",
-                "testkit: the name of every resource, with a suffix",
-                vec![names],
-                Some(("names", "resource names", OutputType::AttributeValueList)),
-                false,
-            ),
-            run: list_names,
-        }),
+    let toolchain = Toolchain::KubernetesYaml;
+    let mut functions: Vec<Arc<dyn TypedFunction>> = [&LIST_NAMES, &SLEEP, &EXPLODE]
+        .into_iter()
+        .map(|definition| definition.function(toolchain))
+        .collect();
+    // Stamp keeps the builtin it calls: a function with state implements TypedFunction itself.
+    functions.insert(
+        1,
         Arc::new(Stamp {
-            signature: custom(
+            signature: signature(
                 "stamp",
                 "testkit: annotates every resource with testkit.example.com/stamp",
-                vec![stamp_value],
+                vec![
+                    ParameterBuilder::new("value", DataType::String, "the stamp")
+                        .pattern("^[a-z0-9-]+$"),
+                ],
                 None,
                 true,
             ),
             set_annotation,
         }),
-        Arc::new(Custom {
-            signature: custom(
-                "sleep",
-                "testkit: waits, unless cancelled",
-                vec![millis],
-                None,
-                false,
-            ),
-            run: sleep,
-        }),
-        Arc::new(Custom {
-            signature: custom("explode", "testkit: panics", vec![], None, false),
-            run: explode,
-        }),
-        Arc::new(Custom {
-            signature: custom(
-                "get-replicas",
-                "testkit: clashes with the builtin get-replicas",
-                vec![],
-                Some(("replicas", "always testkit", OutputType::AttributeValueList)),
-                false,
-            ),
-            run: clashing_get_replicas,
-        }),
-    ];
+    );
+    functions.push(CLASHING_GET_REPLICAS.function(toolchain));
     PluginFunctions::with_registry(PathRegistry::kubernetes(), functions)
         .expect("testkit's typed functions have distinct names")
 }

@@ -22,7 +22,9 @@ use std::ops::Range;
 use krm_plugin_api::quoted;
 use serde_json::Value;
 
-use crate::yaml::{New, block_entries, push_rendered};
+use crate::api::ResourceInfo;
+use crate::resource::Element;
+use crate::yaml::{Doc, New, NodeId, block_entries, push_rendered};
 
 /// A properties file larger than this is refused.
 pub const MAX_PROPERTIES_BYTES: usize = 16 * 1024 * 1024;
@@ -689,6 +691,24 @@ fn first_terminator(text: &str) -> &'static str {
         Some(at) if text[at..].starts_with("\r\n") => "\r\n",
         Some(at) if text[at..].starts_with('\r') => "\r",
         _ => "\n",
+    }
+}
+
+/// A properties file's one document: named by `configHub.configName`, typed by
+/// `configHub.configSchema`, with ConfigHub's stand-ins when they are absent.
+pub fn element(doc: &Doc, document: usize, root: NodeId) -> Element {
+    let name = doc.get_str(root, &CONFIG_NAME_PATH).unwrap_or(NO_NAME);
+    let resource_type = doc.get_str(root, &CONFIG_SCHEMA_PATH).unwrap_or(NO_SCHEMA);
+    Element {
+        document,
+        root,
+        info: ResourceInfo {
+            resource_name: name.to_owned(),
+            resource_name_without_scope: name.to_owned(),
+            resource_type: resource_type.to_owned(),
+            resource_category: CATEGORY_APP_CONFIG.to_owned(),
+        },
+        problem: (!doc.is_map(root)).then(|| "not a mapping".to_owned()),
     }
 }
 

@@ -7,8 +7,13 @@
 use krm_plugin_api::quoted;
 
 use crate::path::{Segment, UnresolvedPath};
-use crate::properties::{CATEGORY_APP_CONFIG, CONFIG_NAME_PATH, PropertiesError, PropertiesFile};
-use crate::resource::{CATEGORY_RESOURCE, Element, Unit};
+use crate::resource::{Element, Identify, OwnedUnit, Unit};
+use crate::yaml::ParseError;
+use kubernetes::CATEGORY_RESOURCE;
+use properties::{CATEGORY_APP_CONFIG, CONFIG_NAME_PATH, PropertiesError, PropertiesFile};
+
+pub mod kubernetes;
+pub mod properties;
 
 /// A toolchain the executor serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -16,7 +21,7 @@ pub enum Toolchain {
     /// Kubernetes resources in multi-document YAML: the model is the data itself.
     KubernetesYaml,
     /// A Java `.properties` file, seen as one YAML document whose nesting follows the dots of
-    /// the keys ([`crate::properties`]).
+    /// the keys ([`properties`]).
     AppConfigProperties,
 }
 
@@ -55,6 +60,25 @@ impl Toolchain {
             .into_iter()
             .find(|toolchain| toolchain.name() == name)
             .ok_or_else(|| UnknownToolchain(name.to_owned()))
+    }
+
+    /// How the toolchain names the resource a document of its model holds.
+    fn identify(self) -> Identify {
+        match self {
+            Toolchain::KubernetesYaml => kubernetes::element,
+            Toolchain::AppConfigProperties => properties::element,
+        }
+    }
+
+    /// `text` parsed as a unit of the toolchain's model, its resources identified as the
+    /// toolchain does.
+    pub fn parse(self, text: &str) -> Result<Unit<'_>, ParseError> {
+        Unit::parse_with(text, self.identify())
+    }
+
+    /// [`Toolchain::parse`], the unit kept with its text.
+    pub fn parse_owned(self, text: String) -> Result<OwnedUnit, ParseError> {
+        OwnedUnit::parse_with(text, self.identify())
     }
 
     /// The names of every toolchain served, for messages.
@@ -151,7 +175,7 @@ impl Toolchain {
                         _ => "*",
                     })
                     .collect();
-                match crate::properties::key_problem(&key.join(".")) {
+                match properties::key_problem(&key.join(".")) {
                     Some(problem) => Err(format!(
                         "path {}: its property key {problem}",
                         quoted(&path.text)
@@ -184,7 +208,7 @@ impl Toolchain {
             Toolchain::KubernetesYaml => Ok(unit.element_text(element).to_owned()),
             Toolchain::AppConfigProperties => PropertiesFile::parse(String::new())?.write(
                 Some(&unit.doc.to_json(element.root)),
-                &crate::properties::comments(&unit.doc, element.root),
+                &properties::comments(&unit.doc, element.root),
             ),
         }
     }
@@ -198,7 +222,7 @@ impl NativeData {
             NativeData::Properties(_) => match unit.elements.as_slice() {
                 [] => Ok(()),
                 [element] if unit.doc.is_map(element.root) => {
-                    crate::properties::check_keys(&unit.doc.to_json(element.root))
+                    properties::check_keys(&unit.doc.to_json(element.root))
                 }
                 [_] => Err(PropertiesError::NotAMapping(
                     "the document is not a mapping".into(),
@@ -221,7 +245,7 @@ impl NativeData {
             None => file.write(None, &Default::default()),
             Some(element) => file.write(
                 Some(&unit.doc.to_json(element.root)),
-                &crate::properties::comments(&unit.doc, element.root),
+                &properties::comments(&unit.doc, element.root),
             ),
         }
     }
