@@ -19,6 +19,7 @@ pub enum MeasurementKind {
 }
 
 /// One measurement, as the runner receives it.
+#[cfg(feature = "host")]
 #[derive(Debug, Clone, Copy)]
 pub struct Measurement<'a> {
     /// Counter, histogram or gauge.
