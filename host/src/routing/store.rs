@@ -38,6 +38,9 @@ impl Store {
         router: Arc<Router>,
     ) -> Result<Arc<Self>, Vec<String>> {
         let files = read_files(config)?;
+        if config.paths_are_default {
+            warn_of_missing_default(config);
+        }
         let store = Arc::new(Self {
             router,
             default_prefix: default_prefix.to_owned(),
@@ -191,9 +194,29 @@ impl Store {
     }
 }
 
+/// A missing configured path is refused with the other problems; the default one is skipped, so
+/// that a runner without the shipped FunctionConfigs still starts, but said once: without it,
+/// routing by FunctionConfig silently does nothing.
+fn warn_of_missing_default(config: &FunctionConfigs) {
+    for path in config.file_paths() {
+        if !path.exists() {
+            let looked_in = std::env::current_dir()
+                .map(|dir| format!(" (looked in {})", dir.display()))
+                .unwrap_or_default();
+            tracing::warn!(
+                "function_configs.paths: the default {} does not exist{looked_in}, and no \
+                 FunctionConfigs are installed beside the plugins: no FunctionConfig routes \
+                 calls from files; set function_configs.paths, or install with \
+                 deploy/install.sh",
+                path.display()
+            );
+        }
+    }
+}
+
 /// Loads every file, or reports every problem.
 fn read_files(config: &FunctionConfigs) -> Result<Vec<Sourced>, Vec<String>> {
-    let (objects, mut errors) = load_paths(&config.paths);
+    let (objects, mut errors) = load_paths(&config.file_paths());
     if config.paths_are_default {
         errors.retain(|error| !matches!(error, FunctionConfigLoadError::Missing { .. }));
     }
