@@ -451,6 +451,7 @@ impl Runtime {
             }
             return Err(problems);
         };
+        Store::warn_of_missing_default(&config.function_configs);
         let positions = chain_positions(&config.serve, &lookups);
         for report in &mut reports {
             report.delegates = lookups.get(&report.name).cloned().unwrap_or_default();
@@ -503,6 +504,7 @@ impl Runtime {
         if let Some(problem) = config.served_instance_problem() {
             return Err(vec![problem]);
         }
+        Store::warn_of_missing_default(&config.function_configs);
         Self::start_served_alone(config, store)
     }
 

@@ -38,9 +38,6 @@ impl Store {
         router: Arc<Router>,
     ) -> Result<Arc<Self>, Vec<String>> {
         let files = read_files(config)?;
-        if config.paths_are_default {
-            warn_of_missing_default(config);
-        }
         let store = Arc::new(Self {
             router,
             default_prefix: default_prefix.to_owned(),
@@ -52,6 +49,31 @@ impl Store {
         });
         store.rebuild(&mut store.lock());
         Ok(store)
+    }
+
+    /// Says so when the default FunctionConfig folder does not exist, once a runtime has
+    /// started without problems (they come first, one line each). A missing configured path is
+    /// refused with the other problems; the default one is skipped, so that a runner without
+    /// the shipped FunctionConfigs still starts, but said: without it, routing by
+    /// FunctionConfig silently does nothing.
+    pub fn warn_of_missing_default(config: &FunctionConfigs) {
+        if !config.paths_are_default {
+            return;
+        }
+        for path in config.file_paths() {
+            if !path.exists() {
+                let looked_in = std::env::current_dir()
+                    .map(|dir| format!(" (looked in {})", dir.display()))
+                    .unwrap_or_default();
+                tracing::warn!(
+                    "function_configs.paths: the default {} does not exist{looked_in}, and no \
+                     FunctionConfigs are installed beside the plugins: no FunctionConfig routes \
+                     calls from files; set function_configs.paths, or install with \
+                     deploy/install.sh",
+                    path.display()
+                );
+            }
+        }
     }
 
     pub fn router(&self) -> &Arc<Router> {
@@ -191,26 +213,6 @@ impl Store {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// A missing configured path is refused with the other problems; the default one is skipped, so
-/// that a runner without the shipped FunctionConfigs still starts, but said once: without it,
-/// routing by FunctionConfig silently does nothing.
-fn warn_of_missing_default(config: &FunctionConfigs) {
-    for path in config.file_paths() {
-        if !path.exists() {
-            let looked_in = std::env::current_dir()
-                .map(|dir| format!(" (looked in {})", dir.display()))
-                .unwrap_or_default();
-            tracing::warn!(
-                "function_configs.paths: the default {} does not exist{looked_in}, and no \
-                 FunctionConfigs are installed beside the plugins: no FunctionConfig routes \
-                 calls from files; set function_configs.paths, or install with \
-                 deploy/install.sh",
-                path.display()
-            );
-        }
     }
 }
 
