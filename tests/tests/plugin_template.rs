@@ -58,9 +58,8 @@ fn the_runner_loads_the_template_and_serves_its_image_over_grpc() {
     assert_eq!(evaluator, "builtin");
 }
 
-/// The template README's configuration, with its plugin folder pointed at the built template,
-/// is one the runner accepts over the embedded default: its chain names only instances that
-/// exist.
+/// The template README's configuration, with its plugin pointed at the built template, is one
+/// the runner accepts over the embedded default: its chain names only instances that exist.
 #[test]
 fn the_template_readmes_configuration_passes_config_check() {
     let readme = std::fs::read_to_string(repo_root().join("plugin-template/README.md")).unwrap();
@@ -69,17 +68,15 @@ fn the_template_readmes_configuration_passes_config_check() {
         .nth(1)
         .and_then(|block| block.split("```").next())
         .expect("a yaml block in plugin-template/README.md");
-    let plugins = "plugin_dirs: [/opt/krm-runner/plugins]";
-    assert!(yaml.contains(plugins), "{yaml}");
+    // The runner's --plugin-dir (given by `run_cli`) replaces `plugin_dirs`: name the file.
+    let plugin = "plugin: stamp\n";
+    assert!(yaml.contains(plugin), "{yaml}");
     let library = template_plugin("unwind");
     let dir = scratch();
     let file = dir.path().join("runner.yaml");
     std::fs::write(
         &file,
-        yaml.replace(
-            plugins,
-            &format!("plugin_dirs: [{}]", library.parent().unwrap().display()),
-        ),
+        yaml.replace(plugin, &format!("plugin: {}\n", library.display())),
     )
     .unwrap();
     let output = run_cli(
