@@ -173,10 +173,57 @@ pub struct FunctionConfigs {
     /// How often every executor tag is worked out ahead of calls (constraints resolved, binaries
     /// checked; see `krm-runner functions --status`), besides whenever FunctionConfigs change.
     pub resolve_interval_seconds: f64,
-    /// Whether `paths` is the embedded default's, whose folder exists only in the source tree:
-    /// missing, it is skipped rather than refused.
+    /// Whether `paths` is the embedded default's: it names the shipped FunctionConfigs, which
+    /// an installed runner keeps beside its plugins ([`FunctionConfigs::file_paths`]); missing,
+    /// it is warned about rather than refused.
     #[serde(skip)]
     pub paths_are_default: bool,
+}
+
+impl FunctionConfigs {
+    /// The files and folders to read: `paths`, except that the embedded default's relative
+    /// `config/functions/` (a source checkout's) gives way to the `functions/` folder of the
+    /// installed runner ([`installed_dirs`]) when there is one, so that an installed runner
+    /// routes the same from any working directory.
+    pub fn file_paths(&self) -> Vec<PathBuf> {
+        if self.paths_are_default
+            && let Some(installed) = installed_dirs()
+                .into_iter()
+                .map(|dir| dir.join(INSTALLED_FUNCTION_CONFIGS))
+                .find(|folder| folder.is_dir())
+        {
+            return vec![installed];
+        }
+        self.paths.clone()
+    }
+}
+
+/// The folder beside the plugins that holds the shipped FunctionConfigs of an installed runner
+/// (`deploy/install.sh` puts `config/functions/` there).
+const INSTALLED_FUNCTION_CONFIGS: &str = "functions";
+
+/// The folder under `<prefix>/lib` holding an installed runner's plugins.
+const INSTALLED_PLUGIN_FOLDER: &str = "krm-runner";
+
+/// The places an installed or freshly built runner keeps its plugins and shipped files, relative
+/// to the running executable (symbolic links resolved, so a link on PATH to a build folder
+/// works): its own folder (a cargo build folder, or an image's `/home/nonroot`), then
+/// `<prefix>/lib/krm-runner` for `<prefix>/bin/krm-runner` (what `deploy/install.sh` lays out).
+pub fn installed_dirs() -> Vec<PathBuf> {
+    std::env::current_exe()
+        .map(|exe| installed_dirs_of(&exe))
+        .unwrap_or_default()
+}
+
+fn installed_dirs_of(exe: &Path) -> Vec<PathBuf> {
+    let Some(own) = exe.parent() else {
+        return Vec::new();
+    };
+    let mut dirs = vec![own.to_owned()];
+    if let Some(prefix) = own.parent() {
+        dirs.push(prefix.join("lib").join(INSTALLED_PLUGIN_FOLDER));
+    }
+    dirs
 }
 
 impl Default for FunctionConfigs {

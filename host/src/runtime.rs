@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -19,7 +19,7 @@ use krm_runner_function_config::ImageRef;
 use krm_runner_function_config::version::Constraint;
 
 use crate::catalog::{Catalog, asking_order};
-use crate::config::Config;
+use crate::config::{self, Config};
 use crate::routing::{Plan, Router, Store};
 use crate::telemetry::traces::CallTrace;
 
@@ -80,32 +80,13 @@ pub(crate) fn locate_plugin(plugin: &str, dirs: &[PathBuf]) -> Result<PathBuf, S
         })
 }
 
-/// `plugin_dirs`, then the places an installed or freshly built runner keeps its plugins,
-/// relative to the running executable (symbolic links resolved, so a link on PATH to a build
-/// folder works): its own folder (a cargo build folder, or an image's `/home/nonroot`), then
-/// `<prefix>/lib/krm-runner` for `<prefix>/bin/krm-runner` (what `deploy/install.sh` lays out).
+/// `plugin_dirs`, then the places an installed or freshly built runner keeps its plugins
+/// ([`config::installed_dirs`]).
 pub fn search_dirs(config: &Config) -> Vec<PathBuf> {
     let mut dirs = config.plugin_dirs.clone();
-    if let Ok(exe) = std::env::current_exe() {
-        dirs.extend(installed_plugin_dirs(&exe));
-    }
+    dirs.extend(config::installed_dirs());
     dirs
 }
-
-/// The plugin folders that belong with the executable at `exe`.
-fn installed_plugin_dirs(exe: &Path) -> Vec<PathBuf> {
-    let Some(own) = exe.parent() else {
-        return Vec::new();
-    };
-    let mut dirs = vec![own.to_owned()];
-    if let Some(prefix) = own.parent() {
-        dirs.push(prefix.join("lib").join(INSTALLED_PLUGIN_FOLDER));
-    }
-    dirs
-}
-
-/// The folder under `<prefix>/lib` holding an installed runner's plugins.
-const INSTALLED_PLUGIN_FOLDER: &str = "krm-runner";
 
 struct Services {
     settings: HashMap<&'static str, String>,
@@ -470,6 +451,7 @@ impl Runtime {
             }
             return Err(problems);
         };
+        Store::warn_of_missing_default(&config.function_configs);
         let positions = chain_positions(&config.serve, &lookups);
         for report in &mut reports {
             report.delegates = lookups.get(&report.name).cloned().unwrap_or_default();
@@ -522,6 +504,7 @@ impl Runtime {
         if let Some(problem) = config.served_instance_problem() {
             return Err(vec![problem]);
         }
+        Store::warn_of_missing_default(&config.function_configs);
         Self::start_served_alone(config, store)
     }
 

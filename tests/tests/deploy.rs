@@ -118,6 +118,20 @@ fn one_kubectl_apply_k_creates_everything_on_a_fresh_api_server() {
     assert_eq!(wrapper, "krm-wrapper-server:latest");
     assert_eq!(wrapper_env, wrapper);
 
+    // The container is bounded in memory (the runner and its workers share it) and restarted
+    // when its health service stops answering, asked as the readiness probe asks it.
+    let container = &find(&documents, "Deployment", "function-runner")["spec"]["template"]["spec"]
+        ["containers"][0];
+    assert!(
+        container["resources"]["limits"]["memory"]
+            .as_str()
+            .is_some(),
+        "no memory limit: {container:?}"
+    );
+    let command = |probe: &str| container[probe]["exec"]["command"].clone();
+    assert!(command("livenessProbe").is_sequence(), "{container:?}");
+    assert_eq!(command("livenessProbe"), command("readinessProbe"));
+
     // The runner, given the folder its Deployment mounts, reads the shipped FunctionConfigs
     // from it and routes by them, next to the cluster's (the stand-in's, none yet).
     let etc = dir.path().join("etc");

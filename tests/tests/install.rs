@@ -1,8 +1,11 @@
 //! Installed as a newcomer installs it: `deploy/install.sh` into a prefix, then the README's
-//! quick start and kpt example, copied from the README, run from a folder outside the checkout
-//! with nothing but the prefix's `bin` on PATH to find the runner.
+//! quick start (its output as quoted) and the kpt example of docs/functions.md, copied from the
+//! docs, run from a folder outside the checkout with nothing but the prefix's `bin` on PATH to
+//! find the runner. The install is stripped, within its size bound, and routes by the shipped
+//! FunctionConfigs from any folder.
 
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,8 +17,8 @@ fn readme() -> String {
     std::fs::read_to_string(repo().join("README.md")).expect("README.md")
 }
 
-/// The ```sh blocks of the README section titled `heading`, in order.
-fn shell_blocks(readme: &str, heading: &str) -> Vec<String> {
+/// The blocks fenced as ````language` of the README section titled `heading`, in order.
+fn blocks(readme: &str, heading: &str, language: &str) -> Vec<String> {
     let start = readme
         .find(&format!("\n## {heading}\n"))
         .unwrap_or_else(|| panic!("README has no section {heading:?}"));
@@ -24,10 +27,80 @@ fn shell_blocks(readme: &str, heading: &str) -> Vec<String> {
         .find("\n## ")
         .map_or(section.len(), |end| end + 3)];
     section
-        .split("```sh\n")
+        .split(&format!("```{language}\n"))
         .skip(1)
         .map(|block| block.split("```").next().unwrap().to_owned())
         .collect()
+}
+
+/// What `deploy/install.sh` may leave in a prefix: 100 MB from a release build (what it makes
+/// without `--build-dir`). A debug build's files are larger, their dependencies less optimised.
+fn size_bound(build: &Path) -> u64 {
+    if build.ends_with("release") {
+        100_000_000
+    } else {
+        150_000_000
+    }
+}
+
+/// The bytes the files under `dir` take on disk, as `du` counts them.
+fn disk_usage(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let metadata = entry.metadata().unwrap();
+        total += if metadata.is_dir() {
+            disk_usage(&entry.path())
+        } else {
+            metadata.blocks() * 512
+        };
+    }
+    total
+}
+
+/// The names of the sections of the ELF file at `path` (64-bit, little-endian).
+fn elf_sections(path: &Path) -> Vec<String> {
+    let elf = std::fs::read(path).unwrap();
+    let word = |at: usize, size: usize| -> usize {
+        let mut value = 0usize;
+        for (i, byte) in elf[at..at + size].iter().enumerate() {
+            value |= usize::from(*byte) << (8 * i);
+        }
+        value
+    };
+    assert_eq!(&elf[..4], b"\x7fELF", "{} is not ELF", path.display());
+    let (table, entry_size, count, names_index) =
+        (word(0x28, 8), word(0x3a, 2), word(0x3c, 2), word(0x3e, 2));
+    let header = |index: usize| table + index * entry_size;
+    let names = word(header(names_index) + 0x18, 8);
+    (0..count)
+        .map(|index| {
+            let name = names + word(header(index), 4);
+            let end = elf[name..].iter().position(|byte| *byte == 0).unwrap();
+            String::from_utf8_lossy(&elf[name..name + end]).into_owned()
+        })
+        .collect()
+}
+
+/// The installed executables and plugins under `prefix`.
+fn installed_binaries(prefix: &Path) -> Vec<PathBuf> {
+    let mut binaries = vec![
+        prefix.join("bin/krm-runner"),
+        prefix.join("bin/krm-runner-server"),
+    ];
+    for plugin in ["builtin", "confighub", "starlark", "exec", "multi", "pod"] {
+        binaries.push(prefix.join(format!("lib/krm-runner/libkrm_plugin_{plugin}.so")));
+    }
+    binaries
+}
+
+/// How many FunctionConfigs the shipped files hold.
+fn shipped_function_configs() -> usize {
+    std::fs::read_dir(repo().join("config/functions"))
+        .unwrap()
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+        .map(|text| text.matches("\nkind: FunctionConfig\n").count())
+        .sum()
 }
 
 /// The environment a fresh shell of a user with `home` would have, with the prefix on PATH.
@@ -93,30 +166,74 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
         listen: format!("127.0.0.1:{port}"),
     };
 
-    let blocks = shell_blocks(&readme(), "Quick start");
+    let readme = readme();
+    let blocks = blocks(&readme, "Quick start", "sh");
     assert!(
         blocks.len() >= 2,
-        "quick start: install + serve, then calls"
+        "quick start: the two commands, then calls"
     );
-    let mut setup = blocks[0].lines().filter(|line| !line.trim().is_empty());
-    let install = setup.next().expect("the install line");
+    // The two commands: install and serve, and every test.
+    let mut commands = blocks[0]
+        .lines()
+        .map(|line| line.split('#').next().unwrap().trim())
+        .filter(|line| !line.is_empty());
+    let (install, serve) = commands
+        .next()
+        .and_then(|line| line.split_once(" && "))
+        .expect("the install && serve line");
     assert!(install.starts_with("deploy/install.sh "), "{install}");
+    assert_eq!(commands.next(), Some("tests/run.sh"));
+    assert!(repo().join("tests/run.sh").is_file());
     // As written, but from this test's build instead of a new release build.
     let output = shell.run(&format!(
-        "{}/{} --build-dir {}",
+        "{}/{install} --build-dir {}",
         repo().display(),
-        install.split('#').next().unwrap().trim(),
         build_dir().display()
     ));
-    let installed = home.join(".local/bin/krm-runner");
+    let prefix = home.join(".local");
+    let installed = prefix.join("bin/krm-runner");
     assert_eq!(
         String::from_utf8_lossy(&output.stdout).trim(),
         installed.display().to_string()
     );
-    for plugin in ["builtin", "confighub", "starlark", "exec", "multi", "pod"] {
-        let library = home.join(format!(".local/lib/krm-runner/libkrm_plugin_{plugin}.so"));
-        assert!(library.is_file(), "{} missing", library.display());
+    for binary in installed_binaries(&prefix) {
+        assert!(binary.is_file(), "{} missing", binary.display());
+        let sections = elf_sections(&binary);
+        assert!(
+            !sections
+                .iter()
+                .any(|name| [".debug_info", ".debug_line"].contains(&name.as_str())),
+            "{} keeps its debug info: {sections:?}",
+            binary.display()
+        );
+        assert!(
+            !binary.with_extension("debug").exists()
+                && !sections.contains(&".gnu_debuglink".into()),
+            "debug info installed without --debug-info"
+        );
     }
+    let size = disk_usage(&prefix);
+    assert!(
+        size <= size_bound(&build_dir()),
+        "deploy/install.sh left {size} bytes in the prefix, more than {}",
+        size_bound(&build_dir())
+    );
+
+    // The shipped FunctionConfigs are installed beside the plugins, and the installed runner
+    // finds them from any folder.
+    let check = shell.run("krm-runner config check");
+    assert_eq!(
+        String::from_utf8_lossy(&check.stdout).trim(),
+        format!(
+            "configuration OK; {} FunctionConfigs OK",
+            shipped_function_configs()
+        )
+    );
+    assert!(
+        !String::from_utf8_lossy(&check.stderr).contains("WARN"),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
     let plugins = String::from_utf8(shell.run("krm-runner plugins").stdout).unwrap();
     assert!(
         plugins.contains(&format!(
@@ -126,8 +243,6 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
         "plugins found beside the installed binary: {plugins}"
     );
 
-    let serve = setup.next().expect("the serve line");
-    let serve = serve.split('#').next().unwrap().trim();
     assert_eq!(serve, "krm-runner serve");
     // `exec`, so that killing the child kills the runner, not just its shell.
     let server = Serving(
@@ -163,21 +278,23 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
             assert!(stdout.contains("namespace: prod"), "{line}: {stdout}");
         }
         if line.contains("--resolve") {
-            assert!(
-                stdout.contains("outcome:         NOT_FOUND"),
-                "{line}: {stdout}"
-            );
+            // As the README quotes it, the home folder written `~`.
+            let quoted = blocks_quoting(&readme, &line);
+            let printed = stdout.replace(&home.display().to_string(), "~");
+            assert_eq!(printed, quoted, "{line}");
         }
     }
     drop(server);
 
     if have_tool("kpt") {
-        let blocks = shell_blocks(&readme(), "Builtin functions");
-        let kpt = blocks
-            .iter()
-            .flat_map(|block| block.lines())
+        let functions = std::fs::read_to_string(repo().join("docs/functions.md")).unwrap();
+        let kpt = functions
+            .split("```sh\n")
+            .skip(1)
+            .filter_map(|block| block.split("```").next())
+            .flat_map(str::lines)
             .find(|line| line.starts_with("kpt fn eval"))
-            .expect("the README's kpt example");
+            .expect("the kpt example of docs/functions.md");
         let kpt = kpt.split("   #").next().unwrap().trim();
         let package = shell.cwd.join("pkg");
         std::fs::create_dir_all(&package).unwrap();
@@ -191,6 +308,75 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
         assert!(written.contains("namespace: prod"), "{kpt}: {written}");
         assert!(written.contains("# kept"), "{written}");
     }
+}
+
+/// The output the README's quick start quotes for `line` (a ```console block starting with
+/// `$ line`).
+fn blocks_quoting(readme: &str, line: &str) -> String {
+    blocks(readme, "Quick start", "console")
+        .into_iter()
+        .find_map(|block| {
+            block
+                .strip_prefix(&format!("$ {line}\n"))
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| panic!("the quick start quotes no output of {line}"))
+}
+
+#[test]
+fn debug_info_is_installed_apart_on_request() {
+    runner_binary();
+    let dir = scratch();
+    let prefix = dir.path().join("prefix");
+    let output = Command::new("sh")
+        .arg(repo().join("deploy/install.sh"))
+        .arg("--prefix")
+        .arg(&prefix)
+        .arg("--build-dir")
+        .arg(build_dir())
+        .arg("--debug-info")
+        .output()
+        .expect("install.sh");
+    assert!(output.status.success(), "{output:?}");
+    for binary in installed_binaries(&prefix) {
+        let sections = elf_sections(&binary);
+        assert!(
+            sections.contains(&".gnu_debuglink".to_owned())
+                && !sections
+                    .iter()
+                    .any(|name| [".debug_info", ".debug_line"].contains(&name.as_str())),
+            "{}: {sections:?}",
+            binary.display()
+        );
+        let debug = PathBuf::from(format!("{}.debug", binary.display()));
+        assert!(
+            elf_sections(&debug).contains(&".debug_line".to_owned()),
+            "{} holds no line tables",
+            debug.display()
+        );
+    }
+}
+
+/// A runner that is neither installed nor started from a checkout finds no FunctionConfigs,
+/// and says so instead of routing nothing in silence.
+#[test]
+fn a_missing_default_function_config_folder_is_warned_about() {
+    let dir = scratch();
+    let output = Command::new(runner_binary())
+        .args(["--plugin-dir"])
+        .arg(build_dir())
+        .args(["config", "check"])
+        .current_dir(dir.path())
+        .output()
+        .expect("krm-runner");
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(stdout.trim(), "configuration OK; 0 FunctionConfigs OK");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("function_configs.paths: the default config/functions/ does not exist"),
+        "{stderr}"
+    );
 }
 
 #[test]

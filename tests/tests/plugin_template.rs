@@ -1,7 +1,7 @@
 //! The standalone plugin template (`plugin-template/`), built outside the workspace the way a
 //! platform team builds its plugin, loaded by the real runner from its file.
 
-use krm_runner_tests::{Server, run_cli, scratch, template_plugin};
+use krm_runner_tests::{Server, repo_root, run_cli, scratch, template_plugin};
 
 const DEPLOYMENT: &[u8] = b"apiVersion: config.kubernetes.io/v1
 kind: ResourceList
@@ -56,6 +56,40 @@ fn the_runner_loads_the_template_and_serves_its_image_over_grpc() {
         ))
         .unwrap();
     assert_eq!(evaluator, "builtin");
+}
+
+/// The template README's configuration, with its plugin pointed at the built template, is one
+/// the runner accepts over the embedded default: its chain names only instances that exist.
+#[test]
+fn the_template_readmes_configuration_passes_config_check() {
+    let readme = std::fs::read_to_string(repo_root().join("plugin-template/README.md")).unwrap();
+    let yaml = readme
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|block| block.split("```").next())
+        .expect("a yaml block in plugin-template/README.md");
+    // The runner's --plugin-dir (given by `run_cli`) replaces `plugin_dirs`: name the file.
+    let plugin = "plugin: stamp\n";
+    assert!(yaml.contains(plugin), "{yaml}");
+    let library = template_plugin("unwind");
+    let dir = scratch();
+    let file = dir.path().join("runner.yaml");
+    std::fs::write(
+        &file,
+        yaml.replace(plugin, &format!("plugin: {}\n", library.display())),
+    )
+    .unwrap();
+    let output = run_cli(
+        &["--config-file", file.to_str().unwrap(), "config", "check"],
+        &[],
+        b"",
+    );
+    assert!(
+        output.status.success(),
+        "{yaml}{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]

@@ -51,6 +51,31 @@ impl Store {
         Ok(store)
     }
 
+    /// Says so when the default FunctionConfig folder does not exist, once a runtime has
+    /// started without problems (they come first, one line each). A missing configured path is
+    /// refused with the other problems; the default one is skipped, so that a runner without
+    /// the shipped FunctionConfigs still starts, but said: without it, routing by
+    /// FunctionConfig silently does nothing.
+    pub fn warn_of_missing_default(config: &FunctionConfigs) {
+        if !config.paths_are_default {
+            return;
+        }
+        for path in config.file_paths() {
+            if !path.exists() {
+                let looked_in = std::env::current_dir()
+                    .map(|dir| format!(" (looked in {})", dir.display()))
+                    .unwrap_or_default();
+                tracing::warn!(
+                    "function_configs.paths: the default {} does not exist{looked_in}, and no \
+                     FunctionConfigs are installed beside the plugins: no FunctionConfig routes \
+                     calls from files; set function_configs.paths, or install with \
+                     deploy/install.sh",
+                    path.display()
+                );
+            }
+        }
+    }
+
     pub fn router(&self) -> &Arc<Router> {
         &self.router
     }
@@ -193,7 +218,7 @@ impl Store {
 
 /// Loads every file, or reports every problem.
 fn read_files(config: &FunctionConfigs) -> Result<Vec<Sourced>, Vec<String>> {
-    let (objects, mut errors) = load_paths(&config.paths);
+    let (objects, mut errors) = load_paths(&config.file_paths());
     if config.paths_are_default {
         errors.retain(|error| !matches!(error, FunctionConfigLoadError::Missing { .. }));
     }

@@ -1,7 +1,7 @@
 //! Property tests that keep the YAML layer honest: the fast path against the general parser,
 //! the functions' edits, and hostile bytes. `cargo test` runs a bounded number of cases
 //! (proptest's default, 256); `PROPTEST_CASES=100000 cargo test --release -p
-//! krm-plugin-builtin proptests` runs the long search (see the README).
+//! krm-plugin-builtin proptests` runs the long search (see docs/security.md).
 
 use proptest::prelude::*;
 

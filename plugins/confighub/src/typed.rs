@@ -30,7 +30,7 @@ use crate::yaml::{Doc, Editor, New, NodeId};
 pub const PREFIX: &str = "confighub/";
 
 /// The typed functions whose names the builtin plugin's catalog functions have too (the
-/// runner's README lists those; its tests check this list against both plugins' listings).
+/// runner's docs/functions.md lists those; its tests check this list against both plugins' listings).
 const CATALOG_NAMESAKES: &[&str] = &["search-replace", "set-image", "set-namespace"];
 
 pub struct Typed {
