@@ -789,7 +789,7 @@ mod tests {
     #[test]
     fn the_embedded_default_holds_what_its_yaml_file_says() {
         let yaml: serde_json::Value =
-            config_file::from_yaml(include_str!("../../config/krm-runner.yaml")).unwrap();
+            config_file::from_yaml(include_str!("../../../config/krm-runner.yaml")).unwrap();
         let json: serde_json::Value = serde_json::from_str(EMBEDDED_DEFAULT).unwrap();
         assert_eq!(json, yaml);
     }
