@@ -5,6 +5,8 @@
 //! OpenTelemetry's `OTEL_*` variables (the `telemetry:` keys), then environment variables
 //! `KRM_RUNNER_<KEY>` (nested keys joined with `__`), then command-line flags.
 
+pub mod telemetry;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,8 +19,9 @@ use krm_function_executor::declared::AttributeDeclaration;
 use krm_runner_function_config::config_file::{self, YamlError};
 use serde::{Deserialize, Serialize};
 
-use crate::telemetry::TelemetryConfig;
-use crate::telemetry::config::OtelEnv;
+use self::telemetry::OtelEnv;
+pub use self::telemetry::TelemetryConfig;
+use crate::logging::{self, LogFormat};
 
 /// The embedded default configuration, usable as is: `config/krm-runner.yaml`, converted to
 /// JSON by the build script.
@@ -291,13 +294,6 @@ pub struct EvaluatorConfig {
 
 fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// figment's YAML support uses the deprecated serde_yaml; this uses its maintained successor,
@@ -608,7 +604,7 @@ impl Config {
                 problems.push(format!("evaluators.{name}.config: must be a mapping"));
             }
         }
-        if let Err(error) = crate::logging::filter(&self.log_level) {
+        if let Err(error) = logging::filter(&self.log_level) {
             problems.push(format!("log_level: {error}"));
         }
         let reload = self.function_configs.reload_interval_seconds;

@@ -39,8 +39,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::Status;
 
-use crate::contributed;
-use crate::runtime::{CancelOnDrop, LARGE_CALL_BYTES, Runtime, release_free_memory, track_call};
+use super::contributed;
+use crate::allocator::{LARGE_CALL_BYTES, release_free_memory};
+use crate::runtime::{CancelOnDrop, Runtime, track_call};
 use crate::worker::typed::{TypedError, TypedWorkers};
 
 /// How long a client may take to send a request's headers.
