@@ -16,6 +16,7 @@ mod cli;
 mod commands;
 mod config;
 mod confighub;
+mod contributed;
 mod function_index;
 mod logging;
 mod routing;

@@ -20,7 +20,7 @@ use super::{BadInvocation, Exit, configure, exit_code};
 use crate::allocator;
 use crate::cli::{DoArgs, DoSeqArgs, Flags, ToolchainArg};
 use crate::config::Config;
-use crate::confighub::{contributed, serving};
+use crate::confighub::{add_contributed, serving};
 use crate::runtime::{Purpose, Runtime};
 
 /// fctl's fixed context (its test IDs), so that outputs naming them match fctl's.
@@ -209,7 +209,7 @@ fn with_plugins(mut executor: Executor, plugins: StartPlugins<'_>) -> anyhow::Re
         return Ok(executor);
     }
     let runtime = plugins().map_err(|problems| BadInvocation::error(problems.join("\n")))?;
-    for report in contributed::add(&mut executor, &runtime) {
+    for report in add_contributed(&mut executor, &runtime) {
         tracing::warn!("{report}");
     }
     Ok(executor)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Exit, Workers, adopt_orphans, configure, run_async};
 use crate::cli::Flags;
 use crate::config::Config;
-use crate::confighub::{contributed, serving};
+use crate::confighub::{self, serving};
 use crate::runtime::{Purpose, Runtime};
 use crate::{routing, server, telemetry, worker};
 
@@ -51,7 +51,7 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
         .typed_executor()
         .map_err(|problems| anyhow::anyhow!(problems.join("; ")))?;
     let workers = if config.workers.typed_functions {
-        let contributors = contributed::contributors(&runtime);
+        let contributors = confighub::contributors(&runtime);
         Some(worker::typed::TypedWorkers::start(config, contributors).map_err(anyhow::Error::msg)?)
     } else {
         None

@@ -39,7 +39,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::Status;
 
-use super::contributed;
 use crate::allocator::{LARGE_CALL_BYTES, release_free_memory};
 use crate::runtime::{CancelOnDrop, Runtime, track_call};
 use crate::worker::typed::{TypedError, TypedWorkers};
@@ -99,7 +98,7 @@ impl TypedFunctions {
         runtime: &Runtime,
         workers: Option<TypedWorkers>,
     ) -> Arc<Self> {
-        for report in contributed::add(&mut kubernetes, runtime) {
+        for report in super::add_contributed(&mut kubernetes, runtime) {
             tracing::warn!("{report}");
         }
         Arc::new(Self {

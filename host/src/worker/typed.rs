@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{RoleSpec, command, deadline_in, limits, remaining_ms};
 use crate::config::Config;
-use crate::confighub::contributed;
+use crate::contributed;
 
 /// What a worker builds: the declared attributes, and the typed functions each instance
 /// contributes (their signatures; calls come back to the runner).
