@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use krm_runner_proto::go_duration;
+use krm_go_duration as go_duration;
 
 use crate::types::{FunctionConfig, PodExecutor};
 use crate::version::TagEntry;

@@ -62,8 +62,6 @@ pub enum Command {
     /// exit status; for `kpt fn eval --exec` and Kptfile `exec:` steps.
     #[command(name = "fn")]
     Function(FunctionArgs),
-    /// Measure the plugin boundary, gRPC calls against direct process spawns, and idle memory.
-    Bench(crate::bench::BenchArgs),
     /// ConfigHub's `fctl do`: invoke one typed function on a unit's config data. Exit status
     /// 0, or 1 when the invocation failed.
     Do(DoArgs),

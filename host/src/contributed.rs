@@ -1,5 +1,6 @@
 //! ConfigHub's Kubernetes/YAML executor as the runner serves it: the builtin typed functions,
-//! plus those every built evaluator instance contributes through the plugin ABI.
+//! plus those every built evaluator instance contributes through the plugin ABI. The runner
+//! (`confighub`) and the typed-function workers (`worker::typed`) both build it by these rules.
 //!
 //! Names: a plugin's function answers to `INSTANCE/NAME` always, and to the bare `NAME` when
 //! neither a builtin typed function nor another instance's function has it. A clash is
@@ -13,30 +14,6 @@ use krm_function_executor::Executor;
 use krm_function_executor::functions::TypedFunction;
 use krm_function_executor::plugin::{RemoteFunction, contributed};
 use krm_plugin_api::TypedFunctionSet;
-use krm_plugin_loader::EvaluatorInstance;
-
-use crate::runtime::Runtime;
-
-/// The runtime's enabled instances, by name: each may contribute typed functions.
-pub fn contributors(runtime: &Runtime) -> BTreeMap<String, Arc<EvaluatorInstance>> {
-    runtime
-        .instances()
-        .iter()
-        .filter(|report| !report.disabled)
-        .filter_map(|report| Some((report.name.clone(), runtime.instance(&report.name)?.clone())))
-        .collect()
-}
-
-/// Adds the contributions of the runtime's instances to `executor`; see [`add_sets`].
-pub fn add(executor: &mut Executor, runtime: &Runtime) -> Vec<String> {
-    add_sets(
-        executor,
-        contributors(runtime).into_iter().map(|(name, instance)| {
-            let set: Arc<dyn TypedFunctionSet> = instance;
-            (name, set)
-        }),
-    )
-}
 
 /// Adds the contributions of `sets` (instance name, its typed functions) to `executor` (the
 /// builtin functions); the problems and clashes, one line each.

@@ -2,9 +2,16 @@
 
 use std::io::IsTerminal;
 
+use serde::{Deserialize, Serialize};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+/// How log lines are written (`log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
 
 /// A level name (`info`), Porch's klog verbosity (`0`..`5`), or a tracing filter directive.
 pub fn filter(level: &str) -> Result<EnvFilter, String> {

@@ -19,5 +19,4 @@ pub mod evaluator {
     include!(concat!(env!("OUT_DIR"), "/clients/evaluator.rs"));
 }
 
-pub mod go_duration;
 pub mod serving;

@@ -20,7 +20,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::TelemetryError;
-use super::config::{MetricsConfig, MetricsExporter};
+use crate::config::telemetry::{MetricsConfig, MetricsExporter};
 
 /// The label value of images past `telemetry.metrics.max_images`.
 pub const OTHER_IMAGE: &str = OTHER_LABEL;

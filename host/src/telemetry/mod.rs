@@ -2,11 +2,10 @@
 //! (`OTEL_*` variables, as Porch's runner reads them) or by the `telemetry:` keys. Both are off
 //! unless configured, and then cost one check per call.
 
-pub mod config;
 pub mod metrics;
 pub mod traces;
 
-pub use config::TelemetryConfig;
+use crate::config::TelemetryConfig;
 
 /// Why telemetry could not start; the runner then does not serve.
 #[derive(Debug, thiserror::Error)]

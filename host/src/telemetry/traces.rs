@@ -17,7 +17,7 @@ use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 use tonic::metadata::{KeyRef, MetadataMap};
 
 use super::TelemetryError;
-use super::config::{OtlpProtocol, TelemetryConfig, TracesExporter};
+use crate::config::telemetry::{OtlpProtocol, TelemetryConfig, TracesExporter};
 
 struct Tracing {
     provider: SdkTracerProvider,

@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use krm_go_duration as go_duration;
 use krm_plugin_api::ConfigError;
-use krm_runner_proto::go_duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 

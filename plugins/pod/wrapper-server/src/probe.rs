@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use krm_runner_proto::go_duration;
+use krm_go_duration as go_duration;
 use tonic::metadata::{MetadataKey, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::HealthCheckRequest;

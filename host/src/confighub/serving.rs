@@ -39,8 +39,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::Status;
 
-use crate::contributed;
-use crate::runtime::{CancelOnDrop, LARGE_CALL_BYTES, Runtime, release_free_memory, track_call};
+use crate::allocator::{LARGE_CALL_BYTES, release_free_memory};
+use crate::runtime::{CancelOnDrop, Runtime, track_call};
 use crate::worker::typed::{TypedError, TypedWorkers};
 
 /// How long a client may take to send a request's headers.
@@ -98,7 +98,7 @@ impl TypedFunctions {
         runtime: &Runtime,
         workers: Option<TypedWorkers>,
     ) -> Arc<Self> {
-        for report in contributed::add(&mut kubernetes, runtime) {
+        for report in super::add_contributed(&mut kubernetes, runtime) {
             tracing::warn!("{report}");
         }
         Arc::new(Self {

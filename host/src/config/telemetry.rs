@@ -201,7 +201,7 @@ impl Provider for OtelEnv {
                     .map_or_else(|_| Value::from(text.to_owned()), Value::from),
                 _ => Value::from(text.to_owned()),
             };
-            crate::config::set_path(&mut telemetry, path, value);
+            super::set_path(&mut telemetry, path, value);
         }
         let mut root = Dict::new();
         if !telemetry.is_empty() {

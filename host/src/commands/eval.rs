@@ -1,28 +1,56 @@
-//! `krm-runner eval`: one call through the served chain, in this process, like `kpt fn eval`.
+//! `krm-runner eval`: one call through the served chain, in this process, like `kpt fn eval`;
+//! and how a command builds a ResourceList from the input it is given.
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use krm_plugin_api::CancelReason;
-use krm_plugin_loader::{EvaluatorInstance, HostCallContext};
+use krm_plugin_loader::HostCallContext;
 use krm_runner_function_config::config_file;
 use krm_yaml_edit::{Doc, Editor, NodeId, TopLevel};
 
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 
-use crate::BadInvocation;
-use crate::catalog::Catalog;
-use crate::cli::EvalArgs;
-use crate::routing::Plan;
-use crate::runtime::{Call, Runtime, evaluate_here};
+use super::{BadInvocation, Exit, Workers, adopt_orphans, configure, run_async};
+use crate::allocator;
+use crate::cli::{EvalArgs, Flags};
+use crate::config::Config;
+use crate::runtime::{Purpose, Runtime};
 use crate::telemetry::traces::CallTrace;
+
+pub fn run(flags: &Flags, args: &EvalArgs) -> Exit {
+    let configured = configure(flags)?;
+    if let Some(address) = &args.server {
+        let max_message_bytes = configured.without_problems()?.max_message_bytes;
+        // The serving runner's plugins answer; none are loaded here.
+        return Ok(run_async(
+            Workers::One,
+            run_remote(address, args, max_message_bytes),
+        ));
+    }
+    let runtime = configured.start_runtime(Purpose::Serve, start_for_one_call)?;
+    adopt_orphans(krm_plugin_api::process::adopt_orphans_for_one_call);
+    let code = run_async(Workers::One, async {
+        allocator::keep_freed_heap();
+        evaluate(&runtime, args, configured.config.max_message_bytes).await
+    });
+    krm_plugin_api::process::kill_orphans_now();
+    Ok(code)
+}
+
+/// `eval` makes one call: only the instances it reaches start.
+fn start_for_one_call(config: &Config, purpose: Purpose) -> Result<Runtime, Vec<String>> {
+    match purpose {
+        Purpose::Serve => Runtime::for_one_call(config),
+        purpose => Runtime::start(config, purpose),
+    }
+}
 
 /// Runs the call; returns the process exit code (0 success, 1 function failure). Inputs over
 /// `max_bytes` (the runner's `max_message_bytes`) are refused, as the server refuses them.
-pub async fn run(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyhow::Result<i32> {
+async fn evaluate(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyhow::Result<i32> {
     let resource_list = prepare(args, max_bytes)?;
     let context = HostCallContext::new(None);
     let cancel = context.clone();
@@ -43,9 +71,9 @@ pub async fn run(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyhow
 }
 
 /// `krm-runner eval --server ADDR`: the same call, sent to a running runner over gRPC. Returns
-/// the exit code as [`run`] does; the evaluator that served (the `x-krm-evaluator` header) is
+/// the exit code as [`evaluate`] does; the evaluator that served (the `x-krm-evaluator` header) is
 /// printed to stderr.
-pub async fn run_remote(
+async fn run_remote(
     address: &str,
     args: &EvalArgs,
     max_message_bytes: usize,
@@ -104,46 +132,8 @@ pub async fn run_remote(
     }
 }
 
-/// `krm-runner fn NAME [-- key=value ...]`: a KRM function in the spec's sense, served by the
-/// instance that implements NAME. Without `key=value` pairs the input is passed through
-/// untouched.
-pub fn run_function(
-    instance: Result<Arc<EvaluatorInstance>, Catalog>,
-    name: &str,
-    data: &[String],
-    max_bytes: usize,
-) -> anyhow::Result<i32> {
-    let instance = instance.map_err(|catalog| {
-        BadInvocation::error(format!(
-            "no evaluator implements a function named {name:?} (known: {})",
-            catalog.names().join(", ")
-        ))
-    })?;
-    let input = read_bounded(std::io::stdin(), "stdin", max_bytes)?;
-    crate::populate_heap_for(input.len());
-    let input = if data.is_empty() {
-        input
-    } else {
-        let with_config = || {
-            let text = String::from_utf8(input).context("the input is not UTF-8 text")?;
-            let config = config_map(data)?;
-            resource_list(text, Some(&config))
-        };
-        with_config()
-            .map_err(|error| BadInvocation::error(format!("{error:#}")))?
-            .into_bytes()
-    };
-    let call = Call {
-        plan: Plan::default(),
-        served: instance,
-        context: HostCallContext::new(None),
-        trace: CallTrace::default(),
-    };
-    write_outcome(evaluate_here(&call, name, &input), "krm-runner fn")
-}
-
 /// Writes a call's output as a KRM function does; returns the exit status.
-fn write_outcome(
+pub(super) fn write_outcome(
     outcome: Result<krm_plugin_api::EvalResponse, krm_plugin_api::EvalError>,
     command: &str,
 ) -> anyhow::Result<i32> {
@@ -179,7 +169,11 @@ fn prepare(args: &EvalArgs, max_bytes: usize) -> anyhow::Result<String> {
 }
 
 /// Reads at most `max_bytes` from `source`, naming it when there is more.
-fn read_bounded(source: impl Read, name: &str, max_bytes: usize) -> anyhow::Result<Vec<u8>> {
+pub(super) fn read_bounded(
+    source: impl Read,
+    name: &str,
+    max_bytes: usize,
+) -> anyhow::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     source
         .take(max_bytes as u64 + 1)
@@ -221,7 +215,7 @@ fn function_config(args: &EvalArgs) -> anyhow::Result<Option<String>> {
 }
 
 /// The ConfigMap functionConfig kpt builds from `key=value` pairs.
-fn config_map(pairs: &[String]) -> anyhow::Result<String> {
+pub(super) fn config_map(pairs: &[String]) -> anyhow::Result<String> {
     let mut data = yaml_serde::Mapping::new();
     for pair in pairs {
         let Some((key, value)) = pair.split_once('=') else {

@@ -5,6 +5,8 @@
 //! OpenTelemetry's `OTEL_*` variables (the `telemetry:` keys), then environment variables
 //! `KRM_RUNNER_<KEY>` (nested keys joined with `__`), then command-line flags.
 
+pub mod telemetry;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,8 +19,9 @@ use krm_function_executor::declared::AttributeDeclaration;
 use krm_runner_function_config::config_file::{self, YamlError};
 use serde::{Deserialize, Serialize};
 
-use crate::telemetry::TelemetryConfig;
-use crate::telemetry::config::OtelEnv;
+use self::telemetry::OtelEnv;
+pub use self::telemetry::TelemetryConfig;
+use crate::logging::{self, LogFormat};
 
 /// The embedded default configuration, usable as is: `config/krm-runner.yaml`, converted to
 /// JSON by the build script.
@@ -341,13 +344,6 @@ fn empty_object() -> serde_json::Value {
     serde_json::Value::Object(Default::default())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
 /// figment's YAML support uses the deprecated serde_yaml; this uses its maintained successor,
 /// with the nesting bound every configuration file gets.
 pub struct Yaml;
@@ -656,7 +652,7 @@ impl Config {
                 problems.push(format!("evaluators.{name}.config: must be a mapping"));
             }
         }
-        if let Err(error) = crate::logging::filter(&self.log_level) {
+        if let Err(error) = logging::filter(&self.log_level) {
             problems.push(format!("log_level: {error}"));
         }
         let reload = self.function_configs.reload_interval_seconds;
@@ -838,7 +834,7 @@ mod tests {
     #[test]
     fn the_embedded_default_holds_what_its_yaml_file_says() {
         let yaml: serde_json::Value =
-            config_file::from_yaml(include_str!("../../config/krm-runner.yaml")).unwrap();
+            config_file::from_yaml(include_str!("../../../config/krm-runner.yaml")).unwrap();
         let json: serde_json::Value = serde_json::from_str(EMBEDDED_DEFAULT).unwrap();
         assert_eq!(json, yaml);
     }

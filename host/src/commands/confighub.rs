@@ -16,10 +16,12 @@ use krm_function_executor::{Executor, ExecutorError, Toolchain};
 use krm_plugin_api::CancelReason;
 use krm_plugin_loader::HostCallContext;
 
-use crate::cli::{DoArgs, DoSeqArgs, ToolchainArg};
+use super::{BadInvocation, Exit, configure, exit_code};
+use crate::allocator;
+use crate::cli::{DoArgs, DoSeqArgs, Flags, ToolchainArg};
 use crate::config::Config;
-use crate::runtime::Runtime;
-use crate::{BadInvocation, confighub_serving, contributed};
+use crate::confighub::{add_contributed, serving};
+use crate::runtime::{Purpose, Runtime};
 
 /// fctl's fixed context (its test IDs), so that outputs naming them match fctl's.
 const UNIT_ID: &str = "5837950a-619e-44da-9b75-f957c2aee14c";
@@ -74,6 +76,16 @@ pub enum Typed<'a> {
 /// Starts the evaluator plugins, for their typed functions: the runtime, or every problem.
 pub type StartPlugins<'s> = &'s dyn Fn() -> Result<Runtime, Vec<String>>;
 
+/// Runs `typed` on the configuration `flags` make. ConfigHub's typed functions run in this
+/// process; the evaluator plugins start only when their typed functions are needed.
+pub fn run(flags: &Flags, typed: Typed<'_>) -> Exit {
+    let config = configure(flags)?.without_problems()?;
+    allocator::keep_freed_heap();
+    Ok(exit_code(
+        typed.run(&config, &|| Runtime::start(&config, Purpose::Serve)),
+    ))
+}
+
 impl Typed<'_> {
     /// Runs the command with the executor `config` declares; its result is the exit status. The plugins are started only when
     /// their functions are needed: for `list` and `listpaths`, and for invocations of
@@ -123,7 +135,7 @@ fn run_do(args: &DoArgs, config: &Config, plugins: StartPlugins<'_>) -> anyhow::
         stop_on_error: false,
         timeout: args.timeout,
     };
-    run(request, view, config, plugins)
+    invoke(request, view, config, plugins)
 }
 
 /// `krm-runner doseq FILE UNIT INVOCATIONS_JSON`: exit status 0, or 1 when an invocation failed.
@@ -147,7 +159,7 @@ fn run_doseq(args: &DoSeqArgs, config: &Config, plugins: StartPlugins<'_>) -> an
         stop_on_error: args.stop,
         timeout: args.timeout,
     };
-    run(request, View::Full, config, plugins)
+    invoke(request, View::Full, config, plugins)
 }
 
 /// `krm-runner list`: fctl's table of signatures, by name.
@@ -195,7 +207,7 @@ fn with_plugins(mut executor: Executor, plugins: StartPlugins<'_>) -> anyhow::Re
         return Ok(executor);
     }
     let runtime = plugins().map_err(|problems| BadInvocation::error(problems.join("\n")))?;
-    for report in contributed::add(&mut executor, &runtime) {
+    for report in add_contributed(&mut executor, &runtime) {
         tracing::warn!("{report}");
     }
     Ok(executor)
@@ -211,7 +223,7 @@ struct Request<'a> {
     timeout: Option<f64>,
 }
 
-fn run(
+fn invoke(
     request: Request<'_>,
     view: View,
     config: &Config,
@@ -225,7 +237,7 @@ fn run(
     }
     let deadline = match request.timeout {
         None => None,
-        Some(seconds) => Some(confighub_serving::deadline_after(seconds).ok_or_else(|| {
+        Some(seconds) => Some(serving::deadline_after(seconds).ok_or_else(|| {
             BadInvocation::error(format!("--timeout: {seconds} is not a number of seconds"))
         })?),
     };

@@ -1,6 +1,8 @@
 //! The gRPC server: Porch's `evaluator.FunctionEvaluator` and `grpc.health.v1.Health`, plus
 //! krm-runner's `krmrunner.v1` catalog and ConfigHub executor.
 
+mod catalog;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,8 +21,8 @@ use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::catalog::CatalogService;
-use crate::confighub_serving::{self, TypedFunctions};
+use self::catalog::CatalogService;
+use crate::confighub::serving::{self as confighub_serving, TypedFunctions};
 use crate::runtime::{self, CancelOnDrop, Runtime};
 use crate::telemetry::metrics::{self, CallMetrics, RpcMetricsLayer};
 use crate::telemetry::traces::CallTrace;

@@ -1,19 +1,13 @@
-//! The functions evaluators implement themselves, with their signatures: `krm-runner functions`
-//! and the `krmrunner.v1.FunctionCatalog` gRPC service.
+//! The functions evaluators implement themselves, with their signatures: what `krm-runner
+//! functions` and the `krmrunner.v1.FunctionCatalog` gRPC service show.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use krm_plugin_api::{FunctionSignature, Parameter, pick_function};
-use krm_runner_proto::krmrunner::v1 as pb;
-use krm_runner_proto::krmrunner::v1::function_catalog_server::FunctionCatalog;
-use tonic::{Request, Response, Status};
-
-use crate::runtime::Runtime;
 
 /// Every function some instance implements, with that instance's name, in instance order.
 #[derive(Debug, Clone, Default)]
-pub struct Catalog {
+pub struct FunctionIndex {
     entries: Vec<(String, FunctionSignature)>,
 }
 
@@ -29,9 +23,14 @@ pub fn asking_order<'a, T>(
     named.chain(items.iter().filter(move |item| instance(item) != name))
 }
 
-impl Catalog {
+impl FunctionIndex {
     pub fn new(entries: Vec<(String, FunctionSignature)>) -> Self {
         Self { entries }
+    }
+
+    /// Every function, with the instance implementing it, in instance order.
+    pub fn entries(&self) -> &[(String, FunctionSignature)] {
+        &self.entries
     }
 
     /// The function `name` picks (see [`pick_function`]), the instances asked in
@@ -41,8 +40,13 @@ impl Catalog {
         pick_function(entries, name, |(_, signature)| signature)
     }
 
-    pub fn names(&self) -> Vec<&str> {
-        self.entries.iter().map(|(_, s)| s.name.as_str()).collect()
+    /// Why no function is found by `name`, naming those that are.
+    pub fn not_found(&self, name: &str) -> String {
+        let names: Vec<&str> = self.entries.iter().map(|(_, s)| s.name.as_str()).collect();
+        format!(
+            "no evaluator implements a function named {name:?} (known: {})",
+            names.join(", ")
+        )
     }
 
     /// The table `krm-runner functions` prints.
@@ -123,91 +127,4 @@ fn describe_parameter(parameter: &Parameter) -> String {
         (None, None) => {}
     }
     line
-}
-
-fn to_message(instance: &str, signature: &FunctionSignature) -> pb::FunctionSignature {
-    pb::FunctionSignature {
-        name: signature.name.clone(),
-        description: signature.description.clone(),
-        images: signature.images.clone(),
-        parameters: signature
-            .parameters
-            .iter()
-            .map(|p| pb::Parameter {
-                name: p.name.clone(),
-                r#type: p.parameter_type.as_str().to_owned(),
-                required: p.required,
-                description: p.description.clone(),
-                example: p.example.clone(),
-                pattern: p.pattern.clone(),
-                allowed: p.allowed.clone(),
-                minimum: p.minimum,
-                maximum: p.maximum,
-            })
-            .collect(),
-        changes: signature.changes.clone(),
-        validates: signature.validates,
-        evaluator: instance.to_owned(),
-    }
-}
-
-/// The `krmrunner.v1.FunctionCatalog` service. The catalog is listed on the first request: a
-/// server nobody asks does not build the function lists that plugins build on first use
-/// (ConfigHub's typed functions), nor hold them in memory.
-pub struct CatalogService {
-    runtime: Arc<Runtime>,
-    catalog: tokio::sync::OnceCell<Catalog>,
-}
-
-impl CatalogService {
-    pub fn new(runtime: Arc<Runtime>) -> Self {
-        Self {
-            runtime,
-            catalog: tokio::sync::OnceCell::new(),
-        }
-    }
-
-    async fn catalog(&self) -> Result<&Catalog, Status> {
-        self.catalog
-            .get_or_try_init(|| {
-                let runtime = self.runtime.clone();
-                async move {
-                    // Plugins build their lists in their own time: off the async workers.
-                    tokio::task::spawn_blocking(move || Catalog::new(runtime.functions()))
-                        .await
-                        .map_err(|e| Status::internal(format!("listing the functions: {e}")))
-                }
-            })
-            .await
-    }
-}
-
-#[tonic::async_trait]
-impl FunctionCatalog for CatalogService {
-    async fn list_functions(
-        &self,
-        _: Request<pb::ListFunctionsRequest>,
-    ) -> Result<Response<pb::ListFunctionsResponse>, Status> {
-        let catalog = self.catalog().await?;
-        Ok(Response::new(pb::ListFunctionsResponse {
-            functions: catalog
-                .entries
-                .iter()
-                .map(|(i, s)| to_message(i, s))
-                .collect(),
-        }))
-    }
-
-    async fn get_function(
-        &self,
-        request: Request<pb::GetFunctionRequest>,
-    ) -> Result<Response<pb::FunctionSignature>, Status> {
-        let name = request.into_inner().name;
-        match self.catalog().await?.find(&name) {
-            Some((instance, signature)) => Ok(Response::new(to_message(instance, signature))),
-            None => Err(Status::not_found(format!(
-                "no evaluator implements a function named {name:?}"
-            ))),
-        }
-    }
 }

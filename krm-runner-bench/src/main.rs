@@ -1,8 +1,9 @@
-//! `krm-runner bench`: the foundation's performance targets, measured in one run.
+//! `krm-runner-bench`: the foundation's performance targets, measured in one run, against the
+//! `krm-runner-server` and `krm-runner` built beside it.
 //!
 //! - `abi`: one call through the plugin boundary (the `testkit` plugin's echo, called directly
 //!   and through `multi`), target < 1 µs;
-//! - `grpc`: EvaluateFunction over loopback to a `krm-runner serve` child running `/bin/cat`
+//! - `grpc`: EvaluateFunction over loopback to a `krm-runner-server serve` child running `/bin/cat`
 //!   through `exec`, against spawning `/bin/cat` directly, same input, same run; target < 1 ms
 //!   added at p50 for a 1 KiB ResourceList;
 //! - `rss`: resident memory of that idle server with its plugins loaded, target < 30 MiB;
@@ -27,8 +28,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clap::Args;
+use clap::{Args, Parser};
 use krm_plugin_loader::HostCallContext;
+use krm_runner::{Config, EvaluatorConfig, Flags, Purpose, Runtime};
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::evaluator::function_evaluator_client::FunctionEvaluatorClient;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -38,11 +40,23 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 
-use crate::config::{Config, EvaluatorConfig};
-use crate::runtime::{Purpose, Runtime};
+/// The runner's own flags say where the plugins are and which configuration the measured
+/// runners start from, as they do for `krm-runner-server`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "krm-runner-bench",
+    version,
+    about = "Measure the plugin boundary, gRPC calls against direct process spawns, and idle memory"
+)]
+struct Cli {
+    #[command(flatten)]
+    flags: Flags,
+    #[command(flatten)]
+    bench: BenchArgs,
+}
 
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+struct BenchArgs {
     /// Calls per measurement.
     #[arg(long, default_value_t = 2000)]
     pub calls: usize,
@@ -64,10 +78,38 @@ pub struct BenchArgs {
     pub kustomize_max: usize,
 }
 
-pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let config = match krm_runner::configuration(&cli.flags) {
+        Ok(config) => config,
+        Err(code) => return code.into(),
+    };
+    let tokio = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(tokio) => tokio,
+        Err(error) => {
+            eprintln!("krm-runner-bench: cannot start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let outcome = tokio.block_on(run(&config, &cli.bench));
+    // Blocking threads may still be cleaning up cancelled calls; don't wait for them.
+    tokio.shutdown_timeout(Duration::from_millis(100));
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("krm-runner-bench: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     let wants = |name: &str| args.only.iter().any(|s| s == name);
     println!(
-        "krm-runner bench: {} calls per measurement, {} cores",
+        "krm-runner-bench: {} calls per measurement, {} cores",
         args.calls,
         cores()
     );
@@ -109,6 +151,11 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         outcome?;
     }
     Ok(())
+}
+
+/// The runner's executable `name`, built beside this one (a cargo build folder).
+fn beside_this(name: &str) -> anyhow::Result<PathBuf> {
+    Ok(std::env::current_exe()?.with_file_name(name))
 }
 
 fn cores() -> usize {
@@ -163,7 +210,7 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A `krm-runner serve` child on loopback: the embedded default chain (builtin, confighub,
+/// A `krm-runner-server serve` child on loopback: the embedded default chain (builtin, confighub,
 /// starlark, exec), with exec mapping `bench/cat` to `/bin/cat`.
 struct BenchServer {
     child: std::process::Child,
@@ -189,7 +236,7 @@ impl BenchServer {
                 "listen: 127.0.0.1:{port}\nlog_level: warn\nplugin_dirs: {plugin_dirs}\nevaluators:\n  exec:\n    plugin: exec\n    config:\n      functions:\n        - {{image: bench/cat, path: /bin/cat}}\n"
             ),
         )?;
-        let mut command = Command::new(std::env::current_exe()?);
+        let mut command = Command::new(beside_this(krm_runner::SERVER_EXECUTABLE)?);
         for (name, value) in env {
             match value.as_str() {
                 "" => command.env_remove(name),
@@ -202,7 +249,7 @@ impl BenchServer {
             .arg("serve")
             .stdin(Stdio::null())
             .spawn()
-            .context("starting krm-runner serve")?;
+            .context("starting krm-runner-server serve")?;
         let endpoint = format!("http://127.0.0.1:{port}");
         match Self::connect(endpoint, &mut child).await {
             Ok(client) => Ok(Self { child, client, dir }),
@@ -592,7 +639,7 @@ async fn builtin(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> a
             // `krm-runner` itself, which runs `fn` without this executable, and `cat`, the
             // floor for any process that reads the input and writes it back, alternating so
             // that both see the same machine.
-            let launcher = std::env::current_exe()?.with_file_name(crate::FUNCTION_EXECUTABLE);
+            let launcher = beside_this(krm_runner::FUNCTION_EXECUTABLE)?;
             let mut process = Vec::with_capacity(PROCESS_RUNS);
             let mut cat = Vec::with_capacity(PROCESS_RUNS);
             for _ in 0..PROCESS_RUNS {
@@ -654,7 +701,7 @@ async fn versions(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> 
     const REPOSITORY: &str = "ghcr.io/kptdev/krm-functions-catalog/set-namespace";
     const CONSTRAINT: &str = "~0.4.0";
     let exact = format!("{REPOSITORY}:v0.4.1");
-    let runtime = Runtime::start(base, crate::runtime::Purpose::Serve)
+    let runtime = Runtime::start(base, Purpose::Serve)
         .map_err(|problems| anyhow::anyhow!("{}", problems.join("; ")))?;
     let instance = runtime
         .instance("builtin")

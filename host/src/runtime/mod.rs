@@ -1,0 +1,318 @@
+//! Loads the configured plugins, builds their instances and runs calls on the served one: where
+//! plugin libraries are found ([`discovery`]), the instance graph ([`instances`]), one call's
+//! run ([`calls`]) and the process-wide table of running calls ([`running`]).
+
+mod calls;
+mod discovery;
+mod instances;
+mod running;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use krm_plugin_api::{
+    EvalError, EvalResponse, FunctionConfigExecutor, FunctionSignature, ProbeOutcome,
+};
+use krm_plugin_loader::{EvaluatorInstance, HostCallContext};
+
+use self::calls::evaluate_on;
+pub use self::calls::{Call, CancelOnDrop, evaluate_here, requested_constraint};
+pub use self::discovery::{locate_plugin, search_dirs};
+pub use self::instances::function_instance;
+use self::instances::{Instances, chain_positions, find_cycle, functions_of, lock};
+pub use self::running::{cancel_running_calls, running_call_count, track_call};
+use crate::config::Config;
+use crate::routing::{Router, Store};
+use crate::telemetry::traces::CallTrace;
+
+/// A running chain of evaluator instances, and the FunctionConfigs routing calls into it.
+pub struct Runtime {
+    served: Arc<EvaluatorInstance>,
+    instances: Vec<InstanceReport>,
+    built: BTreeMap<String, Arc<EvaluatorInstance>>,
+    store: Arc<Store>,
+    /// What builds the other instances when a call first reaches them, for a runtime started
+    /// [`Runtime::for_one_call`].
+    _on_first_use: Option<Arc<Mutex<Instances>>>,
+}
+
+/// What `krm-runner plugins` shows for one instance.
+#[derive(Debug, Clone)]
+pub struct InstanceReport {
+    pub name: String,
+    pub plugin_file: Option<PathBuf>,
+    pub plugin_name: String,
+    pub plugin_version: String,
+    pub abi_version: u32,
+    pub description: String,
+    /// Instances it delegates to, in lookup order.
+    pub delegates: Vec<String>,
+    /// Its place in the served chain (0 = the served instance), if it is reachable.
+    pub position: Option<usize>,
+    pub disabled: bool,
+}
+
+/// What the runtime is started for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Serving calls: plugins start what they need (pods, background tasks).
+    Serve,
+    /// Serving calls as a long-running server: as [`Purpose::Serve`], and the calls of the
+    /// instances configured `isolated` run in worker processes (see `crate::worker`).
+    ServeIsolated,
+    /// Only checking the configuration (`config check`, or a configuration with host-level
+    /// problems): plugins build without side effects, told by the `validate_only` setting.
+    Check,
+}
+
+impl Runtime {
+    /// Loads and builds everything, reporting every problem, one line each: the plugins', all
+    /// of them, and the FunctionConfig files'. `config check` and start-up both come here.
+    pub fn start(config: &Config, purpose: Purpose) -> Result<Self, Vec<String>> {
+        let mut instances = Instances::new(config, purpose);
+        let enabled = instances.enabled();
+        // Every library loads before any instance builds, so that a broken file is reported
+        // even when an instance before it fails to build.
+        for name in &enabled {
+            instances.load(name);
+        }
+        for name in &enabled {
+            instances.build(name);
+        }
+        let Instances {
+            disabled,
+            services,
+            built,
+            mut reports,
+            mut problems,
+            ..
+        } = instances;
+        for name in &disabled {
+            if services.slots.contains_key(name) {
+                reports.push(InstanceReport {
+                    name: name.clone(),
+                    plugin_file: None,
+                    plugin_name: config.evaluators[name].plugin.clone(),
+                    plugin_version: String::new(),
+                    abi_version: 0,
+                    description: String::new(),
+                    delegates: Vec::new(),
+                    position: None,
+                    disabled: true,
+                });
+            }
+        }
+        let lookups = std::mem::take(
+            &mut *services
+                .lookups
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        if let Some(cycle) = find_cycle(&lookups) {
+            problems.push(format!(
+                "evaluators: delegation loops: {}",
+                cycle.join(" -> ")
+            ));
+        }
+        let router = Arc::new(Router::new(&config.function_configs.executors, |name| {
+            built.get(name).cloned()
+        }));
+        let store = Store::load(
+            &config.function_configs,
+            &config.default_image_prefix,
+            router.clone(),
+        )
+        .map_err(|file_problems| problems.extend(in_function_config_paths(file_problems)));
+        let served = built.get(&config.serve).cloned();
+        let (Ok(store), Some(served), true) = (store, served, problems.is_empty()) else {
+            // An instance that failed to build has said why; otherwise `serve` names none.
+            if problems.is_empty() {
+                problems.extend(config.served_instance_problem());
+            }
+            return Err(problems);
+        };
+        Store::warn_of_missing_default(&config.function_configs);
+        let positions = chain_positions(&config.serve, &lookups);
+        for report in &mut reports {
+            report.delegates = lookups.get(&report.name).cloned().unwrap_or_default();
+            report.position = positions.get(&report.name).copied();
+        }
+        reports.sort_by_key(|r| (r.position.unwrap_or(usize::MAX), r.name.clone()));
+        for (executor, name) in router.missing_instances() {
+            let skipped = match executor {
+                // Its functions may be another listed instance's.
+                FunctionConfigExecutor::GoExecutor => {
+                    "sections naming a function no other instance listed implements"
+                }
+                _ => "sections",
+            };
+            tracing::warn!(
+                "function_configs.executors.{}: no evaluator instance named {name:?}; \
+                 FunctionConfigs' {} {skipped} are skipped",
+                executor.field(),
+                executor.field()
+            );
+        }
+        Ok(Self {
+            served,
+            instances: reports,
+            built,
+            store,
+            _on_first_use: None,
+        })
+    }
+
+    /// The runtime for a process that makes one call (`krm-runner eval`). Only the served
+    /// instance builds now; each instance it delegates to builds when the call first reaches
+    /// it, so a call the chain's first instance serves loads no other plugin, and a problem
+    /// with an instance the call never reaches is not this call's. FunctionConfigs route calls
+    /// by the functions the executors' instances implement, so with any in force everything
+    /// starts as [`Runtime::start`] starts it.
+    pub fn for_one_call(config: &Config) -> Result<Self, Vec<String>> {
+        // Routing is consulted only when the store holds FunctionConfigs, and then it is
+        // rebuilt with every instance below.
+        let router = Arc::new(Router::new(&config.function_configs.executors, |_| None));
+        let store = Store::load(
+            &config.function_configs,
+            &config.default_image_prefix,
+            router,
+        )
+        .map_err(|problems| in_function_config_paths(problems).collect::<Vec<_>>())?;
+        if store.has_function_configs() {
+            return Self::start(config, Purpose::Serve);
+        }
+        if let Some(problem) = config.served_instance_problem() {
+            return Err(vec![problem]);
+        }
+        Store::warn_of_missing_default(&config.function_configs);
+        Self::start_served_alone(config, store)
+    }
+
+    fn start_served_alone(config: &Config, store: Arc<Store>) -> Result<Self, Vec<String>> {
+        let instances = Arc::new(Mutex::new(Instances::new(config, Purpose::Serve)));
+        let mut building = lock(&instances);
+        for name in building.enabled() {
+            let instances = Arc::downgrade(&instances);
+            let slot = building.services.slots[&name].clone();
+            slot.fill_on_first_use(Box::new(move || {
+                let instances = instances.upgrade().ok_or("the runner is stopping")?;
+                let mut instances = lock(&instances);
+                let known = instances.problems.len();
+                instances.build(&name);
+                match instances.built.get(&name) {
+                    Some(instance) => Ok(instance.clone()),
+                    None => Err(instances.problems[known..].join("; ")),
+                }
+            }));
+        }
+        building.build(&config.serve);
+        let (served, problems) = (
+            building.built.get(&config.serve).cloned(),
+            std::mem::take(&mut building.problems),
+        );
+        let reports = building.reports.clone();
+        let built = building.built.clone();
+        drop(building);
+        match served {
+            Some(served) if problems.is_empty() => Ok(Self {
+                served,
+                instances: reports,
+                built,
+                store,
+                _on_first_use: Some(instances),
+            }),
+            _ => Err(problems),
+        }
+    }
+
+    /// The FunctionConfigs in force.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// A built instance by name.
+    pub fn instance(&self, name: &str) -> Option<&Arc<EvaluatorInstance>> {
+        self.built.get(name)
+    }
+
+    pub fn instances(&self) -> &[InstanceReport] {
+        &self.instances
+    }
+
+    /// The instances the served one reaches, in chain order.
+    pub fn served_chain(&self) -> Vec<&str> {
+        self.instances
+            .iter()
+            .filter(|i| i.position.is_some())
+            .map(|i| i.name.as_str())
+            .collect()
+    }
+
+    /// Every function some instance implements itself, with the instance's name.
+    pub fn functions(&self) -> Vec<(String, FunctionSignature)> {
+        functions_of(&self.built)
+    }
+
+    /// What a call for `image` would do, decided as [`Runtime::evaluate`] decides but without
+    /// running anything: each evaluator on the way says whether it would serve or why not.
+    pub fn probe(&self, image: &str) -> ProbeOutcome {
+        let plan = self.store.router().plan(image, None);
+        let mut declined = Vec::new();
+        for step in plan.steps {
+            let mut resolution = step.instance.probe(image, Some(&step.route));
+            declined.append(&mut resolution.declined);
+            if resolution.answer.is_some() {
+                return ProbeOutcome {
+                    declined,
+                    answer: resolution.answer,
+                };
+            }
+        }
+        let mut resolution = self.served.probe(image, None);
+        declined.append(&mut resolution.declined);
+        ProbeOutcome {
+            declined,
+            answer: resolution.answer,
+        }
+    }
+
+    /// Runs one call: on the evaluators the image's FunctionConfig names, then (when none
+    /// serves it) on the served instance; see [`evaluate_on`]. A call carrying a tag constraint
+    /// (the context's) must name an untagged image, and the constraint must parse.
+    pub async fn evaluate(
+        &self,
+        context: Arc<HostCallContext>,
+        trace: &CallTrace,
+        image: String,
+        resource_list: Vec<u8>,
+    ) -> Result<EvalResponse, EvalError> {
+        let constraint = requested_constraint(&image, context.tag())?;
+        let routing = trace.child("route");
+        let plan = self.store.router().plan(&image, constraint.as_ref());
+        if routing.is_recording() {
+            let routed: Vec<String> = plan
+                .steps
+                .iter()
+                .map(|step| step.instance.name().to_owned())
+                .collect();
+            routing.set_list("krm.route.evaluators", &routed);
+            routing.set("krm.route.served_chain", self.served.name().to_owned());
+        }
+        routing.end(None);
+        let call = Call {
+            plan,
+            served: self.served.clone(),
+            context,
+            trace: trace.clone(),
+        };
+        evaluate_on(call, image, resource_list).await
+    }
+}
+
+/// The FunctionConfig files' problems, as configuration problems of the field naming them.
+fn in_function_config_paths(problems: Vec<String>) -> impl Iterator<Item = String> {
+    problems
+        .into_iter()
+        .map(|problem| format!("function_configs.paths: {problem}"))
+}
