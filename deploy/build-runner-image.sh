@@ -9,7 +9,7 @@
 # PODMAN_OPTIONS   global podman options (e.g. --root DIR), placed before `build`
 #
 # The context is prepared in ${CARGO_TARGET_DIR:-<repo>/target}/runner-image. The health probe is
-# the static one plugins/pod/wrapper-server/build-static.sh builds. The last line printed is TAG.
+# the static one plugins/krm-plugin-pod/krm-wrapper-server/build-static.sh builds. The last line printed is TAG.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -32,7 +32,7 @@ if [ -z "$build_dir" ]; then
     -p krm-plugin-multi -p krm-plugin-pod >&2)
   build_dir=$target_dir/release
 fi
-probe_dir=$(sh "$repo/plugins/pod/wrapper-server/build-static.sh" | tail -n 1)
+probe_dir=$(sh "$repo/plugins/krm-plugin-pod/krm-wrapper-server/build-static.sh" | tail -n 1)
 certificates=/etc/ssl/certs/ca-certificates.crt
 if [ ! -f "$certificates" ]; then
   echo "build-runner-image.sh: $certificates is missing (Debian package ca-certificates)" >&2

@@ -696,7 +696,7 @@ pub fn assert_deadline_answer(status: &tonic::Status) {
 pub fn static_wrapper_server_context() -> PathBuf {
     let repo = repo_root();
     let output = Command::new("sh")
-        .arg(repo.join("plugins/pod/wrapper-server/build-static.sh"))
+        .arg(repo.join("plugins/krm-plugin-pod/krm-wrapper-server/build-static.sh"))
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .output()
         .expect("run build-static.sh");

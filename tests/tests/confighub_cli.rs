@@ -9,7 +9,7 @@ use krm_runner_tests::{repo_root, run_cli, scratch};
 use serde_json::Value;
 
 fn executor_golden_dir() -> PathBuf {
-    repo_root().join("function-executor/tests/golden")
+    repo_root().join("krm-function-executor/tests/golden")
 }
 
 fn cli_golden_dir() -> PathBuf {

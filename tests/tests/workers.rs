@@ -336,7 +336,10 @@ async fn dead_and_unstartable_workers_fail_one_call_each() {
         unsafe { libc::kill(*pid, libc::SIGKILL) };
     }
     // Dead before the call, so that none is handed out in the instant before its signal lands.
-    assert_eq!(wait_gone(&killed, Duration::from_secs(10)), Vec::<i32>::new());
+    assert_eq!(
+        wait_gone(&killed, Duration::from_secs(10)),
+        Vec::<i32>::new()
+    );
     let status = server.call("testkit/echo", b"{}").await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert!(

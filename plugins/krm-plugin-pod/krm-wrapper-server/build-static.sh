@@ -3,7 +3,7 @@
 # run when copied into any function image, `FROM scratch` and distroless included, and puts them
 # in an image build context for deploy/Containerfile.wrapper-server.
 #
-#   plugins/pod/wrapper-server/build-static.sh [CONTEXT_DIR]
+#   plugins/krm-plugin-pod/krm-wrapper-server/build-static.sh [CONTEXT_DIR]
 #
 # CONTEXT_DIR defaults to <target dir>/image. The last line printed is CONTEXT_DIR.
 # The build uses its own target dir (WRAPPER_STATIC_TARGET_DIR, default

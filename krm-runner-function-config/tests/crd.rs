@@ -17,7 +17,7 @@ fn committed_path() -> PathBuf {
 fn generated() -> String {
     let body = yaml_serde::to_string(&FunctionConfig::crd()).expect("the CRD serializes");
     format!(
-        "# Generated from the FunctionConfig types in function-config/src/types.rs; do not edit.\n\
+        "# Generated from the FunctionConfig types in krm-runner-function-config/src/types.rs; do not edit.\n\
          # Regenerate with: {UPDATE}\n{body}"
     )
 }

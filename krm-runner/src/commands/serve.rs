@@ -47,8 +47,7 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
         tracing::info!(address = %http.local_addr()?, "serving ConfigHub's function routes over HTTP");
     }
     // The configuration's problems were reported before serving started.
-    let typed = config
-.typed_executor()?;
+    let typed = config.typed_executor()?;
     let workers = if config.workers.typed_functions {
         let contributors = confighub::contributors(&runtime);
         Some(worker::typed::TypedWorkers::start(config, contributors).map_err(anyhow::Error::msg)?)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Writes host/start-up.order: the functions of the release `krm-runner` that a
+# Writes krm-runner/start-up.order: the functions of the release `krm-runner` that a
 # `krm-runner fn set-namespace` call on 10 Deployments runs, as callgrind saw them, which
-# host/build.rs has the linker lay out first (see there). Run it after a toolchain or
+# krm-runner/build.rs has the linker lay out first (see there). Run it after a toolchain or
 # dependency update, then rebuild: `cargo build --release --workspace`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,5 +30,5 @@ valgrind --tool=callgrind --demangle=no --compress-strings=no \
 # Each function once, in the order callgrind first names it, from the `krm-runner` object only.
 awk '/^ob=/ { ob = substr($0, 4) }
      /^fn=/ && ob ~ /\/krm-runner$/ && !seen[$0]++ { print substr($0, 4) }' \
-  "$work/callgrind.out" > host/start-up.order
-echo "host/start-up.order: $(wc -l < host/start-up.order) functions" >&2
+  "$work/callgrind.out" > krm-runner/start-up.order
+echo "krm-runner/start-up.order: $(wc -l < krm-runner/start-up.order) functions" >&2
