@@ -74,6 +74,20 @@ pub enum Command {
     Listpaths(ToolchainArg),
 }
 
+impl Command {
+    /// Whether the command only prints what it finds, writing to no other process.
+    pub fn only_prints(&self) -> bool {
+        matches!(
+            self,
+            Self::Plugins { .. }
+                | Self::Config { .. }
+                | Self::Functions { .. }
+                | Self::List(_)
+                | Self::Listpaths(_)
+        )
+    }
+}
+
 /// `krm-runner fn`'s own arguments.
 #[derive(Debug, Args)]
 pub struct FunctionArgs {

@@ -45,7 +45,11 @@ pub fn run(args: Vec<OsString>) -> u8 {
         return worker::main();
     }
     let Cli { flags, command } = Cli::parse_from_args(args);
-    let exit = match command.unwrap_or(Command::Serve) {
+    let command = command.unwrap_or(Command::Serve);
+    if command.only_prints() {
+        signals::quiet_on_closed_stdout();
+    }
+    let exit = match command {
         Command::Serve => commands::serve::run(&flags),
         Command::Eval(args) => commands::eval::run(&flags, &args),
         Command::Function(function) => commands::function::run(&FunctionCall { flags, function }),

@@ -16,3 +16,15 @@ pub fn terminated() -> impl Future<Output = ()> {
         }
     }
 }
+
+/// For a command that only prints (a listing, the configuration): a reader that stops early
+/// (`krm-runner plugins | head`) ends the process quietly, as it ends `ls`, instead of failing
+/// a print. Not for commands that write to child processes or serve, where a closed pipe is
+/// an error to answer, not a reason to stop.
+pub fn quiet_on_closed_stdout() {
+    // SAFETY: setting SIGPIPE's disposition to its default, before any thread that could be
+    // writing exists in this command; no handler of ours is replaced.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}

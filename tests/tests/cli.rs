@@ -454,6 +454,25 @@ fn config_layers_file_then_env_then_flags() {
     assert!(line.contains("- exec2"), "{line}");
 }
 
+/// A plugin's settings are JSON values; the printed configuration shows their numbers as
+/// numbers, as the file wrote them.
+#[test]
+fn config_prints_plugin_numbers_as_numbers() {
+    let dir = scratch();
+    let config = write_config(
+        dir.path(),
+        "evaluators:\n  exec:\n    plugin: exec\n    config:\n      functions: []\n      \
+         max_output_bytes: 1000\n",
+    );
+    let output = run_cli(&["--config-file", &config, "config"], &[], b"");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(
+        text.lines().any(|l| l.trim() == "max_output_bytes: 1000"),
+        "{text}"
+    );
+}
+
 #[test]
 fn porch_flags_map_onto_the_config() {
     let dir = scratch();
@@ -928,6 +947,33 @@ fn config_check_and_serve_agree_on_broken_configurations() {
             problems_found.len(),
             expected.len(),
             "{case}: one line per problem: {problems_found:#?}"
+        );
+    }
+}
+
+/// `krm-runner plugins | head -1`: a reader that stops early ends a listing quietly, as it
+/// ends `ls`, instead of a panic about a failed print.
+#[test]
+fn listings_end_quietly_when_their_reader_stops() {
+    use std::os::unix::process::ExitStatusExt;
+    for command in [&["plugins"][..], &["list"], &["functions"], &["config"]] {
+        let mut child = std::process::Command::new(krm_runner_tests::runner_binary())
+            .args(command)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader leaves before the command prints: the whole listing meets a closed pipe.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        let text = stderr(&output);
+        assert!(!text.contains("panicked"), "{command:?}: {text}");
+        assert_eq!(
+            output.status.signal(),
+            Some(libc::SIGPIPE),
+            "{command:?}: {:?} {text}",
+            output.status
         );
     }
 }

@@ -2,6 +2,8 @@
 //! validates it and the FunctionConfig files as start-up does.
 
 use super::{Exit, configure, report};
+use krm_runner_function_config::config_file;
+
 use crate::cli::{ConfigAction, Flags};
 use crate::config::{self as configuration, Config};
 use crate::runtime::{Purpose, Runtime};
@@ -41,7 +43,7 @@ fn report_check(runtime: &Runtime) -> u8 {
 }
 
 fn print_config(figment: &figment::Figment, config: &Config) {
-    match yaml_serde::to_string(config) {
+    match to_yaml(config) {
         Ok(yaml) => print!("{yaml}"),
         Err(error) => eprintln!("krm-runner: cannot print the configuration: {error}"),
     }
@@ -49,4 +51,14 @@ fn print_config(figment: &figment::Figment, config: &Config) {
     for (key, value, source) in configuration::provenance(figment) {
         println!("# {key} = {value}  <- {source}");
     }
+}
+
+/// Plugin settings are JSON values, whose numbers (with serde_json's `arbitrary_precision`, which
+/// the starlark interpreter turns on) serialize as a private wrapper: YAML gets them as plain
+/// numbers by way of a plain value.
+fn to_yaml(config: &Config) -> Result<String, yaml_serde::Error> {
+    let json =
+        serde_json::to_value(config).map_err(<yaml_serde::Error as serde::ser::Error>::custom)?;
+    let plain: yaml_serde::Value = config_file::from_json_value(json)?;
+    yaml_serde::to_string(&plain)
 }
