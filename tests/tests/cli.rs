@@ -977,3 +977,58 @@ fn listings_end_quietly_when_their_reader_stops() {
         );
     }
 }
+
+/// What a newcomer typed first, answered with where to go: plain documents to `fn` without
+/// `--`, a misspelt typed function, a runner that is not there.
+#[test]
+fn mistakes_get_a_pointer_to_what_works() {
+    let dir = scratch();
+    let documents = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n";
+    let output = run_cli(&["fn", "set-namespace"], &[], documents);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("`krm-runner fn set-namespace -- key=value`"),
+        "{}",
+        stderr(&output)
+    );
+    // The same documents with the config after `--` are wrapped and served.
+    let output = run_cli(
+        &["fn", "set-namespace", "--", "namespace=x"],
+        &[],
+        documents,
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    let unit = dir.path().join("unit.yaml");
+    std::fs::write(&unit, documents).unwrap();
+    let unit = unit.display().to_string();
+    let output = run_cli(&["do", &unit, "u", "set-namspace", "x"], &[], b"");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains(
+            "no typed function \"set-namspace\": did you mean set-namespace? \
+             `krm-runner list` lists them"
+        ),
+        "{}",
+        stderr(&output)
+    );
+
+    let refused = format!("127.0.0.1:{}", krm_runner_tests::free_port());
+    let output = run_cli(
+        &[
+            "eval",
+            "--server",
+            &refused,
+            "--image",
+            "set-namespace",
+            "--",
+            "namespace=x",
+        ],
+        &[],
+        documents,
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(text.contains("cannot reach a runner"), "{text}");
+    assert_eq!(text.matches("tcp connect error").count(), 1, "{text}");
+}

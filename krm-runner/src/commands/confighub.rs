@@ -249,6 +249,13 @@ fn invoke(
     {
         executor = with_plugins(executor, plugins)?;
     }
+    for invocation in &request.invocations {
+        let name = &invocation.function_name;
+        if executor.function(name).is_none() {
+            // The response says what ConfigHub's says; the person at the terminal gets a pointer.
+            eprintln!("krm-runner: {}", unknown_function_hint(name, &executor));
+        }
+    }
     let input = read_input(request.file)?;
     let mut invocation = FunctionInvocationRequest {
         config_data: input.clone(),
@@ -549,4 +556,23 @@ mod tests {
         assert_eq!(arguments[1], FunctionArgument::named("name", "v=w"));
         assert_eq!(arguments[0], FunctionArgument::positional("x"));
     }
+}
+
+/// What to say of a function `executor` does not have: the closest name it has, and where the
+/// whole list is.
+fn unknown_function_hint(name: &str, executor: &Executor) -> String {
+    let known = executor.list();
+    let closest = known
+        .keys()
+        .map(|known| (strsim::damerau_levenshtein(name, known), known))
+        .filter(|(distance, _)| *distance <= 3)
+        .min();
+    let suggestion = match closest {
+        Some((_, known)) => format!("did you mean {known}? "),
+        None => String::new(),
+    };
+    format!(
+        "no typed function {}: {suggestion}`krm-runner list` lists them",
+        krm_plugin_api::quoted(name)
+    )
 }

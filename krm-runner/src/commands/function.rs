@@ -67,5 +67,21 @@ fn run_function(
         context: HostCallContext::new(None),
         trace: CallTrace::default(),
     };
-    write_outcome(evaluate_here(&call, name, &input), "krm-runner fn")
+    let exit = write_outcome(evaluate_here(&call, name, &input), "krm-runner fn")?;
+    if exit != 0 && data.is_empty() && !mentions_resource_list(&input) {
+        eprintln!(
+            "krm-runner fn: the input is not a ResourceList; plain resource documents are wrapped \
+             in one when the function's config is given after `--` (`krm-runner fn {name} -- \
+             key=value`)"
+        );
+    }
+    Ok(exit)
+}
+
+/// Whether `input` could be a ResourceList at all: a failed call on input that is not gets a
+/// pointer to `-- key=value`, which wraps plain documents.
+fn mentions_resource_list(input: &[u8]) -> bool {
+    input
+        .windows(b"ResourceList".len())
+        .any(|window| window == b"ResourceList")
 }

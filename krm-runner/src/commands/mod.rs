@@ -75,12 +75,25 @@ pub fn run_async(
 pub fn exit_code(outcome: anyhow::Result<i32>) -> u8 {
     match outcome {
         Ok(code) => code as u8,
-        Err(error) if error.is::<BadInvocation>() => report(&[format!("{error:#}")]),
+        Err(error) if error.is::<BadInvocation>() => report(&[causes(&error)]),
         Err(error) => {
-            eprintln!("krm-runner: {error:#}");
+            eprintln!("krm-runner: {}", causes(&error));
             1
         }
     }
+}
+
+/// `error` and its causes, each once: a library that wraps an error in one saying the same
+/// (a refused connection: "tcp connect error" twice) does not make the reader read it twice.
+fn causes(error: &anyhow::Error) -> String {
+    let mut said: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if said.last() != Some(&text) {
+            said.push(text);
+        }
+    }
+    said.join(": ")
 }
 
 /// The command's arguments or input are unusable (exit status 2, like a usage error).
