@@ -526,6 +526,25 @@ fn go_quoted(text: &str) -> String {
     quoted
 }
 
+/// What to say of a function `executor` does not have: the closest name it has, and where the
+/// whole list is.
+fn unknown_function_hint(name: &str, executor: &Executor) -> String {
+    let known = executor.list();
+    let closest = known
+        .keys()
+        .map(|known| (strsim::damerau_levenshtein(name, known), known))
+        .filter(|(distance, _)| *distance <= 3)
+        .min();
+    let suggestion = match closest {
+        Some((_, known)) => format!("did you mean {known}? "),
+        None => String::new(),
+    };
+    format!(
+        "no typed function {}: {suggestion}`krm-runner list` lists them",
+        krm_plugin_api::quoted(name)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,23 +575,4 @@ mod tests {
         assert_eq!(arguments[1], FunctionArgument::named("name", "v=w"));
         assert_eq!(arguments[0], FunctionArgument::positional("x"));
     }
-}
-
-/// What to say of a function `executor` does not have: the closest name it has, and where the
-/// whole list is.
-fn unknown_function_hint(name: &str, executor: &Executor) -> String {
-    let known = executor.list();
-    let closest = known
-        .keys()
-        .map(|known| (strsim::damerau_levenshtein(name, known), known))
-        .filter(|(distance, _)| *distance <= 3)
-        .min();
-    let suggestion = match closest {
-        Some((_, known)) => format!("did you mean {known}? "),
-        None => String::new(),
-    };
-    format!(
-        "no typed function {}: {suggestion}`krm-runner list` lists them",
-        krm_plugin_api::quoted(name)
-    )
 }
