@@ -17,9 +17,14 @@
 //! - `telemetry` (only when asked for): the `grpc` call with tracing (every call sampled,
 //!   exported over OTLP to a receiver in this process) and Prometheus metrics on, against a
 //!   runner with both off, calls alternating; target: at most 5% slower at p50.
-//! - `workers` (only when asked for): a small Starlark call through a runner whose `starlark`
-//!   instance is isolated (the default: the call crosses to a worker process) against one where
-//!   it runs in the runner, calls alternating; target: the worker adds at most 0.3 ms at p50.
+//! - `workers` (only when asked for): what the worker processes cost and what they keep: a small
+//!   Starlark call and a small yq call each through a worker against the same call in the runner,
+//!   alternating (target: the worker adds at most 0.3 ms at p50); the CPU the runner and its
+//!   workers use after a runaway program's deadline answered (target: none after 100 ms); the
+//!   runner's resident memory before, right after and 30 s after ten 5 MB sequences at once
+//!   (target: back within 2x of its start-up size).
+
+mod workers;
 
 use std::io::Write;
 use std::net::TcpListener;
@@ -120,7 +125,7 @@ async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         telemetry(base, args).await?;
     }
     if wants("workers") {
-        workers(base, args).await?;
+        workers::run(base, args).await?;
     }
     if wants("grpc") || wants("rss") || wants("builtin") || wants("versions") {
         let mut server = BenchServer::start(base, &[]).await?;
@@ -215,6 +220,7 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
 struct BenchServer {
     child: std::process::Child,
     client: FunctionEvaluatorClient<tonic::transport::Channel>,
+    endpoint: String,
     dir: PathBuf,
 }
 
@@ -251,8 +257,13 @@ impl BenchServer {
             .spawn()
             .context("starting krm-runner-server serve")?;
         let endpoint = format!("http://127.0.0.1:{port}");
-        match Self::connect(endpoint, &mut child).await {
-            Ok(client) => Ok(Self { child, client, dir }),
+        match Self::connect(endpoint.clone(), &mut child).await {
+            Ok(client) => Ok(Self {
+                child,
+                client,
+                endpoint,
+                dir,
+            }),
             Err(error) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -506,67 +517,6 @@ async fn telemetry(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         server.stop();
     }
     serving.abort();
-    outcome
-}
-
-/// A small Starlark call in a worker against the same call in the runner's process.
-async fn workers(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
-    let in_worker = BenchServer::start(base, &[]).await?;
-    let in_runner = match BenchServer::start(
-        base,
-        &[(
-            "KRM_RUNNER_EVALUATORS__STARLARK__ISOLATED",
-            "false".to_owned(),
-        )],
-    )
-    .await
-    {
-        Ok(server) => server,
-        Err(error) => {
-            in_worker.stop();
-            return Err(error);
-        }
-    };
-    let mut servers = [
-        ("in a worker (isolated, the default)", in_worker, Vec::new()),
-        ("in the runner's process", in_runner, Vec::new()),
-    ];
-    let program = "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: ns\n  source: |\n    for r in ctx.resource_list[\"items\"]:\n      r[\"metadata\"][\"namespace\"] = \"prod\"\n";
-    let outcome = async {
-        for _ in 0..50 {
-            for (_, server, _) in &mut servers {
-                server.call("starlark", program.as_bytes()).await?;
-            }
-        }
-        for _ in 0..args.calls {
-            for (_, server, times) in &mut servers {
-                let started = Instant::now();
-                server.call("starlark", program.as_bytes()).await?;
-                times.push(started.elapsed());
-            }
-        }
-        println!(
-            "\n## Worker hop ({} calls each, alternating, a Starlark program setting one \
-             ConfigMap's namespace, over gRPC)",
-            args.calls
-        );
-        println!("| starlark runs | p50 | p99 |\n|---|---|---|");
-        let mut p50s = Vec::new();
-        for (label, _, times) in &mut servers {
-            let (p50, p99) = percentiles(times);
-            p50s.push(p50);
-            println!("| {label} | {} | {} |", ms(p50), ms(p99));
-        }
-        println!(
-            "| added by the worker at p50 | {} | |",
-            ms(p50s[0].saturating_sub(p50s[1]))
-        );
-        anyhow::Ok(())
-    }
-    .await;
-    for (_, server, _) in servers {
-        server.stop();
-    }
     outcome
 }
 
