@@ -52,6 +52,9 @@ done
 # Debug info would make up most of the image; symbols stay, so backtraces name functions.
 strip --strip-debug "$home/krm-runner" "$home/krm-runner-server" "$home"/libkrm_plugin_*.so
 cp "$probe_dir/grpc-health-probe" "$home/"
+# The shipped FunctionConfigs, where the runner looks for them beside its plugins.
+mkdir -p "$home/functions"
+cp "$repo"/config/functions/*.yaml "$home/functions/"
 cp "$here/runner-image-config.yaml" "$rootfs/etc/krm-runner/config.yaml"
 cp "$certificates" "$rootfs/etc/ssl/certs/"
 

@@ -285,6 +285,12 @@ fn runner_and_wrapper_server_images_build_and_serve() {
     timed("runner container ready", || {
         images.wait_until_ready("runner", &manifest.readiness_probe)
     });
+    // The shipped FunctionConfigs are in the image, where the runner looks beside its plugins.
+    let logs = images.logs("runner");
+    assert!(
+        !logs.contains("no FunctionConfigs are installed"),
+        "the image lacks the shipped FunctionConfigs: {logs}"
+    );
 
     let input = set_namespace_input();
     // The same build's runner on the host, being the function, gives the expected answer.
