@@ -53,7 +53,10 @@ impl Call {
             }
             Call::Yq => {
                 let response = executor
-                    .invoke(invoke_request(UNIT, "yq", &[".metadata.name"]))
+                    .invoke(pb::InvokeRequest::kubernetes(
+                        UNIT,
+                        vec![pb::Invocation::positional("yq", &[".metadata.name"])],
+                    ))
                     .await?
                     .into_inner();
                 anyhow::ensure!(response.success, "yq failed: {:?}", response.error_messages);
@@ -70,24 +73,6 @@ async fn executor(server: &BenchServer) -> anyhow::Result<Executor> {
         .await?
         .max_decoding_message_size(64 << 20)
         .max_encoding_message_size(64 << 20))
-}
-
-fn invoke_request(unit: &str, function: &str, arguments: &[&str]) -> pb::InvokeRequest {
-    pb::InvokeRequest {
-        toolchain: "Kubernetes/YAML".to_owned(),
-        config_data: unit.as_bytes().to_vec(),
-        invocations: vec![pb::Invocation {
-            function_name: function.to_owned(),
-            arguments: arguments
-                .iter()
-                .map(|value| pb::Argument {
-                    parameter_name: String::new(),
-                    value: Some(pb::argument::Value::StringValue((*value).to_owned())),
-                })
-                .collect(),
-        }],
-        ..Default::default()
-    }
 }
 
 /// `call` through a runner that sends it to a worker (the default) and through one where
@@ -170,7 +155,7 @@ async fn cpu_after_deadline(base: &Config) -> anyhow::Result<()> {
             let before = tree(server.child.id());
             let started = Instant::now();
             if program.starts_with("yq") {
-                let mut request = tonic::Request::new(invoke_request(UNIT, "yq", &[&nothing]));
+                let mut request = tonic::Request::new(pb::InvokeRequest::kubernetes(UNIT, vec![pb::Invocation::positional("yq", &[&nothing])]));
                 request.set_timeout(Duration::from_secs(1));
                 anyhow::ensure!(executor.invoke(request).await.is_err(), "{program} finished");
             } else {
@@ -251,7 +236,10 @@ async fn memory_after_load(base: &Config) -> anyhow::Result<()> {
                         .max_decoding_message_size(64 << 20)
                         .max_encoding_message_size(64 << 20);
                     let response = client
-                        .invoke(invoke_request(&unit, "set-label", &["tier", "web"]))
+                        .invoke(pb::InvokeRequest::kubernetes(
+                            &unit,
+                            vec![pb::Invocation::positional("set-label", &["tier", "web"])],
+                        ))
                         .await?
                         .into_inner();
                     anyhow::ensure!(response.success, "{:?}", response.error_messages);

@@ -20,3 +20,35 @@ pub mod evaluator {
 }
 
 pub mod serving;
+
+impl krmrunner::v1::Invocation {
+    /// `function` with positional string arguments, as `krm-runner do` (fctl's `do`) passes
+    /// them.
+    pub fn positional(function: &str, arguments: &[&str]) -> Self {
+        Self {
+            function_name: function.to_owned(),
+            arguments: arguments
+                .iter()
+                .map(|value| krmrunner::v1::Argument {
+                    parameter_name: String::new(),
+                    value: Some(krmrunner::v1::argument::Value::StringValue(
+                        (*value).to_owned(),
+                    )),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl krmrunner::v1::InvokeRequest {
+    /// A sequence of `invocations` over a Kubernetes/YAML unit's `config_data`, with the
+    /// other fields at their defaults.
+    pub fn kubernetes(config_data: &str, invocations: Vec<krmrunner::v1::Invocation>) -> Self {
+        Self {
+            toolchain: "Kubernetes/YAML".to_owned(),
+            config_data: config_data.as_bytes().to_vec(),
+            invocations,
+            ..Default::default()
+        }
+    }
+}

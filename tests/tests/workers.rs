@@ -66,28 +66,6 @@ fn settle(server: &Server, count: usize) -> Vec<i32> {
     }
 }
 
-fn invocation(function: &str, arguments: &[&str]) -> pb::Invocation {
-    pb::Invocation {
-        function_name: function.to_owned(),
-        arguments: arguments
-            .iter()
-            .map(|value| pb::Argument {
-                parameter_name: String::new(),
-                value: Some(pb::argument::Value::StringValue((*value).to_owned())),
-            })
-            .collect(),
-    }
-}
-
-fn request(data: &str, invocations: Vec<pb::Invocation>) -> pb::InvokeRequest {
-    pb::InvokeRequest {
-        toolchain: "Kubernetes/YAML".to_owned(),
-        config_data: data.as_bytes().to_vec(),
-        invocations,
-        ..Default::default()
-    }
-}
-
 async fn executor(server: &Server) -> FunctionExecutorClient<tonic::transport::Channel> {
     FunctionExecutorClient::connect(server.endpoint())
         .await
@@ -97,7 +75,10 @@ async fn executor(server: &Server) -> FunctionExecutorClient<tonic::transport::C
 /// A sequence that needs no worker's limit: served.
 async fn still_served(client: &mut FunctionExecutorClient<tonic::transport::Channel>) {
     let response = client
-        .invoke(request(UNIT, vec![invocation("yq", &[".metadata.name"])]))
+        .invoke(pb::InvokeRequest::kubernetes(
+            UNIT,
+            vec![pb::Invocation::positional("yq", &[".metadata.name"])],
+        ))
         .await
         .expect("the runner still serves")
         .into_inner();
@@ -128,7 +109,10 @@ async fn yq_programs_that_exhaust_memory_end_only_their_worker() {
         format!("[{nine_levels}] | length"),
     ] {
         let status = client
-            .invoke(request(UNIT, vec![invocation("yq", &[&program])]))
+            .invoke(pb::InvokeRequest::kubernetes(
+                UNIT,
+                vec![pb::Invocation::positional("yq", &[&program])],
+            ))
             .await
             .unwrap_err();
         assert_eq!(
@@ -222,9 +206,9 @@ async fn work_stops_when_the_callers_deadline_passes() {
     let unit = format!("{UNIT}  list: x\nlist:\n{}", items.concat());
     let before = settle(&server, 3);
     let mut client = executor(&server).await;
-    let mut call = tonic::Request::new(request(
+    let mut call = tonic::Request::new(pb::InvokeRequest::kubernetes(
         &unit,
-        vec![invocation(
+        vec![pb::Invocation::positional(
             "cel-validate",
             &["r.list.all(x, r.list.exists(y, y == x))"],
         )],
@@ -534,9 +518,9 @@ async fn large_sequences_at_once_leave_the_runner_small() {
                     .unwrap()
                     .max_decoding_message_size(64 << 20);
                 client
-                    .invoke(request(
+                    .invoke(pb::InvokeRequest::kubernetes(
                         &unit,
-                        vec![invocation("set-label", &["tier", "web"])],
+                        vec![pb::Invocation::positional("set-label", &["tier", "web"])],
                     ))
                     .await
             })
