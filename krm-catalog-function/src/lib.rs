@@ -155,7 +155,7 @@ impl Catalog {
     }
 
     /// The function serving `image`, or why none does (the reason a decline gives).
-    pub fn find(&self, image: &str) -> Result<&'static Function, String> {
+    fn find(&self, image: &str) -> Result<&'static Function, String> {
         let (rest, prefixed) = self.strip_prefix(image);
         let (name_tag, digest) = match rest.split_once('@') {
             Some((n, d)) => (n, Some(d)),
@@ -198,7 +198,7 @@ impl Catalog {
         Err(format!("{}, not {}", reproduced(), asked.join("@")))
     }
 
-    /// The function a call for `image` runs here, or why none does (see [`Catalog::find`]); a
+    /// The function a call for `image` runs here, or why none does (see `Catalog::find`); a
     /// FunctionConfig's goExecutor names the function by id instead, as an untagged image
     /// would. The outer error fails the call.
     pub fn choose(

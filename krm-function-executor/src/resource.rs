@@ -17,7 +17,7 @@ pub struct Element {
 
 impl Element {
     /// The identity, or an error naming the element and what is missing.
-    pub fn checked_info(&self) -> Result<&ResourceInfo, String> {
+    pub(crate) fn checked_info(&self) -> Result<&ResourceInfo, String> {
         match &self.problem {
             None => Ok(&self.info),
             Some(problem) => Err(format!("resource/element {}: {problem}", self.document)),

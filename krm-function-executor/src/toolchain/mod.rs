@@ -153,7 +153,7 @@ impl Toolchain {
     /// nesting deeper than the YAML parser takes, or (AppConfig/Properties) a property key
     /// that reading the file refuses. The path's segments other than keys stand for one
     /// existing key each.
-    pub fn check_new_path(self, path: &UnresolvedPath) -> Result<(), String> {
+    pub(crate) fn check_new_path(self, path: &UnresolvedPath) -> Result<(), String> {
         match self {
             Toolchain::KubernetesYaml => {
                 if path.segments.len() > crate::yaml::MAX_DEPTH {

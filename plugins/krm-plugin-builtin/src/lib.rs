@@ -65,7 +65,7 @@ mod tests {
             "set-namespace:v0.4.1",
         ] {
             assert_eq!(
-                b.find(image).ok().map(|f| f.name),
+                b.choose(image, None).unwrap().ok().map(|f| f.name),
                 Some("set-namespace"),
                 "{image}"
             );
@@ -78,7 +78,7 @@ mod tests {
             "gcr.io/kpt-fn/starlark:v0.4.3",
             "",
         ] {
-            assert!(b.find(image).ok().is_none(), "{image}");
+            assert!(b.choose(image, None).unwrap().ok().is_none(), "{image}");
         }
     }
 
@@ -122,10 +122,25 @@ mod tests {
             serde_json::json!({"tags": {"set-labels": ["v9", "sha256:abc"]}, "disabled": ["set-image"]}),
             None,
         );
-        assert!(b.find("gcr.io/kpt-fn/set-labels:v9").ok().is_some());
-        assert!(b.find("gcr.io/kpt-fn/set-labels@sha256:abc").ok().is_some());
-        assert!(b.find("gcr.io/kpt-fn/set-labels:v0.2").ok().is_none());
-        assert!(b.find("set-image").ok().is_none());
+        assert!(
+            b.choose("gcr.io/kpt-fn/set-labels:v9", None)
+                .unwrap()
+                .ok()
+                .is_some()
+        );
+        assert!(
+            b.choose("gcr.io/kpt-fn/set-labels@sha256:abc", None)
+                .unwrap()
+                .ok()
+                .is_some()
+        );
+        assert!(
+            b.choose("gcr.io/kpt-fn/set-labels:v0.2", None)
+                .unwrap()
+                .ok()
+                .is_none()
+        );
+        assert!(b.choose("set-image", None).unwrap().ok().is_none());
         assert!(serde_json::from_value::<Config>(serde_json::json!({"tag": {}})).is_err());
         let err = Catalog::new(
             BuiltinPlugin::NAME,
@@ -203,9 +218,13 @@ mod tests {
                 .contains(&"local.test/fns/set-namespace:v0.4".to_owned())
         );
         assert!(
-            b.find("ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4")
-                .ok()
-                .is_some()
+            b.choose(
+                "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4",
+                None
+            )
+            .unwrap()
+            .ok()
+            .is_some()
         );
     }
 }
