@@ -36,9 +36,13 @@ impl Registry {
                 data: data.to_vec(),
             });
         }
-        Ok(Self {
-            client: Client::new(config),
-        })
+        // The one TLS crypto provider of the process, as for the cluster client; a second
+        // install is refused harmlessly.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // `Client::new` would fall back to a default client, dropping `plain_http` and the CA.
+        let client = Client::try_from(config)
+            .map_err(|error| format!("cannot make a registry client: {}", with_causes(&error)))?;
+        Ok(Self { client })
     }
 
     /// The manifest digest `image` (`registry/repository:tag`) names now.
