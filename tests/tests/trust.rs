@@ -5,8 +5,11 @@
 //! annotation). Each refusal answers PERMISSION_DENIED naming the rule and the reason; an
 //! allowed call's evaluator gets the image by digest.
 //!
-//! Needs docker-registry (tests/run.sh installs it): skipped loudly without it, a failure under
-//! CI=true.
+//! Needs docker-registry (tests/run.sh installs it), and for the pod evaluator's test podman,
+//! runc and busybox-static too: skipped loudly without them, a failure under CI=true.
+
+#[path = "support/pod_world.rs"]
+mod pod_world;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -440,6 +443,75 @@ async fn only_allowed_pinned_and_signed_images_run() {
         text.contains("refused by policy rule \"signed\": unsigned"),
         "{text}"
     );
+}
+
+/// The pod evaluator, allowed a signed image by a tag, starts the pod with the image by digest.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_pod_evaluator_starts_the_digest_the_policy_checked() {
+    if !krm_kube_standin::fixture::require_podman("the trust policy's pinned pods") {
+        return;
+    }
+    let world = tokio::task::spawn_blocking(pod_world::pod_world)
+        .await
+        .unwrap();
+    let cluster = &world.cluster;
+    let registry = &cluster.registry;
+    let image = cluster
+        .push(&pod_world::function_image(&["/bin/cat"]), "krm/pinned:v1")
+        .expect("function image");
+    let (status, manifest) = registry::http_get_accept(
+        registry.addr,
+        "/v2/krm/pinned/manifests/v1",
+        "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json",
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    let digest = sha256(&manifest);
+    let release = Key::p256(7);
+    sign(registry, "krm/pinned", &digest, &release);
+    let dir = scratch();
+    let host = &registry.host;
+    let config = format!(
+        "{}policy:
+  default: deny
+  keys: {{release: \"{}\"}}
+  registries: {{plain_http: [\"{host}\"]}}
+  rules:
+  - {{name: signed, images: [\"{host}/krm/*\"], action: allow, signed_by: [release]}}
+",
+        pod_world::runner_config(cluster, &world.wrapper, ""),
+        write_key(dir.path(), "release.pub", &release),
+    );
+    let server = Server::start(&config, &[]);
+    let input = resource_list(&["pinned"]);
+    let mut request = tonic::Request::new(EvaluateFunctionRequest {
+        resource_list: input.clone(),
+        image: image.clone(),
+        tag: String::new(),
+    });
+    request.set_timeout(Duration::from_secs(120));
+    let response = server
+        .client()
+        .await
+        .evaluate_function(request)
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(response.metadata().get("x-krm-evaluator").unwrap(), "pod");
+    assert_eq!(response.into_inner().resource_list, input);
+    let pods: serde_json::Value = serde_json::from_str(&pod_world::kubectl(
+        cluster,
+        &["get", "pods", "-n", pod_world::NAMESPACE, "-o", "json"],
+    ))
+    .unwrap();
+    let images: Vec<&str> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|pod| pod["spec"]["containers"].as_array().unwrap())
+        .filter_map(|container| container["image"].as_str())
+        .collect();
+    assert_eq!(images, [format!("{host}/krm/pinned@{digest}")], "{pods:#}");
 }
 
 #[test]
