@@ -2,6 +2,7 @@
 //! beside an image. Anonymous pulls, within the bounds below; each caller bounds the time.
 
 use futures_util::StreamExt;
+use krm_runner_proto::serving::with_causes;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
@@ -120,18 +121,4 @@ fn is_missing(error: &oci_client::errors::OciDistributionError) -> bool {
         OciDistributionError::ServerError { code, .. } => *code == 404,
         _ => false,
     }
-}
-
-/// An error and its causes: HTTP client errors keep the reason in their sources.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text = format!("{text}: {cause_text}");
-        }
-        source = cause.source();
-    }
-    text
 }
