@@ -401,6 +401,34 @@ async fn only_allowed_pinned_and_signed_images_run() {
         "{moved}"
     );
 
+    // A signature manifest without the signature, or with a payload over the bound: refused
+    // as malformed, before any key is tried.
+    let bare = push_image(&registry, "krm/bare", "v1", "bare");
+    push_manifest(
+        &registry,
+        "krm/bare",
+        &format!("sha256-{}.sig", bare.trim_start_matches("sha256:")),
+        &[(SIMPLE_SIGNING, b"{}", serde_json::json!({}))],
+    );
+    let malformed = refused(&server, &format!("{host}/krm/bare:v1")).await;
+    assert!(
+        malformed.contains(&format!(
+            "refused by policy rule \"signed\": malformed signature of {bare}: a layer has no \
+             dev.cosignproject.cosign/signature annotation"
+        )),
+        "{malformed}"
+    );
+    let huge = push_image(&registry, "krm/huge", "v1", "huge");
+    let payload = vec![b' '; 65 * 1024];
+    push_signature(&registry, "krm/huge", &huge, &payload, &release);
+    let too_big = refused(&server, &format!("{host}/krm/huge:v1")).await;
+    assert!(
+        too_big.contains(&format!(
+            "malformed signature of {huge}: its payload is 66560 bytes, over 65536"
+        )),
+        "{too_big}"
+    );
+
     // The call's log line carries the decision.
     let stderr = server.stderr();
     assert!(
@@ -512,6 +540,36 @@ async fn the_pod_evaluator_starts_the_digest_the_policy_checked() {
         .filter_map(|container| container["image"].as_str())
         .collect();
     assert_eq!(images, [format!("{host}/krm/pinned@{digest}")], "{pods:#}");
+}
+
+/// A registry that never answers: the check gives up after `timeout_seconds`, UNAVAILABLE,
+/// and the runner serves on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_that_does_not_answer_is_unavailable_within_the_bound() {
+    // Connections are accepted by the kernel and never answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = silent.local_addr().unwrap().to_string();
+    let policy = format!(
+        "policy:
+  registries: {{plain_http: [\"{host}\"], timeout_seconds: 1}}
+  rules:
+  - {{name: pinned, images: [\"{host}/**\"], action: allow, require_digest: true}}
+"
+    );
+    let server = Server::start(&exec_chain_config(&[], "kit", &policy), &[]);
+    let status = call(&server, &format!("{host}/krm/fn:v1"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains(
+            "refused by policy rule \"pinned\": the registry could not be asked: no answer within 1000 ms"
+        ),
+        "{status:?}"
+    );
+    // Images no rule pins are not held up.
+    assert_eq!(call(&server, "testkit/echo").await.unwrap(), "kit");
+    drop(silent);
 }
 
 #[test]
