@@ -23,6 +23,9 @@
 //!   workers use after a runaway program's deadline answered (target: none after 100 ms); the
 //!   runner's resident memory before, right after and 30 s after ten 5 MB sequences at once
 //!   (target: back within 2x of its start-up size).
+//! - `policy` (only when asked for): the trust policy's decision for one call
+//!   (`Runtime::admit`) with 20 glob rules, the last one matching, against the same runtime
+//!   without a policy, calls alternating; target: at most 5 µs added at p50.
 
 mod workers;
 
@@ -68,7 +71,8 @@ struct BenchArgs {
     /// Size of the ResourceList sent in the gRPC measurement.
     #[arg(long, default_value_t = 1024)]
     pub payload_bytes: usize,
-    /// Which measurements: abi, grpc, rss, builtin, versions, telemetry, workers (comma-separated).
+    /// Which measurements: abi, grpc, rss, builtin, versions, telemetry, workers, policy
+    /// (comma-separated).
     #[arg(
         long,
         default_value = "abi,grpc,rss,builtin,versions",
@@ -127,6 +131,9 @@ async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     if wants("workers") {
         workers::run(base, args).await?;
     }
+    if wants("policy") {
+        policy(base, args.calls.max(100) * 10).await?;
+    }
     if wants("grpc") || wants("rss") || wants("builtin") || wants("versions") {
         let mut server = BenchServer::start(base, &[]).await?;
         let outcome = async {
@@ -167,7 +174,9 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
+/// `base` serving the `testkit` plugin's echo alone (instance `echo`, behind `default`, a
+/// `multi` chain).
+fn echo_config(base: &Config) -> Config {
     let mut config = base.clone();
     config.evaluators.clear();
     config.disabled.clear();
@@ -188,7 +197,11 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
         },
     );
     config.serve = "default".into();
-    let runtime = Runtime::start(&config, Purpose::Serve).map_err(|problems| {
+    config
+}
+
+fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
+    let runtime = Runtime::start(&echo_config(base), Purpose::Serve).map_err(|problems| {
         anyhow::anyhow!(
             "abi bench needs the testkit plugin: {}",
             problems.join("; ")
@@ -212,6 +225,65 @@ fn abi(base: &Config, calls: usize) -> anyhow::Result<()> {
         let per_call = started.elapsed().as_nanos() as f64 / calls as f64;
         println!("| {label} | {per_call:.0} |");
     }
+    Ok(())
+}
+
+/// The trust policy's decision per call: `Runtime::admit` for an image the last of 20 glob
+/// rules allows, against a runtime without a policy, alternating.
+async fn policy(base: &Config, calls: usize) -> anyhow::Result<()> {
+    let open = Runtime::start(&echo_config(base), Purpose::Serve)
+        .map_err(|problems| anyhow::anyhow!("policy bench: {}", problems.join("; ")))?;
+    let mut config = echo_config(base);
+    let mut rules: Vec<serde_json::Value> = (0..19)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("team-{i}"),
+                "images": [format!("registry.example.com/team-{i}/**")],
+                "tags": ">= 1, < 3",
+                "action": "allow",
+            })
+        })
+        .collect();
+    rules.push(serde_json::json!({
+        "name": "catalog",
+        "images": ["ghcr.io/kptdev/krm-functions-catalog/*"],
+        "tags": ">= 0.2, < 1",
+        "action": "allow",
+    }));
+    config.policy = serde_json::from_value(serde_json::json!({"default": "deny", "rules": rules}))?;
+    let guarded = Runtime::start(&config, Purpose::Serve)
+        .map_err(|problems| anyhow::anyhow!("policy bench: {}", problems.join("; ")))?;
+    let image = "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.1";
+    let context = HostCallContext::new(None);
+    let mut samples = [Vec::with_capacity(calls), Vec::with_capacity(calls)];
+    for round in 0..calls * 2 {
+        let (runtime, samples) = match round % 2 {
+            0 => (&open, &mut samples[0]),
+            _ => (&guarded, &mut samples[1]),
+        };
+        let started = Instant::now();
+        let admitted = runtime.admit(&context, image).await;
+        let elapsed = started.elapsed();
+        std::hint::black_box(admitted).map_err(|refused| anyhow::anyhow!("{refused}"))?;
+        samples.push(elapsed);
+    }
+    let [open, guarded] = samples.map(|mut samples| percentiles(&mut samples));
+    println!("\n## Trust policy decision ({calls} calls each, alternating)");
+    println!("| runtime | p50 | p99 |\n|---|---|---|");
+    for (label, (p50, p99)) in [
+        ("no policy", open),
+        ("20 glob rules, the last matching", guarded),
+    ] {
+        println!(
+            "| {label} | {:.2} µs | {:.2} µs |",
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6
+        );
+    }
+    println!(
+        "| added at p50 | {:.2} µs | |",
+        (guarded.0.as_secs_f64() - open.0.as_secs_f64()) * 1e6
+    );
     Ok(())
 }
 

@@ -494,3 +494,18 @@ fn rewrite_too_large(headers: &mut http::HeaderMap, limit: usize) {
     ));
     let _ = exhausted.add_header(headers);
 }
+
+/// An error and its causes, each said once: HTTP and gRPC client errors keep the reason (an
+/// unknown certificate issuer, a refused connection) in their sources.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -93,6 +93,10 @@ impl Command {
 pub struct FunctionArgs {
     /// A function some evaluator implements (see `krm-runner functions`).
     pub name: String,
+    /// Run NAME without asking the trust policy (`policy:`): for a local run its user vouches
+    /// for; nothing else skips it.
+    #[arg(long)]
+    pub skip_trust_policy: bool,
     /// `key=value` pairs: a ConfigMap functionConfig replacing the input's, as kpt
     /// builds one; the input may then also be plain resource documents.
     #[arg(last = true)]

@@ -24,6 +24,7 @@ mod runtime;
 mod server;
 mod signals;
 mod telemetry;
+pub mod trust;
 mod worker;
 
 use std::ffi::OsString;

@@ -58,11 +58,19 @@ async fn evaluate(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyho
         crate::signals::terminated().await;
         cancel.cancel(CancelReason::CallerCancelled);
     });
+    let admitted = match runtime.admit(&context, &args.image).await {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            interrupted.abort();
+            eprintln!("krm-runner eval: {refused}");
+            return Ok(1);
+        }
+    };
     let outcome = runtime
         .evaluate(
             context,
             &CallTrace::default(),
-            args.image.clone(),
+            admitted,
             resource_list.into_bytes(),
         )
         .await;

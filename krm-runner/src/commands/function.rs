@@ -23,7 +23,19 @@ pub fn run(call: &FunctionCall) -> Exit {
         return Err(report(&problems));
     }
     allocator::keep_freed_heap();
-    let name = &call.function.name;
+    let name = if call.function.skip_trust_policy {
+        call.function.name.clone()
+    } else {
+        let policy = config.policy().map_err(|problems| report(&problems))?;
+        match policy.admit_blocking(&call.function.name) {
+            Ok(allowed) => allowed.image,
+            Err(denied) => {
+                eprintln!("krm-runner fn: {denied}");
+                return Ok(1);
+            }
+        }
+    };
+    let name = &name;
     let instance =
         runtime::function_instance(&config, name).map_err(|problems| report(&problems))?;
     adopt_orphans(krm_plugin_api::process::adopt_orphans_for_one_call);

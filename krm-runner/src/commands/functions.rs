@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use krm_plugin_api::Answer;
+use krm_plugin_loader::HostCallContext;
 
 use super::{BadInvocation, EXIT_CONFIG, Exit, Workers, configure, print_columns, run_async};
 use crate::cli::Flags;
@@ -24,7 +25,7 @@ pub fn run(
     let config = &configured.config;
     Ok(run_async(Workers::One, async {
         match (resolve, status) {
-            (Some(image), _) => print_resolution(&runtime, config, image, tag),
+            (Some(image), _) => print_resolution(&runtime, config, image, tag).await,
             (None, true) => print_status(&runtime).await,
             (None, false) => print_functions(&runtime, name),
         }
@@ -45,10 +46,11 @@ fn print_functions(runtime: &Runtime, name: Option<&str>) -> anyhow::Result<i32>
     Ok(0)
 }
 
-/// `krm-runner functions --resolve IMAGE [--tag CONSTRAINT]`: which FunctionConfig matches,
+/// `krm-runner functions --resolve IMAGE [--tag CONSTRAINT]`: the trust policy's decision (a
+/// refused image ends there, with exit status 1), which FunctionConfig matches,
 /// which evaluator would serve, why each executor before it is skipped, and, for a constraint,
 /// which version each evaluator would run.
-fn print_resolution(
+async fn print_resolution(
     runtime: &Runtime,
     config: &Config,
     image: &str,
@@ -66,6 +68,19 @@ fn print_resolution(
     println!("image:           {image}");
     if let Some(constraint) = &constraint {
         println!("tag constraint:  {constraint}");
+    }
+    let context = HostCallContext::with_tag(None, tag.unwrap_or_default().to_owned());
+    match runtime.admit(&context, image).await {
+        Ok(admitted) => {
+            println!("policy:          {}", admitted.decision);
+            if admitted.image() != image {
+                println!("runs:            {}", admitted.image());
+            }
+        }
+        Err(refused) => {
+            println!("policy:          {refused}");
+            return Ok(1);
+        }
     }
     let mut serving = None;
     match &explanation.matched {

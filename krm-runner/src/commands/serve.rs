@@ -39,9 +39,13 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
         .map_err(anyhow::Error::new)?;
     runtime.store().report_routes();
     let chain = runtime.served_chain();
-    routing::start_sources(runtime.store(), &config.function_configs)
-        .await
-        .map_err(|problem| anyhow::anyhow!(problem))?;
+    routing::start_sources(
+        runtime.store(),
+        &config.function_configs,
+        runtime.policy().clone(),
+    )
+    .await
+    .map_err(|problem| anyhow::anyhow!(problem))?;
     tracing::info!(%address, serve = %config.serve, chain = ?chain, "serving");
     if let Some(http) = &confighub_http {
         tracing::info!(address = %http.local_addr()?, "serving ConfigHub's function routes over HTTP");

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use self::telemetry::OtelEnv;
 pub use self::telemetry::TelemetryConfig;
 use crate::logging::{self, LogFormat};
+use crate::trust::{Policy, PolicyConfig};
 
 /// The embedded default configuration, usable as is: `config/krm-runner.yaml`, converted to
 /// JSON by the build script.
@@ -72,6 +73,9 @@ pub struct Config {
     /// `isolated` instances and ConfigHub's typed functions.
     #[serde(default)]
     pub workers: WorkersConfig,
+    /// Which function images may run (docs/trust.md); absent, every image may.
+    #[serde(default)]
+    pub policy: PolicyConfig,
 }
 
 /// The limits of the worker processes (see `krm_worker`). A call that passes one is answered
@@ -668,6 +672,9 @@ impl Config {
         }
         problems.extend(self.telemetry.problems());
         problems.extend(self.workers.problems());
+        if let Err(policy) = self.policy() {
+            problems.extend(policy);
+        }
         problems
     }
 
@@ -698,6 +705,11 @@ impl Config {
     /// ConfigHub's AppConfig/Properties executor, its answers within `max_message_bytes`.
     pub fn properties_executor(&self) -> Executor {
         Executor::properties().with_max_message_bytes(self.max_message_bytes)
+    }
+
+    /// The trust policy compiled, its key files read; every problem names its field.
+    pub fn policy(&self) -> Result<Policy, Vec<String>> {
+        Policy::build(&self.policy, &self.default_image_prefix)
     }
 
     /// Why `serve` names no instance that can serve.

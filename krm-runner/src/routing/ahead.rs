@@ -14,6 +14,7 @@ use krm_runner_function_config::ObjectId;
 use krm_runner_function_config::version::TagEntry;
 
 use super::{Router, is_executable, to_json};
+use crate::trust::{Decision, Policy};
 
 /// One tag entry of one executor of one FunctionConfig, worked out.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +33,9 @@ pub struct Report {
     pub resolved: Option<String>,
     pub digest: Option<String>,
     pub state: State,
+    /// The trust policy's decision about the tag as resolved ([`judge`]); `None` without a
+    /// policy.
+    pub policy: Option<Decision>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -63,6 +67,34 @@ impl State {
     }
 }
 
+/// Asks the trust policy about each report's image as resolved (the resolved tag, else the tag
+/// as written, else the repository alone), as a call for it would be decided; nothing without
+/// a policy.
+pub async fn judge(policy: &Policy, reports: &mut [Report]) {
+    if policy.is_open() {
+        return;
+    }
+    for report in reports {
+        let image = match (&report.resolved, &report.tag) {
+            (Some(tag), _) => format!("{}:{tag}", report.image),
+            (None, Some(tag))
+                if TagEntry::parse(tag).is_ok_and(|entry| entry.concrete().is_some()) =>
+            {
+                format!("{}:{tag}", report.image)
+            }
+            _ => report.image.clone(),
+        };
+        report.policy = Some(match policy.admit(&image, None, None).await {
+            Ok(allowed) => allowed.decision,
+            Err(denied) => Decision {
+                rule: denied.rule,
+                allowed: false,
+                reason: denied.refusal.to_string(),
+            },
+        });
+    }
+}
+
 /// Images warmed up already, so that a periodic round does not restart pods their TTL removed.
 #[derive(Default)]
 pub struct Warmed(Mutex<HashSet<String>>);
@@ -90,6 +122,7 @@ impl Router {
                     resolved,
                     digest,
                     state,
+                    policy: None,
                 };
             if let Some(go) = &spec.go_executor {
                 let id = go.id.clone().unwrap_or_else(|| object.name.clone());

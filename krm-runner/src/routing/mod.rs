@@ -23,6 +23,7 @@ pub use store::Store;
 pub async fn start_sources(
     store: &Arc<Store>,
     config: &crate::config::FunctionConfigs,
+    policy: Arc<crate::trust::Policy>,
 ) -> Result<(), String> {
     if !config.paths.is_empty() {
         let interval = std::time::Duration::from_secs_f64(config.reload_interval_seconds);
@@ -64,7 +65,8 @@ pub async fn start_sources(
             let round = tokio::task::spawn_blocking(move || {
                 resolver.resolve_ahead(warm_up.then_some(&*warmed))
             });
-            if let Ok(reports) = round.await {
+            if let Ok(mut reports) = round.await {
+                ahead::judge(&policy, &mut reports).await;
                 ahead::log_failures(&reports);
                 if let Some(status) = &status {
                     status.write_round(&router, &reports).await;

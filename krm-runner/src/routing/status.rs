@@ -1,15 +1,18 @@
 //! An ahead-of-time round's findings as the runner's part of a cluster FunctionConfig's status:
-//! the conditions `Ready`, `Resolved` and `Failed`, and `executors`, one entry per executor tag.
+//! the conditions `Ready`, `Resolved` and `Failed` (and `Allowed`, under a trust policy), and
+//! `executors`, one entry per executor tag.
 //! An object the runner does not apply (invalid, or losing a conflict) gets conditions saying
 //! why, next to `status.error`.
 
 use krm_runner_function_config::{ConditionStatus, ExecutorStatus, FunctionConfigStatus};
 
 use super::{Report, State};
+use crate::trust::Decision;
 
 pub const READY: &str = "Ready";
 pub const RESOLVED: &str = "Resolved";
 pub const FAILED: &str = "Failed";
+pub const ALLOWED: &str = "Allowed";
 
 /// The reasons a report gives when a tag could not be resolved (see `ahead::failure`).
 const RESOLUTION_FAILURES: [&str; 2] = ["NoVersion", "ResolveFailed"];
@@ -82,6 +85,31 @@ pub fn worked_out(
                 generation,
             );
         }
+    }
+
+    let judged: Vec<(&Report, &Decision)> = reports
+        .iter()
+        .filter_map(|report| Some((*report, report.policy.as_ref()?)))
+        .collect();
+    if !judged.is_empty() {
+        let denied: Vec<String> = judged
+            .iter()
+            .filter(|(_, decision)| !decision.allowed)
+            .map(|(report, decision)| format!("{}: {decision}", subject(report)))
+            .collect();
+        let (state, reason, message) = match denied.is_empty() {
+            true => (
+                ConditionStatus::True,
+                "Allowed",
+                judged
+                    .iter()
+                    .map(|(report, decision)| format!("{}: {decision}", subject(report)))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            false => (ConditionStatus::False, "Denied", denied.join("; ")),
+        };
+        status.set_condition(ALLOWED, state, reason, &message, generation);
     }
 
     let failed = explain(&mut failures.iter().map(|(report, _)| *report));
@@ -166,6 +194,7 @@ mod tests {
             resolved: resolved.map(str::to_owned),
             digest: resolved.map(|_| "sha256:0123".to_owned()),
             state,
+            policy: None,
         }
     }
 
@@ -307,5 +336,53 @@ mod tests {
         );
         assert_eq!(condition(&status, FAILED).0, "True");
         assert_eq!(condition(&status, RESOLVED).0, "Unknown");
+    }
+
+    #[test]
+    fn the_policy_decision_of_each_tag_is_the_allowed_condition() {
+        let decided = |tag: &str, allowed: bool, reason: &str| Report {
+            policy: Some(Decision {
+                rule: "catalog".into(),
+                allowed,
+                reason: reason.into(),
+            }),
+            ..report(
+                FunctionConfigExecutor::PodExecutor,
+                tag,
+                Some(tag),
+                State::Ready,
+            )
+        };
+        let (old, new) = (
+            decided("v0.1.0", false, "the rule denies it"),
+            decided("v1.0.0", true, "allowed"),
+        );
+        let status = worked_out(&FunctionConfigStatus::default(), &[&new], Some(3));
+        assert_eq!(
+            condition(&status, ALLOWED),
+            (
+                "True",
+                "Allowed",
+                "podExecutor \"v1.0.0\": allowed by rule \"catalog\": allowed"
+            )
+        );
+        let status = worked_out(&status, &[&old, &new], Some(3));
+        assert_eq!(
+            condition(&status, ALLOWED),
+            (
+                "False",
+                "Denied",
+                "podExecutor \"v0.1.0\": denied by rule \"catalog\": the rule denies it"
+            )
+        );
+        // Without a policy, no condition.
+        let plain = report(
+            FunctionConfigExecutor::PodExecutor,
+            "v1",
+            None,
+            State::Ready,
+        );
+        let status = worked_out(&FunctionConfigStatus::default(), &[&plain], Some(3));
+        assert!(status.condition(ALLOWED).is_none());
     }
 }

@@ -15,6 +15,7 @@ use krm_plugin_api::{
     EvalError, EvalResponse, FunctionConfigExecutor, FunctionSignature, ProbeOutcome,
 };
 use krm_plugin_loader::{EvaluatorInstance, HostCallContext};
+use krm_runner_function_config::version::Constraint;
 
 use self::calls::evaluate_on;
 pub use self::calls::{Call, CancelOnDrop, evaluate_here, requested_constraint};
@@ -24,7 +25,9 @@ use self::instances::{Instances, chain_positions, find_cycle, functions_of, lock
 pub use self::running::{cancel_running_calls, running_call_count, track_call};
 use crate::config::Config;
 use crate::routing::{Router, Store};
+use crate::telemetry::metrics;
 use crate::telemetry::traces::CallTrace;
+use crate::trust::{Decision, Denied, Policy};
 
 /// A running chain of evaluator instances, and the FunctionConfigs routing calls into it.
 pub struct Runtime {
@@ -32,6 +35,7 @@ pub struct Runtime {
     instances: Vec<InstanceReport>,
     built: BTreeMap<String, Arc<EvaluatorInstance>>,
     store: Arc<Store>,
+    policy: Arc<Policy>,
     /// What builds the other instances when a call first reaches them, for a runtime started
     /// [`Runtime::for_one_call`].
     _on_first_use: Option<Arc<Mutex<Instances>>>,
@@ -124,8 +128,13 @@ impl Runtime {
             router.clone(),
         )
         .map_err(|file_problems| problems.extend(in_function_config_paths(file_problems)));
+        let policy = config
+            .policy()
+            .map_err(|policy_problems| problems.extend(policy_problems));
         let served = built.get(&config.serve).cloned();
-        let (Ok(store), Some(served), true) = (store, served, problems.is_empty()) else {
+        let (Ok(store), Ok(policy), Some(served), true) =
+            (store, policy, served, problems.is_empty())
+        else {
             // An instance that failed to build has said why; otherwise `serve` names none.
             if problems.is_empty() {
                 problems.extend(config.served_instance_problem());
@@ -159,6 +168,7 @@ impl Runtime {
             instances: reports,
             built,
             store,
+            policy: Arc::new(policy),
             _on_first_use: None,
         })
     }
@@ -186,10 +196,15 @@ impl Runtime {
             return Err(vec![problem]);
         }
         Store::warn_of_missing_default(&config.function_configs);
-        Self::start_served_alone(config, store)
+        let policy = config.policy()?;
+        Self::start_served_alone(config, store, policy)
     }
 
-    fn start_served_alone(config: &Config, store: Arc<Store>) -> Result<Self, Vec<String>> {
+    fn start_served_alone(
+        config: &Config,
+        store: Arc<Store>,
+        policy: Policy,
+    ) -> Result<Self, Vec<String>> {
         let instances = Arc::new(Mutex::new(Instances::new(config, Purpose::Serve)));
         let mut building = lock(&instances);
         for name in building.enabled() {
@@ -220,6 +235,7 @@ impl Runtime {
                 instances: reports,
                 built,
                 store,
+                policy: Arc::new(policy),
                 _on_first_use: Some(instances),
             }),
             _ => Err(problems),
@@ -254,6 +270,37 @@ impl Runtime {
         functions_of(&self.built)
     }
 
+    /// The trust policy in force.
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    /// Whether a call for `image` may run: its tag constraint (the context's) read, then the
+    /// trust policy's decision ([`crate::trust`]), counted in the metrics. The one door to
+    /// [`Runtime::evaluate`], which takes only what this lets through, so that no evaluator
+    /// sees a call the policy did not allow.
+    pub async fn admit(&self, context: &HostCallContext, image: &str) -> Result<Admitted, Refused> {
+        let constraint = requested_constraint(image, context.tag()).map_err(Refused::Invalid)?;
+        match self
+            .policy
+            .admit(image, constraint.as_ref(), context.deadline())
+            .await
+        {
+            Ok(allowed) => {
+                metrics::policy_decision(&allowed.decision);
+                Ok(Admitted {
+                    run: allowed.image,
+                    constraint,
+                    decision: allowed.decision,
+                })
+            }
+            Err(denied) => {
+                metrics::policy_decision(&denied.decision());
+                Err(Refused::Denied(denied))
+            }
+        }
+    }
+
     /// What a call for `image` would do, decided as [`Runtime::evaluate`] decides but without
     /// running anything: each evaluator on the way says whether it would serve or why not.
     pub fn probe(&self, image: &str) -> ProbeOutcome {
@@ -277,17 +324,21 @@ impl Runtime {
         }
     }
 
-    /// Runs one call: on the evaluators the image's FunctionConfig names, then (when none
-    /// serves it) on the served instance; see [`evaluate_on`]. A call carrying a tag constraint
-    /// (the context's) must name an untagged image, and the constraint must parse.
+    /// Runs one call [`Runtime::admit`] allowed: on the evaluators the image's FunctionConfig
+    /// names, then (when none serves it) on the served instance; see [`evaluate_on`]. They get
+    /// the image the policy pinned, when it pinned one.
     pub async fn evaluate(
         &self,
         context: Arc<HostCallContext>,
         trace: &CallTrace,
-        image: String,
+        admitted: Admitted,
         resource_list: Vec<u8>,
     ) -> Result<EvalResponse, EvalError> {
-        let constraint = requested_constraint(&image, context.tag())?;
+        let Admitted {
+            run: image,
+            constraint,
+            ..
+        } = admitted;
         let routing = trace.child("route");
         let plan = self.store.router().plan(&image, constraint.as_ref());
         if routing.is_recording() {
@@ -307,6 +358,55 @@ impl Runtime {
             trace: trace.clone(),
         };
         evaluate_on(call, image, resource_list).await
+    }
+}
+
+/// A call [`Runtime::admit`] let through: the image its evaluators get, and the decision.
+#[derive(Debug)]
+pub struct Admitted {
+    run: String,
+    constraint: Option<Constraint>,
+    pub decision: Decision,
+}
+
+impl Admitted {
+    /// The image the evaluators run: the requested one, or the digest the policy pinned.
+    pub fn image(&self) -> &str {
+        &self.run
+    }
+}
+
+/// A call [`Runtime::admit`] refused.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// The tag constraint is unusable (INVALID_ARGUMENT).
+    #[error(transparent)]
+    Invalid(EvalError),
+    /// The trust policy refused it (PERMISSION_DENIED; UNAVAILABLE when the registry could not
+    /// be asked).
+    #[error(transparent)]
+    Denied(Denied),
+}
+
+impl Refused {
+    /// The gRPC status code the caller gets.
+    pub fn grpc_code(&self) -> i32 {
+        match self {
+            Refused::Invalid(error) => error.kind.grpc_code(),
+            Refused::Denied(denied) if denied.refusal.is_registry() => {
+                krm_plugin_api::ErrorKind::Unavailable.grpc_code()
+            }
+            // PERMISSION_DENIED, which no evaluator answers and so no ErrorKind names.
+            Refused::Denied(_) => 7,
+        }
+    }
+
+    /// The decision, when the policy made one.
+    pub fn decision(&self) -> Option<Decision> {
+        match self {
+            Refused::Invalid(_) => None,
+            Refused::Denied(denied) => Some(denied.decision()),
+        }
     }
 }
 

@@ -23,9 +23,10 @@ use tracing::Instrument;
 
 use self::catalog::CatalogService;
 use crate::confighub::serving::{self as confighub_serving, TypedFunctions};
-use crate::runtime::{self, CancelOnDrop, Runtime};
+use crate::runtime::{self, CancelOnDrop, Refused, Runtime};
 use crate::telemetry::metrics::{self, CallMetrics, RpcMetricsLayer};
 use crate::telemetry::traces::CallTrace;
+use crate::trust::Decision;
 
 /// The response header naming the evaluator instance that served a call.
 pub const EVALUATOR_HEADER: &str = "x-krm-evaluator";
@@ -99,17 +100,34 @@ async fn run_call(
         );
         trace.set("krm.request.bytes", request_bytes as i64);
     }
+    let mut decision = None;
+    let admit_and_evaluate = async {
+        match runtime.admit(&context, &image).await {
+            Ok(admitted) => {
+                decision = Some(admitted.decision.clone());
+                runtime
+                    .evaluate(context.clone(), &trace, admitted, resource_list)
+                    .await
+                    .map_err(|error| (to_status(&error), error.declined))
+            }
+            Err(refused) => {
+                decision = refused.decision();
+                Err((refused_status(&refused), Vec::new()))
+            }
+        }
+    };
     let outcome = tokio::select! {
-        outcome = runtime.evaluate(context.clone(), &trace, image.clone(), resource_list) => outcome,
+        outcome = admit_and_evaluate => outcome,
         _ = shutdown.wait_for(|forced| *forced) => {
             context.cancel(CancelReason::ShuttingDown);
-            Err(CancelReason::ShuttingDown.to_error(&image))
+            Err((to_status(&CancelReason::ShuttingDown.to_error(&image)), Vec::new()))
         }
     };
     let call = CallEnd {
         image: &image,
         tag: context.tag(),
         resolved: context.resolved(),
+        decision,
         duration: started.elapsed(),
         request_bytes,
         trace,
@@ -117,10 +135,9 @@ async fn run_call(
     };
     let response = match outcome {
         Ok(response) => response,
-        Err(error) => {
-            let status = to_status(&error);
+        Err((status, declined)) => {
             let failed_by = context.failed_by().unwrap_or_default();
-            call.record(&failed_by, &error.declined, status.code(), 0);
+            call.record(&failed_by, &declined, status.code(), 0);
             return Err(status);
         }
     };
@@ -156,6 +173,8 @@ struct CallEnd<'a> {
     /// The requested tag constraint; empty when none.
     tag: &'a str,
     resolved: Option<String>,
+    /// The trust policy's decision; `None` when the call never reached it.
+    decision: Option<Decision>,
     duration: Duration,
     request_bytes: usize,
     trace: CallTrace,
@@ -187,6 +206,11 @@ impl CallEnd<'_> {
             );
         }
         let resolved = self.resolved.as_deref().unwrap_or_default();
+        let policy = self
+            .decision
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         if self.trace.is_recording() {
             let trace = &self.trace;
             trace.set("rpc.grpc.status_code", code as i64);
@@ -195,6 +219,11 @@ impl CallEnd<'_> {
             trace.set_list("krm.evaluators.declined", declined);
             trace.set("krm.function.resolved_image", resolved.to_owned());
             trace.set("krm.response.bytes", response_bytes as i64);
+            if let Some(decision) = &self.decision {
+                trace.set("krm.policy.rule", decision.rule.clone());
+                trace.set("krm.policy.outcome", decision.outcome());
+                trace.set("krm.policy.reason", decision.reason.clone());
+            }
         }
         self.trace.end((code != tonic::Code::Ok).then_some(outcome));
         let (image, tag) = (quoted(image).bounded(), quoted(tag).bounded());
@@ -207,6 +236,7 @@ impl CallEnd<'_> {
                 image,
                 tag,
                 resolved,
+                policy,
                 evaluator,
                 declined,
                 duration_ms,
@@ -218,6 +248,7 @@ impl CallEnd<'_> {
                 image,
                 tag,
                 resolved,
+                policy,
                 evaluator,
                 declined,
                 duration_ms,
@@ -230,6 +261,11 @@ impl CallEnd<'_> {
 
 fn service_name<S: tonic::server::NamedService>(_: &S) -> &'static str {
     S::NAME
+}
+
+/// The gRPC status for a call [`Runtime::admit`] refused.
+pub fn refused_status(refused: &Refused) -> Status {
+    Status::new(tonic::Code::from(refused.grpc_code()), refused.to_string())
 }
 
 /// The gRPC status for an evaluator's error.

@@ -62,6 +62,14 @@ struct ReloadLabels {
     outcome: &'static str,
 }
 
+/// The rule is the operator's (a bounded set); the reason one of `trust::Refusal::short`'s.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    rule: String,
+    outcome: &'static str,
+    reason: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ExecutorLabels {
     executor: &'static str,
@@ -83,6 +91,7 @@ struct Metrics {
     config_reloads: Family<ReloadLabels, Counter>,
     config_load_errors: Counter,
     config_routes: Family<ExecutorLabels, Gauge>,
+    policy_decisions: Family<DecisionLabels, Counter>,
     plugins: Arc<PluginMetrics>,
     rpc_methods: Bounded<String>,
 }
@@ -129,6 +138,7 @@ impl Metrics {
             config_reloads: Family::default(),
             config_load_errors: Counter::default(),
             config_routes: Family::default(),
+            policy_decisions: Family::default(),
             plugins: Arc::default(),
             rpc_methods: Bounded::new(MAX_RPC_METHODS),
         };
@@ -195,6 +205,12 @@ impl Metrics {
             "krm_function_config_routes",
             "FunctionConfigs in force with a section for each executor",
             metrics.config_routes.clone(),
+        );
+        registry.register(
+            "krm_policy_decisions",
+            "Trust policy decisions by deciding rule (`default`: the policy's default; `none`: \
+             no policy), outcome (allowed, denied) and reason",
+            metrics.policy_decisions.clone(),
         );
         registry.register_collector(Box::new(metrics.plugins.clone()));
         // Both outcomes from the start, so that a first reload counts as an increase.
@@ -309,6 +325,30 @@ async fn exposition() -> impl axum::response::IntoResponse {
         )],
         text,
     )
+}
+
+/// Counts one trust policy decision; nothing when metrics are off or no policy is configured.
+pub fn policy_decision(decision: &crate::trust::Decision) {
+    let Some(metrics) = METRICS.get() else {
+        return;
+    };
+    if decision.rule == "none" {
+        return;
+    }
+    // An allowed call's reason names its digest: only a refusal's reason is a label.
+    let reason = if decision.allowed {
+        String::new()
+    } else {
+        decision.reason.clone()
+    };
+    metrics
+        .policy_decisions
+        .get_or_create(&DecisionLabels {
+            rule: decision.rule.clone(),
+            outcome: decision.outcome(),
+            reason,
+        })
+        .inc();
 }
 
 /// One EvaluateFunction call being counted: in flight until [`CallMetrics::finish`] (or drop).

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use krm_runner_proto::serving::with_causes;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
@@ -283,21 +284,6 @@ impl Registry {
             .insert(image.to_owned(), metadata.clone());
         Ok(metadata)
     }
-}
-
-/// An error and its causes: HTTP client errors keep the reason (an unknown certificate issuer,
-/// a refused connection) in their sources.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text = format!("{text}: {cause_text}");
-        }
-        source = cause.source();
-    }
-    text
 }
 
 fn new_client(plain_http: &[String], extra_ca: Option<&[u8]>) -> Client {

@@ -1,0 +1,124 @@
+//! The registry requests the policy makes: a tag's digest, and the signature manifest and blob
+//! beside an image. Anonymous pulls, within the bounds below; each caller bounds the time.
+
+use futures_util::StreamExt;
+use krm_runner_proto::serving::with_causes;
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+/// Most bytes of one signature payload read: cosign's is a few hundred.
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+
+pub struct Registry {
+    client: Client,
+}
+
+/// Why a manifest could not be had: it is not there, or the registry failed.
+pub enum ManifestError {
+    Missing,
+    Failed(String),
+}
+
+impl Registry {
+    pub fn new(plain_http: &[String], extra_ca: Option<&[u8]>) -> Result<Self, String> {
+        let mut config = ClientConfig {
+            protocol: if plain_http.is_empty() {
+                ClientProtocol::Https
+            } else {
+                ClientProtocol::HttpsExcept(plain_http.to_vec())
+            },
+            ..ClientConfig::default()
+        };
+        if let Some(data) = extra_ca {
+            config.extra_root_certificates.push(Certificate {
+                encoding: CertificateEncoding::Pem,
+                data: data.to_vec(),
+            });
+        }
+        // The one TLS crypto provider of the process, as for the cluster client; a second
+        // install is refused harmlessly.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        // `Client::new` would fall back to a default client, dropping `plain_http` and the CA.
+        let client = Client::try_from(config)
+            .map_err(|error| format!("cannot make a registry client: {}", with_causes(&error)))?;
+        Ok(Self { client })
+    }
+
+    /// The manifest digest `image` (`registry/repository:tag`) names now.
+    pub async fn digest(&self, image: &str) -> Result<String, String> {
+        let reference = parse(image)?;
+        self.client
+            .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous)
+            .await
+            .map_err(|error| format!("the digest of {image}: {}", with_causes(&error)))
+    }
+
+    /// The image manifest at `image`.
+    pub async fn manifest(&self, image: &str) -> Result<OciImageManifest, ManifestError> {
+        let reference = parse(image).map_err(ManifestError::Failed)?;
+        match self
+            .client
+            .pull_image_manifest(&reference, &RegistryAuth::Anonymous)
+            .await
+        {
+            Ok((manifest, _)) => Ok(manifest),
+            Err(error) if is_missing(&error) => Err(ManifestError::Missing),
+            Err(error) => Err(ManifestError::Failed(format!(
+                "the manifest {image}: {}",
+                with_causes(&error)
+            ))),
+        }
+    }
+
+    /// The blob `layer` of `image`'s repository, refused past [`MAX_PAYLOAD_BYTES`]; the
+    /// client checks it against the layer's digest.
+    pub async fn payload(&self, image: &str, layer: &OciDescriptor) -> Result<Vec<u8>, String> {
+        if usize::try_from(layer.size).map_or(true, |size| size > MAX_PAYLOAD_BYTES) {
+            return Err(format!(
+                "its payload is {} bytes, over {MAX_PAYLOAD_BYTES}",
+                layer.size
+            ));
+        }
+        let reference = parse(image)?;
+        let mut stream = self
+            .client
+            .pull_blob_stream(&reference, layer)
+            .await
+            .map_err(|error| format!("the payload {}: {}", layer.digest, with_causes(&error)))?;
+        let mut payload = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|error| {
+                format!("the payload {}: {}", layer.digest, with_causes(&error))
+            })?;
+            if payload.len() + chunk.len() > MAX_PAYLOAD_BYTES {
+                return Err(format!("its payload is over {MAX_PAYLOAD_BYTES} bytes"));
+            }
+            payload.extend_from_slice(&chunk);
+        }
+        Ok(payload)
+    }
+}
+
+fn parse(image: &str) -> Result<Reference, String> {
+    image
+        .parse()
+        .map_err(|error| format!("{image:?} is not an image reference: {error}"))
+}
+
+fn is_missing(error: &oci_client::errors::OciDistributionError) -> bool {
+    use oci_client::errors::OciDistributionError;
+    match error {
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            matches!(
+                e.code,
+                oci_client::errors::OciErrorCode::ManifestUnknown
+                    | oci_client::errors::OciErrorCode::NameUnknown
+            )
+        }),
+        OciDistributionError::ServerError { code, .. } => *code == 404,
+        _ => false,
+    }
+}
