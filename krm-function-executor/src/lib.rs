@@ -23,6 +23,7 @@ pub mod args;
 pub mod declared;
 pub mod executor;
 pub mod functions;
+pub mod go_json;
 pub mod mutations;
 pub mod path;
 pub mod plugin;

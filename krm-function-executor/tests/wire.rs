@@ -109,8 +109,12 @@ fn no_output_is_null_and_bad_requests_are_errors() {
             .unwrap(),
         b"null"
     );
-    assert_eq!(response["OutputType"], Value::Null);
+    // Go's encoder writes an empty OutputType string, and the nil-free lists as [] (ConfigHub's
+    // handler.go InvokeCore starts them empty).
+    assert_eq!(response["OutputType"], json!(""));
     assert_eq!(response["ErrorMessages"], json!([]));
+    let back: FunctionInvocationResponse = serde_json::from_value(response).unwrap();
+    assert_eq!(back.output_type, None);
 
     let executor = Executor::kubernetes();
     let mut request = FunctionInvocationRequest {
