@@ -10,7 +10,7 @@ use crate::functions::definition::{
 };
 use crate::functions::path_visitor::{EntriesFor, arbitrary_entry, get, scalar, write};
 use crate::functions::resources::identified;
-use crate::functions::validation::{PLACEHOLDER_INT, PLACEHOLDER_STRING};
+use crate::functions::validation::{DEPRECATED_PLACEHOLDER, PLACEHOLDER_INT, PLACEHOLDER_STRING};
 use crate::functions::{Call, FunctionError, Outcome, Output};
 use crate::mutations;
 use crate::path::{self, UnresolvedPath};
@@ -36,10 +36,6 @@ fn get_details(call: &Call) -> Result<Outcome, FunctionError> {
     let found = get(call, &entries_for, &[], None)?;
     Ok(Outcome::output(Output::Attributes(found)))
 }
-
-/// The placeholder ConfigHub still honours in needed values (yamlkit's
-/// DeprecatedPlaceHolderBlockApplyString).
-const DEPRECATED_PLACEHOLDER: &str = "replaceme";
 
 /// Whether a value still needs one (a string containing a placeholder, or the integer one),
 /// as yamlkit's GetPathsAnyType decides for needed values.
