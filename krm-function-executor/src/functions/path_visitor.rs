@@ -708,7 +708,8 @@ impl ArbitraryPath {
             );
         }
         let output = (!set).then(|| FunctionOutput {
-            result_name: "attribute-value".into(),
+            // ConfigHub names the result of its get-T-path functions "path".
+            result_name: "path".into(),
             description: format!("Values of {word} attributes at the path"),
             output_type: OutputType::AttributeValueList,
         });
