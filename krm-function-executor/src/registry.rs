@@ -135,27 +135,34 @@ mod set_as_object {
 /// are, `?key:param=value` as `*?key:param`. Escaped dots (`~1`) stay escaped, where
 /// ConfigHub unescapes them (see docs/confighub.md, deliberate differences).
 pub fn normalize_path(path: &str, keep_bindings: bool) -> String {
-    path.split('.')
-        .map(|segment| {
-            let selects = segment.contains(['?', '*', '@', '%'])
-                || segment.chars().all(|c| c.is_ascii_digit());
-            if !selects {
-                return segment.to_owned();
+    // Built in one pass over bytes: every start-up normalizes each registered path twice.
+    let mut out = String::with_capacity(path.len());
+    for (i, segment) in path.split('.').enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        let bytes = segment.as_bytes();
+        let selects = bytes.iter().any(|b| matches!(b, b'?' | b'*' | b'@' | b'%'))
+            || bytes.iter().all(u8::is_ascii_digit);
+        if !selects {
+            out.push_str(segment);
+            continue;
+        }
+        let binds = bytes.iter().any(|b| matches!(b, b'?' | b'@')) && bytes.contains(&b':');
+        if keep_bindings && binds {
+            if segment.starts_with("*?") || segment.starts_with("*@:") {
+                out.push_str(segment);
+                continue;
             }
-            let binds = segment.contains(['?', '@']) && segment.contains(':');
-            if keep_bindings && binds {
-                if segment.starts_with("*?") || segment.starts_with("*@:") {
-                    return segment.to_owned();
-                }
-                if segment.starts_with('?') {
-                    let before_value = segment.split_once('=').map_or(segment, |(k, _)| k);
-                    return format!("*{before_value}");
-                }
+            if segment.starts_with('?') {
+                out.push('*');
+                out.push_str(segment.split_once('=').map_or(segment, |(k, _)| k));
+                continue;
             }
-            "*".to_owned()
-        })
-        .collect::<Vec<_>>()
-        .join(".")
+        }
+        out.push('*');
+    }
+    out
 }
 
 /// Resource type -> unresolved path -> entry.
@@ -173,10 +180,21 @@ pub enum RegistryError {
 }
 
 /// Attribute name -> resource type -> path -> entry.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct PathRegistry {
     attributes: BTreeMap<String, ResourceTypePaths>,
+    /// The accessor patterns already parsed.
+    #[serde(skip)]
+    checked_accessors: BTreeSet<String>,
+}
+
+/// Two registries are equal when their entries are: which patterns were parsed on the way is
+/// bookkeeping.
+impl PartialEq for PathRegistry {
+    fn eq(&self, other: &Self) -> bool {
+        self.attributes == other.attributes
+    }
 }
 
 impl PathRegistry {
@@ -198,18 +216,19 @@ impl PathRegistry {
         resource_types: &[&str],
         entry: PathVisitorInfo,
     ) -> Result<(), RegistryError> {
-        // Parsed, not compiled: every start-up registers the Kubernetes paths, and compiling
-        // their patterns cost more than all the rest of building the registry (visitors compile
-        // a pattern when they use it). Each pattern once: the Kubernetes registry repeats one
-        // for every pod spec path.
+        self.check_accessor(&entry)?;
+        let key = entry.path.clone();
+        self.insert(attribute, resource_types, key, entry);
+        Ok(())
+    }
+
+    /// Parses the entry's accessor pattern, once per pattern. Parsed, not compiled: every
+    /// start-up registers the Kubernetes paths, and compiling their patterns cost more than
+    /// all the rest of building the registry (visitors compile a pattern when they use it);
+    /// the Kubernetes registry repeats each one for every pod spec path.
+    fn check_accessor(&mut self, entry: &PathVisitorInfo) -> Result<(), RegistryError> {
         let accessor = &entry.embedded_accessor_config;
-        let checked = self
-            .attributes
-            .values()
-            .flat_map(BTreeMap::values)
-            .flat_map(BTreeMap::values)
-            .any(|registered| registered.embedded_accessor_config == *accessor);
-        if !accessor.is_empty() && !checked {
+        if !accessor.is_empty() && !self.checked_accessors.contains(accessor) {
             regex_syntax::Parser::new()
                 .parse(accessor)
                 .map_err(|source| RegistryError::Accessor {
@@ -217,15 +236,32 @@ impl PathRegistry {
                     path: entry.path.clone(),
                     source: Box::new(source),
                 })?;
-        }
-        let types = self.attributes.entry(attribute.to_owned()).or_default();
-        for resource_type in resource_types {
-            types
-                .entry((*resource_type).to_owned())
-                .or_default()
-                .insert(entry.path.clone(), entry.clone());
+            self.checked_accessors.insert(accessor.clone());
         }
         Ok(())
+    }
+
+    /// Files `entry` under `key` for each of `resource_types`.
+    fn insert(
+        &mut self,
+        attribute: &str,
+        resource_types: &[&str],
+        key: String,
+        entry: PathVisitorInfo,
+    ) {
+        let types = self.attributes.entry(attribute.to_owned()).or_default();
+        if let Some((last, others)) = resource_types.split_last() {
+            for resource_type in others {
+                types
+                    .entry((*resource_type).to_owned())
+                    .or_default()
+                    .insert(key.clone(), entry.clone());
+            }
+            types
+                .entry((*last).to_owned())
+                .or_default()
+                .insert(key, entry);
+        }
     }
 
     /// Registers `entry` under `attribute` keyed by its normalized path (every selecting
@@ -239,16 +275,8 @@ impl PathRegistry {
     ) -> Result<(), RegistryError> {
         let key = normalize_path(&entry.path, false);
         entry.path = normalize_path(&entry.path, true);
-        let registered = entry.path.clone();
-        self.register_as(attribute, resource_types, entry)?;
-        let types = self.attributes.entry(attribute.to_owned()).or_default();
-        for resource_type in resource_types {
-            if let Some(paths) = types.get_mut(*resource_type)
-                && let Some(entry) = paths.remove(&registered)
-            {
-                paths.insert(key.clone(), entry);
-            }
-        }
+        self.check_accessor(&entry)?;
+        self.insert(attribute, resource_types, key, entry);
         Ok(())
     }
 
