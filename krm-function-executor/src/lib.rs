@@ -5,7 +5,8 @@
 //! (Kubernetes/YAML), or a Java `.properties` file seen through its YAML model
 //! (AppConfig/Properties, [`toolchain::properties`]).
 //!
-//! - [`api`]: the wire types, with the JSON field names of ConfigHub's `function/api`.
+//! - [`api`]: the wire types, with the JSON field names of ConfigHub's `function/api`;
+//!   [`go_json`] writes them as Go's encoding/json does.
 //! - [`signature::TypedSignature`]: krm-runner's [`krm_plugin_api::FunctionSignature`]
 //!   extended with ConfigHub's facets, converting losslessly to and from ConfigHub's form.
 //! - [`path`]: the associative path syntax (`?key:param=value`, `*?key:param`, `@key:param`,
