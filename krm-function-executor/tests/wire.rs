@@ -186,6 +186,30 @@ fn the_path_registry_serializes_as_confighub_lists_paths() {
     assert_eq!(&back, executor.registry());
     let uri = &paths["container-repository-uri"]["v1/Pod"]["spec.containers.?name:container-name=%s.image#uri"];
     assert_eq!(uri["EmbeddedAccessorType"], "Regexp");
+    // The general registry as ConfigHub files it (kubernetes/standard_functions.go
+    // initStandardFunctions, container_functions.go initContainerFunctions): keyed by the
+    // normalized path, the entry keeping the bindings, under the registered attribute name.
+    let general = &paths["attribute-value"];
+    let name = &general["*"]["metadata.name"];
+    assert_eq!(name["AttributeName"], "resource-name");
+    assert_eq!(
+        name["Info"]["SetterInvocations"][0]["FunctionName"],
+        "set-default-names"
+    );
+    assert_eq!(
+        name["Info"]["SetterInvocations"][0]["Arguments"],
+        Value::Null
+    );
+    let uri = &general["apps/v1/Deployment"]["spec.template.spec.containers.*.image#uri"];
+    assert_eq!(
+        uri["Path"],
+        "spec.template.spec.containers.*?name:container-name.image#uri"
+    );
+    assert_eq!(uri["AttributeName"], "container-repository-uri");
+    assert_eq!(
+        general["v1/Service"]["spec.type"]["AttributeName"],
+        "service-type"
+    );
 }
 
 #[test]
