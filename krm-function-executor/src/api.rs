@@ -19,6 +19,56 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// An empty list as Go's encoding/json writes a nil slice: `null`. The lists written so are
+/// those ConfigHub leaves nil when empty (an invocation's arguments).
+fn empty_as_null<S, T>(list: &[T], serializer: S) -> Result<S::Ok, S::Error>
+where
+    S: serde::Serializer,
+    T: Serialize,
+{
+    if list.is_empty() {
+        serializer.serialize_none()
+    } else {
+        list.serialize(serializer)
+    }
+}
+
+/// No output type as Go writes an empty OutputType string: `""` (read back as none).
+mod output_type_or_empty {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::OutputType;
+
+    pub fn serialize<S: Serializer>(
+        output_type: &Option<OutputType>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match output_type {
+            Some(output_type) => output_type.serialize(serializer),
+            None => serializer.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<OutputType>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Read {
+            Type(OutputType),
+            Other(Option<String>),
+        }
+        match Read::deserialize(deserializer)? {
+            Read::Type(output_type) => Ok(Some(output_type)),
+            Read::Other(None) => Ok(None),
+            Read::Other(Some(text)) if text.is_empty() => Ok(None),
+            Read::Other(Some(text)) => Err(serde::de::Error::custom(format!(
+                "unknown OutputType {text:?}"
+            ))),
+        }
+    }
+}
+
 fn nil_uuid() -> String {
     NIL_UUID.to_owned()
 }
@@ -276,7 +326,11 @@ impl FunctionArgument {
 #[serde(rename_all = "PascalCase")]
 pub struct FunctionInvocation {
     pub function_name: String,
-    #[serde(default, deserialize_with = "null_as_default")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        serialize_with = "empty_as_null"
+    )]
     pub arguments: Vec<FunctionArgument>,
 }
 
@@ -331,17 +385,17 @@ pub struct FunctionInvocationResponse {
     /// The combined output as JSON text (`null` when no invocation produced one).
     #[serde(with = "base64_bytes")]
     pub output: Vec<u8>,
-    /// Absent when no invocation produced output.
-    #[serde(default)]
+    /// Absent when no invocation produced output (`""` in the JSON, as Go writes it).
+    #[serde(default, with = "output_type_or_empty")]
     pub output_type: Option<OutputType>,
-    /// Every invocation ran without error (not the validation verdict).
-    pub success: bool,
     /// Per resource, in the order of the resulting data (deleted resources last).
     #[serde(default, deserialize_with = "null_as_default")]
     pub mutations: Vec<ResourceMutation>,
     /// Indices of the invocations that changed the data.
     #[serde(default, deserialize_with = "null_as_default")]
     pub mutators: Vec<usize>,
+    /// Every invocation ran without error (not the validation verdict).
+    pub success: bool,
     #[serde(default, deserialize_with = "null_as_default")]
     pub error_messages: Vec<String>,
 }

@@ -14,6 +14,7 @@ use crate::api::{
 };
 use crate::args;
 use crate::functions::{self, Call, Output, TypedFunction};
+use crate::go_json;
 use crate::mutations;
 use crate::registry::PathRegistry;
 use crate::toolchain::properties::PropertiesError;
@@ -563,10 +564,10 @@ impl Run {
         let encoded = match &self.output {
             None => return (None, b"null".to_vec()),
             Some(Combined::Validation(result)) => {
-                (OutputType::ValidationResult, serde_json::to_vec(result))
+                (OutputType::ValidationResult, go_json::to_vec(result))
             }
             Some(Combined::Validations(list)) => {
-                (OutputType::ValidationResultList, serde_json::to_vec(list))
+                (OutputType::ValidationResultList, go_json::to_vec(list))
             }
             Some(Combined::Single(output)) => (output.output_type(), output.to_json()),
         };

@@ -5,7 +5,8 @@
 //! (Kubernetes/YAML), or a Java `.properties` file seen through its YAML model
 //! (AppConfig/Properties, [`toolchain::properties`]).
 //!
-//! - [`api`]: the wire types, with the JSON field names of ConfigHub's `function/api`.
+//! - [`api`]: the wire types, with the JSON field names of ConfigHub's `function/api`;
+//!   [`go_json`] writes them as Go's encoding/json does.
 //! - [`signature::TypedSignature`]: krm-runner's [`krm_plugin_api::FunctionSignature`]
 //!   extended with ConfigHub's facets, converting losslessly to and from ConfigHub's form.
 //! - [`path`]: the associative path syntax (`?key:param=value`, `*?key:param`, `@key:param`,
@@ -23,6 +24,7 @@ pub mod args;
 pub mod declared;
 pub mod executor;
 pub mod functions;
+pub mod go_json;
 pub mod mutations;
 pub mod path;
 pub mod plugin;

@@ -26,11 +26,13 @@ fn render(value: &Value) -> String {
     }
 }
 
+/// A record as ConfigHub's yamlkit ComputeMutations writes it: every one with its predicate
+/// set, so that a later patch or reset takes it.
 fn info(mutation_type: MutationType, index: i64, value: String) -> MutationInfo {
     MutationInfo {
         mutation_type,
         index,
-        predicate: false,
+        predicate: true,
         value,
     }
 }

@@ -25,6 +25,10 @@ pub struct PathVisitorInfo {
     /// Unresolved; `%s` placeholders take the path parameters in order; `#part` selects a
     /// named group of the embedded accessor.
     pub path: String,
+    /// When set, only the resolution of `path` that is this resolved path is visited: an
+    /// arbitrary resolved path matched to a registered one (ConfigHub's ResolvedPath).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resolved_path: String,
     pub attribute_name: String,
     pub data_type: DataType,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,6 +51,7 @@ impl PathVisitorInfo {
     pub fn new(attribute_name: &str, path: &str, data_type: DataType) -> Self {
         Self {
             path: path.to_owned(),
+            resolved_path: String::new(),
             attribute_name: attribute_name.to_owned(),
             data_type,
             info: None,
@@ -124,6 +129,42 @@ mod set_as_object {
     }
 }
 
+/// ConfigHub's normalized path (yamlkit's normalizePath): a segment that selects (holding
+/// `?`, `*`, `@` or `%`, or all digits) becomes `*`. With `keep_bindings`, the selections
+/// that bind a parameter stay in their wildcard form: `*?key:param` and `*@:param` as they
+/// are, `?key:param=value` as `*?key:param`. Escaped dots (`~1`) stay escaped, where
+/// ConfigHub unescapes them (see docs/confighub.md, deliberate differences).
+pub fn normalize_path(path: &str, keep_bindings: bool) -> String {
+    // Built in one pass over bytes: every start-up normalizes each registered path twice.
+    let mut out = String::with_capacity(path.len());
+    for (i, segment) in path.split('.').enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        let bytes = segment.as_bytes();
+        let selects = bytes.iter().any(|b| matches!(b, b'?' | b'*' | b'@' | b'%'))
+            || bytes.iter().all(u8::is_ascii_digit);
+        if !selects {
+            out.push_str(segment);
+            continue;
+        }
+        let binds = bytes.iter().any(|b| matches!(b, b'?' | b'@')) && bytes.contains(&b':');
+        if keep_bindings && binds {
+            if segment.starts_with("*?") || segment.starts_with("*@:") {
+                out.push_str(segment);
+                continue;
+            }
+            if segment.starts_with('?') {
+                out.push('*');
+                out.push_str(segment.split_once('=').map_or(segment, |(k, _)| k));
+                continue;
+            }
+        }
+        out.push('*');
+    }
+    out
+}
+
 /// Resource type -> unresolved path -> entry.
 pub type ResourceTypePaths = BTreeMap<String, BTreeMap<String, PathVisitorInfo>>;
 
@@ -139,10 +180,21 @@ pub enum RegistryError {
 }
 
 /// Attribute name -> resource type -> path -> entry.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct PathRegistry {
     attributes: BTreeMap<String, ResourceTypePaths>,
+    /// The accessor patterns already parsed.
+    #[serde(skip)]
+    checked_accessors: BTreeSet<String>,
+}
+
+/// Two registries are equal when their entries are: which patterns were parsed on the way is
+/// bookkeeping.
+impl PartialEq for PathRegistry {
+    fn eq(&self, other: &Self) -> bool {
+        self.attributes == other.attributes
+    }
 }
 
 impl PathRegistry {
@@ -164,18 +216,19 @@ impl PathRegistry {
         resource_types: &[&str],
         entry: PathVisitorInfo,
     ) -> Result<(), RegistryError> {
-        // Parsed, not compiled: every start-up registers the Kubernetes paths, and compiling
-        // their patterns cost more than all the rest of building the registry (visitors compile
-        // a pattern when they use it). Each pattern once: the Kubernetes registry repeats one
-        // for every pod spec path.
+        self.check_accessor(&entry)?;
+        let key = entry.path.clone();
+        self.insert(attribute, resource_types, key, entry);
+        Ok(())
+    }
+
+    /// Parses the entry's accessor pattern, once per pattern. Parsed, not compiled: every
+    /// start-up registers the Kubernetes paths, and compiling their patterns cost more than
+    /// all the rest of building the registry (visitors compile a pattern when they use it);
+    /// the Kubernetes registry repeats each one for every pod spec path.
+    fn check_accessor(&mut self, entry: &PathVisitorInfo) -> Result<(), RegistryError> {
         let accessor = &entry.embedded_accessor_config;
-        let checked = self
-            .attributes
-            .values()
-            .flat_map(BTreeMap::values)
-            .flat_map(BTreeMap::values)
-            .any(|registered| registered.embedded_accessor_config == *accessor);
-        if !accessor.is_empty() && !checked {
+        if !accessor.is_empty() && !self.checked_accessors.contains(accessor) {
             regex_syntax::Parser::new()
                 .parse(accessor)
                 .map_err(|source| RegistryError::Accessor {
@@ -183,15 +236,64 @@ impl PathRegistry {
                     path: entry.path.clone(),
                     source: Box::new(source),
                 })?;
-        }
-        let types = self.attributes.entry(attribute.to_owned()).or_default();
-        for resource_type in resource_types {
-            types
-                .entry((*resource_type).to_owned())
-                .or_default()
-                .insert(entry.path.clone(), entry.clone());
+            self.checked_accessors.insert(accessor.clone());
         }
         Ok(())
+    }
+
+    /// Files `entry` under `key` for each of `resource_types`.
+    fn insert(
+        &mut self,
+        attribute: &str,
+        resource_types: &[&str],
+        key: String,
+        entry: PathVisitorInfo,
+    ) {
+        let types = self.attributes.entry(attribute.to_owned()).or_default();
+        if let Some((last, others)) = resource_types.split_last() {
+            for resource_type in others {
+                types
+                    .entry((*resource_type).to_owned())
+                    .or_default()
+                    .insert(key.clone(), entry.clone());
+            }
+            types
+                .entry((*last).to_owned())
+                .or_default()
+                .insert(key, entry);
+        }
+    }
+
+    /// Registers `entry` under `attribute` keyed by its normalized path (every selecting
+    /// segment a `*`), its own path keeping only the bindings, as ConfigHub files the general
+    /// attributes: an arbitrary path finds its registered attribute through that key.
+    pub fn register_normalized(
+        &mut self,
+        attribute: &str,
+        resource_types: &[&str],
+        mut entry: PathVisitorInfo,
+    ) -> Result<(), RegistryError> {
+        let key = normalize_path(&entry.path, false);
+        entry.path = normalize_path(&entry.path, true);
+        self.check_accessor(&entry)?;
+        self.insert(attribute, resource_types, key, entry);
+        Ok(())
+    }
+
+    /// The general attribute registered at `path` (any form of it: `spec.containers.0.image`
+    /// finds `spec.containers.*?name:container-name.image`) for `resource_type`, else for
+    /// every type (ConfigHub's GetPathVisitorInfo, which ignores type exceptions here too).
+    pub fn general_entry(&self, resource_type: &str, path: &str) -> Option<&PathVisitorInfo> {
+        let types = self.attributes.get(attribute::GENERAL)?;
+        let key = normalize_path(path, false);
+        types
+            .get(resource_type)
+            .and_then(|paths| paths.get(&key))
+            .or_else(|| {
+                types
+                    .get(ANY_RESOURCE_TYPE)
+                    .and_then(|paths| paths.get(&key))
+            })
     }
 
     pub fn attribute(&self, attribute_name: &str) -> Option<&ResourceTypePaths> {
@@ -247,6 +349,9 @@ pub mod attribute {
     pub const HOSTNAME: &str = "hostname";
     pub const SUBDOMAIN: &str = "subdomain";
     pub const DOMAIN: &str = "domain";
+    pub const CONTAINER_IMAGES: &str = "container-images";
+    pub const RESOURCE_NAME: &str = "resource-name";
+    pub const APP_LABEL: &str = "app-label";
     pub const GENERAL: &str = "attribute-value";
     pub const PROVIDED: &str = "provided-value";
     pub const DEFAULT_NAME: &str = "default-name";
@@ -280,20 +385,115 @@ pub const REPLICATED_TYPES: &[&str] = &[
     "apps/v1/StatefulSet",
 ];
 
-/// Kinds without a namespace (their `metadata.namespace` is not touched).
+/// Kinds without a namespace (their `metadata.namespace` is not touched): ConfigHub's list
+/// (k8skit's K8sClusterScopedResourceTypes).
 pub const CLUSTER_SCOPED_TYPES: &[&str] = &[
     "v1/Namespace",
-    "v1/Node",
-    "v1/PersistentVolume",
     "rbac.authorization.k8s.io/v1/ClusterRole",
     "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
     "apiextensions.k8s.io/v1/CustomResourceDefinition",
-    "storage.k8s.io/v1/StorageClass",
-    "scheduling.k8s.io/v1/PriorityClass",
     "admissionregistration.k8s.io/v1/MutatingWebhookConfiguration",
     "admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration",
+    "apiregistration.k8s.io/v1/APIService",
+    "storage.k8s.io/v1/StorageClass",
+    "storage.k8s.io/v1/CSIDriver",
     "networking.k8s.io/v1/IngressClass",
+    "gateway.networking.k8s.io/v1/GatewayClass",
+    "gateway.networking.k8s.io/v1beta1/GatewayClass",
+    "gateway.networking.k8s.io/v1alpha1/GatewayClass",
+    "hub.traefik.io/v1/AccessControlPolicy",
+    "hub.traefik.io/v1beta1/AccessControlPolicy",
+    "hub.traefik.io/v1alpha1/AccessControlPolicy",
+    "external-secrets.io/v1/ClusterExternalSecret",
+    "external-secrets.io/v1beta1/ClusterExternalSecret",
+    "external-secrets.io/v1alpha1/ClusterExternalSecret",
+    "generators.external-secrets.io/v1/ClusterGenerator",
+    "generators.external-secrets.io/v1beta1/ClusterGenerator",
+    "generators.external-secrets.io/v1alpha1/ClusterGenerator",
+    "external-secrets.io/v1/ClusterPushSecret",
+    "external-secrets.io/v1beta1/ClusterPushSecret",
+    "external-secrets.io/v1alpha1/ClusterPushSecret",
+    "external-secrets.io/v1/ClusterSecretStore",
+    "external-secrets.io/v1beta1/ClusterSecretStore",
+    "external-secrets.io/v1alpha1/ClusterSecretStore",
+    "cert-manager.io/v1/ClusterIssuer",
+    "trident.netapp.io/v1/TridentConfigurator",
 ];
+
+/// The types whose names other resources refer to (kustomize's name references, as
+/// ConfigHub reads them, and Namespaces): each one's `metadata.name` is a provided value.
+pub const PROVIDED_NAME_TYPES: &[&str] = &[
+    "apps/v1/Deployment",
+    "v1/ReplicationController",
+    "apps/v1/ReplicaSet",
+    "apps/v1/StatefulSet",
+    "v1/ConfigMap",
+    "v1/Secret",
+    "v1/Service",
+    "rbac.authorization.k8s.io/v1/Role",
+    "rbac.authorization.k8s.io/v1/ClusterRole",
+    "v1/ServiceAccount",
+    "v1/PersistentVolumeClaim",
+    "v1/PersistentVolume",
+    "storage.k8s.io/v1/StorageClass",
+    "scheduling.k8s.io/v1/PriorityClass",
+    "networking.k8s.io/v1/IngressClass",
+    "v1/Namespace",
+];
+
+/// Where app labels sit, by type (ConfigHub's resourceTypeToLabelPrefixPaths; not Jobs).
+pub const APP_LABEL_PREFIXES: &[(&str, &[&str])] = &[
+    (
+        "apps/v1/Deployment",
+        &[
+            "metadata.labels.",
+            "spec.selector.matchLabels.",
+            "spec.template.metadata.labels.",
+        ],
+    ),
+    (
+        "apps/v1/ReplicaSet",
+        &[
+            "metadata.labels.",
+            "spec.selector.matchLabels.",
+            "spec.template.metadata.labels.",
+        ],
+    ),
+    (
+        "apps/v1/DaemonSet",
+        &[
+            "metadata.labels.",
+            "spec.selector.matchLabels.",
+            "spec.template.metadata.labels.",
+        ],
+    ),
+    (
+        "apps/v1/StatefulSet",
+        &[
+            "metadata.labels.",
+            "spec.selector.matchLabels.",
+            "spec.template.metadata.labels.",
+        ],
+    ),
+    ("v1/Pod", &["metadata.labels."]),
+];
+
+/// A field naming a resource of `referenced` type: ConfigHub's `resource-name` attribute,
+/// set by `set-references-of-type` with that type.
+fn references_of_type(path: &str, referenced: &str) -> PathVisitorInfo {
+    let mut entry = PathVisitorInfo::new(attribute::RESOURCE_NAME, path, DataType::String)
+        .with_functions(None, &["set-references-of-type"]);
+    if let Some(setter) = entry
+        .info
+        .as_mut()
+        .and_then(|info| info.setter_invocations.first_mut())
+    {
+        setter
+            .arguments
+            .push(FunctionArgument::named("resource-type", referenced));
+    }
+    entry
+}
 
 /// An image: `[registry/]repository` then `:tag` and/or `@digest`.
 pub const IMAGE_ACCESSOR: &str = r"^(?P<uri>[^@:]+(?::[0-9]+/[^@:]+)?)(?P<reference>(?::[^@/]+)?(?:@[A-Za-z0-9_+.-]+:[A-Fa-f0-9]+)?)$";
@@ -322,38 +522,30 @@ impl PathRegistry {
     /// refers to (`configHub.kubernetes.namespace`). `listpaths` shows it.
     pub fn properties() -> Self {
         let mut registry = Self::default();
+        // ConfigHub's properties handler (properties/standard_functions.go,
+        // initStandardFunctions): the name as `resource-name` generated by set-default-names,
+        // the namespace as a needed `resource-name` set by set-references-of-type. krm-runner
+        // also files the namespace under the namespace references, which its
+        // set-references-of-type v1/Namespace writes.
         let name = PathVisitorInfo::new(
-            attribute::DEFAULT_NAME,
+            attribute::RESOURCE_NAME,
             "configHub.configName",
             DataType::String,
         )
         .generated_by("set-default-names", DEFAULT_NAME_TEMPLATE);
-        // The namespace the application runs in: needed from elsewhere, and set as a
-        // namespace reference is (set-references-of-type v1/Namespace NAME).
-        let mut namespace = PathVisitorInfo::new(
-            attribute::NAMESPACE_REFERENCE,
-            "configHub.kubernetes.namespace",
-            DataType::String,
-        )
-        .with_functions(None, &["set-references-of-type"]);
-        if let Some(setter) = namespace
-            .info
-            .as_mut()
-            .and_then(|info| info.setter_invocations.first_mut())
-        {
-            setter
-                .arguments
-                .push(FunctionArgument::named("resource-type", "v1/Namespace"));
-        }
-        for (attribute, entry) in [
-            (attribute::DEFAULT_NAME, name.clone()),
-            (attribute::GENERAL, name),
-            (attribute::NAMESPACE_REFERENCE, namespace.clone()),
-            (attribute::NEEDED, namespace),
+        let namespace = references_of_type("configHub.kubernetes.namespace", "v1/Namespace");
+        for (attribute, entry, normalized) in [
+            (attribute::DEFAULT_NAME, name.clone(), false),
+            (attribute::GENERAL, name, true),
+            (attribute::NAMESPACE_REFERENCE, namespace.clone(), false),
+            (attribute::NEEDED, namespace, false),
         ] {
-            registry
-                .register_as(attribute, &[ANY_RESOURCE_TYPE], entry)
-                .expect("no accessor to compile");
+            let registered = if normalized {
+                registry.register_normalized(attribute, &[ANY_RESOURCE_TYPE], entry)
+            } else {
+                registry.register_as(attribute, &[ANY_RESOURCE_TYPE], entry)
+            };
+            registered.expect("no accessor to compile");
         }
         registry
     }
@@ -361,190 +553,259 @@ impl PathRegistry {
     /// The registry for Kubernetes resources in YAML.
     pub fn kubernetes() -> Self {
         let mut registry = Self::default();
-        let mut add = |types: &[&str], entry: PathVisitorInfo| {
-            registry
-                .register(types, entry)
-                .expect("built-in accessors compile");
-        };
         use attribute::*;
-        add(
-            REPLICATED_TYPES,
-            PathVisitorInfo::new(REPLICAS, "spec.replicas", DataType::Int)
-                .with_functions(Some("get-replicas"), &["set-replicas"]),
+        // Each attribute's getter and setters, as ConfigHub links them (container_functions.go
+        // initContainerFunctions, metadata_functions.go initMetadataFunctions,
+        // standard_functions.go initStandardFunctions).
+        let linked = |name: &str, path: &str, data_type: DataType, getter: &str, setter: &str| {
+            let setters: &[&str] = if setter.is_empty() { &[] } else { &[setter] };
+            PathVisitorInfo::new(name, path, data_type).with_functions(Some(getter), setters)
+        };
+        let mut add =
+            |attribute: &str, types: &[&str], entry: PathVisitorInfo, normalized: bool| {
+                let registered = if normalized {
+                    registry.register_normalized(attribute, types, entry)
+                } else {
+                    registry.register_as(attribute, types, entry)
+                };
+                registered.expect("built-in accessors compile");
+            };
+        let replicas = linked(
+            REPLICAS,
+            "spec.replicas",
+            DataType::Int,
+            "get-replicas",
+            "set-replicas",
         );
+        add(REPLICAS, REPLICATED_TYPES, replicas.clone(), false);
+        add(GENERAL, REPLICATED_TYPES, replicas, true);
         for (resource_type, pod_spec) in pod_spec_prefixes() {
-            for list in ["containers", "initContainers"] {
-                let container = format!("{pod_spec}.{list}.?name:container-name=%s");
-                add(
-                    &[resource_type],
-                    PathVisitorInfo::new(
-                        CONTAINER_NAME,
-                        &format!("{pod_spec}.{list}.*.name"),
+            let types = &[resource_type];
+            for list in ["containers", "initContainers", "ephemeralContainers"] {
+                let each = format!("{pod_spec}.{list}.*?name:container-name");
+                let one = format!("{pod_spec}.{list}.?name:container-name=%s");
+                let name = PathVisitorInfo::new(
+                    CONTAINER_NAME,
+                    &format!("{pod_spec}.{list}.*.name"),
+                    DataType::String,
+                )
+                .with_functions(Some("get-container-name"), &[]);
+                add(CONTAINER_NAME, types, name.clone(), true);
+                add(GENERAL, types, name, true);
+                let image = |path: &str| {
+                    linked(
+                        CONTAINER_IMAGE,
+                        path,
                         DataType::String,
+                        "get-image",
+                        "set-image",
                     )
-                    .with_functions(Some("get-container-name"), &[]),
-                );
+                };
                 add(
-                    &[resource_type],
+                    CONTAINER_IMAGE,
+                    types,
+                    image(&format!("{one}.image")),
+                    false,
+                );
+                add(GENERAL, types, image(&format!("{each}.image")), true);
+                add(
+                    CONTAINER_IMAGES,
+                    types,
                     PathVisitorInfo::new(
                         CONTAINER_IMAGE,
-                        &format!("{container}.image"),
+                        &format!("{each}.image"),
                         DataType::String,
-                    )
-                    .with_functions(Some("get-image"), &["set-image"]),
+                    ),
+                    true,
                 );
+                for (name, part) in [
+                    (CONTAINER_REPOSITORY_URI, "uri"),
+                    (CONTAINER_IMAGE_REFERENCE, "reference"),
+                ] {
+                    let at = |path: &str| {
+                        linked(
+                            name,
+                            &format!("{path}.image#{part}"),
+                            DataType::String,
+                            &format!("get-image-{part}"),
+                            &format!("set-image-{part}"),
+                        )
+                        .with_accessor(IMAGE_ACCESSOR)
+                    };
+                    add(name, types, at(&one), false);
+                    add(GENERAL, types, at(&each), true);
+                }
+                // Only the repository is needed from elsewhere; ConfigHub links its setter.
                 add(
-                    &[resource_type],
+                    NEEDED,
+                    types,
                     PathVisitorInfo::new(
                         CONTAINER_REPOSITORY_URI,
-                        &format!("{container}.image#uri"),
+                        &format!("{each}.image#uri"),
                         DataType::String,
                     )
                     .with_accessor(IMAGE_ACCESSOR)
-                    .with_functions(Some("get-image-uri"), &["set-image-uri"]),
+                    .with_functions(None, &["set-image-uri"]),
+                    false,
                 );
                 add(
-                    &[resource_type],
-                    PathVisitorInfo::new(
-                        CONTAINER_IMAGE_REFERENCE,
-                        &format!("{container}.image#reference"),
-                        DataType::String,
-                    )
-                    .with_accessor(IMAGE_ACCESSOR)
-                    .with_functions(Some("get-image-reference"), &["set-image-reference"]),
-                );
-                add(
-                    &[resource_type],
-                    PathVisitorInfo::new(
+                    ENV_VALUE,
+                    types,
+                    linked(
                         ENV_VALUE,
-                        &format!("{container}.env.?name:env-var=%s.value"),
+                        &format!("{one}.env.?name:env-var=%s.value"),
                         DataType::String,
-                    )
-                    .with_functions(Some("get-env-var"), &["set-env-var"]),
+                        "get-env-var",
+                        "set-env-var",
+                    ),
+                    false,
                 );
             }
         }
         add(
+            LABEL_VALUE,
             &[ANY_RESOURCE_TYPE],
-            PathVisitorInfo::new(
+            linked(
                 LABEL_VALUE,
                 "metadata.labels.@%s:label-key",
                 DataType::String,
-            )
-            .with_functions(Some("get-label"), &["set-label"]),
+                "get-label",
+                "set-label",
+            ),
+            false,
         );
         add(
+            ANNOTATION_VALUE,
             &[ANY_RESOURCE_TYPE],
-            PathVisitorInfo::new(
+            linked(
                 ANNOTATION_VALUE,
                 "metadata.annotations.@%s:annotation-key",
                 DataType::String,
-            )
-            .with_functions(Some("get-annotation"), &["set-annotation"]),
+                "get-annotation",
+                "set-annotation",
+            ),
+            false,
         );
-        add(
-            &[ANY_RESOURCE_TYPE],
-            PathVisitorInfo::new(NAMESPACE_REFERENCE, "metadata.namespace", DataType::String)
-                .except(CLUSTER_SCOPED_TYPES)
-                .with_functions(Some("get-namespace"), &["set-namespace"]),
-        );
-        add(
-            &[
+        // Namespace fields are references to a Namespace by name: ConfigHub names them
+        // `resource-name` and links the generic setter, in four registries.
+        let namespace_fields: [(&str, &str); 7] = [
+            (ANY_RESOURCE_TYPE, "metadata.namespace"),
+            (
                 "rbac.authorization.k8s.io/v1/RoleBinding",
-                "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
-            ],
-            PathVisitorInfo::new(
-                NAMESPACE_REFERENCE,
                 "subjects.*.namespace",
-                DataType::String,
-            )
-            .with_functions(Some("get-namespace"), &["set-namespace"]),
-        );
-        // `get-attributes` reads everything registered under the general attribute.
-        add(
-            REPLICATED_TYPES,
-            PathVisitorInfo::new(GENERAL, "spec.replicas", DataType::Int)
-                .with_functions(Some("get-replicas"), &["set-replicas"]),
-        );
-        for (resource_type, pod_spec) in pod_spec_prefixes() {
-            add(
-                &[resource_type],
-                PathVisitorInfo::new(
-                    GENERAL,
-                    &format!("{pod_spec}.containers.*?name:container-name.image"),
-                    DataType::String,
-                )
-                .with_functions(Some("get-image"), &["set-image"]),
-            );
+            ),
+            (
+                "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
+                "subjects.*.namespace",
+            ),
+            (
+                "apiextensions.k8s.io/v1/CustomResourceDefinition",
+                "spec.conversion.webhook.clientConfig.service.namespace",
+            ),
+            (
+                "apiregistration.k8s.io/v1/APIService",
+                "spec.service.namespace",
+            ),
+            (
+                "kustomize.toolkit.fluxcd.io/v1/Kustomization",
+                "spec.targetNamespace",
+            ),
+            (
+                "helm.toolkit.fluxcd.io/v2/HelmRelease",
+                "spec.chartRef.namespace",
+            ),
+        ];
+        for (resource_type, path) in namespace_fields {
+            let mut entry = references_of_type(path, "v1/Namespace");
+            if resource_type == ANY_RESOURCE_TYPE {
+                entry = entry.except(CLUSTER_SCOPED_TYPES);
+            }
+            for (attribute, normalized) in [
+                (NEEDED, false),
+                (NAMESPACE_REFERENCE, false),
+                (RESOURCE_NAME, false),
+                (GENERAL, true),
+            ] {
+                add(attribute, &[resource_type], entry.clone(), normalized);
+            }
         }
-        add(
-            &[ANY_RESOURCE_TYPE],
-            PathVisitorInfo::new(GENERAL, "metadata.namespace", DataType::String)
-                .except(CLUSTER_SCOPED_TYPES)
-                .with_functions(Some("get-namespace"), &["set-namespace"]),
-        );
-        // Names other resources refer to: what `get-provided` offers for needed values.
-        add(
-            &[
-                "v1/Namespace",
-                "v1/ServiceAccount",
-                "v1/ConfigMap",
-                "v1/Secret",
-                "v1/Service",
-                "v1/PersistentVolumeClaim",
-                "rbac.authorization.k8s.io/v1/Role",
-                "rbac.authorization.k8s.io/v1/ClusterRole",
-                "scheduling.k8s.io/v1/PriorityClass",
-                "storage.k8s.io/v1/StorageClass",
-            ],
-            PathVisitorInfo::new(PROVIDED, "metadata.name", DataType::String),
-        );
+        // Names other resources refer to: what `get-provided` offers for needed values, each
+        // read again by `get-resources-of-type` of its type.
+        for resource_type in PROVIDED_NAME_TYPES {
+            let mut entry = PathVisitorInfo::new(RESOURCE_NAME, "metadata.name", DataType::String)
+                .with_functions(Some("get-resources-of-type"), &[]);
+            if let Some(getter) = entry
+                .info
+                .as_mut()
+                .and_then(|info| info.getter_invocation.as_mut())
+            {
+                getter
+                    .arguments
+                    .push(FunctionArgument::named("resource-type", *resource_type));
+            }
+            add(PROVIDED, &[resource_type], entry, false);
+        }
         // Identifying names and the app labels that follow them: what `set-default-names`
         // fills in where they still hold a placeholder.
-        let app_labels = ["app", "app~1kubernetes~1io/name"];
-        let mut default_name = |types: &[&str], path: &str| {
-            add(
-                types,
-                PathVisitorInfo::new(DEFAULT_NAME, path, DataType::String)
-                    .generated_by("set-default-names", DEFAULT_NAME_TEMPLATE),
-            );
+        let generated = |name: &str, path: &str| {
+            PathVisitorInfo::new(name, path, DataType::String)
+                .generated_by("set-default-names", DEFAULT_NAME_TEMPLATE)
         };
-        default_name(&[ANY_RESOURCE_TYPE], "metadata.name");
-        for label in app_labels {
-            default_name(&[ANY_RESOURCE_TYPE], &format!("metadata.labels.{label}"));
-            default_name(
-                POD_TEMPLATE_TYPES,
-                &format!("spec.selector.matchLabels.{label}"),
-            );
-            default_name(
-                POD_TEMPLATE_TYPES,
-                &format!("spec.template.metadata.labels.{label}"),
-            );
-            default_name(&["v1/Service"], &format!("spec.selector.{label}"));
+        let name = generated(RESOURCE_NAME, "metadata.name");
+        add(DEFAULT_NAME, &[ANY_RESOURCE_TYPE], name.clone(), false);
+        add(GENERAL, &[ANY_RESOURCE_TYPE], name, true);
+        for (resource_type, prefixes) in APP_LABEL_PREFIXES {
+            for prefix in *prefixes {
+                for label in ["app", "app~1kubernetes~1io/name"] {
+                    let label = generated(APP_LABEL, &format!("{prefix}{label}"));
+                    add(DEFAULT_NAME, &[resource_type], label.clone(), false);
+                    add(GENERAL, &[resource_type], label, true);
+                }
+            }
         }
+        add(
+            GENERAL,
+            &["v1/Service"],
+            PathVisitorInfo::new("service-type", "spec.type", DataType::String),
+            true,
+        );
         let hostname_paths = [
             ("networking.k8s.io/v1/Ingress", "spec.rules.*.host"),
             ("networking.k8s.io/v1/Ingress", "spec.tls.*.hosts.*"),
             ("v1/Service", EXTERNAL_DNS_HOSTNAME),
         ];
         for (resource_type, path) in hostname_paths {
-            for attribute in [HOSTNAME, GENERAL] {
-                add(
-                    &[resource_type],
-                    PathVisitorInfo::new(attribute, path, DataType::String)
-                        .with_functions(Some("get-hostname"), &["set-hostname"]),
-                );
+            let types = &[resource_type];
+            // ConfigHub registers the Ingress TLS hosts for nothing; krm-runner's hostname
+            // functions also keep them in step with the rules' hosts.
+            let general = path != "spec.tls.*.hosts.*";
+            let hostname = linked(
+                HOSTNAME,
+                path,
+                DataType::String,
+                "get-hostname",
+                "set-hostname",
+            );
+            add(HOSTNAME, types, hostname.clone(), false);
+            if general {
+                add(GENERAL, types, hostname, true);
             }
-            for (attribute, part) in [(SUBDOMAIN, "subdomain"), (DOMAIN, "domain")] {
-                add(
-                    &[resource_type],
-                    PathVisitorInfo::new(attribute, &format!("{path}#{part}"), DataType::String)
-                        .with_accessor(HOSTNAME_ACCESSOR)
-                        .with_functions(
-                            Some(&format!("get-hostname-{part}")),
-                            &[&format!("set-hostname-{part}")],
-                        ),
-                );
+            for (name, part) in [(SUBDOMAIN, "subdomain"), (DOMAIN, "domain")] {
+                let entry = linked(
+                    name,
+                    &format!("{path}#{part}"),
+                    DataType::String,
+                    &format!("get-hostname-{part}"),
+                    &format!("set-hostname-{part}"),
+                )
+                .with_accessor(HOSTNAME_ACCESSOR);
+                add(name, types, entry.clone(), false);
+                if general {
+                    add(GENERAL, types, entry.clone(), true);
+                    if name == DOMAIN {
+                        add(NEEDED, types, entry, false);
+                    }
+                }
             }
         }
         // Where resources refer to others by name (what `set-references-of-type` sets).
@@ -636,24 +897,12 @@ impl PathRegistry {
             ),
         ]);
         for (referenced, referrers, path) in references {
-            let mut entry = PathVisitorInfo::new(
-                &attribute::references_to(referenced),
-                &path,
-                DataType::String,
-            )
-            .with_functions(None, &["set-references-of-type"]);
-            if let Some(setter) = entry
-                .info
-                .as_mut()
-                .and_then(|info| info.setter_invocations.first_mut())
-            {
-                setter
-                    .arguments
-                    .push(FunctionArgument::named("resource-type", referenced));
+            let entry = references_of_type(&path, referenced);
+            for attribute in [attribute::references_to(referenced), NEEDED.to_owned()] {
+                registry
+                    .register_as(&attribute, &referrers, entry.clone())
+                    .expect("built-in accessors compile");
             }
-            registry
-                .register(&referrers, entry)
-                .expect("built-in accessors compile");
         }
         // The facts `get-details` reports, filed under `detail` with their own attribute names.
         let mut detail = |types: &[&str], entry: PathVisitorInfo| {

@@ -32,6 +32,11 @@ struct Case {
     combine_validation_results: bool,
     #[serde(default)]
     approved_by: Option<Vec<String>>,
+    /// The ConfigHub rule the expected data follows: a file of confighub/sdk and the function
+    /// in it (e.g. "function/internal/handlers/generic/standard_functions.go
+    /// GetVisitorMapForPath: ...").
+    #[serde(default)]
+    note: Option<String>,
 }
 
 fn yes() -> bool {
@@ -120,6 +125,13 @@ fn golden_cases() {
     for path in &names {
         let case: Case = serde_json::from_slice(&std::fs::read(path).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if let Some(note) = &case.note {
+            assert!(
+                note.contains(".go "),
+                "{}: a note names the confighub/sdk file and function it follows: {note}",
+                path.display()
+            );
+        }
         let toolchain = Toolchain::from_name(&case.toolchain)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         invoked.extend(

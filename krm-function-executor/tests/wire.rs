@@ -88,7 +88,7 @@ fn a_confighub_request_round_trips() {
     assert_eq!(response["Mutators"], json!([0]));
     assert_eq!(
         response["Mutations"][0]["PathMutationMap"]["spec.replicas"],
-        json!({"MutationType": "Update", "Index": 0, "Predicate": false, "Value": "3"})
+        json!({"MutationType": "Update", "Index": 0, "Predicate": true, "Value": "3"})
     );
     // The response reads back as the same type.
     let _: FunctionInvocationResponse = serde_json::from_value(response).unwrap();
@@ -109,8 +109,12 @@ fn no_output_is_null_and_bad_requests_are_errors() {
             .unwrap(),
         b"null"
     );
-    assert_eq!(response["OutputType"], Value::Null);
+    // Go's encoder writes an empty OutputType string, and the nil-free lists as [] (ConfigHub's
+    // handler.go InvokeCore starts them empty).
+    assert_eq!(response["OutputType"], json!(""));
     assert_eq!(response["ErrorMessages"], json!([]));
+    let back: FunctionInvocationResponse = serde_json::from_value(response).unwrap();
+    assert_eq!(back.output_type, None);
 
     let executor = Executor::kubernetes();
     let mut request = FunctionInvocationRequest {
@@ -182,6 +186,30 @@ fn the_path_registry_serializes_as_confighub_lists_paths() {
     assert_eq!(&back, executor.registry());
     let uri = &paths["container-repository-uri"]["v1/Pod"]["spec.containers.?name:container-name=%s.image#uri"];
     assert_eq!(uri["EmbeddedAccessorType"], "Regexp");
+    // The general registry as ConfigHub files it (kubernetes/standard_functions.go
+    // initStandardFunctions, container_functions.go initContainerFunctions): keyed by the
+    // normalized path, the entry keeping the bindings, under the registered attribute name.
+    let general = &paths["attribute-value"];
+    let name = &general["*"]["metadata.name"];
+    assert_eq!(name["AttributeName"], "resource-name");
+    assert_eq!(
+        name["Info"]["SetterInvocations"][0]["FunctionName"],
+        "set-default-names"
+    );
+    assert_eq!(
+        name["Info"]["SetterInvocations"][0]["Arguments"],
+        Value::Null
+    );
+    let uri = &general["apps/v1/Deployment"]["spec.template.spec.containers.*.image#uri"];
+    assert_eq!(
+        uri["Path"],
+        "spec.template.spec.containers.*?name:container-name.image#uri"
+    );
+    assert_eq!(uri["AttributeName"], "container-repository-uri");
+    assert_eq!(
+        general["v1/Service"]["spec.type"]["AttributeName"],
+        "service-type"
+    );
 }
 
 #[test]

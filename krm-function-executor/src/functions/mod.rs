@@ -9,6 +9,7 @@ use crate::api::{
     AttributeValue, FunctionContext, OutputType, Resource, ResourceInfo, ValidationResult,
 };
 use crate::args::Arguments;
+use crate::go_json;
 use crate::registry::PathRegistry;
 use crate::resource::Unit;
 use crate::signature::TypedSignature;
@@ -150,14 +151,14 @@ pub enum Output {
 }
 
 impl Output {
-    /// The output as JSON text, fields in the order of their types.
+    /// The output as JSON text as Go writes it, fields in the order of their types.
     pub fn to_json(&self) -> serde_json::Result<Vec<u8>> {
         match self {
-            Output::Attributes(a) => serde_json::to_vec(a),
-            Output::ResourceInfos(r) => serde_json::to_vec(r),
-            Output::Resources(r) => serde_json::to_vec(r),
-            Output::Validation(v) => serde_json::to_vec(v),
-            Output::Other(_, v) => serde_json::to_vec(v),
+            Output::Attributes(a) => go_json::to_vec(a),
+            Output::ResourceInfos(r) => go_json::to_vec(r),
+            Output::Resources(r) => go_json::to_vec(r),
+            Output::Validation(v) => go_json::to_vec(v),
+            Output::Other(_, v) => go_json::to_vec(v),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::api::{
 use crate::args::ArgValue;
 use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::path::{self, UnresolvedPath};
-use crate::registry::{PathRegistry, PathVisitorInfo, attribute};
+use crate::registry::{ANY_RESOURCE_TYPE, PathRegistry, PathVisitorInfo, attribute};
 use crate::signature::{ParameterBuilder, TypedFacet, TypedSignature};
 use crate::yaml::{Doc, Editor, Kind, New, NodeId};
 
@@ -44,6 +44,14 @@ struct Target<'r> {
     entry: &'r PathVisitorInfo,
     path: UnresolvedPath,
     part: Option<(String, Regex)>,
+    /// The one resolution of `path` to visit, when the entry names it.
+    only: Option<&'r str>,
+}
+
+impl Target<'_> {
+    fn visits(&self, resolved: &str) -> bool {
+        self.only.is_none_or(|only| only == resolved)
+    }
 }
 
 /// The targets of each resource type, worked out once per call: a unit holds many resources
@@ -100,7 +108,14 @@ fn targets<'r>(
                     Some((part, regexp))
                 }
             };
-            Ok(Target { entry, path, part })
+            let only = (!entry.resolved_path.is_empty())
+                .then(|| entry.resolved_path.split('#').next().unwrap_or_default());
+            Ok(Target {
+                entry,
+                path,
+                part,
+                only,
+            })
         })
         .collect()
 }
@@ -164,6 +179,9 @@ pub fn get<'r>(
         for target in targets.of(info)? {
             for found in path::resolve(doc, element.root, &target.path, false) {
                 let Some(node) = found.node else { continue };
+                if !target.visits(&found.path) {
+                    continue;
+                }
                 let (mut value, mut data_type) = match scalar(doc, node) {
                     Ok(scalar) => scalar,
                     Err(what) => {
@@ -321,6 +339,9 @@ pub fn write<'r>(
             // Parts of scalars are only ever replaced, never created.
             let create = upsert && target.part.is_none();
             for found in path::resolve(doc, element.root, &target.path, create) {
+                if !target.visits(&found.path) {
+                    continue;
+                }
                 if found.through_alias {
                     problems.push(format!(
                         "{}: goes through an alias; not edited (it would change the anchor too)",
@@ -616,6 +637,45 @@ impl TypedFunction for AttributeFunction {
     }
 }
 
+/// What an arbitrary `path` of `resource_type` visits, as ConfigHub's GetVisitorMapForPath
+/// (function/internal/handlers/generic/standard_functions.go) works it out: a path the
+/// general registry knows in any form is that attribute (its name, getter, setters and
+/// accessor); a resolved one then visits only itself among the registered path's
+/// resolutions, so that the registered path binds its parameters (`container-name`) for the
+/// getter and setters. Any other path is a plain `attribute-value`, where a `#part` is
+/// refused (there is no accessor to cut it).
+pub fn arbitrary_entry(
+    registry: &PathRegistry,
+    resource_type: &str,
+    path_text: &str,
+    data_type: DataType,
+) -> Result<PathVisitorInfo, String> {
+    match registry.general_entry(resource_type, path_text) {
+        Some(registered) => {
+            let mut entry = registered.clone();
+            let resolved = !path_text.contains(['?', '*', '@', '|']);
+            if resolved {
+                entry.resolved_path = path_text.to_owned();
+            } else {
+                entry.path = path_text.to_owned();
+            }
+            Ok(entry)
+        }
+        None if path_text.contains('#') => Err(format!(
+            "path {}: embedded accessors (#) are only available on registered paths",
+            quoted(path_text)
+        )),
+        None => {
+            UnresolvedPath::parse(path_text).map_err(|e| e.to_string())?;
+            Ok(PathVisitorInfo::new(
+                attribute::GENERAL,
+                path_text,
+                data_type,
+            ))
+        }
+    }
+}
+
 /// `get-T-path` / `set-T-path`: one path of one resource type, given as arguments.
 pub struct ArbitraryPath {
     signature: TypedSignature,
@@ -648,7 +708,8 @@ impl ArbitraryPath {
             );
         }
         let output = (!set).then(|| FunctionOutput {
-            result_name: "attribute-value".into(),
+            // ConfigHub names the result of its get-T-path functions "path".
+            result_name: "path".into(),
             description: format!("Values of {word} attributes at the path"),
             output_type: OutputType::AttributeValueList,
         });
@@ -691,24 +752,19 @@ impl TypedFunction for ArbitraryPath {
     fn run(&self, call: &Call) -> Result<Outcome, FunctionError> {
         let resource_type = call.arguments.str("resource-type").unwrap_or_default();
         let path_text = call.arguments.str("path").unwrap_or_default();
-        if path_text.contains('#') {
-            return Err(format!(
-                "path {}: embedded accessors (#) are only available on registered paths",
-                quoted(path_text)
-            )
-            .into());
-        }
-        let path = UnresolvedPath::parse(path_text).map_err(|e| e.to_string())?;
+        let entry = arbitrary_entry(call.registry, resource_type, path_text, self.data_type)?;
         if self.set {
+            let (before_part, _) = path_text.split_once('#').unwrap_or((path_text, ""));
+            let path = UnresolvedPath::parse(before_part).map_err(|e| e.to_string())?;
             call.toolchain.check_new_path(&path)?;
         }
-        let entry = PathVisitorInfo::new(attribute::GENERAL, path_text, self.data_type);
         let entries_for = |info: &ResourceInfo| {
-            if info.resource_type == resource_type || resource_type == "*" {
-                vec![&entry]
+            let matches = if resource_type == ANY_RESOURCE_TYPE {
+                !entry.type_exceptions.contains(&info.resource_type)
             } else {
-                Vec::new()
-            }
+                info.resource_type == resource_type
+            };
+            if matches { vec![&entry] } else { Vec::new() }
         };
         if self.set {
             let value = call

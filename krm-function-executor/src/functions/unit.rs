@@ -8,13 +8,13 @@ use crate::args::ArgValue;
 use crate::functions::definition::{
     ALL_TOOLCHAINS, Definition, FunctionKind, KUBERNETES, Options, PROPERTIES, no_parameters,
 };
-use crate::functions::path_visitor::{EntriesFor, get, scalar, write};
+use crate::functions::path_visitor::{EntriesFor, arbitrary_entry, get, scalar, write};
 use crate::functions::resources::identified;
-use crate::functions::validation::{PLACEHOLDER_INT, PLACEHOLDER_STRING};
+use crate::functions::validation::{DEPRECATED_PLACEHOLDER, PLACEHOLDER_INT, PLACEHOLDER_STRING};
 use crate::functions::{Call, FunctionError, Outcome, Output};
 use crate::mutations;
 use crate::path::{self, UnresolvedPath};
-use crate::registry::{CLUSTER_SCOPED_TYPES, PathVisitorInfo, attribute};
+use crate::registry::{CLUSTER_SCOPED_TYPES, attribute};
 use crate::signature::ParameterBuilder;
 use crate::toolchain::Toolchain;
 use crate::yaml::{Editor, Kind};
@@ -37,10 +37,13 @@ fn get_details(call: &Call) -> Result<Outcome, FunctionError> {
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
-/// Whether a value is still a placeholder (a string containing one, or the integer one).
+/// Whether a value still needs one (a string containing a placeholder, or the integer one),
+/// as yamlkit's GetPathsAnyType decides for needed values.
 fn is_placeholder(value: &serde_json::Value) -> bool {
     match value {
-        serde_json::Value::String(s) => s.contains(PLACEHOLDER_STRING),
+        serde_json::Value::String(s) => {
+            s.contains(PLACEHOLDER_STRING) || s.contains(DEPRECATED_PLACEHOLDER)
+        }
         other => other.as_i64() == Some(PLACEHOLDER_INT),
     }
 }
@@ -58,9 +61,10 @@ fn needed(call: &Call, attribute_names: &[&str]) -> Result<Outcome, FunctionErro
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
-/// The general attributes and the registered needed values that still hold a placeholder.
+/// The registered needed values that still hold a placeholder (ConfigHub's
+/// genericFnGetNeeded: the needed-value registry alone).
 fn get_needed(call: &Call) -> Result<Outcome, FunctionError> {
-    needed(call, &[attribute::GENERAL, attribute::NEEDED])
+    needed(call, &[attribute::NEEDED])
 }
 
 fn get_needed_namespaces(call: &Call) -> Result<Outcome, FunctionError> {
@@ -72,8 +76,8 @@ fn get_provided(call: &Call) -> Result<Outcome, FunctionError> {
         call.registry
             .paths_for(attribute::PROVIDED, &info.resource_type)
     };
-    let mut found = get(call, &entries_for, &[], None)?;
-    found.retain(|attribute| !is_placeholder(&attribute.value));
+    // Every provided value, placeholders too, as ConfigHub's genericFnGetProvided gives them.
+    let found = get(call, &entries_for, &[], Some(DataType::String))?;
     Ok(Outcome::output(Output::Attributes(found)))
 }
 
@@ -81,7 +85,9 @@ fn set_attributes(call: &Call) -> Result<Outcome, FunctionError> {
     let list = call.arguments.str("attribute-list").unwrap_or_default();
     let attributes: Vec<AttributeValue> = serde_json::from_str(list)
         .map_err(|e| format!("attribute-list is not an AttributeValueList: {e}"))?;
-    write_attributes(call, &attributes)
+    // ConfigHub's genericSetAttributesFromList sets each through the arbitrary-path setter
+    // without upsert.
+    write_attributes(call, &attributes, false)
 }
 
 /// ConfigHub's normalized name: lower case, every run of other characters than letters and
@@ -131,7 +137,7 @@ fn set_default_names(call: &Call) -> Result<Outcome, FunctionError> {
         }
         _ => false,
     });
-    write_attributes(call, &found)
+    write_attributes(call, &found, true)
 }
 
 /// Puts the placeholder back into every string or integer at a path whose recorded mutation
@@ -205,7 +211,7 @@ fn reset(call: &Call) -> Result<Outcome, FunctionError> {
             }
         }
     }
-    write_attributes(call, &attributes)
+    write_attributes(call, &attributes, true)
 }
 
 /// Sets every field that refers to a resource of the given type by name (container env and
@@ -254,8 +260,14 @@ fn set_references_of_type(call: &Call) -> Result<Outcome, FunctionError> {
     })
 }
 
-/// Writes each attribute's value at its resource and path, creating missing keys.
-fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcome, FunctionError> {
+/// Writes each attribute's value at its resource and path, creating missing keys when
+/// `upsert`. A path is what the arbitrary-path setters take: a registered one keeps its
+/// accessor (`...image#uri`).
+fn write_attributes(
+    call: &Call,
+    attributes: &[AttributeValue],
+    upsert: bool,
+) -> Result<Outcome, FunctionError> {
     let mut editor = Editor::default();
     let mut edits = 0;
     let mut problems = Vec::new();
@@ -274,18 +286,18 @@ fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcom
                 continue;
             }
         };
-        if attribute.path.contains('#') {
-            problems.push(format!(
-                "attribute {i}: path {} selects part of a value; set it with its setter",
-                attribute.path
-            ));
-            continue;
-        }
-        if let Err(e) = UnresolvedPath::parse(&attribute.path) {
-            problems.push(format!("attribute {i}: {e}"));
-            continue;
-        }
-        let entry = PathVisitorInfo::new(attribute::GENERAL, &attribute.path, DataType::None);
+        let entry = match arbitrary_entry(
+            call.registry,
+            &attribute.resource.resource_type,
+            &attribute.path,
+            DataType::None,
+        ) {
+            Ok(entry) => entry,
+            Err(problem) => {
+                problems.push(format!("attribute {i}: {problem}"));
+                continue;
+            }
+        };
         let target = &attribute.resource;
         let entries_for = |info: &ResourceInfo| {
             if info.resource_type == target.resource_type
@@ -297,7 +309,7 @@ fn write_attributes(call: &Call, attributes: &[AttributeValue]) -> Result<Outcom
             }
         };
         let entries: EntriesFor = &entries_for;
-        match write(call, &mut editor, entries, &[], &value, true) {
+        match write(call, &mut editor, entries, &[], &value, upsert) {
             Ok(0)
                 if !call.unit.elements.iter().any(|e| {
                     e.info.resource_type == target.resource_type

@@ -18,6 +18,7 @@ use crate::path::{self, UnresolvedPath};
 use crate::registry::{PathVisitorInfo, attribute};
 use crate::resource::scalars;
 use crate::signature::ParameterBuilder;
+use crate::toolchain::Toolchain;
 
 /// The string ConfigHub uses for a value still to be filled in.
 pub const PLACEHOLDER_STRING: &str = "confighubplaceholder";
@@ -530,56 +531,92 @@ fn validate(call: &Call) -> Result<Outcome, FunctionError> {
     Ok(Outcome::output(Output::Validation(result)))
 }
 
+/// The placeholder ConfigHub still honours (yamlkit's DeprecatedPlaceHolderBlockApplyString):
+/// in needed values, and in the placeholders its generic handlers look for.
+pub const DEPRECATED_PLACEHOLDER: &str = "replaceme";
+
+/// The annotation where ConfigHub keeps an original name, placeholder or not: its Kubernetes
+/// handlers skip it.
+const ORIGINAL_NAME_PATH: &str = "metadata.annotations.confighub~1com/OriginalName";
+
+/// The placeholders of the unit as ConfigHub lists them (yamlkit's FindYAMLPathsByValue, once
+/// per placeholder, each search sorted by type, name and path, the searches one after the
+/// other): strings containing `confighubplaceholder`, then, for the generic handlers
+/// (properties), strings containing `replaceme`, then the integer placeholder. The
+/// Kubernetes handlers (k8sFnGetPlaceholders) skip the OriginalName annotation.
 fn placeholders(call: &Call) -> Result<Vec<AttributeValue>, FunctionError> {
+    let kubernetes = call.toolchain == Toolchain::KubernetesYaml;
     let doc = &call.unit.doc;
-    let mut found = Vec::new();
+    let mut strings = Vec::new();
+    let mut deprecated = Vec::new();
+    let mut ints = Vec::new();
     for (element, info) in identified(call)? {
         call.stop_if_cancelled()?;
         for (path, node) in scalars(doc, element.root) {
             let value = doc.to_json(node);
-            let data_type = match &value {
-                Value::String(s) if s.contains(PLACEHOLDER_STRING) => DataType::String,
-                Value::Number(n) if n.as_i64() == Some(PLACEHOLDER_INT) => DataType::Int,
-                _ => continue,
-            };
-            found.push(AttributeValue {
+            let found = |data_type| AttributeValue {
                 resource: info.clone(),
-                path,
+                path: path.clone(),
                 in_live_state: false,
                 attribute_name: attribute::GENERAL.to_owned(),
                 data_type,
                 info: None,
-                value,
+                value: value.clone(),
                 comment: String::new(),
-            });
+            };
+            match &value {
+                Value::String(s) => {
+                    if s.contains(PLACEHOLDER_STRING) && !(kubernetes && path == ORIGINAL_NAME_PATH)
+                    {
+                        strings.push(found(DataType::String));
+                    }
+                    if !kubernetes && s.contains(DEPRECATED_PLACEHOLDER) {
+                        deprecated.push(found(DataType::String));
+                    }
+                }
+                Value::Number(n) if n.as_i64() == Some(PLACEHOLDER_INT) => {
+                    ints.push(found(DataType::Int));
+                }
+                _ => {}
+            }
         }
     }
-    Ok(found)
+    let mut all = Vec::new();
+    for mut search in [strings, deprecated, ints] {
+        search.sort_by(|a, b| {
+            (
+                &a.resource.resource_type,
+                &a.resource.resource_name,
+                &a.path,
+            )
+                .cmp(&(
+                    &b.resource.resource_type,
+                    &b.resource.resource_name,
+                    &b.path,
+                ))
+        });
+        all.extend(search);
+    }
+    Ok(all)
 }
 
 fn get_placeholders(call: &Call) -> Result<Outcome, FunctionError> {
     Ok(Outcome::output(Output::Attributes(placeholders(call)?)))
 }
 
+/// Passes when there are none. ConfigHub's Kubernetes handler (k8sFnNoPlaceholders) answers
+/// the verdict alone; its generic one (genericFnNoPlaceholders) lists them as failed
+/// attributes. Neither adds details.
 fn no_placeholders(call: &Call) -> Result<Outcome, FunctionError> {
     let found = placeholders(call)?;
-    let result = if found.is_empty() {
+    let mut result = if found.is_empty() {
         ValidationResult::passed()
     } else {
-        ValidationResult {
-            details: found
-                .iter()
-                .map(|a| {
-                    format!(
-                        "{} {}: {}",
-                        a.resource.resource_type, a.resource.resource_name, a.path
-                    )
-                })
-                .collect(),
-            failed_attributes: found,
-            ..ValidationResult::failed(Vec::new())
-        }
+        ValidationResult::failed(Vec::new())
     };
+    if call.toolchain != Toolchain::KubernetesYaml {
+        result.failed_attributes = found;
+    }
     Ok(Outcome::output(Output::Validation(result)))
 }
 

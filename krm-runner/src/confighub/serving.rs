@@ -329,15 +329,23 @@ async fn not_found() -> Response {
     )
 }
 
+/// A body as ConfigHub's echo server writes one: Go's JSON (HTML characters escaped), then a
+/// newline.
+fn go_json_body<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<Vec<u8>> {
+    let mut body = krm_function_executor::go_json::to_vec(value)?;
+    body.push(b'\n');
+    Ok(body)
+}
+
 async fn list(State(state): State<HttpState>, toolchain: Toolchain) -> Response {
-    match serde_json::to_vec(&state.typed.executor(toolchain).list()) {
+    match go_json_body(&state.typed.executor(toolchain).list()) {
         Ok(body) => bounded_json(body, state.max_message_bytes),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 async fn paths(State(state): State<HttpState>, toolchain: Toolchain) -> Response {
-    match serde_json::to_vec(state.typed.executor(toolchain).registry()) {
+    match go_json_body(state.typed.executor(toolchain).registry()) {
         Ok(body) => bounded_json(body, state.max_message_bytes),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
@@ -413,7 +421,7 @@ async fn invoke_http(
         request.context.toolchain_type = toolchain.name().to_owned();
     }
     match state.typed.invoke(permit, toolchain, request, call).await {
-        Ok(response) => match serde_json::to_vec(&response) {
+        Ok(response) => match go_json_body(&response) {
             Ok(body) => bounded_json(body, limit),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         },

@@ -126,6 +126,24 @@ impl Typed {
             .map(|message| FnResult::error(message.clone()))
             .collect();
         let verdict = output_results(&response.output, response.output_type, &mut results);
+        if verdict == Some(false) && name == "no-placeholders" {
+            // ConfigHub's Kubernetes no-placeholders answers the verdict alone; a kpt user
+            // is told where the placeholders are, as get-placeholders lists them.
+            let listing = FunctionInvocationRequest {
+                function_invocations: vec![FunctionInvocation::new("get-placeholders", Vec::new())],
+                ..request.clone()
+            };
+            let found = self
+                .executor
+                .invoke_within(&listing, context)
+                .map_err(|e| EvalError::invalid_input(format!("{name}: {e}")))?;
+            let mut placeholders = Vec::new();
+            output_results(&found.output, found.output_type, &mut placeholders);
+            results.extend(placeholders.into_iter().map(|mut result| {
+                result.severity = Some("error");
+                result
+            }));
+        }
         crate::rl::write_results(&list, &mut ed, results, None);
         let output = ed.finish(doc).into_bytes();
         if let Some(reason) = limits.interruption(output.len()) {
