@@ -233,17 +233,18 @@ impl Executor {
         call: &CallContext<'_>,
         records: MutationRecords,
     ) -> Result<FunctionInvocationResponse, ExecutorError> {
+        let cancelled = |reason, index: usize, function: &str| ExecutorError::Cancelled {
+            reason,
+            index,
+            // A name no function has is the caller's text.
+            function: if self.functions.contains_key(function) {
+                function.to_owned()
+            } else {
+                quoted(function).to_string()
+            },
+        };
         let stop_if_cancelled = |index: usize, function: &str| match call.cancel_reason() {
-            Some(reason) => Err(ExecutorError::Cancelled {
-                reason,
-                index,
-                // A name no function has is the caller's text.
-                function: if self.functions.contains_key(function) {
-                    function.to_owned()
-                } else {
-                    quoted(function).to_string()
-                },
-            }),
+            Some(reason) => Err(cancelled(reason, index, function)),
             None => Ok(()),
         };
         let requested = Toolchain::from_name(&request.context.toolchain_type)?;
@@ -337,6 +338,13 @@ impl Executor {
             let ran = function.run(&invocation_call);
             // What a function did while the call was being cancelled is not answered.
             stop_if_cancelled(index, &invocation.function_name)?;
+            // A plugin's function stops where its plugin runs, which may hear that the call
+            // ended before this process does: the sequence ends with it, never going on.
+            if let Err(error) = &ran
+                && let Some(reason) = error.cancel_reason()
+            {
+                return Err(cancelled(reason, index, &invocation.function_name));
+            }
             let mut outcome = match ran {
                 Ok(outcome) => outcome,
                 Err(message) => {

@@ -125,10 +125,15 @@ impl TypedFunctionSet for PluginFunctions {
                         .map_err(|e| EvalError::internal(format!("{function}: output: {e}")))?;
                 }
             }
-            Err(error) => {
-                response.success = false;
-                response.error_messages = vec![error.to_string()];
-            }
+            // Stopped because the call ended: the caller (a worker's sequence) hears why, as an
+            // error of that kind, and ends its sequence rather than going on.
+            Err(error) => match (&error, context.cancel_reason()) {
+                (FunctionError::Stopped(_), Some(reason)) => return Err(reason.to_error(function)),
+                _ => {
+                    response.success = false;
+                    response.error_messages = vec![error.to_string()];
+                }
+            },
         }
         encode(&response)
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use krm_plugin_api::{CallContext, EvalError};
+use krm_plugin_api::{CallContext, CancelReason, ErrorKind, EvalError};
 use serde_json::Value;
 
 use crate::api::{
@@ -74,6 +74,21 @@ pub enum FunctionError {
     /// A function a plugin contributes failed in the plugin.
     #[error(transparent)]
     Plugin(#[from] EvalError),
+}
+
+impl FunctionError {
+    /// Why the call ended, when this error says it did: a plugin's function stopped by the
+    /// call's deadline or its caller.
+    pub fn cancel_reason(&self) -> Option<CancelReason> {
+        match self {
+            FunctionError::Plugin(error) => match error.kind {
+                ErrorKind::DeadlineExceeded => Some(CancelReason::DeadlineExceeded),
+                ErrorKind::Cancelled => Some(CancelReason::CallerCancelled),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
 }
 
 impl From<String> for FunctionError {

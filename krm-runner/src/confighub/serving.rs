@@ -204,19 +204,24 @@ pub async fn serve_http(
     let router = router(typed, max_message_bytes);
     let mut incoming = serving::incoming(listener);
     let (closing_tx, closing_rx) = watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = incoming.next() => match accepted {
                 Some(Ok(stream)) => {
-                    tokio::spawn(serve_connection(stream, router.clone(), closing_rx.clone()));
+                    connections.spawn(serve_connection(stream, router.clone(), closing_rx.clone()));
                 }
                 Some(Err(error)) => tracing::debug!(%error, "HTTP: accepting a connection failed"),
                 None => break,
             },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             () = turned_true(&mut stopping) => break,
         }
     }
     let _ = closing_tx.send(true);
+    // Done when every answer is written: a sequence's call stops counting as running when it
+    // ends, before its response is on the wire, and the runner exits once none is running.
+    while connections.join_next().await.is_some() {}
 }
 
 async fn serve_connection(stream: TcpStream, router: Router, mut closing: watch::Receiver<bool>) {

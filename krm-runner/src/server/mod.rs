@@ -358,7 +358,7 @@ pub async fn serve(
     )
     .await?;
     if let Some(http) = http {
-        // It stopped accepting when shutdown started; its requests have been answered.
+        // It stopped accepting when shutdown started; it ends once its last answer is written.
         let _ = tokio::time::timeout(serving::CLOSE_LIMIT, http).await;
     }
     tracing::info!("stopped");
