@@ -893,12 +893,16 @@ fn ms(duration: Duration) -> String {
 }
 
 fn resident_mib(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
+    let kib = status_kib(pid, "VmRSS:").context("VmRSS in /proc/PID/status")?;
+    Ok(kib as f64 / 1024.0)
+}
+
+/// A `kB` figure of `/proc/PID/status` (`field` with its colon, e.g. `VmRSS:`).
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())
-        .context("VmRSS in /proc/PID/status")?;
-    Ok(kib / 1024.0)
 }

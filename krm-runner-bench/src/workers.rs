@@ -10,7 +10,7 @@ use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_client::FunctionExecutorClient;
 use tonic::transport::Channel;
 
-use super::{BenchArgs, BenchServer, ms, percentiles};
+use super::{BenchArgs, BenchServer, ms, percentiles, status_kib};
 
 /// The measurements, in the order the docs give them.
 pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
@@ -359,25 +359,12 @@ fn ticks_per_second() -> u64 {
     u64::try_from(ticks).unwrap_or(100).max(1)
 }
 
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(field))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn rss_kib(pid: u32) -> u64 {
-    status_kib(pid, "VmRSS:")
+    status_kib(pid, "VmRSS:").unwrap_or(0)
 }
 
 fn peak_kib(pid: u32) -> u64 {
-    status_kib(pid, "VmHWM:")
+    status_kib(pid, "VmHWM:").unwrap_or(0)
 }
 
 /// The runner's resident memory and its workers'.
