@@ -90,7 +90,7 @@ async fn assert_still_serving(server: &Server) {
     let output = call(server, SET_NAMESPACE, &input("after"))
         .await
         .expect("the runner serves on");
-    assert_eq!(output.matches("namespace: after").count(), 2, "{output}");
+    assert_eq!(output.matches("namespace: after").count(), 3, "{output}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -26,17 +26,31 @@ static int starts_with(const char *line, const char *prefix) {
     return strncmp(line, prefix, strlen(prefix)) == 0;
 }
 
-/* The value of `data.namespace` in the functionConfig, or NULL. */
+/* The value of `data.namespace` in the functionConfig, or NULL: block style (`data:` then
+ * `    namespace: x`) or flow style (`data: {namespace: x}`, as kpt writes it). */
 static char *config_namespace(char *text) {
     char *config = strstr(text, "\nfunctionConfig:");
     if (!config) return NULL;
     char *data = strstr(config, "\n  data:");
     if (!data) return NULL;
-    char *key = strstr(data, "\n    namespace:");
-    if (!key) return NULL;
-    key += strlen("\n    namespace:");
+    data += strlen("\n  data:");
+    while (*data == ' ') data++;
+    char *key;
+    const char *end;
+    if (*data == '{') {
+        key = strstr(data, "namespace:");
+        if (!key || key > data + strcspn(data, "}")) return NULL;
+        key += strlen("namespace:");
+        end = ",}\n";
+    } else {
+        key = strstr(data, "\n    namespace:");
+        if (!key) return NULL;
+        key += strlen("\n    namespace:");
+        end = "\n";
+    }
     while (*key == ' ') key++;
-    size_t length = strcspn(key, "\n");
+    size_t length = strcspn(key, end);
+    while (length > 0 && key[length - 1] == ' ') length--;
     char *value = malloc(length + 1);
     memcpy(value, key, length);
     value[length] = '\0';
