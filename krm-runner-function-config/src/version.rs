@@ -254,6 +254,11 @@ impl MappedVersions {
         Self { tags }
     }
 
+    /// Whether `image` is a repository of which some tagged image is mapped.
+    pub fn has_repository(&self, image: &str) -> bool {
+        self.tags.contains_key(image)
+    }
+
     /// For the untagged `image`, the mapped image with the highest version satisfying the
     /// constraint `tag`; `None` when no image of that repository is mapped. `evaluator` names
     /// the instance in the error listing the versions it maps.

@@ -123,6 +123,42 @@ async fn a_wasi_module_transforms_the_resource_list_over_grpc() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_tag_constraint_runs_the_highest_mapped_version_satisfying_it() {
+    let dir = scratch();
+    let Some(module) = wasm_module(dir.path(), "set-namespace") else {
+        return;
+    };
+    let repository = "example.com/wasm/set-namespace";
+    let versions: Vec<(String, PathBuf)> = ["v1.0.0", "v1.2.0", "v1.3.0-rc.1"]
+        .iter()
+        .map(|version| (format!("{repository}:{version}"), module.clone()))
+        .collect();
+    let server = Server::start(&config(&versions, &dir.path().join("cache"), ""), &[]);
+    let mut client = server.client().await;
+    let request = |tag: &str| EvaluateFunctionRequest {
+        resource_list: input("prod"),
+        image: repository.to_owned(),
+        tag: tag.to_owned(),
+    };
+    let response = client.evaluate_function(request("~1.2")).await.unwrap();
+    assert_eq!(
+        response.metadata().get("x-krm-resolved-image").unwrap(),
+        "example.com/wasm/set-namespace:v1.2.0"
+    );
+    let output = String::from_utf8(response.into_inner().resource_list).unwrap();
+    assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
+    let status = client.evaluate_function(request("^2")).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("satisfies tag constraint \"^2\": wasm maps [v1.3.0-rc.1, v1.2.0, v1.0.0]"),
+        "{}",
+        status.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_failing_module_answers_with_its_results_and_log() {
     let dir = scratch();
     let Some(modules) = modules(dir.path(), &["fail-with-results", "set-namespace"]) else {

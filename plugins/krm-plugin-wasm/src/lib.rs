@@ -177,6 +177,9 @@ impl Evaluator for Wasm {
     fn serves(&self, image: &str, _route: Option<&FunctionConfigRoute>) -> Probe {
         if self.shared.functions.contains_key(image) {
             Probe::Serves
+        } else if self.versions.has_repository(image) {
+            // A call with a tag constraint runs a mapped version; `evaluate` decides.
+            Probe::Unknown
         } else {
             Probe::Declines(NOT_MAPPED.to_owned())
         }
