@@ -13,6 +13,11 @@ packages=()
 for pair in podman:podman runc:runc docker-registry:docker-registry busybox:busybox-static prometheus:prometheus; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/bin/${pair%%:*}" ] || packages+=("${pair#*:}")
 done
+# Debian's C toolchain for WebAssembly (clang, wasm-ld, wasi-libc and the wasm32 compiler
+# runtime): tests/tests/wasm.rs builds its WASI test functions from tests/wasm/*.c.
+for package in clang lld wasi-libc libclang-rt-dev-wasm32; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'ok installed' || packages+=("$package")
+done
 if [ ${#packages[@]} -gt 0 ]; then
   echo "tests/run.sh: installing ${packages[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

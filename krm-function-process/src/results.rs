@@ -67,6 +67,22 @@ struct FileRef {
     path: String,
 }
 
+/// How a failed function is described to the caller, as Porch words it: `<status> (<log>)`
+/// (`exit status 1 (namespace missing)`), then one line per structured result it printed on
+/// stdout, which Porch drops.
+pub fn failure_detail(status: &str, log: &[u8], stdout: &[u8]) -> String {
+    let mut detail = format!("{status} ({})", String::from_utf8_lossy(log).trim());
+    let results = result_lines(stdout);
+    if !results.is_empty() {
+        detail.push_str("\nresults:");
+        for line in results {
+            detail.push_str("\n  ");
+            detail.push_str(&line);
+        }
+    }
+    detail
+}
+
 /// One line per result in `resource_list`, formatted as the KRM SDKs do:
 /// `[<severity>] <apiVersion/kind/namespace/name> <field path>: <message>`. An unreadable
 /// ResourceList has no results.

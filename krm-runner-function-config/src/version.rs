@@ -228,6 +228,75 @@ pub fn sorted_versions<'a>(tags: impl IntoIterator<Item = &'a str>) -> Vec<&'a s
     versions.into_iter().map(|(_, tag)| tag).collect()
 }
 
+/// The images an evaluator maps by exact name (`exec`'s executables, `wasm`'s modules), grouped
+/// by repository so that a call carrying a tag constraint for an untagged image runs the mapped
+/// image of that repository with the highest version satisfying it. Digest references and
+/// untagged images take no part.
+#[derive(Debug, Default, Clone)]
+pub struct MappedVersions {
+    /// By repository (the image without its tag): the mapped tags.
+    tags: std::collections::HashMap<String, Vec<String>>,
+}
+
+impl MappedVersions {
+    /// Groups `images` by repository.
+    pub fn new<'a>(images: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut tags: std::collections::HashMap<String, Vec<String>> =
+            std::collections::HashMap::new();
+        for image in images {
+            let reference = crate::ImageRef::parse(image, "");
+            if reference.digest.is_some() || reference.tag.is_empty() {
+                continue;
+            }
+            let repository = image[..image.len() - reference.tag.len() - 1].to_owned();
+            tags.entry(repository).or_default().push(reference.tag);
+        }
+        Self { tags }
+    }
+
+    /// Whether `image` is a repository of which some tagged image is mapped.
+    pub fn has_repository(&self, image: &str) -> bool {
+        self.tags.contains_key(image)
+    }
+
+    /// For the untagged `image`, the mapped image with the highest version satisfying the
+    /// constraint `tag`; `None` when no image of that repository is mapped. `evaluator` names
+    /// the instance in the error listing the versions it maps.
+    pub fn resolve(
+        &self,
+        evaluator: &str,
+        image: &str,
+        tag: &str,
+    ) -> Option<Result<krm_plugin_api::Resolution, krm_plugin_api::EvalError>> {
+        use krm_plugin_api::{ErrorKind, EvalError, Resolution};
+        let mapped = self.tags.get(image)?;
+        let constraint = match Constraint::parse(tag) {
+            Ok(constraint) => constraint,
+            Err(error) => return Some(Err(EvalError::invalid_input(error.to_string()))),
+        };
+        let tags = mapped.iter().map(String::as_str);
+        let candidates: Vec<String> = sorted_versions(tags.clone())
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        Some(match constraint.best(tags) {
+            Some(chosen) => Ok(Resolution {
+                image: format!("{image}:{chosen}"),
+                tag: chosen.to_owned(),
+                digest: None,
+                candidates,
+            }),
+            None => Err(EvalError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "no version of {image:?} satisfies tag constraint {tag:?}: {evaluator} maps [{}]",
+                    candidates.join(", ")
+                ),
+            )),
+        })
+    }
+}
+
 /// Semantic-version precedence: build metadata does not count.
 fn precedence(a: &Version, b: &Version) -> Ordering {
     (a.major, a.minor, a.patch, &a.pre).cmp(&(b.major, b.minor, b.patch, &b.pre))

@@ -708,3 +708,33 @@ pub fn static_wrapper_server_context() -> PathBuf {
     let stdout = String::from_utf8(output.stdout).expect("UTF-8 path");
     PathBuf::from(stdout.lines().last().expect("context dir").trim())
 }
+
+/// Builds the WASI test function `tests/wasm/NAME.c` into `dir/NAME.wasm` with Debian's clang
+/// and wasi-libc (`tests/run.sh` installs them). `None`, reported as skipped, when the
+/// toolchain is missing (a failure under `CI=true`).
+pub fn wasm_module(dir: &Path, name: &str) -> Option<PathBuf> {
+    if !have_tool("clang") {
+        return None;
+    }
+    if !Path::new("/usr/lib/wasm32-wasi/libc.a").is_file() {
+        krm_kube_standin::fixture::skip(
+            "wasi-libc is not installed; this test builds WASI modules",
+        );
+        return None;
+    }
+    let source = repo_root().join("tests/wasm").join(format!("{name}.c"));
+    let module = dir.join(format!("{name}.wasm"));
+    let output = Command::new("clang")
+        .args(["--target=wasm32-wasi", "-O2", "-o"])
+        .arg(&module)
+        .arg(&source)
+        .output()
+        .expect("run clang");
+    assert!(
+        output.status.success(),
+        "clang could not build {}: {}",
+        source.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(module)
+}

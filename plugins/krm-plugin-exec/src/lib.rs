@@ -28,11 +28,11 @@ use std::path::PathBuf;
 
 use krm_plugin_api::process::OutputLimits;
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
+    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
     FunctionConfigExecutor, FunctionConfigRoute, Plugin, Probe, Resolution, export_plugin,
 };
-use krm_runner_function_config::version::{Constraint, sorted_versions};
-use krm_runner_function_config::{BinaryExecutor, ImageRef};
+use krm_runner_function_config::BinaryExecutor;
+use krm_runner_function_config::version::MappedVersions;
 
 pub use config::ExecConfig;
 
@@ -46,61 +46,9 @@ struct Function {
 
 pub struct Exec {
     functions: HashMap<String, Function>,
-    /// The mapped images by repository (the image without its tag), as (tag, image).
-    versions: HashMap<String, Vec<(String, String)>>,
+    versions: MappedVersions,
     limits: OutputLimits,
     base_env: Vec<(String, String)>,
-}
-
-impl Exec {
-    /// For an untagged `image`, the mapped image of the same repository with the highest
-    /// version satisfying the constraint `tag`; `None` when no image of it is mapped.
-    fn resolve_tag(&self, image: &str, tag: &str) -> Option<Result<Resolution, EvalError>> {
-        let mapped = self.versions.get(image)?;
-        let constraint = match Constraint::parse(tag) {
-            Ok(constraint) => constraint,
-            Err(error) => return Some(Err(EvalError::invalid_input(error.to_string()))),
-        };
-        let tags = mapped.iter().map(|(tag, _)| tag.as_str());
-        let candidates: Vec<String> = sorted_versions(tags.clone())
-            .into_iter()
-            .map(str::to_owned)
-            .collect();
-        Some(match constraint.best(tags) {
-            Some(chosen) => Ok(Resolution {
-                image: format!("{image}:{chosen}"),
-                tag: chosen.to_owned(),
-                digest: None,
-                candidates,
-            }),
-            None => Err(EvalError::new(
-                ErrorKind::NotFound,
-                format!(
-                    "no version of {image:?} satisfies tag constraint {tag:?}: exec maps [{}]",
-                    candidates.join(", ")
-                ),
-            )),
-        })
-    }
-}
-
-/// Mapped images by repository, for resolving constraints; digest references are left out.
-fn versions_by_repository(
-    functions: &HashMap<String, Function>,
-) -> HashMap<String, Vec<(String, String)>> {
-    let mut versions: HashMap<String, Vec<(String, String)>> = HashMap::new();
-    for image in functions.keys() {
-        let reference = ImageRef::parse(image, "");
-        if reference.digest.is_some() || reference.tag.is_empty() {
-            continue;
-        }
-        let repository = image[..image.len() - reference.tag.len() - 1].to_owned();
-        versions
-            .entry(repository)
-            .or_default()
-            .push((reference.tag, image.clone()));
-    }
-    versions
 }
 
 impl Evaluator for Exec {
@@ -124,7 +72,8 @@ impl Evaluator for Exec {
         }
         if let Some(tag) = context.requested_tag() {
             let resolution = self
-                .resolve_tag(image, &tag)
+                .versions
+                .resolve(EXEC, image, &tag)
                 .ok_or_else(|| EvalError::declined_because(image, NOT_MAPPED))??;
             context.report_resolved(&resolution.image);
             let function = &self.functions[&resolution.image];
@@ -148,7 +97,7 @@ impl Evaluator for Exec {
         tag: &str,
         _route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
-        self.resolve_tag(image, tag)
+        self.versions.resolve(EXEC, image, tag)
     }
 
     fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
@@ -165,10 +114,12 @@ impl Evaluator for Exec {
 /// Why an image is declined: the map is by exact image string.
 const NOT_MAPPED: &str = "no executable is mapped to this image (`functions`: exact image names)";
 
+const EXEC: &str = "exec";
+
 pub struct ExecPlugin;
 
 impl Plugin for ExecPlugin {
-    const NAME: &'static str = "exec";
+    const NAME: &'static str = EXEC;
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const DESCRIPTION: &'static str =
         "runs a mapped local executable per image (ResourceList on stdin, result on stdout)";
@@ -188,7 +139,7 @@ impl Plugin for ExecPlugin {
         }
         tracing::debug!(functions = functions.len(), "exec evaluator ready");
         Ok(Exec {
-            versions: versions_by_repository(&functions),
+            versions: MappedVersions::new(functions.keys().map(String::as_str)),
             functions,
             limits,
             base_env,
@@ -203,8 +154,8 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
     use std::time::Duration;
 
-    use krm_plugin_api::CancelReason;
     use krm_plugin_api::testing::{PluginTester, TestEvaluator};
+    use krm_plugin_api::{CancelReason, ErrorKind};
     use serde_json::json;
 
     use super::*;

@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use krm_plugin_api::process::{self, Exited};
-use krm_plugin_api::results::result_lines;
+use krm_plugin_api::results::failure_detail;
 use krm_plugin_api::{CallContext, EvalError, EvalResponse, quoted};
 
 use crate::Function;
@@ -64,19 +64,6 @@ pub(crate) fn run(
     if status.success() {
         return Ok(EvalResponse::new(stdout, log));
     }
-    // Porch's `exit status 1 (<stderr>)`, then the structured results, which Porch drops.
-    let mut detail = format!(
-        "{} ({})",
-        process::describe_status(status),
-        String::from_utf8_lossy(&log).trim()
-    );
-    let results = result_lines(&stdout);
-    if !results.is_empty() {
-        detail.push_str("\nresults:");
-        for line in results {
-            detail.push_str("\n  ");
-            detail.push_str(&line);
-        }
-    }
+    let detail = failure_detail(&process::describe_status(status), &log, &stdout);
     Err(fail(detail).with_output(stdout, log))
 }

@@ -1,0 +1,448 @@
+//! The `wasm` evaluator through the real runner: WASI modules built here from `tests/wasm/*.c`
+//! with Debian's clang and wasi-libc, served over gRPC, run by `krm-runner fn` and by the real
+//! kpt; each hostile module (an endless loop, unbounded memory, an output flood, a trap)
+//! answered with the limit it passed while the runner goes on serving.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use krm_runner_proto::evaluator::EvaluateFunctionRequest;
+use krm_runner_tests::{
+    Server, assert_deadline_answer, call_with_remote_deadline, have_tool, kpt, kpt_package,
+    process_stat, run_cli, runner_binary, scratch, wasm_module,
+};
+use tonic::Code;
+
+const SET_NAMESPACE: &str = "example.com/wasm/set-namespace:v1.2.0";
+
+/// A ResourceList of two ConfigMaps (one with a namespace already) asking for `namespace`.
+fn input(namespace: &str) -> Vec<u8> {
+    format!(
+        "apiVersion: config.kubernetes.io/v1
+kind: ResourceList
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: a
+    namespace: old
+  data:
+    key: value
+- apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: b
+functionConfig:
+  apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: fn-config
+  data:
+    namespace: {namespace}
+"
+    )
+    .into_bytes()
+}
+
+/// The test modules built into `dir`, by image (`example.com/wasm/NAME:v1.2.0`); `None` when
+/// the toolchain is missing (the test is skipped).
+fn modules(dir: &Path, names: &[&str]) -> Option<Vec<(String, PathBuf)>> {
+    names
+        .iter()
+        .map(|name| {
+            Some((
+                format!("example.com/wasm/{name}:v1.2.0"),
+                wasm_module(dir, name)?,
+            ))
+        })
+        .collect()
+}
+
+/// A runner configuration: `wasm` serving `modules` (compiled forms in `cache`), behind the
+/// `default` chain, with `extra` keys in its `config:`.
+fn config(modules: &[(String, PathBuf)], cache: &Path, extra: &str) -> String {
+    let mut text = format!(
+        "max_message_bytes: 1048576\nevaluators:\n  wasm:\n    plugin: wasm\n    config:\n      cache_dir: \"{}\"\n      memory_limit_mib: 32\n{extra}      functions:\n",
+        cache.display()
+    );
+    for (image, path) in modules {
+        text.push_str(&format!(
+            "        - {{image: \"{image}\", path: \"{}\"}}\n",
+            path.display()
+        ));
+    }
+    text.push_str("  default:\n    plugin: multi\n    config: {chain: [wasm]}\n");
+    text
+}
+
+fn image(name: &str) -> String {
+    format!("example.com/wasm/{name}:v1.2.0")
+}
+
+async fn call(server: &Server, image: &str, list: &[u8]) -> Result<String, tonic::Status> {
+    let (response, evaluator) = server.call(image, list).await?;
+    assert_eq!(evaluator, "wasm");
+    Ok(String::from_utf8(response.resource_list).unwrap())
+}
+
+/// The runner still answers a real call, and answers it right.
+async fn assert_still_serving(server: &Server) {
+    let output = call(server, SET_NAMESPACE, &input("after"))
+        .await
+        .expect("the runner serves on");
+    assert_eq!(output.matches("namespace: after").count(), 3, "{output}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wasi_module_transforms_the_resource_list_over_grpc() {
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace"]) else {
+        return;
+    };
+    let server = Server::start(&config(&modules, &dir.path().join("cache"), ""), &[]);
+    let (response, evaluator) = server.call(SET_NAMESPACE, &input("prod")).await.unwrap();
+    assert_eq!(evaluator, "wasm");
+    let output = String::from_utf8(response.resource_list).unwrap();
+    assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
+    assert!(!output.contains("namespace: old"), "{output}");
+    assert_eq!(
+        String::from_utf8_lossy(&response.log),
+        "set-namespace: 2 items in namespace prod\n"
+    );
+    // An image it does not map is declined, naming why.
+    let status = server
+        .call("example.com/wasm/unknown:v1", &input("prod"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert!(
+        status.message().contains("no module is mapped"),
+        "{}",
+        status.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tag_constraint_runs_the_highest_mapped_version_satisfying_it() {
+    let dir = scratch();
+    let Some(module) = wasm_module(dir.path(), "set-namespace") else {
+        return;
+    };
+    let repository = "example.com/wasm/set-namespace";
+    let versions: Vec<(String, PathBuf)> = ["v1.0.0", "v1.2.0", "v1.3.0-rc.1"]
+        .iter()
+        .map(|version| (format!("{repository}:{version}"), module.clone()))
+        .collect();
+    let server = Server::start(&config(&versions, &dir.path().join("cache"), ""), &[]);
+    let mut client = server.client().await;
+    let request = |tag: &str| EvaluateFunctionRequest {
+        resource_list: input("prod"),
+        image: repository.to_owned(),
+        tag: tag.to_owned(),
+    };
+    let response = client.evaluate_function(request("~1.2")).await.unwrap();
+    assert_eq!(
+        response.metadata().get("x-krm-resolved-image").unwrap(),
+        "example.com/wasm/set-namespace:v1.2.0"
+    );
+    let output = String::from_utf8(response.into_inner().resource_list).unwrap();
+    assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
+    let status = client.evaluate_function(request("^2")).await.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("satisfies tag constraint \"^2\": wasm maps [v1.3.0-rc.1, v1.2.0, v1.0.0]"),
+        "{}",
+        status.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_module_answers_with_its_results_and_log() {
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["fail-with-results", "set-namespace"]) else {
+        return;
+    };
+    let server = Server::start(&config(&modules, &dir.path().join("cache"), ""), &[]);
+    let status = call(&server, &image("fail-with-results"), &input("prod"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    let message = status.message();
+    assert!(
+        message.contains("exit status 1 (validation failed)"),
+        "{message}"
+    );
+    assert!(
+        message.contains("[error] apps/v1/Deployment/web: replicas must not exceed 3"),
+        "{message}"
+    );
+    // set-namespace without a namespace fails the same way, with its own result.
+    let status = call(&server, SET_NAMESPACE, &input("")).await.unwrap_err();
+    assert!(
+        status
+            .message()
+            .contains("functionConfig data.namespace is required"),
+        "{}",
+        status.message()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_module_looping_forever_is_stopped_at_the_callers_deadline() {
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["loop", "set-namespace"]) else {
+        return;
+    };
+    let server = Server::start(&config(&modules, &dir.path().join("cache"), ""), &[]);
+    let status = call_with_remote_deadline(
+        &server.endpoint(),
+        EvaluateFunctionRequest {
+            resource_list: input("prod"),
+            image: image("loop"),
+            tag: String::new(),
+        },
+        "700m",
+    )
+    .await
+    .unwrap_err();
+    assert_deadline_answer(&status);
+    assert_still_serving(&server).await;
+    assert_not_spinning(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_call_stops_its_module() {
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["loop", "set-namespace"]) else {
+        return;
+    };
+    let server = Server::start(&config(&modules, &dir.path().join("cache"), ""), &[]);
+    let cpu_before = cpu_ticks(&server);
+    let mut client = server.client().await;
+    let running = tokio::spawn(async move {
+        client
+            .evaluate_function(EvaluateFunctionRequest {
+                resource_list: input("prod"),
+                image: image("loop"),
+                tag: String::new(),
+            })
+            .await
+    });
+    // The loop is running once the runner has burnt a quarter second of CPU time.
+    let started = Instant::now();
+    while cpu_ticks(&server) < cpu_before + 25 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the module never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Dropping the call resets the HTTP/2 stream: gRPC cancellation.
+    running.abort();
+    let started = Instant::now();
+    while !server.stderr().contains("Cancelled") {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no cancelled call logged: {}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_still_serving(&server).await;
+    assert_not_spinning(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn runaway_modules_are_answered_with_the_limit_they_passed() {
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["grow", "flood", "trap", "set-namespace"]) else {
+        return;
+    };
+    let server = Server::start(&config(&modules, &dir.path().join("cache"), ""), &[]);
+
+    let status = call(&server, &image("grow"), &input("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("beyond the limit of 33554432 bytes (memory_limit_mib)"),
+        "{}",
+        status.message()
+    );
+
+    // The output limit is the runner's message size (1 MiB here).
+    let status = call(&server, &image("flood"), &input("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("its output exceeded 1048576 bytes (max_output_bytes)"),
+        "{}",
+        status.message()
+    );
+
+    let status = call(&server, &image("trap"), &input("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert!(
+        status.message().contains("the module trapped") && status.message().contains("unreachable"),
+        "{}",
+        status.message()
+    );
+    assert_still_serving(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_module_reaches_no_file_and_only_the_environment_granted() {
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["sandbox"]) else {
+        return;
+    };
+    let server = Server::start(
+        &config(
+            &modules,
+            &dir.path().join("cache"),
+            "      env: {GREETING: hello}\n",
+        ),
+        &[],
+    );
+    let (response, _) = server.call(&image("sandbox"), &input("x")).await.unwrap();
+    assert_eq!(response.resource_list, input("x"), "the identity function");
+    assert_eq!(
+        String::from_utf8_lossy(&response.log),
+        "open /etc/passwd: refused\nGREETING=hello\nHOME=(unset)\n"
+    );
+}
+
+#[test]
+fn fn_runs_a_mapped_module_and_keeps_it_compiled_by_digest() {
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace"]) else {
+        return;
+    };
+    let cache = dir.path().join("cache");
+    let config_file = dir.path().join("config.yaml");
+    std::fs::write(&config_file, config(&modules, &cache, "")).unwrap();
+    let run = || {
+        let output = run_cli(
+            &[
+                "fn",
+                "--config-file",
+                config_file.to_str().unwrap(),
+                SET_NAMESPACE,
+            ],
+            &[],
+            &input("prod"),
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        assert_eq!(stdout.matches("namespace: prod").count(), 3, "{stdout}");
+    };
+    run();
+    let cached = cached_files(&cache);
+    assert_eq!(cached.len(), 1, "one compiled module: {cached:?}");
+    let digest = sha256_hex(&modules[0].1);
+    let name = cached[0].file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(
+        name.starts_with(&format!("{digest}-")) && name.ends_with(".cwasm"),
+        "keyed by the module's digest {digest}: {name}"
+    );
+    let compiled = std::fs::read(&cached[0]).unwrap();
+
+    // Read back as it is, then a damaged one refused, compiled again and replaced.
+    run();
+    assert_eq!(cached_files(&cache), cached);
+    std::fs::write(&cached[0], b"not a compiled module").unwrap();
+    run();
+    assert_eq!(
+        cached_files(&cache),
+        cached,
+        "nothing else left in the cache"
+    );
+    assert_eq!(std::fs::read(&cached[0]).unwrap(), compiled, "replaced");
+}
+
+#[test]
+fn kpt_runs_a_module_through_krm_runner_fn() {
+    if !have_tool("kpt") {
+        return;
+    }
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace"]) else {
+        return;
+    };
+    let config_file = dir.path().join("config.yaml");
+    std::fs::write(
+        &config_file,
+        config(&modules, &dir.path().join("cache"), ""),
+    )
+    .unwrap();
+    let package = kpt_package(
+        dir.path(),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  namespace: old\ndata:\n  key: value\n",
+    );
+    let command = format!(
+        "{} fn --plugin-dir {} --config-file {} {SET_NAMESPACE}",
+        runner_binary().display(),
+        runner_binary().parent().unwrap().display(),
+        config_file.display()
+    );
+    let output = kpt(&[
+        "fn",
+        "eval",
+        package.to_str().unwrap(),
+        "--exec",
+        &command,
+        "--",
+        "namespace=prod",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let written = std::fs::read_to_string(package.join("app.yaml")).unwrap();
+    assert!(written.contains("namespace: prod"), "{written}\n{stderr}");
+    assert!(!written.contains("namespace: old"), "{written}\n{stderr}");
+}
+
+/// The compiled modules in `cache`, sorted.
+fn cached_files(cache: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
+fn sha256_hex(path: &Path) -> String {
+    let output = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    String::from_utf8(output.stdout).unwrap()[..64].to_owned()
+}
+
+fn cpu_ticks(server: &Server) -> u64 {
+    process_stat(server.pid() as i32)
+        .expect("the runner is alive")
+        .cpu_ticks
+}
+
+/// The runner is idle again: no module still spinning on one of its threads. Measured over a
+/// full second, in which an endless loop would use about 100 ticks.
+async fn assert_not_spinning(server: &Server) {
+    let before = cpu_ticks(server);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let used = cpu_ticks(server) - before;
+    assert!(used < 50, "the runner used {used} ticks of CPU in a second");
+}
