@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 
 use krm_plugin_api::{
-    BuildContext, CacheIdentity, CallContext, ConfigError, DEFAULT_MAX_MESSAGE_BYTES, ErrorKind, EvalError,
-    EvalResponse, Evaluator, FunctionConfigExecutor, FunctionConfigRoute, FunctionSignature, Probe,
-    Resolution,
+    BuildContext, CacheIdentity, CallContext, ConfigError, DEFAULT_MAX_MESSAGE_BYTES, ErrorKind,
+    EvalError, EvalResponse, Evaluator, FunctionConfigExecutor, FunctionConfigRoute,
+    FunctionSignature, Probe, Resolution,
 };
 use krm_runner_function_config::GoExecutor;
 use krm_runner_function_config::version::{Constraint, sorted_versions};

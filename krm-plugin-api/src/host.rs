@@ -22,9 +22,9 @@ use crate::abi::{
 use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
-    AttributeValue, CacheIdentity, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
-    FunctionConfigRoute, FunctionSignature, Probe, ProbeOutcome, Resolution, TraceContext,
-    TypedFunctionSet,
+    AttributeValue, CacheIdentity, CallContext, CancelReason, ConfigError, ErrorKind, EvalError,
+    EvalResponse, FunctionConfigRoute, FunctionSignature, Probe, ProbeOutcome, Resolution,
+    TraceContext, TypedFunctionSet,
 };
 // What only the runner handles: plugins record measurements through `Telemetry`, and their
 // declines are worded by the SDK.

@@ -20,8 +20,8 @@ use crate::abi::{
 };
 use crate::call::ResolveAnswer;
 use crate::{
-    ABI_VERSION, CacheIdentity, CallContext, ErrorKind, EvalError, EvalResponse, FunctionConfigRoute,
-    FunctionSignature, Probe, ProbeOutcome, Resolution, panic_message,
+    ABI_VERSION, CacheIdentity, CallContext, ErrorKind, EvalError, EvalResponse,
+    FunctionConfigRoute, FunctionSignature, Probe, ProbeOutcome, Resolution, panic_message,
 };
 
 /// A plugin: a named factory of evaluators, one per configured instance.
@@ -153,8 +153,9 @@ pub trait Evaluator: Send + Sync + 'static {
     /// What a call for `image` (routed as `route`) would run here, for the runner's result
     /// cache: whether that function is pure and what identifies its code. `None` (the default)
     /// when this evaluator does not serve the image or cannot tell before a call: the runner
-    /// then never caches its calls. The runner asks before every call it may cache: keep it
-    /// cheap.
+    /// then never caches its calls. An evaluator whose [`probe`](Self::probe) cannot tell
+    /// whether it serves an image claims the call by answering here. The runner asks before
+    /// every call it may cache: keep it cheap.
     fn cache_identity(
         &self,
         image: &str,

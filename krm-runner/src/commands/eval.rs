@@ -65,7 +65,8 @@ async fn evaluate(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyho
             args.image.clone(),
             resource_list.into_bytes(),
         )
-        .await;
+        .await
+        .0;
     interrupted.abort();
     write_outcome(outcome, "krm-runner eval")
 }

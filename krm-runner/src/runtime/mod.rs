@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use krm_plugin_api::{
-    EvalError, EvalResponse, FunctionConfigExecutor, FunctionSignature, ProbeOutcome,
+    Answer, CacheIdentity, EvalError, EvalResponse, FunctionConfigExecutor, FunctionConfigRoute,
+    FunctionSignature, ProbeOutcome,
 };
 use krm_plugin_loader::{EvaluatorInstance, HostCallContext};
 
@@ -22,8 +23,9 @@ pub use self::discovery::{locate_plugin, search_dirs};
 pub use self::instances::function_instance;
 use self::instances::{Instances, chain_positions, find_cycle, functions_of, lock};
 pub use self::running::{cancel_running_calls, running_call_count, track_call};
+use crate::cache::{self, Decision, Identity, ResultCache};
 use crate::config::Config;
-use crate::routing::{Router, Store};
+use crate::routing::{Plan, Router, Store};
 use crate::telemetry::traces::CallTrace;
 
 /// A running chain of evaluator instances, and the FunctionConfigs routing calls into it.
@@ -32,6 +34,8 @@ pub struct Runtime {
     instances: Vec<InstanceReport>,
     built: BTreeMap<String, Arc<EvaluatorInstance>>,
     store: Arc<Store>,
+    /// The result cache, when serving with it on.
+    cache: Option<Arc<ResultCache>>,
     /// What builds the other instances when a call first reaches them, for a runtime started
     /// [`Runtime::for_one_call`].
     _on_first_use: Option<Arc<Mutex<Instances>>>,
@@ -154,11 +158,17 @@ impl Runtime {
                 executor.field()
             );
         }
+        // A process making one call, or checking, has nothing to answer again.
+        let cache = match purpose {
+            Purpose::ServeIsolated => ResultCache::new(&config.cache),
+            Purpose::Serve | Purpose::Check => None,
+        };
         Ok(Self {
             served,
             instances: reports,
             built,
             store,
+            cache,
             _on_first_use: None,
         })
     }
@@ -220,6 +230,7 @@ impl Runtime {
                 instances: reports,
                 built,
                 store,
+                cache: None,
                 _on_first_use: Some(instances),
             }),
             _ => Err(problems),
@@ -277,17 +288,26 @@ impl Runtime {
         }
     }
 
+    /// The result cache, when this runtime serves with one.
+    pub fn cache(&self) -> Option<&Arc<ResultCache>> {
+        self.cache.as_ref()
+    }
+
     /// Runs one call: on the evaluators the image's FunctionConfig names, then (when none
     /// serves it) on the served instance; see [`evaluate_on`]. A call carrying a tag constraint
-    /// (the context's) must name an untagged image, and the constraint must parse.
+    /// (the context's) must name an untagged image, and the constraint must parse. A call the
+    /// result cache may answer goes through it; the second value says what it did.
     pub async fn evaluate(
         &self,
         context: Arc<HostCallContext>,
         trace: &CallTrace,
         image: String,
         resource_list: Vec<u8>,
-    ) -> Result<EvalResponse, EvalError> {
-        let constraint = requested_constraint(&image, context.tag())?;
+    ) -> (Result<EvalResponse, EvalError>, cache::Outcome) {
+        let constraint = match requested_constraint(&image, context.tag()) {
+            Ok(constraint) => constraint,
+            Err(error) => return (Err(error), cache::Outcome::Bypass),
+        };
         let routing = trace.child("route");
         let plan = self.store.router().plan(&image, constraint.as_ref());
         if routing.is_recording() {
@@ -300,13 +320,94 @@ impl Runtime {
             routing.set("krm.route.served_chain", self.served.name().to_owned());
         }
         routing.end(None);
-        let call = Call {
+        let call = |plan: Plan, context: Arc<HostCallContext>| Call {
             plan,
             served: self.served.clone(),
             context,
             trace: trace.clone(),
         };
-        evaluate_on(call, image, resource_list).await
+        let Some(cache) = &self.cache else {
+            let call = call(plan, context);
+            return (
+                evaluate_on(call, image, resource_list).await,
+                cache::Outcome::Bypass,
+            );
+        };
+        let decision = self.cache_decision(cache, &plan, &image, context.tag(), &resource_list);
+        let Decision::Cache { key, request, ttl } = decision else {
+            ResultCache::bypassed(&image);
+            let call = call(plan, context);
+            return (
+                evaluate_on(call, image, resource_list).await,
+                cache::Outcome::Bypass,
+            );
+        };
+        let run = || {
+            evaluate_on(
+                call(plan.clone(), context.clone()),
+                image.clone(),
+                resource_list.clone(),
+            )
+        };
+        cache
+            .answer(&context, &image, (key, request, ttl), run)
+            .await
+    }
+
+    /// Whether the result cache may answer a call for `image`: the instance that would serve
+    /// it (found as [`Runtime::probe`] finds it) says whether the function is pure and what
+    /// code runs; an instance that cannot tell before the call leaves it uncached.
+    fn cache_decision(
+        &self,
+        cache: &ResultCache,
+        plan: &Plan,
+        image: &str,
+        tag: &str,
+        request: &[u8],
+    ) -> Decision {
+        let routed = plan
+            .steps
+            .iter()
+            .map(|step| (&step.instance, step.image.as_str(), Some(&step.route)));
+        let candidates = routed.chain(std::iter::once((&self.served, image, None)));
+        for (instance, asked, route) in candidates {
+            let answer = instance.probe(asked, route).answer;
+            let (name, surely) = match answer {
+                None => continue,
+                Some(Answer::MayServe(name)) => (name, false),
+                Some(Answer::Serves(name)) => (name, true),
+            };
+            let (Some(serving), Some(report)) = (
+                self.built.get(&name),
+                self.instances.iter().find(|report| report.name == name),
+            ) else {
+                return Decision::Bypass;
+            };
+            // An instance that cannot tell whether it serves claims the call by naming the
+            // code it would run.
+            let identity = match serving.cache_identity(asked, route) {
+                Some(identity) => identity,
+                None if surely => CacheIdentity::default(),
+                None => return Decision::Bypass,
+            };
+            let route = route
+                .and_then(|route: &FunctionConfigRoute| serde_json::to_string(route).ok())
+                .unwrap_or_default();
+            return cache.decide(
+                &Identity {
+                    instance: &name,
+                    plugin: &report.plugin_name,
+                    plugin_version: &report.plugin_version,
+                    code: &identity.code,
+                    route: &route,
+                    image: asked,
+                    tag,
+                    request,
+                },
+                identity.pure,
+            );
+        }
+        Decision::Bypass
     }
 }
 

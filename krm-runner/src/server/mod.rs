@@ -22,6 +22,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use self::catalog::CatalogService;
+use crate::cache;
 use crate::confighub::serving::{self as confighub_serving, TypedFunctions};
 use crate::runtime::{self, CancelOnDrop, Runtime};
 use crate::telemetry::metrics::{self, CallMetrics, RpcMetricsLayer};
@@ -99,14 +100,15 @@ async fn run_call(
         );
         trace.set("krm.request.bytes", request_bytes as i64);
     }
-    let outcome = tokio::select! {
+    let (outcome, cached) = tokio::select! {
         outcome = runtime.evaluate(context.clone(), &trace, image.clone(), resource_list) => outcome,
         _ = shutdown.wait_for(|forced| *forced) => {
             context.cancel(CancelReason::ShuttingDown);
-            Err(CancelReason::ShuttingDown.to_error(&image))
+            (Err(CancelReason::ShuttingDown.to_error(&image)), cache::Outcome::Bypass)
         }
     };
     let call = CallEnd {
+        cached,
         image: &image,
         tag: context.tag(),
         resolved: context.resolved(),
@@ -143,6 +145,10 @@ async fn run_call(
     if let Ok(value) = MetadataValue::try_from(served_by.as_str()) {
         reply.metadata_mut().insert(EVALUATOR_HEADER, value);
     }
+    reply.metadata_mut().insert(
+        cache::CACHE_HEADER,
+        MetadataValue::from_static(cached.as_str()),
+    );
     if let Some(Ok(value)) = resolved.as_deref().map(MetadataValue::try_from) {
         reply.metadata_mut().insert(RESOLVED_IMAGE_HEADER, value);
     }
@@ -152,6 +158,8 @@ async fn run_call(
 /// What is recorded about a call when it ends: its log line, its span's attributes and its
 /// metrics.
 struct CallEnd<'a> {
+    /// What the result cache did for it.
+    cached: cache::Outcome,
     image: &'a str,
     /// The requested tag constraint; empty when none.
     tag: &'a str,
@@ -187,8 +195,10 @@ impl CallEnd<'_> {
             );
         }
         let resolved = self.resolved.as_deref().unwrap_or_default();
+        let cache = self.cached.as_str();
         if self.trace.is_recording() {
             let trace = &self.trace;
+            trace.set("krm.cache", cache);
             trace.set("rpc.grpc.status_code", code as i64);
             trace.set("krm.outcome", outcome);
             trace.set("krm.evaluator", evaluator.to_owned());
@@ -209,6 +219,7 @@ impl CallEnd<'_> {
                 resolved,
                 evaluator,
                 declined,
+                cache,
                 duration_ms,
                 outcome,
                 "call"
@@ -220,6 +231,7 @@ impl CallEnd<'_> {
                 resolved,
                 evaluator,
                 declined,
+                cache,
                 duration_ms,
                 outcome,
                 "call"

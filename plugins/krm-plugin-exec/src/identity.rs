@@ -22,7 +22,8 @@ struct Stamp {
 
 impl Stamp {
     fn of(metadata: &std::fs::Metadata) -> Self {
-        let nanos = |seconds: i64, nanos: i64| i128::from(seconds) * 1_000_000_000 + i128::from(nanos);
+        let nanos =
+            |seconds: i64, nanos: i64| i128::from(seconds) * 1_000_000_000 + i128::from(nanos);
         Self {
             dev: metadata.dev(),
             ino: metadata.ino(),

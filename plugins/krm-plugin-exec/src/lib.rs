@@ -29,8 +29,9 @@ use std::path::PathBuf;
 
 use krm_plugin_api::process::OutputLimits;
 use krm_plugin_api::{
-    BuildContext, CacheIdentity, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
-    FunctionConfigExecutor, FunctionConfigRoute, Plugin, Probe, Resolution, export_plugin,
+    BuildContext, CacheIdentity, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse,
+    Evaluator, FunctionConfigExecutor, FunctionConfigRoute, Plugin, Probe, Resolution,
+    export_plugin,
 };
 use krm_runner_function_config::version::{Constraint, sorted_versions};
 use krm_runner_function_config::{BinaryExecutor, ImageRef};
@@ -160,12 +161,15 @@ impl Evaluator for Exec {
         image: &str,
         route: Option<&FunctionConfigRoute>,
     ) -> Option<CacheIdentity> {
-        let routed =
-            route.filter(|route| route.executor == FunctionConfigExecutor::BinaryExecutor);
+        let routed = route.filter(|route| route.executor == FunctionConfigExecutor::BinaryExecutor);
         let (path, env, working_dir) = match routed {
             Some(route) => {
                 let binary: BinaryExecutor = route.settings().ok()?;
-                (PathBuf::from(binary.path), &self.base_env, PathBuf::from("/"))
+                (
+                    PathBuf::from(binary.path),
+                    &self.base_env,
+                    PathBuf::from("/"),
+                )
             }
             None => {
                 let function = self.functions.get(image)?;
