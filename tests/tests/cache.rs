@@ -245,8 +245,8 @@ async fn a_waiter_takes_over_when_the_first_caller_is_cancelled() {
         let (server, input) = (server.clone(), input.clone());
         tokio::spawn(async move { call(&server, image, &input).await })
     };
-    // The waiter is waiting once its lookup is counted... as no hit: give it the bound of
-    // the first call's run to register, then cancel the first caller.
+    // Nothing shows that a call waits; the first call runs 2 s, so the waiter is waiting
+    // well before this (were it not, it would still run the function itself and pass).
     tokio::time::sleep(Duration::from_millis(300)).await;
     first.abort();
     let (header, output) = waiter.await.unwrap().expect("the waiter is answered");

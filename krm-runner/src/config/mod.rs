@@ -73,7 +73,7 @@ pub struct Config {
     #[serde(default)]
     pub workers: WorkersConfig,
     /// The result cache: answers of pure calls (and of images marked here) given again
-    /// without running the function ([docs/operations.md]).
+    /// without running the function (docs/cache.md).
     #[serde(default)]
     pub cache: CacheConfig,
 }
