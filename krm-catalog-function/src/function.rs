@@ -192,6 +192,9 @@ pub struct Function {
     pub run: fn(&mut Ctx) -> Exit,
     /// Emits the kyaml-framework `results: {name, items}` shape.
     pub legacy_results: bool,
+    /// Its answer depends on its ResourceList alone (see `FunctionSignature::pure`), so the
+    /// runner may cache it.
+    pub pure: bool,
 }
 
 pub fn param(

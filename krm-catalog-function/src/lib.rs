@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, DEFAULT_MAX_MESSAGE_BYTES, ErrorKind, EvalError,
-    EvalResponse, Evaluator, FunctionConfigExecutor, FunctionConfigRoute, FunctionSignature, Probe,
-    Resolution,
+    BuildContext, CacheIdentity, CallContext, ConfigError, DEFAULT_MAX_MESSAGE_BYTES, ErrorKind,
+    EvalError, EvalResponse, Evaluator, FunctionConfigExecutor, FunctionConfigRoute,
+    FunctionSignature, Probe, Resolution,
 };
 use krm_runner_function_config::GoExecutor;
 use krm_runner_function_config::version::{Constraint, sorted_versions};
@@ -351,6 +351,7 @@ impl Catalog {
             changes: f.changes.iter().map(|c| (*c).to_owned()).collect(),
             validates: false,
             examples: Vec::new(),
+            pure: f.pure,
         }
     }
 }
@@ -390,6 +391,18 @@ impl Evaluator for Catalog {
             self.resolve_tag(image, tag)?
                 .map(|(resolution, _)| resolution),
         )
+    }
+
+    fn cache_identity(
+        &self,
+        image: &str,
+        route: Option<&FunctionConfigRoute>,
+    ) -> Option<CacheIdentity> {
+        let function = self.choose(image, route).ok()?.ok()?;
+        Some(CacheIdentity {
+            pure: function.pure,
+            code: function.name.to_owned(),
+        })
     }
 
     fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {

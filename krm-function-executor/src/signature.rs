@@ -164,6 +164,7 @@ impl TypedSignature {
                 changes: Vec::new(),
                 validates: validating,
                 examples: Vec::new(),
+                pure: signature.hermetic && signature.idempotent,
             },
             typed: TypedFacet {
                 var_args: signature.var_args,

@@ -185,6 +185,15 @@ pub trait EvaluatorFfi: Send + Sync {
         let _ = name;
         RString::new()
     }
+
+    /// What a call for `image` (routed as `route`, JSON or empty) would run, for the runner's
+    /// result cache, as JSON ([`crate::CacheIdentity`]); empty when it cannot tell, as from
+    /// plugins built before this method (their calls are never cached unless an operator
+    /// marks their images).
+    fn cache_identity(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
+        let _ = (image, route);
+        RString::new()
+    }
 }
 
 pub type EvaluatorBox = EvaluatorFfi_TO<'static, RBox<()>>;

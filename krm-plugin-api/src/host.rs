@@ -22,9 +22,9 @@ use crate::abi::{
 use crate::call::ResolveAnswer;
 use crate::plugin::{from_ffi_result, to_ffi_result};
 use crate::{
-    AttributeValue, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
-    FunctionConfigRoute, FunctionSignature, Probe, ProbeOutcome, Resolution, TraceContext,
-    TypedFunctionSet,
+    AttributeValue, CacheIdentity, CallContext, CancelReason, ConfigError, ErrorKind, EvalError,
+    EvalResponse, FunctionConfigRoute, FunctionSignature, Probe, ProbeOutcome, Resolution,
+    TraceContext, TypedFunctionSet,
 };
 // What only the runner handles: plugins record measurements through `Telemetry`, and their
 // declines are worded by the SDK.
@@ -373,6 +373,13 @@ impl EvaluatorFfi for SlotEvaluator {
         }
     }
 
+    fn cache_identity(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
+        match self.0.state() {
+            Some(SlotState::Ready(instance)) => instance.inner.cache_identity(image, route),
+            _ => RString::new(),
+        }
+    }
+
     fn probe(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
         match self.0.state() {
             Some(SlotState::Ready(instance)) => instance.inner.probe(image, route),
@@ -464,6 +471,26 @@ impl EvaluatorInstance {
             RStr::from_str(&FunctionConfigRoute::to_json(route)),
         ))
         .into_resolution(&self.name)
+    }
+
+    /// What a call for `image` routed as `route` would run here, for the result cache (see
+    /// [`crate::Evaluator::cache_identity`]); `None` when the instance cannot tell.
+    pub fn cache_identity(
+        &self,
+        image: &str,
+        route: Option<&FunctionConfigRoute>,
+    ) -> Option<CacheIdentity> {
+        let answer = self.inner.cache_identity(
+            RStr::from_str(image),
+            RStr::from_str(&FunctionConfigRoute::to_json(route)),
+        );
+        if answer.is_empty() {
+            return None;
+        }
+        serde_json::from_str(answer.as_str()).unwrap_or_else(|error| {
+            tracing::error!(instance = %self.name, "unreadable cache identity ({error}): {answer}");
+            None
+        })
     }
 
     /// The functions the instance implements itself, with their signatures.

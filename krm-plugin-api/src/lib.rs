@@ -76,7 +76,7 @@ pub use plugin::{
     EvaluatorHandle, Plugin, TypedFunctionSet,
 };
 pub use signature::{
-    Example, FunctionSignature, NameMatch, Parameter, ParameterType, pick_function,
+    CacheIdentity, Example, FunctionSignature, NameMatch, Parameter, ParameterType, pick_function,
 };
 pub use telemetry::{AttributeValue, Span, Telemetry};
 

@@ -20,8 +20,8 @@ use crate::abi::{
 };
 use crate::call::ResolveAnswer;
 use crate::{
-    ABI_VERSION, CallContext, ErrorKind, EvalError, EvalResponse, FunctionConfigRoute,
-    FunctionSignature, Probe, ProbeOutcome, Resolution, panic_message,
+    ABI_VERSION, CacheIdentity, CallContext, ErrorKind, EvalError, EvalResponse,
+    FunctionConfigRoute, FunctionSignature, Probe, ProbeOutcome, Resolution, panic_message,
 };
 
 /// A plugin: a named factory of evaluators, one per configured instance.
@@ -147,6 +147,21 @@ pub trait Evaluator: Send + Sync + 'static {
     /// to the builtin ones. Keep a `krm_function_executor::plugin::PluginFunctions` in the
     /// evaluator and return it here; it does the serializing.
     fn typed_functions(&self) -> Option<&dyn TypedFunctionSet> {
+        None
+    }
+
+    /// What a call for `image` (routed as `route`) would run here, for the runner's result
+    /// cache: whether that function is pure and what identifies its code. `None` (the default)
+    /// when this evaluator does not serve the image or cannot tell before a call: the runner
+    /// then never caches its calls. An evaluator whose [`probe`](Self::probe) cannot tell
+    /// whether it serves an image claims the call by answering here. The runner asks before
+    /// every call it may cache: keep it cheap.
+    fn cache_identity(
+        &self,
+        image: &str,
+        route: Option<&FunctionConfigRoute>,
+    ) -> Option<CacheIdentity> {
+        let _ = (image, route);
         None
     }
 }
@@ -515,6 +530,19 @@ impl<E: Evaluator> EvaluatorFfi for ExportedEvaluator<E> {
         }))
         .unwrap_or_default();
         RString::from(serde_json::to_string(&probe).unwrap_or_default())
+    }
+
+    fn cache_identity(&self, image: RStr<'_>, route: RStr<'_>) -> RString {
+        let route = FunctionConfigRoute::from_json(route.as_str());
+        let identity = catch_unwind(AssertUnwindSafe(|| {
+            self.0.cache_identity(image.as_str(), route.as_ref())
+        }))
+        .unwrap_or_default();
+        RString::from(
+            identity
+                .and_then(|identity| serde_json::to_string(&identity).ok())
+                .unwrap_or_default(),
+        )
     }
 
     fn typed_functions(&self) -> RString {

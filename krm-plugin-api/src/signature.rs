@@ -26,6 +26,25 @@ pub struct FunctionSignature {
     /// (`krm_plugin_api::testing::TestEvaluator::check_examples`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub examples: Vec<Example>,
+    /// Whether it is pure: the same code given the same ResourceList (functionConfig
+    /// included) answers the same bytes, and touches nothing outside it (no clock, network,
+    /// files or randomness). The runner caches the answers of pure functions
+    /// ([`CacheIdentity`]); a plugin from before this field declares none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pure: bool,
+}
+
+/// What ran for a call, as the runner's result cache keys it ([`crate::Evaluator::cache_identity`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CacheIdentity {
+    /// Whether the function that runs is pure (see [`FunctionSignature::pure`]): its answers
+    /// may be cached without an operator saying so.
+    pub pure: bool,
+    /// What identifies the code that runs beyond the plugin's name and version (which the
+    /// runner adds): e.g. the function's name, an executable's content hash, an image digest.
+    /// A change of the code must change it, so that a cached answer is never served for code
+    /// that did not produce it.
+    pub code: String,
 }
 
 impl FunctionSignature {

@@ -31,7 +31,13 @@
 //!   served by `wasm`, over 100 objects: whole `krm-runner fn` processes compiling the module
 //!   and finding it compiled, the native executable spawned, and warm gRPC calls of both
 //!   alternating; target: a warm module call within 1 ms of the native executable at p50.
+//! - `cache` (only when asked for): a Porch-like re-render (the same six-step pipeline over an
+//!   unchanged 100-Deployment package, each step one EvaluateFunction) on a runner with the
+//!   result cache against one without; a hit against the empty gRPC round trip (Health/Check);
+//!   target: a hit adds at most 50 µs at p50.
 
+mod cache;
+mod wasm;
 mod workers;
 
 use std::io::Write;
@@ -76,8 +82,8 @@ struct BenchArgs {
     /// Size of the ResourceList sent in the gRPC measurement.
     #[arg(long, default_value_t = 1024)]
     pub payload_bytes: usize,
-    /// Which measurements: abi, grpc, rss, builtin, versions, telemetry, workers, policy, wasm
-    /// (comma-separated).
+    /// Which measurements (comma-separated): abi, grpc, rss, builtin, versions, telemetry,
+    /// workers, policy, wasm, cache.
     #[arg(
         long,
         default_value = "abi,grpc,rss,builtin,versions",
@@ -140,7 +146,10 @@ async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         policy(base, args.calls.max(100) * 10).await?;
     }
     if wants("wasm") {
-        wasm(base, args).await?;
+        wasm::run(base, args).await?;
+    }
+    if wants("cache") {
+        cache::run(base, args).await?;
     }
     if wants("grpc") || wants("rss") || wants("builtin") || wants("versions") {
         let mut server = BenchServer::start(base, &[]).await?;
@@ -307,19 +316,32 @@ struct BenchServer {
 impl BenchServer {
     /// `env`: variables set for the server; they are removed from its environment when empty.
     async fn start(base: &Config, env: &[(&str, String)]) -> anyhow::Result<Self> {
+        Self::start_cached(base, env, false).await
+    }
+
+    /// As [`BenchServer::start`], with the result cache on or off (off for every measurement
+    /// but the cache's own, so that repeated calls run their function each time).
+    async fn start_cached(
+        base: &Config,
+        env: &[(&str, String)],
+        cache: bool,
+    ) -> anyhow::Result<Self> {
         Self::start_with(
             base,
             env,
             "  exec:\n    plugin: exec\n    config:\n      functions:\n        - {image: bench/cat, path: /bin/cat}\n",
+            cache,
         )
         .await
     }
 
-    /// A server whose configuration's `evaluators:` section is `evaluators` (YAML, indented).
+    /// A server whose configuration's `evaluators:` section is `evaluators` (YAML, indented),
+    /// with the result cache on or off.
     async fn start_with(
         base: &Config,
         env: &[(&str, String)],
         evaluators: &str,
+        cache: bool,
     ) -> anyhow::Result<Self> {
         if !Path::new("/bin/cat").exists() {
             bail!("the gRPC benchmark needs /bin/cat");
@@ -333,7 +355,7 @@ impl BenchServer {
         std::fs::write(
             &config_file,
             format!(
-                "listen: 127.0.0.1:{port}\nlog_level: warn\nplugin_dirs: {plugin_dirs}\nevaluators:\n{evaluators}"
+                "listen: 127.0.0.1:{port}\nlog_level: warn\nplugin_dirs: {plugin_dirs}\ncache: {{enabled: {cache}}}\nevaluators:\n{evaluators}"
             ),
         )?;
         let mut command = Command::new(beside_this(krm_runner::SERVER_EXECUTABLE)?);
@@ -823,124 +845,6 @@ async fn versions(base: &Config, server: &mut BenchServer, args: &BenchArgs) -> 
         );
     }
     Ok(())
-}
-
-/// The C set-namespace of `tests/wasm/` as a native executable (exec) and as a WASI module
-/// (wasm), over 100 ConfigMaps: see the crate's documentation.
-async fn wasm(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/wasm/set-namespace.c");
-    let dir = std::env::temp_dir().join(format!("krm-runner-bench-wasm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let outcome = async {
-        let native = dir.join("set-namespace");
-        let module = dir.join("set-namespace.wasm");
-        for (target, output) in [(None, &native), (Some("--target=wasm32-wasi"), &module)] {
-            let mut clang = Command::new("clang");
-            clang.args(target).arg("-O2").arg("-o").arg(output).arg(&source);
-            let built = clang
-                .output()
-                .context("running clang (the wasm measurement needs clang and wasi-libc)")?;
-            if !built.status.success() {
-                bail!("clang failed: {}", String::from_utf8_lossy(&built.stderr));
-            }
-        }
-        let mut input =
-            String::from("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n");
-        for index in 0..100 {
-            input.push_str(&format!(
-                "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: bench-{index}\n  data:\n    key: value\n"
-            ));
-        }
-        input.push_str("functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: bench\n");
-        let input = input.into_bytes();
-        let evaluators = |cache: &Path| {
-            format!(
-                "  exec:\n    plugin: exec\n    config:\n      functions:\n        - {{image: bench/set-namespace-native, path: \"{}\"}}\n  wasm:\n    plugin: wasm\n    config:\n      cache_dir: \"{}\"\n      functions:\n        - {{image: bench/set-namespace-wasm, path: \"{}\"}}\n  default:\n    plugin: multi\n    config: {{chain: [exec, wasm]}}\n",
-                native.display(),
-                cache.display(),
-                module.display()
-            )
-        };
-
-        // Whole `krm-runner fn` processes: a fresh cache each (compiling), then a filled one.
-        let plugin_dirs = serde_json::to_string(&base.plugin_dirs)?;
-        let fn_config = |cache: &Path| -> anyhow::Result<PathBuf> {
-            let file = dir.join("fn.yaml");
-            std::fs::write(
-                &file,
-                format!("plugin_dirs: {plugin_dirs}\nevaluators:\n{}", evaluators(cache)),
-            )?;
-            Ok(file)
-        };
-        let launcher = beside_this(krm_runner::FUNCTION_EXECUTABLE)?;
-        let run_fn = |config: &Path| -> anyhow::Result<Duration> {
-            let mut command = Command::new(&launcher);
-            command
-                .arg("fn")
-                .arg("--config-file")
-                .arg(config)
-                .arg("bench/set-namespace-wasm");
-            let started = Instant::now();
-            let output = spawn_with_input(command, &input)?;
-            let elapsed = started.elapsed();
-            if !String::from_utf8_lossy(&output).contains("namespace: bench") {
-                bail!("krm-runner fn did not run the module");
-            }
-            Ok(elapsed)
-        };
-        let mut compiling = Vec::new();
-        for run in 0..5 {
-            let cache = dir.join(format!("cache-{run}"));
-            compiling.push(run_fn(&fn_config(&cache)?)?);
-        }
-        let warm_cache = dir.join("cache-0");
-        let config = fn_config(&warm_cache)?;
-        let mut cached = Vec::with_capacity(PROCESS_RUNS);
-        let mut spawned = Vec::with_capacity(PROCESS_RUNS);
-        for _ in 0..PROCESS_RUNS {
-            cached.push(run_fn(&config)?);
-            let started = Instant::now();
-            spawn_with_input(Command::new(&native), &input)?;
-            spawned.push(started.elapsed());
-        }
-
-        // Warm calls over gRPC, alternating.
-        let mut server = BenchServer::start_with(base, &[], &evaluators(&warm_cache)).await?;
-        let calls = async {
-            let mut native_calls = Vec::with_capacity(args.calls);
-            let mut module_calls = Vec::with_capacity(args.calls);
-            for _ in 0..50 {
-                server.call("bench/set-namespace-native", &input).await?;
-                server.call("bench/set-namespace-wasm", &input).await?;
-            }
-            for _ in 0..args.calls {
-                native_calls.push(timed_call(&mut server, "bench/set-namespace-native", "", &input).await?);
-                module_calls.push(timed_call(&mut server, "bench/set-namespace-wasm", "", &input).await?);
-            }
-            anyhow::Ok((percentiles(&mut native_calls), percentiles(&mut module_calls)))
-        }
-        .await;
-        server.stop();
-        let ((native_p50, native_p99), (module_p50, module_p99)) = calls?;
-
-        println!("\n## set-namespace in C, 100 ConfigMaps: native executable (exec) vs WASI module (wasm)");
-        println!("| what | native executable | WASI module |\n|---|---|---|");
-        println!(
-            "| `krm-runner fn`, module compiled in the call (median of 5) | | {} |",
-            ms(percentiles(&mut compiling).0)
-        );
-        println!(
-            "| `krm-runner fn`, module compiled before (median of {PROCESS_RUNS}) | the executable spawned alone: {} | {} |",
-            ms(percentiles(&mut spawned).0),
-            ms(percentiles(&mut cached).0)
-        );
-        println!("| warm gRPC call p50 | {} | {} |", ms(native_p50), ms(module_p50));
-        println!("| warm gRPC call p99 | {} | {} |", ms(native_p99), ms(module_p99));
-        anyhow::Ok(())
-    }
-    .await;
-    let _ = std::fs::remove_dir_all(&dir);
-    outcome
 }
 
 async fn timed_call(

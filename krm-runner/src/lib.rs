@@ -12,6 +12,7 @@
 //! instances.
 
 mod allocator;
+mod cache;
 mod cli;
 mod commands;
 mod config;

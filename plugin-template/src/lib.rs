@@ -129,6 +129,7 @@ impl Evaluator for Stamp {
             changes: vec!["metadata.annotations".to_owned()],
             validates: false,
             examples: vec![self.example()],
+            pure: true,
         }]
     }
 }

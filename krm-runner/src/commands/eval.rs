@@ -73,13 +73,15 @@ async fn evaluate(runtime: &Runtime, args: &EvalArgs, max_bytes: usize) -> anyho
             admitted,
             resource_list.into_bytes(),
         )
-        .await;
+        .await
+        .0;
     interrupted.abort();
     write_outcome(outcome, "krm-runner eval")
 }
 
 /// `krm-runner eval --server ADDR`: the same call, sent to a running runner over gRPC. Returns
-/// the exit code as [`evaluate`] does; the evaluator that served (the `x-krm-evaluator` header) is
+/// the exit code as [`evaluate`] does; the evaluator that served (the `x-krm-evaluator` header)
+/// and what the result cache did (`x-krm-cache`) are
 /// printed to stderr.
 async fn run_remote(
     address: &str,
@@ -119,11 +121,17 @@ async fn run_remote(
                 .and_then(|value| value.to_str().ok())
                 .unwrap_or("(not named)")
                 .to_owned();
+            let cache = response
+                .metadata()
+                .get(crate::cache::CACHE_HEADER)
+                .and_then(|value| value.to_str().ok())
+                .map(|cache| format!(" (cache: {cache})"))
+                .unwrap_or_default();
             let response = response.into_inner();
             stderr.write_all(&response.log)?;
             writeln!(
                 stderr,
-                "krm-runner eval: served by {evaluator} at {endpoint}"
+                "krm-runner eval: served by {evaluator} at {endpoint}{cache}"
             )?;
             stdout.write_all(&response.resource_list)?;
             Ok(0)

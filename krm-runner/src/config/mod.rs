@@ -76,6 +76,76 @@ pub struct Config {
     /// Which function images may run (docs/trust.md); absent, every image may.
     #[serde(default)]
     pub policy: PolicyConfig,
+    /// The result cache: answers of pure calls (and of images marked here) given again
+    /// without running the function (docs/cache.md).
+    #[serde(default)]
+    pub cache: CacheConfig,
+}
+
+/// The result cache's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Whether answers are cached at all; off, every call runs and answers `bypass`.
+    pub enabled: bool,
+    /// The memory the cached answers may take, in bytes; the least recently used go first.
+    pub max_bytes: u64,
+    /// How long the answer of a pure call is kept, in seconds.
+    pub ttl_seconds: u64,
+    /// Images whose calls are cached although their evaluator does not declare them pure
+    /// (exec, pod): the operator vouches that they read nothing but their input.
+    pub images: Vec<CachedImages>,
+}
+
+/// Images an operator marks cacheable, by prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CachedImages {
+    /// The images starting with this text, e.g. `example.com/fns/` or `krm-runner/identity`.
+    pub prefix: String,
+    /// How long their answers are kept, in seconds.
+    pub ttl_seconds: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_bytes: 64 << 20,
+            ttl_seconds: 3600,
+            images: Vec::new(),
+        }
+    }
+}
+
+impl CacheConfig {
+    /// The largest `max_bytes`: the store's weights are counted in 32 bits per entry, and no
+    /// deployment means to keep more answers than this in memory.
+    const MAX_BYTES: u64 = 1 << 40;
+
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.max_bytes < 1 << 20 || self.max_bytes > Self::MAX_BYTES {
+            problems.push(format!(
+                "cache.max_bytes: {} is outside 1 MiB to 1 TiB",
+                self.max_bytes
+            ));
+        }
+        if self.ttl_seconds == 0 {
+            problems.push("cache.ttl_seconds: must be at least 1".to_owned());
+        }
+        for (index, images) in self.images.iter().enumerate() {
+            if images.prefix.trim().is_empty() {
+                problems.push(format!("cache.images[{index}].prefix: empty"));
+            }
+            if images.ttl_seconds == 0 {
+                problems.push(format!(
+                    "cache.images[{index}].ttl_seconds: must be at least 1"
+                ));
+            }
+        }
+        problems
+    }
 }
 
 /// The limits of the worker processes (see `krm_worker`). A call that passes one is answered
@@ -675,6 +745,7 @@ impl Config {
         if let Err(policy) = self.policy() {
             problems.extend(policy);
         }
+        problems.extend(self.cache.problems());
         problems
     }
 

@@ -104,6 +104,7 @@ struct Standing {
 }
 
 /// One evaluator to try, and why.
+#[derive(Clone)]
 pub struct RoutedEvaluator {
     pub instance: Arc<EvaluatorInstance>,
     pub route: FunctionConfigRoute,
@@ -115,7 +116,7 @@ pub struct RoutedEvaluator {
 }
 
 /// What a call will try, in order, before the served chain.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Plan {
     pub steps: Vec<RoutedEvaluator>,
     /// For a call with a tag constraint: the matched FunctionConfig's executors none of whose

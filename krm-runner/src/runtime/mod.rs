@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use krm_plugin_api::{
-    EvalError, EvalResponse, FunctionConfigExecutor, FunctionSignature, ProbeOutcome,
+    Answer, CacheIdentity, EvalError, EvalResponse, FunctionConfigExecutor, FunctionConfigRoute,
+    FunctionSignature, ProbeOutcome,
 };
 use krm_plugin_loader::{EvaluatorInstance, HostCallContext};
 use krm_runner_function_config::version::Constraint;
@@ -23,8 +24,9 @@ pub use self::discovery::{locate_plugin, search_dirs};
 pub use self::instances::function_instance;
 use self::instances::{Instances, chain_positions, find_cycle, functions_of, lock};
 pub use self::running::{cancel_running_calls, running_call_count, track_call};
+use crate::cache::{self, Identity, ResultCache};
 use crate::config::Config;
-use crate::routing::{Router, Store};
+use crate::routing::{Plan, Router, Store};
 use crate::telemetry::metrics;
 use crate::telemetry::traces::CallTrace;
 use crate::trust::{Decision, Denied, Policy};
@@ -36,6 +38,8 @@ pub struct Runtime {
     built: BTreeMap<String, Arc<EvaluatorInstance>>,
     store: Arc<Store>,
     policy: Arc<Policy>,
+    /// The result cache, when serving with it on.
+    cache: Option<Arc<ResultCache>>,
     /// What builds the other instances when a call first reaches them, for a runtime started
     /// [`Runtime::for_one_call`].
     _on_first_use: Option<Arc<Mutex<Instances>>>,
@@ -163,12 +167,18 @@ impl Runtime {
                 executor.field()
             );
         }
+        // A process making one call, or checking, has nothing to answer again.
+        let cache = match purpose {
+            Purpose::ServeIsolated => ResultCache::new(&config.cache),
+            Purpose::Serve | Purpose::Check => None,
+        };
         Ok(Self {
             served,
             instances: reports,
             built,
             store,
             policy: Arc::new(policy),
+            cache,
             _on_first_use: None,
         })
     }
@@ -236,6 +246,7 @@ impl Runtime {
                 built,
                 store,
                 policy: Arc::new(policy),
+                cache: None,
                 _on_first_use: Some(instances),
             }),
             _ => Err(problems),
@@ -324,16 +335,22 @@ impl Runtime {
         }
     }
 
+    /// The result cache, when this runtime serves with one.
+    pub fn cache(&self) -> Option<&Arc<ResultCache>> {
+        self.cache.as_ref()
+    }
+
     /// Runs one call [`Runtime::admit`] allowed: on the evaluators the image's FunctionConfig
     /// names, then (when none serves it) on the served instance; see [`evaluate_on`]. They get
-    /// the image the policy pinned, when it pinned one.
+    /// the image the policy pinned, when it pinned one. A call the result cache may answer
+    /// goes through it; the second value says what it did.
     pub async fn evaluate(
         &self,
         context: Arc<HostCallContext>,
         trace: &CallTrace,
         admitted: Admitted,
         resource_list: Vec<u8>,
-    ) -> Result<EvalResponse, EvalError> {
+    ) -> (Result<EvalResponse, EvalError>, cache::Outcome) {
         let Admitted {
             run: image,
             constraint,
@@ -351,13 +368,94 @@ impl Runtime {
             routing.set("krm.route.served_chain", self.served.name().to_owned());
         }
         routing.end(None);
-        let call = Call {
+        let call = |plan: Plan, context: Arc<HostCallContext>| Call {
             plan,
             served: self.served.clone(),
             context,
             trace: trace.clone(),
         };
-        evaluate_on(call, image, resource_list).await
+        let Some(cache) = &self.cache else {
+            let call = call(plan, context);
+            return (
+                evaluate_on(call, image, resource_list).await,
+                cache::Outcome::Bypass,
+            );
+        };
+        let decision = self.cache_decision(cache, &plan, &image, context.tag(), &resource_list);
+        let cache::Decision::Cache { key, request, ttl } = decision else {
+            ResultCache::bypassed(&image);
+            let call = call(plan, context);
+            return (
+                evaluate_on(call, image, resource_list).await,
+                cache::Outcome::Bypass,
+            );
+        };
+        let run = || {
+            evaluate_on(
+                call(plan.clone(), context.clone()),
+                image.clone(),
+                resource_list.clone(),
+            )
+        };
+        cache
+            .answer(&context, &image, (key, request, ttl), run)
+            .await
+    }
+
+    /// Whether the result cache may answer a call for `image`: the instance that would serve
+    /// it (found as [`Runtime::probe`] finds it) says whether the function is pure and what
+    /// code runs; an instance that cannot tell before the call leaves it uncached.
+    fn cache_decision(
+        &self,
+        cache: &ResultCache,
+        plan: &Plan,
+        image: &str,
+        tag: &str,
+        request: &[u8],
+    ) -> cache::Decision {
+        let routed = plan
+            .steps
+            .iter()
+            .map(|step| (&step.instance, step.image.as_str(), Some(&step.route)));
+        let candidates = routed.chain(std::iter::once((&self.served, image, None)));
+        for (instance, asked, route) in candidates {
+            let answer = instance.probe(asked, route).answer;
+            let (name, surely) = match answer {
+                None => continue,
+                Some(Answer::MayServe(name)) => (name, false),
+                Some(Answer::Serves(name)) => (name, true),
+            };
+            let (Some(serving), Some(report)) = (
+                self.built.get(&name),
+                self.instances.iter().find(|report| report.name == name),
+            ) else {
+                return cache::Decision::Bypass;
+            };
+            // An instance that cannot tell whether it serves claims the call by naming the
+            // code it would run.
+            let identity = match serving.cache_identity(asked, route) {
+                Some(identity) => identity,
+                None if surely => CacheIdentity::default(),
+                None => return cache::Decision::Bypass,
+            };
+            let route = route
+                .and_then(|route: &FunctionConfigRoute| serde_json::to_string(route).ok())
+                .unwrap_or_default();
+            return cache.decide(
+                &Identity {
+                    instance: &name,
+                    plugin: &report.plugin_name,
+                    plugin_version: &report.plugin_version,
+                    code: &identity.code,
+                    route: &route,
+                    image: asked,
+                    tag,
+                    request,
+                },
+                identity.pure,
+            );
+        }
+        cache::Decision::Bypass
     }
 }
 

@@ -22,6 +22,7 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use self::catalog::CatalogService;
+use crate::cache;
 use crate::confighub::serving::{self as confighub_serving, TypedFunctions};
 use crate::runtime::{self, CancelOnDrop, Refused, Runtime};
 use crate::telemetry::metrics::{self, CallMetrics, RpcMetricsLayer};
@@ -105,25 +106,35 @@ async fn run_call(
         match runtime.admit(&context, &image).await {
             Ok(admitted) => {
                 decision = Some(admitted.decision.clone());
-                runtime
+                let (outcome, cached) = runtime
                     .evaluate(context.clone(), &trace, admitted, resource_list)
-                    .await
-                    .map_err(|error| (to_status(&error), error.declined))
+                    .await;
+                (
+                    outcome.map_err(|error| (to_status(&error), error.declined)),
+                    cached,
+                )
             }
             Err(refused) => {
                 decision = refused.decision();
-                Err((refused_status(&refused), Vec::new()))
+                (
+                    Err((refused_status(&refused), Vec::new())),
+                    cache::Outcome::Bypass,
+                )
             }
         }
     };
-    let outcome = tokio::select! {
+    let (outcome, cached) = tokio::select! {
         outcome = admit_and_evaluate => outcome,
         _ = shutdown.wait_for(|forced| *forced) => {
             context.cancel(CancelReason::ShuttingDown);
-            Err((to_status(&CancelReason::ShuttingDown.to_error(&image)), Vec::new()))
+            (
+                Err((to_status(&CancelReason::ShuttingDown.to_error(&image)), Vec::new())),
+                cache::Outcome::Bypass,
+            )
         }
     };
     let call = CallEnd {
+        cached,
         image: &image,
         tag: context.tag(),
         resolved: context.resolved(),
@@ -160,6 +171,10 @@ async fn run_call(
     if let Ok(value) = MetadataValue::try_from(served_by.as_str()) {
         reply.metadata_mut().insert(EVALUATOR_HEADER, value);
     }
+    reply.metadata_mut().insert(
+        cache::CACHE_HEADER,
+        MetadataValue::from_static(cached.as_str()),
+    );
     if let Some(Ok(value)) = resolved.as_deref().map(MetadataValue::try_from) {
         reply.metadata_mut().insert(RESOLVED_IMAGE_HEADER, value);
     }
@@ -169,6 +184,8 @@ async fn run_call(
 /// What is recorded about a call when it ends: its log line, its span's attributes and its
 /// metrics.
 struct CallEnd<'a> {
+    /// What the result cache did for it.
+    cached: cache::Outcome,
     image: &'a str,
     /// The requested tag constraint; empty when none.
     tag: &'a str,
@@ -211,8 +228,10 @@ impl CallEnd<'_> {
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default();
+        let cache = self.cached.as_str();
         if self.trace.is_recording() {
             let trace = &self.trace;
+            trace.set("krm.cache", cache);
             trace.set("rpc.grpc.status_code", code as i64);
             trace.set("krm.outcome", outcome);
             trace.set("krm.evaluator", evaluator.to_owned());
@@ -239,6 +258,7 @@ impl CallEnd<'_> {
                 policy,
                 evaluator,
                 declined,
+                cache,
                 duration_ms,
                 outcome,
                 "call"
@@ -251,6 +271,7 @@ impl CallEnd<'_> {
                 policy,
                 evaluator,
                 declined,
+                cache,
                 duration_ms,
                 outcome,
                 "call"

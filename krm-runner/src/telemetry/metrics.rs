@@ -58,6 +58,12 @@ struct ImageLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    image: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
     outcome: &'static str,
 }
@@ -94,6 +100,12 @@ struct Metrics {
     policy_decisions: Family<DecisionLabels, Counter>,
     plugins: Arc<PluginMetrics>,
     rpc_methods: Bounded<String>,
+    cache_hits: Family<ImageLabels, Counter>,
+    cache_shared: Family<ImageLabels, Counter>,
+    cache_misses: Family<ReasonLabels, Counter>,
+    cache_evictions: Family<ReasonLabels, Counter>,
+    cache_bytes: Gauge,
+    cache_entries: Gauge,
 }
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
@@ -141,6 +153,12 @@ impl Metrics {
             policy_decisions: Family::default(),
             plugins: Arc::default(),
             rpc_methods: Bounded::new(MAX_RPC_METHODS),
+            cache_hits: Family::default(),
+            cache_shared: Family::default(),
+            cache_misses: Family::default(),
+            cache_evictions: Family::default(),
+            cache_bytes: Gauge::default(),
+            cache_entries: Gauge::default(),
         };
         let mut registry = Registry::default();
         registry.register_with_unit(
@@ -211,6 +229,38 @@ impl Metrics {
             "Trust policy decisions by deciding rule (`default`: the policy's default; `none`: \
              no policy), outcome (allowed, denied) and reason",
             metrics.policy_decisions.clone(),
+        );
+        registry.register(
+            "krm_cache_hits",
+            "Calls answered from the result cache, by function image",
+            metrics.cache_hits.clone(),
+        );
+        registry.register(
+            "krm_cache_shared",
+            "Calls answered by an identical call's run they waited for, by function image",
+            metrics.cache_shared.clone(),
+        );
+        registry.register(
+            "krm_cache_misses",
+            "Calls the result cache did not answer, by function image and reason: \
+             not_cacheable, new, expired, evicted, new_digest (the code changed)",
+            metrics.cache_misses.clone(),
+        );
+        registry.register(
+            "krm_cache_evictions",
+            "Answers removed from the result cache, by function image and reason: size, expired",
+            metrics.cache_evictions.clone(),
+        );
+        registry.register_with_unit(
+            "krm_cache_stored",
+            "Size of the answers in the result cache",
+            Unit::Bytes,
+            metrics.cache_bytes.clone(),
+        );
+        registry.register(
+            "krm_cache_entries",
+            "Answers in the result cache",
+            metrics.cache_entries.clone(),
         );
         registry.register_collector(Box::new(metrics.plugins.clone()));
         // Both outcomes from the start, so that a first reload counts as an increase.
@@ -437,6 +487,51 @@ impl Drop for CallMetrics {
                 })
                 .dec();
         }
+    }
+}
+
+/// What the result cache did for one call of `image`: `hit`, `shared`, or a miss for `reason`.
+pub fn cache_lookup(image: &str, result: &'static str, reason: &'static str) {
+    let Some(metrics) = METRICS.get() else {
+        return;
+    };
+    let image = metrics.images.label(image);
+    match result {
+        "hit" => metrics
+            .cache_hits
+            .get_or_create(&ImageLabels { image })
+            .inc(),
+        "shared" => metrics
+            .cache_shared
+            .get_or_create(&ImageLabels { image })
+            .inc(),
+        _ => metrics
+            .cache_misses
+            .get_or_create(&ReasonLabels { image, reason })
+            .inc(),
+    };
+}
+
+/// An answer of `image` left the result cache for `reason` (`size`, `expired`).
+pub fn cache_eviction(image: &str, reason: &'static str) {
+    if let Some(metrics) = METRICS.get() {
+        let image = metrics.images.label(image);
+        metrics
+            .cache_evictions
+            .get_or_create(&ReasonLabels { image, reason })
+            .inc();
+    }
+}
+
+/// The result cache now holds `entries` answers of `bytes` in all.
+pub fn cache_stored(entries: u64, bytes: u64) {
+    if let Some(metrics) = METRICS.get() {
+        metrics
+            .cache_entries
+            .set(i64::try_from(entries).unwrap_or(i64::MAX));
+        metrics
+            .cache_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 }
 

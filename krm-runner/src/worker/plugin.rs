@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use krm_plugin_api::{
-    CallContext, ErrorKind, EvalError, EvalResponse, Evaluator, FunctionConfigRoute,
+    CacheIdentity, CallContext, ErrorKind, EvalError, EvalResponse, Evaluator, FunctionConfigRoute,
     FunctionSignature, Probe, Resolution, TypedFunctionSet,
 };
 use krm_plugin_loader::{
@@ -172,6 +172,14 @@ impl Evaluator for Isolated {
 
     fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
         Probe::Delegated(self.inner.probe(image, route))
+    }
+
+    fn cache_identity(
+        &self,
+        image: &str,
+        route: Option<&FunctionConfigRoute>,
+    ) -> Option<CacheIdentity> {
+        self.inner.cache_identity(image, route)
     }
 
     fn typed_functions(&self) -> Option<&dyn TypedFunctionSet> {

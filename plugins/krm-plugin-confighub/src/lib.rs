@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use krm_catalog_function::{Catalog, Declined};
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
+    BuildContext, CacheIdentity, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
     FunctionConfigRoute, FunctionSignature, Plugin, Probe,
 };
 use serde::Deserialize;
@@ -107,6 +107,18 @@ impl Evaluator for Confighub {
 
     fn functions(&self) -> Vec<FunctionSignature> {
         self.typed().signatures()
+    }
+
+    fn cache_identity(
+        &self,
+        image: &str,
+        route: Option<&FunctionConfigRoute>,
+    ) -> Option<CacheIdentity> {
+        let name = self.choose(image, route).ok()?.ok()?;
+        Some(CacheIdentity {
+            pure: self.typed().is_pure(name),
+            code: name.to_owned(),
+        })
     }
 
     fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {

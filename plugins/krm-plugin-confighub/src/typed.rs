@@ -61,11 +61,22 @@ impl Typed {
             .map(|function| function.signature().name())
     }
 
+    /// Whether the typed function `name` (as [`Typed::find`] gives it) is pure: its signature
+    /// says Hermetic and Idempotent.
+    pub fn is_pure(&self, name: &str) -> bool {
+        self.executor.function(name).is_some_and(|function| {
+            let typed = &function.signature().typed;
+            typed.hermetic && typed.idempotent
+        })
+    }
+
     pub fn signatures(&self) -> Vec<FunctionSignature> {
         self.executor
             .functions()
             .map(|function| {
-                let mut base = function.signature().base.clone();
+                let signature = function.signature();
+                let mut base = signature.base.clone();
+                base.pure = signature.typed.hermetic && signature.typed.idempotent;
                 let prefixed = format!("{PREFIX}{}", base.name);
                 // A clashing function is listed under the only name it answers to.
                 base.images = if Self::clashes(&base.name) {

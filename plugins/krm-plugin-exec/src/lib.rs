@@ -21,6 +21,7 @@
 //! killed, so nothing a function spawned outlives the call.
 
 mod config;
+mod identity;
 mod process;
 
 use std::collections::HashMap;
@@ -28,8 +29,9 @@ use std::path::PathBuf;
 
 use krm_plugin_api::process::OutputLimits;
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
-    FunctionConfigExecutor, FunctionConfigRoute, Plugin, Probe, Resolution, export_plugin,
+    BuildContext, CacheIdentity, CallContext, ConfigError, EvalError, EvalResponse,
+    Evaluator, FunctionConfigExecutor, FunctionConfigRoute, Plugin, Probe, Resolution,
+    export_plugin,
 };
 use krm_runner_function_config::BinaryExecutor;
 use krm_runner_function_config::version::MappedVersions;
@@ -49,6 +51,7 @@ pub struct Exec {
     versions: MappedVersions,
     limits: OutputLimits,
     base_env: Vec<(String, String)>,
+    hashes: identity::ContentHashes,
 }
 
 impl Evaluator for Exec {
@@ -100,6 +103,45 @@ impl Evaluator for Exec {
         self.versions.resolve(EXEC, image, tag)
     }
 
+    /// Never pure (an executable may read anything): the identity lets an operator mark
+    /// images cacheable in the runner's configuration, and a replaced binary misses.
+    fn cache_identity(
+        &self,
+        image: &str,
+        route: Option<&FunctionConfigRoute>,
+    ) -> Option<CacheIdentity> {
+        let routed = route.filter(|route| route.executor == FunctionConfigExecutor::BinaryExecutor);
+        let (path, env, working_dir) = match routed {
+            Some(route) => {
+                let binary: BinaryExecutor = route.settings().ok()?;
+                (
+                    PathBuf::from(binary.path),
+                    &self.base_env,
+                    PathBuf::from("/"),
+                )
+            }
+            None => {
+                let function = self.functions.get(image)?;
+                (
+                    function.path.clone(),
+                    &function.env,
+                    function.working_dir.clone(),
+                )
+            }
+        };
+        let hash = self.hashes.of(&path)?;
+        Some(CacheIdentity {
+            pure: false,
+            code: serde_json::json!({
+                "path": path,
+                "sha256": hash,
+                "env": env,
+                "working_dir": working_dir,
+            })
+            .to_string(),
+        })
+    }
+
     fn probe(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
         let routed =
             route.is_some_and(|route| route.executor == FunctionConfigExecutor::BinaryExecutor);
@@ -143,6 +185,7 @@ impl Plugin for ExecPlugin {
             functions,
             limits,
             base_env,
+            hashes: identity::ContentHashes::default(),
         })
     }
 }

@@ -88,6 +88,7 @@ static FUNCTION: Function = Function {
     changes: &["items (whatever the program changes)", "results"],
     run,
     legacy_results: false,
+    pure: true,
 };
 
 /// Steps (function calls and loop iterations) a program may take.

@@ -30,6 +30,7 @@ pub static FUNCTION: Function = Function {
     changes: &["target fields named by `replacements[].targets[].fieldPaths`"],
     run,
     legacy_results: false,
+    pure: true,
 };
 
 fn parameters() -> Vec<Parameter> {

@@ -23,6 +23,7 @@ pub static FUNCTION: Function = Function {
     changes: &["fields marked with `# kpt-set:` comments"],
     run,
     legacy_results: true,
+    pure: true,
 };
 
 fn parameters() -> Vec<Parameter> {

@@ -26,6 +26,7 @@ pub static FUNCTION: Function = Function {
     ],
     run,
     legacy_results: true,
+    pure: true,
 };
 
 const MATCHERS: [&str; 6] = [

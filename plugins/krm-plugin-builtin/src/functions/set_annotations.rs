@@ -22,6 +22,7 @@ pub static FUNCTION: Function = Function {
     changes: &["metadata.annotations", "pod template annotations"],
     run,
     legacy_results: false,
+    pure: true,
 };
 
 fn parameters() -> Vec<Parameter> {

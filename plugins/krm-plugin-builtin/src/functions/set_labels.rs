@@ -28,6 +28,7 @@ pub static FUNCTION: Function = Function {
     ],
     run,
     legacy_results: false,
+    pure: true,
 };
 
 fn parameters() -> Vec<Parameter> {

@@ -35,6 +35,7 @@ pub static FUNCTION: Function = Function {
     ],
     run,
     legacy_results: false,
+    pure: true,
 };
 
 const PACKAGE_CONTEXT: &str = "kptfile.kpt.dev";

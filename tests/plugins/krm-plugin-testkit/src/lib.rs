@@ -9,6 +9,9 @@
 //!   7, tries a measurement the runner must drop (a name Prometheus cannot take), and opens the
 //!   span `testkit.work` under the call's trace (attributes `testkit.items` = 3,
 //!   `testkit.note` = "hello"), whose W3C context it echoes as log (`TRACEPARENT=...`);
+//! - `testkit/pure-sleep:<ms>`: declared pure (the runner may cache it); adds 1 to its counter
+//!   `pure_runs` (label `image`), waits honouring cancellation, then echoes;
+//! - `testkit/pure-fail`: declared pure; adds 1 to `pure_runs` and fails;
 //! - any image a FunctionConfig routes here: echoes, with the instance name and the route (JSON)
 //!   as log, so tests see what the runner told the evaluator;
 //! - warm-up hints are logged as `testkit warm-up <image> <route JSON>`.
@@ -41,7 +44,7 @@ use krm_function_executor::registry::PathRegistry;
 use krm_function_executor::signature::ParameterBuilder;
 use krm_function_executor::{Executor, Toolchain, TypedSignature};
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
+    BuildContext, CacheIdentity, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
     FunctionConfigRoute, Plugin, Telemetry, TypedFunctionSet, export_plugin,
 };
 use serde::Deserialize;
@@ -59,7 +62,16 @@ pub struct Testkit {
     telemetry: Telemetry,
 }
 
+/// The images of the pure function that sleeps.
+const PURE_SLEEP: &str = "testkit/pure-sleep:";
+
 impl Testkit {
+    /// Counts a run of a pure function, so that tests see how often the cache let it run.
+    fn count_pure_run(&self, image: &str) {
+        self.telemetry
+            .counter_add("pure_runs", 1.0, &[("image", image)]);
+    }
+
     fn record_telemetry(&self, context: &CallContext<'_>) -> String {
         self.telemetry
             .counter_add("calls", 1.0, &[("kind", "telemetry")]);
@@ -107,6 +119,18 @@ impl Evaluator for Testkit {
                 tracing::warn!(instance = %self.instance, "testkit log event");
                 Ok(EvalResponse::new(resource_list.to_vec(), Vec::new()))
             }
+            "testkit/pure-fail" => {
+                self.count_pure_run(image);
+                Err(EvalError::failed("testkit/pure-fail fails, as asked"))
+            }
+            other if other.starts_with(PURE_SLEEP) => {
+                self.count_pure_run(image);
+                let ms = other[PURE_SLEEP.len()..].parse().unwrap_or(0);
+                match context.wait_cancelled(Duration::from_millis(ms)) {
+                    Some(reason) => Err(reason.to_error(image)),
+                    None => Ok(EvalResponse::new(resource_list.to_vec(), Vec::new())),
+                }
+            }
             other => match other
                 .strip_prefix("testkit/sleep:")
                 .and_then(|ms| ms.parse().ok())
@@ -118,6 +142,19 @@ impl Evaluator for Testkit {
                 None => Err(EvalError::not_found(image)),
             },
         }
+    }
+
+    fn cache_identity(
+        &self,
+        image: &str,
+        route: Option<&FunctionConfigRoute>,
+    ) -> Option<CacheIdentity> {
+        let pure =
+            route.is_none() && (image.starts_with(PURE_SLEEP) || image == "testkit/pure-fail");
+        pure.then(|| CacheIdentity {
+            pure: true,
+            code: image.to_owned(),
+        })
     }
 
     fn warm_up(&self, image: &str, route: Option<&FunctionConfigRoute>) {

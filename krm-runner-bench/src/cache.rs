@@ -1,0 +1,111 @@
+//! `--only cache`: the result cache, against the same calls run each time and against the
+//! empty gRPC round trip.
+
+use std::time::Instant;
+
+use anyhow::Context;
+use krm_runner::Config;
+
+use super::{BenchArgs, BenchServer, deployments, indent_items, ms, percentiles, resource_list_of};
+
+/// The result cache: a Porch-like re-render (the same six-step pipeline over an unchanged
+/// 100-Deployment package, each step one EvaluateFunction) on a runner with the cache and one
+/// without; and a hit against the empty gRPC round trip (Health/Check), on the same runner.
+pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
+    const PIPELINE: [(&str, &str); 6] = [
+        ("set-namespace", "namespace: prod"),
+        ("set-labels", "team: core"),
+        ("set-annotations", "owner: platform"),
+        ("set-image", "name: nginx\n    newTag: \"1.27\""),
+        (
+            "search-replace",
+            "by-path: spec.replicas\n    put-value: \"3\"",
+        ),
+        ("ensure-name-substring", "prepend: prod-"),
+    ];
+    let package = indent_items(&deployments(100));
+    let inputs: Vec<(&str, Vec<u8>)> = PIPELINE
+        .iter()
+        .map(|(function, data)| {
+            let list = format!(
+                "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{package}functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    {data}\n"
+            );
+            (*function, list.into_bytes())
+        })
+        .collect();
+    let renders = (args.calls / 20).max(20);
+    println!(
+        "\n## Result cache ({renders} re-renders of a six-step pipeline over 100 Deployments; {} hits)",
+        args.calls
+    );
+    println!("| what | p50 | p99 |\n|---|---|---|");
+    let mut hit_server = None;
+    for cached in [false, true] {
+        let mut server = BenchServer::start_cached(base, &[], cached).await?;
+        let mut samples = Vec::with_capacity(renders);
+        for round in 0..=renders {
+            let started = Instant::now();
+            for (function, input) in &inputs {
+                server.call(function, input).await?;
+            }
+            // The first render fills the cache; the re-renders are what is measured.
+            if round > 0 {
+                samples.push(started.elapsed());
+            }
+        }
+        let (p50, p99) = percentiles(&mut samples);
+        let label = if cached { "with the cache" } else { "without" };
+        println!("| re-render, {label} | {} | {} |", ms(p50), ms(p99));
+        if cached {
+            hit_server = Some(server);
+        } else {
+            server.stop();
+        }
+    }
+    let mut server = hit_server.context("the cached runner")?;
+    let outcome = hit_against_floor(&mut server, args.calls).await;
+    server.stop();
+    outcome
+}
+
+async fn hit_against_floor(server: &mut BenchServer, calls: usize) -> anyhow::Result<()> {
+    let small = resource_list_of(256);
+    let mut input = String::from_utf8(small)?;
+    input.push_str("functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: prod\n");
+    let input = input.into_bytes();
+    server.call("set-namespace", &input).await?;
+    let channel = tonic::transport::Endpoint::from_shared(server.endpoint.clone())?
+        .connect()
+        .await?;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let check = || tonic_health::pb::HealthCheckRequest {
+        service: String::new(),
+    };
+    let (mut hits, mut floor) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+    for _ in 0..calls {
+        let started = Instant::now();
+        server.call("set-namespace", &input).await?;
+        hits.push(started.elapsed());
+        let started = Instant::now();
+        health.check(check()).await?;
+        floor.push(started.elapsed());
+    }
+    let (hit50, hit99) = percentiles(&mut hits);
+    let (floor50, floor99) = percentiles(&mut floor);
+    println!(
+        "| hit, set-namespace over {} bytes | {} | {} |",
+        input.len(),
+        ms(hit50),
+        ms(hit99)
+    );
+    println!(
+        "| empty round trip (Health/Check) | {} | {} |",
+        ms(floor50),
+        ms(floor99)
+    );
+    println!(
+        "| added by a hit at p50 | {:.1} µs | |",
+        (hit50.as_secs_f64() - floor50.as_secs_f64()) * 1e6
+    );
+    Ok(())
+}

@@ -1,0 +1,465 @@
+//! The result cache every EvaluateFunction call passes through: the answer of a pure call (and
+//! of an image an operator marks) is kept in memory, bounded in bytes, and given again to an
+//! identical call; concurrent identical calls run the function once.
+//!
+//! The key is a SHA-256 over what ran and what was asked: the serving evaluator instance, its
+//! plugin's name and version, the code identity the plugin gives (a function's name, an
+//! executable's content hash), the FunctionConfig route, the image, the tag constraint and the
+//! request bytes exactly. A change of any of them is a different key, so a cached answer is
+//! never given for a request or code that did not produce it.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use krm_plugin_api::{CancelReason, EvalError, EvalResponse};
+use krm_plugin_loader::HostCallContext;
+use moka::notification::RemovalCause;
+use sha2::{Digest, Sha256};
+
+use crate::config::CacheConfig;
+use crate::telemetry::metrics;
+
+/// The response header (gRPC metadata) saying what the cache did for a call.
+pub const CACHE_HEADER: &str = "x-krm-cache";
+
+/// An answer is not kept when it would take more than this share of the store: one call must
+/// not push out everything else.
+const MAX_ENTRY_SHARE: u64 = 8;
+
+/// Bookkeeping per entry beyond its bytes (key, value header, the store's own).
+const ENTRY_OVERHEAD: u64 = 256;
+
+/// How many requests the cache remembers the last key of, to tell why a call missed.
+const REMEMBERED_REQUESTS: u64 = 65_536;
+
+/// A key: the SHA-256 described in the module's documentation.
+pub type Key = [u8; 32];
+
+/// What the cache did for one call, as the `x-krm-cache` header says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Answered from the store.
+    Hit,
+    /// This call ran the function (and its answer was stored when it succeeded).
+    Miss,
+    /// Answered by an identical call's run that this one waited for.
+    Shared,
+    /// Not cacheable (or the cache is off): the call ran as usual.
+    Bypass,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Hit => "hit",
+            Self::Miss => "miss",
+            Self::Shared => "shared",
+            Self::Bypass => "bypass",
+        }
+    }
+}
+
+/// Whether a call may be cached, decided before it runs.
+pub enum Decision {
+    /// Cache it under `key` for `ttl`; `request` identifies the request without the code.
+    Cache {
+        key: Key,
+        request: Key,
+        ttl: Duration,
+    },
+    /// Run it uncached.
+    Bypass,
+}
+
+/// What identifies a call: hashed into its [`Key`].
+pub struct Identity<'a> {
+    /// The evaluator instance that would serve it.
+    pub instance: &'a str,
+    /// Its plugin's name and version.
+    pub plugin: &'a str,
+    pub plugin_version: &'a str,
+    /// What the plugin says identifies the code that runs.
+    pub code: &'a str,
+    /// The FunctionConfig route, as JSON; empty when none routed the call.
+    pub route: &'a str,
+    pub image: &'a str,
+    pub tag: &'a str,
+    pub request: &'a [u8],
+}
+
+impl Identity<'_> {
+    /// The key of the whole identity, and that of the request alone (without the code).
+    fn keys(&self) -> (Key, Key) {
+        let mut request = Sha256::new();
+        for part in [
+            self.instance.as_bytes(),
+            self.route.as_bytes(),
+            self.image.as_bytes(),
+            self.tag.as_bytes(),
+            self.request,
+        ] {
+            // Each part's length first, so that no two identities hash the same bytes.
+            request.update((part.len() as u64).to_le_bytes());
+            request.update(part);
+        }
+        let request: Key = request.finalize().into();
+        let mut key = Sha256::new();
+        key.update(request);
+        for part in [self.plugin, self.plugin_version, self.code] {
+            key.update((part.len() as u64).to_le_bytes());
+            key.update(part.as_bytes());
+        }
+        (key.finalize().into(), request)
+    }
+}
+
+/// A stored answer.
+#[derive(Debug)]
+struct Answer {
+    response: EvalResponse,
+    /// The image a tag constraint resolved to, as the run reported it.
+    resolved: Option<String>,
+    /// The image called, for the metrics of its eviction.
+    image: String,
+    ttl: Duration,
+}
+
+impl Answer {
+    fn weight(&self) -> u64 {
+        let response = &self.response;
+        (response.resource_list.len()
+            + response.log.len()
+            + response.served_by.as_ref().map_or(0, String::len)
+            + response.declined.iter().map(String::len).sum::<usize>()
+            + self.image.len()
+            + self.resolved.as_ref().map_or(0, String::len)) as u64
+            + ENTRY_OVERHEAD
+    }
+}
+
+/// Why a run's answer was not stored; shared with the calls that waited for it.
+#[derive(Debug)]
+enum NotStored {
+    /// The running call was cancelled or its deadline passed: a waiter runs it again.
+    Cancelled(EvalError),
+    /// The function failed: failures are never cached, but the waiters get the same answer.
+    Failed(EvalError),
+    /// Too large to keep; the waiters still get it.
+    TooLarge(Arc<Answer>),
+}
+
+/// The in-memory store and the runs in flight.
+pub struct ResultCache {
+    entries: moka::future::Cache<Key, Arc<Answer>>,
+    /// The last key and expiry time stored for each request, to tell why a call missed.
+    requests: moka::sync::Cache<Key, (Key, Instant)>,
+    config: CacheConfig,
+    counts: Arc<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    entries: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl Counts {
+    fn add(&self, bytes: u64) {
+        self.entries.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.publish();
+    }
+
+    fn remove(&self, bytes: u64) {
+        self.entries.fetch_sub(1, Ordering::Relaxed);
+        self.bytes.fetch_sub(bytes, Ordering::Relaxed);
+        self.publish();
+    }
+
+    fn publish(&self) {
+        metrics::cache_stored(
+            self.entries.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        );
+    }
+}
+
+/// Expires each entry after its own TTL.
+struct PerEntryTtl;
+
+impl moka::Expiry<Key, Arc<Answer>> for PerEntryTtl {
+    fn expire_after_create(
+        &self,
+        _key: &Key,
+        value: &Arc<Answer>,
+        _created_at: Instant,
+    ) -> Option<Duration> {
+        Some(value.ttl)
+    }
+}
+
+/// What the store holds, for `krm-runner cache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Usage {
+    pub entries: u64,
+    pub bytes: u64,
+    pub max_bytes: u64,
+}
+
+impl ResultCache {
+    /// The cache `config` describes; `None` when it is off.
+    pub fn new(config: &CacheConfig) -> Option<Arc<Self>> {
+        if !config.enabled {
+            return None;
+        }
+        let counts = Arc::new(Counts::default());
+        let removed = counts.clone();
+        let entries = moka::future::Cache::builder()
+            .max_capacity(config.max_bytes)
+            .weigher(|_key: &Key, answer: &Arc<Answer>| {
+                u32::try_from(answer.weight()).unwrap_or(u32::MAX)
+            })
+            .eviction_policy(moka::policy::EvictionPolicy::lru())
+            .expire_after(PerEntryTtl)
+            .eviction_listener(move |_key, answer: Arc<Answer>, cause| {
+                removed.remove(answer.weight());
+                let reason = match cause {
+                    RemovalCause::Size => "size",
+                    RemovalCause::Expired => "expired",
+                    RemovalCause::Explicit | RemovalCause::Replaced => return,
+                };
+                metrics::cache_eviction(&answer.image, reason);
+            })
+            .build();
+        Some(Arc::new(Self {
+            entries,
+            requests: moka::sync::Cache::new(REMEMBERED_REQUESTS),
+            config: config.clone(),
+            counts,
+        }))
+    }
+
+    /// Whether a call for `image` whose evaluator gave this purity may be cached, and its key.
+    pub fn decide(&self, identity: &Identity<'_>, pure: bool) -> Decision {
+        let ttl = if pure {
+            Some(self.config.ttl_seconds)
+        } else {
+            self.config
+                .images
+                .iter()
+                .find(|marked| identity.image.starts_with(&marked.prefix))
+                .map(|marked| marked.ttl_seconds)
+        };
+        match ttl {
+            Some(seconds) => {
+                let (key, request) = identity.keys();
+                Decision::Cache {
+                    key,
+                    request,
+                    ttl: Duration::from_secs(seconds),
+                }
+            }
+            None => Decision::Bypass,
+        }
+    }
+
+    /// Answers a cacheable call: from the store, from an identical call's run in flight, or
+    /// by `run`, whose success is stored. A waiting call's deadline and cancellation (its
+    /// `context`) end only its own wait; when the call running the function is cancelled, a
+    /// waiting one runs it instead.
+    pub async fn answer<F, R>(
+        &self,
+        context: &Arc<HostCallContext>,
+        image: &str,
+        decision: (Key, Key, Duration),
+        run: F,
+    ) -> (Result<EvalResponse, EvalError>, Outcome)
+    where
+        F: Fn() -> R,
+        R: Future<Output = Result<EvalResponse, EvalError>>,
+    {
+        let (key, request, ttl) = decision;
+        if let Some(answer) = self.entries.get(&key).await {
+            metrics::cache_lookup(image, "hit", "");
+            return (Ok(reply(context, &answer)), Outcome::Hit);
+        }
+        let cancelled = context.as_call_context().cancelled();
+        let deadline = context.deadline().map(tokio::time::Instant::from_std);
+        let wait = self.run_once(context, image, key, request, ttl, run);
+        tokio::select! {
+            answered = wait => answered,
+            reason = cancelled => (Err(reason.to_error(image)), Outcome::Miss),
+            () = sleep_until(deadline) => {
+                context.cancel(CancelReason::DeadlineExceeded);
+                (Err(CancelReason::DeadlineExceeded.to_error(image)), Outcome::Miss)
+            }
+        }
+    }
+
+    async fn run_once<F, R>(
+        &self,
+        context: &Arc<HostCallContext>,
+        image: &str,
+        key: Key,
+        request: Key,
+        ttl: Duration,
+        run: F,
+    ) -> (Result<EvalResponse, EvalError>, Outcome)
+    where
+        F: Fn() -> R,
+        R: Future<Output = Result<EvalResponse, EvalError>>,
+    {
+        let largest = self.config.max_bytes / MAX_ENTRY_SHARE;
+        // Told before a run records this request's new key.
+        let reason = self.miss_reason(key, request);
+        loop {
+            let ran = AtomicBool::new(false);
+            let init = async {
+                ran.store(true, Ordering::Relaxed);
+                let outcome = run().await;
+                let response = match outcome {
+                    Ok(response) => response,
+                    // Its own caller went away: a waiting call takes over.
+                    Err(error) if context.cancel_reason().is_some() => {
+                        return Err(NotStored::Cancelled(error));
+                    }
+                    Err(error) => return Err(NotStored::Failed(error)),
+                };
+                let answer = Arc::new(Answer {
+                    response,
+                    resolved: context.resolved(),
+                    image: image.to_owned(),
+                    ttl,
+                });
+                let weight = answer.weight();
+                if weight > largest {
+                    return Err(NotStored::TooLarge(answer));
+                }
+                self.counts.add(weight);
+                self.requests.insert(request, (key, Instant::now() + ttl));
+                Ok(answer)
+            };
+            let entry = self.entries.entry(key).or_try_insert_with(init).await;
+            let ran = ran.load(Ordering::Relaxed);
+            if ran {
+                metrics::cache_lookup(image, "miss", reason);
+                // Evicts what the new answer pushed over the bound now rather than at some
+                // later lookup, so that a flood of misses never holds more than the bound.
+                self.entries.run_pending_tasks().await;
+            }
+            let outcome = if ran { Outcome::Miss } else { Outcome::Shared };
+            match entry {
+                Ok(entry) => {
+                    if !ran {
+                        metrics::cache_lookup(image, "shared", "");
+                    }
+                    let outcome = if entry.is_fresh() || ran {
+                        outcome
+                    } else {
+                        Outcome::Shared
+                    };
+                    return (Ok(reply(context, entry.value())), outcome);
+                }
+                Err(not_stored) => match &*not_stored {
+                    NotStored::Cancelled(error) if ran => return (Err(error.clone()), outcome),
+                    // The call running it was cancelled: ask again (this call may run it).
+                    NotStored::Cancelled(_) => {}
+                    NotStored::Failed(error) => {
+                        if !ran {
+                            metrics::cache_lookup(image, "shared", "");
+                        }
+                        return (Err(error.clone()), outcome);
+                    }
+                    NotStored::TooLarge(answer) => {
+                        if !ran {
+                            metrics::cache_lookup(image, "shared", "");
+                        }
+                        return (Ok(reply(context, answer)), outcome);
+                    }
+                },
+            }
+        }
+    }
+
+    /// Why the call with `key` missed: its request was answered before under other code
+    /// (`new_digest`), or the answer expired or was evicted, or it is new.
+    fn miss_reason(&self, key: Key, request: Key) -> &'static str {
+        match self.requests.get(&request) {
+            Some((known, _)) if known != key => "new_digest",
+            Some((_, expires)) if expires <= Instant::now() => "expired",
+            Some(_) => "evicted",
+            None => "new",
+        }
+    }
+
+    /// A call that may not be cached, counted.
+    pub fn bypassed(image: &str) {
+        metrics::cache_lookup(image, "miss", "not_cacheable");
+    }
+
+    /// What the store holds now.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            entries: self.counts.entries.load(Ordering::Relaxed),
+            bytes: self.counts.bytes.load(Ordering::Relaxed),
+            max_bytes: self.config.max_bytes,
+        }
+    }
+
+    /// Empties the store; runs in flight still answer their callers.
+    pub async fn clear(&self) {
+        self.entries.invalidate_all();
+        self.entries.run_pending_tasks().await;
+        self.requests.invalidate_all();
+    }
+}
+
+fn reply(context: &HostCallContext, answer: &Answer) -> EvalResponse {
+    if let Some(resolved) = &answer.resolved {
+        context.set_resolved(resolved);
+    }
+    answer.response.clone()
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity<'a>(code: &'a str, request: &'a [u8]) -> Identity<'a> {
+        Identity {
+            instance: "builtin",
+            plugin: "builtin",
+            plugin_version: "0.1.0",
+            code,
+            route: "",
+            image: "set-namespace",
+            tag: "",
+            request,
+        }
+    }
+
+    #[test]
+    fn every_part_of_the_identity_changes_the_key() {
+        let (key, request) = identity("set-namespace", b"items: []").keys();
+        let (other_code, same_request) = identity("set-labels", b"items: []").keys();
+        assert_ne!(key, other_code);
+        assert_eq!(request, same_request);
+        let (other_bytes, other_request) = identity("set-namespace", b"items: [] ").keys();
+        assert_ne!(key, other_bytes);
+        assert_ne!(request, other_request);
+        // Moving bytes from one part to the next is another identity.
+        let mut moved = identity("set-namespace", b"items: []");
+        moved.instance = "builtinset-namespace";
+        moved.image = "";
+        assert_ne!(moved.keys().1, request);
+    }
+}

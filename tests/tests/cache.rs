@@ -1,0 +1,299 @@
+//! The result cache, through the real binary over gRPC: which calls it answers again, which it
+//! never does, concurrent twins running once, a cancelled first caller, expiry and the bound.
+
+use std::time::{Duration, Instant};
+
+use krm_runner_proto::evaluator::EvaluateFunctionRequest;
+use krm_runner_tests::{
+    Server, exec_chain_config, free_port, http_exchange, resource_list, scratch, script,
+};
+
+/// One call; the `x-krm-cache` header and the output, or the status.
+async fn call(
+    server: &Server,
+    image: &str,
+    input: &[u8],
+) -> Result<(String, Vec<u8>), tonic::Status> {
+    let response = server
+        .client()
+        .await
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: input.to_vec(),
+            image: image.to_owned(),
+            tag: String::new(),
+        })
+        .await?;
+    let cache = response
+        .metadata()
+        .get("x-krm-cache")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("absent")
+        .to_owned();
+    Ok((cache, response.into_inner().resource_list))
+}
+
+async fn cache_header(server: &Server, image: &str, input: &[u8]) -> String {
+    call(server, image, input)
+        .await
+        .unwrap_or_else(|status| panic!("{image}: {status:?}\n{}", server.stderr()))
+        .0
+}
+
+/// A runner with metrics served on a port of their own; the port.
+fn with_metrics(config: &str) -> (Server, u16) {
+    let port = free_port();
+    let text = port.to_string();
+    let server = Server::start_with_env(
+        config,
+        &[],
+        &[
+            ("OTEL_METRICS_EXPORTER", "prometheus"),
+            ("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1"),
+            ("OTEL_EXPORTER_PROMETHEUS_PORT", &text),
+        ],
+    );
+    (server, port)
+}
+
+/// The value of `series` (name and labels as exposed) at `/metrics`; 0 when absent.
+fn metric(port: u16, series: &str) -> f64 {
+    let (status, body) = http_exchange(port, "GET", "/metrics", "", b"");
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn pure_runs(port: u16, image: &str) -> f64 {
+    metric(
+        port,
+        &format!("krm_plugin_testkit_pure_runs_total{{evaluator=\"kit\",image=\"{image}\"}}"),
+    )
+}
+
+fn set_namespace(namespace: &str, names: &[&str]) -> Vec<u8> {
+    let mut input = String::from_utf8(resource_list(names)).unwrap();
+    input.push_str(&format!(
+        "functionConfig:\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: fn\n  data:\n    namespace: {namespace}\n"
+    ));
+    input.into_bytes()
+}
+
+/// The embedded default configuration caches the builtins: the second identical call is a hit
+/// with the same bytes; another input or functionConfig misses.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_builtin_call_is_answered_again_and_any_change_misses() {
+    let server = Server::start("{}\n", &[]);
+    let input = set_namespace("prod", &["a", "b"]);
+    let (first, output) = call(&server, "set-namespace", &input).await.unwrap();
+    assert_eq!(first, "miss");
+    assert!(String::from_utf8_lossy(&output).contains("namespace: prod"));
+    let (second, again) = call(&server, "set-namespace", &input).await.unwrap();
+    assert_eq!(second, "hit");
+    assert_eq!(again, output);
+    let other_input = set_namespace("prod", &["a", "c"]);
+    assert_eq!(
+        cache_header(&server, "set-namespace", &other_input).await,
+        "miss"
+    );
+    let other_config = set_namespace("staging", &["a", "b"]);
+    let (changed, output) = call(&server, "set-namespace", &other_config).await.unwrap();
+    assert_eq!(changed, "miss");
+    assert!(String::from_utf8_lossy(&output).contains("namespace: staging"));
+    // The same request under another image name runs the same code, but is another request.
+    let image = "ghcr.io/kptdev/krm-functions-catalog/set-namespace:v0.4.1";
+    assert_eq!(cache_header(&server, image, &input).await, "miss");
+    assert_eq!(cache_header(&server, image, &input).await, "hit");
+}
+
+/// One setting turns the cache off: every call then runs and says `bypass`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cache_turned_off_answers_bypass() {
+    let server = Server::start("cache: {enabled: false}\n", &[]);
+    let input = set_namespace("prod", &["a"]);
+    assert_eq!(
+        cache_header(&server, "set-namespace", &input).await,
+        "bypass"
+    );
+    assert_eq!(
+        cache_header(&server, "set-namespace", &input).await,
+        "bypass"
+    );
+}
+
+/// An exec function is never cached unless its image is marked; marked, a replaced binary
+/// misses, and an answer past its TTL misses.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_is_cached_only_when_marked_and_a_replaced_binary_misses() {
+    let dir = scratch();
+    let identity = script(dir.path(), "identity", "cat");
+    let input = resource_list(&["a"]);
+    let unmarked = Server::start(
+        &exec_chain_config(&[("example/fn", &identity)], "exec", ""),
+        &[],
+    );
+    assert_eq!(
+        cache_header(&unmarked, "example/fn", &input).await,
+        "bypass"
+    );
+    assert_eq!(
+        cache_header(&unmarked, "example/fn", &input).await,
+        "bypass"
+    );
+    drop(unmarked);
+
+    let marked = exec_chain_config(
+        &[("example/fn", &identity)],
+        "exec",
+        "cache:\n  images: [{prefix: example/, ttl_seconds: 3}]\n",
+    );
+    let (server, metrics) = with_metrics(&marked);
+    assert_eq!(cache_header(&server, "example/fn", &input).await, "miss");
+    assert_eq!(cache_header(&server, "example/fn", &input).await, "hit");
+    // Replaced as deployments replace binaries: a new file renamed over the old.
+    let replacement = script(dir.path(), "identity.new", "cat; echo replaced >&2");
+    std::fs::rename(&replacement, &identity).unwrap();
+    assert_eq!(cache_header(&server, "example/fn", &input).await, "miss");
+    assert_eq!(
+        metric(
+            metrics,
+            "krm_cache_misses_total{image=\"example/fn\",reason=\"new_digest\"}"
+        ),
+        1.0
+    );
+    assert_eq!(cache_header(&server, "example/fn", &input).await, "hit");
+    let started = Instant::now();
+    loop {
+        let header = cache_header(&server, "example/fn", &input).await;
+        if header == "miss" {
+            break;
+        }
+        assert_eq!(header, "hit");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the answer outlived its 3 s TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        metric(
+            metrics,
+            "krm_cache_misses_total{image=\"example/fn\",reason=\"expired\"}"
+        ),
+        1.0
+    );
+}
+
+const SLOW: &str = "testkit/pure-sleep:1500";
+
+/// Sixteen identical calls at once run the function once: one miss, fifteen shared, one run
+/// as the plugin counts it; the next call is a hit.
+#[tokio::test(flavor = "multi_thread")]
+async fn sixteen_concurrent_twins_run_once() {
+    let (server, metrics) = with_metrics(&exec_chain_config(&[], "kit", ""));
+    let server = std::sync::Arc::new(server);
+    let input = resource_list(&["twins"]);
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (server, input) = (server.clone(), input.clone());
+            tokio::spawn(async move { call(&server, SLOW, &input).await })
+        })
+        .collect();
+    let mut headers = Vec::new();
+    for answer in calls {
+        let (header, output) = answer.await.unwrap().expect("every twin is answered");
+        assert_eq!(output, input);
+        headers.push(header);
+    }
+    headers.sort();
+    let misses = headers.iter().filter(|h| *h == "miss").count();
+    let shared = headers.iter().filter(|h| *h == "shared").count();
+    assert_eq!((misses, shared), (1, 15), "{headers:?}");
+    assert_eq!(pure_runs(metrics, SLOW), 1.0);
+    assert_eq!(cache_header(&server, SLOW, &input).await, "hit");
+    assert_eq!(
+        metric(
+            metrics,
+            &format!("krm_cache_shared_total{{image=\"{SLOW}\"}}")
+        ),
+        15.0
+    );
+}
+
+/// The caller running the function goes away: the twin waiting for it runs it instead and is
+/// answered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_takes_over_when_the_first_caller_is_cancelled() {
+    let (server, metrics) = with_metrics(&exec_chain_config(&[], "kit", ""));
+    let server = std::sync::Arc::new(server);
+    let input = resource_list(&["first"]);
+    let image = "testkit/pure-sleep:2000";
+    let first = {
+        let (server, input) = (server.clone(), input.clone());
+        tokio::spawn(async move { call(&server, image, &input).await })
+    };
+    let started = Instant::now();
+    while pure_runs(metrics, image) < 1.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the first call never ran"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waiter = {
+        let (server, input) = (server.clone(), input.clone());
+        tokio::spawn(async move { call(&server, image, &input).await })
+    };
+    // Nothing shows that a call waits; the first call runs 2 s, so the waiter is waiting
+    // well before this (were it not, it would still run the function itself and pass).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.abort();
+    let (header, output) = waiter.await.unwrap().expect("the waiter is answered");
+    assert_eq!(output, input);
+    assert_eq!(header, "miss", "the waiter ran the function itself");
+    assert_eq!(pure_runs(metrics, image), 2.0);
+    assert_eq!(cache_header(&server, image, &input).await, "hit");
+}
+
+/// A failed call is never cached: each identical call runs the function again.
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_are_never_cached() {
+    let (server, metrics) = with_metrics(&exec_chain_config(&[], "kit", ""));
+    let input = resource_list(&["a"]);
+    for _ in 0..2 {
+        let status = call(&server, "testkit/pure-fail", &input)
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    }
+    assert_eq!(pure_runs(metrics, "testkit/pure-fail"), 2.0);
+}
+
+/// A flood of unique requests keeps the store within `cache.max_bytes`, evicting the least
+/// recently used.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_unique_requests_stays_within_the_bound() {
+    let (server, metrics) = with_metrics("cache: {max_bytes: 1048576}\n");
+    let padding = "x".repeat(16 * 1024);
+    for index in 0..200 {
+        let name = format!("n{index}-{padding}");
+        let input = set_namespace("prod", &[&name[..name.len().min(253)]]);
+        let mut input = String::from_utf8(input).unwrap();
+        input.push_str(&format!("# {padding}\n"));
+        assert_eq!(
+            cache_header(&server, "set-namespace", input.as_bytes()).await,
+            "miss"
+        );
+    }
+    let stored = metric(metrics, "krm_cache_stored_bytes");
+    assert!(
+        stored > 0.0 && stored <= 1_048_576.0,
+        "stored {stored} bytes"
+    );
+    let evicted = metric(
+        metrics,
+        "krm_cache_evictions_total{image=\"set-namespace\",reason=\"size\"}",
+    );
+    assert!(evicted > 0.0, "nothing was evicted");
+}
