@@ -81,6 +81,39 @@ async fn only_allowed_pinned_and_signed_images_run() {
         .unwrap();
     cosign::sign(&registry, "krm/wrong-key", &wrong_key, &stranger).unwrap();
     let moved_before = registry.push_image("krm/moved", "v1", "before").unwrap();
+    // A multi-platform image: its tag names an image index, which cosign signs by the index's
+    // digest; that digest is what the evaluator gets.
+    let platform = registry
+        .push_image("krm/multi", "amd64", "multi amd64")
+        .unwrap();
+    let multi = registry
+        .push_index("krm/multi", "v1", &[&platform])
+        .unwrap();
+    cosign::sign(&registry, "krm/multi", &multi, &release).unwrap();
+    // A registry answering the signature's tag with an image index (around a signature manifest
+    // that verifies): not cosign's layout, refused rather than followed.
+    let listed = registry.push_image("krm/listed", "v1", "listed").unwrap();
+    cosign::sign(&registry, "krm/listed", &listed, &release).unwrap();
+    let signature_manifest = registry::sha256_digest(
+        &registry::http_get_accept(
+            registry.addr,
+            &format!(
+                "/v2/krm/listed/manifests/{}",
+                cosign::signature_tag(&listed)
+            ),
+            registry::OCI_MANIFEST,
+            Duration::from_secs(10),
+        )
+        .unwrap()
+        .1,
+    );
+    registry
+        .push_index(
+            "krm/listed",
+            &cosign::signature_tag(&listed),
+            &[&signature_manifest],
+        )
+        .unwrap();
 
     let functions = dir.path().join("functions");
     std::fs::create_dir(&functions).unwrap();
@@ -89,12 +122,14 @@ async fn only_allowed_pinned_and_signed_images_run() {
     let signed_pinned = format!("{host}/krm/signed@{signed}");
     let ed_pinned = format!("{host}/krm/ed@{ed_signed}");
     let moved_pinned = format!("{host}/krm/moved@{moved_before}");
+    let multi_pinned = format!("{host}/krm/multi@{multi}");
     let signed_tag = format!("{host}/krm/signed:v1");
     let evil = format!("{host}/evil/miner:v1");
     let mapped: Vec<(&str, &Path)> = vec![
         (&signed_pinned, &pinned),
         (&ed_pinned, &pinned),
         (&moved_pinned, &pinned),
+        (&multi_pinned, &pinned),
         (&signed_tag, &by_tag),
         (&evil, &by_tag),
     ];
@@ -225,6 +260,23 @@ async fn only_allowed_pinned_and_signed_images_run() {
             "malformed signature of {huge}: its payload is 66560 bytes, over 65536"
         )),
         "{too_big}"
+    );
+
+    // A multi-platform image's tag is pinned to its index's digest, signed as cosign signs it.
+    assert_eq!(
+        call(&server, &format!("{host}/krm/multi:v1"))
+            .await
+            .unwrap(),
+        "ran by digest"
+    );
+    let listed_refusal = refused(&server, &format!("{host}/krm/listed:v1")).await;
+    assert!(
+        listed_refusal.contains(&format!(
+            "refused by policy rule \"signed\": malformed signature of {listed}: {} is an image \
+             index (a manifest list), not cosign's signature manifest",
+            cosign::signature_tag(&listed)
+        )),
+        "{listed_refusal}"
     );
 
     // The call's log line carries the decision.

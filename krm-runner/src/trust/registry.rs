@@ -4,7 +4,7 @@
 use futures_util::StreamExt;
 use krm_runner_proto::serving::with_causes;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
@@ -15,9 +15,11 @@ pub struct Registry {
     client: Client,
 }
 
-/// Why a manifest could not be had: it is not there, or the registry failed.
+/// Why an image manifest could not be had: it is not there, it is an image index (a manifest
+/// list), or the registry failed.
 pub enum ManifestError {
     Missing,
+    Index,
     Failed(String),
 }
 
@@ -58,12 +60,14 @@ impl Registry {
     /// The image manifest at `image`.
     pub async fn manifest(&self, image: &str) -> Result<OciImageManifest, ManifestError> {
         let reference = parse(image).map_err(ManifestError::Failed)?;
+        // Not `pull_image_manifest`: it would follow an index to a platform's manifest.
         match self
             .client
-            .pull_image_manifest(&reference, &RegistryAuth::Anonymous)
+            .pull_manifest(&reference, &RegistryAuth::Anonymous)
             .await
         {
-            Ok((manifest, _)) => Ok(manifest),
+            Ok((OciManifest::Image(manifest), _)) => Ok(manifest),
+            Ok((OciManifest::ImageIndex(_), _)) => Err(ManifestError::Index),
             Err(error) if is_missing(&error) => Err(ManifestError::Missing),
             Err(error) => Err(ManifestError::Failed(format!(
                 "the manifest {image}: {}",
@@ -110,7 +114,6 @@ fn parse(image: &str) -> Result<Reference, String> {
 fn is_missing(error: &oci_client::errors::OciDistributionError) -> bool {
     use oci_client::errors::OciDistributionError;
     match error {
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
         OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
             matches!(
                 e.code,

@@ -431,6 +431,36 @@ impl LocalRegistry {
         self.put_manifest(repository, tag, OCI_MANIFEST, &manifest)
     }
 
+    /// Puts an OCI image index (a manifest list) of `repository`'s manifests `digests`, each
+    /// for linux/amd64, at `repository:tag`; its digest.
+    pub fn push_index(&self, repository: &str, tag: &str, digests: &[&str]) -> Result<String> {
+        let mut manifests = Vec::new();
+        for digest in digests {
+            let (status, manifest) = http_get_as(
+                self.addr,
+                &format!("/v2/{repository}/manifests/{digest}"),
+                OCI_MANIFEST,
+                self.login.as_ref(),
+                Duration::from_secs(30),
+            )?;
+            if status != 200 {
+                bail!("{repository}@{digest}: {status}");
+            }
+            manifests.push(serde_json::json!({
+                "mediaType": OCI_MANIFEST,
+                "digest": digest,
+                "size": manifest.len(),
+                "platform": {"architecture": "amd64", "os": "linux"},
+            }));
+        }
+        let index = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": manifests,
+        }))?;
+        self.put_manifest(repository, tag, OCI_INDEX, &index)
+    }
+
     /// Pushes an image whose one layer holds `content` as `repository:tag`; its digest. Not
     /// runnable: for tests of what names, resolves and signs images.
     pub fn push_image(&self, repository: &str, tag: &str, content: &str) -> Result<String> {
