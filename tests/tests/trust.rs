@@ -422,6 +422,71 @@ async fn a_registry_that_does_not_answer_is_unavailable_within_the_bound() {
     drop(silent);
 }
 
+/// A registry that requires a login: the policy asks it with the credentials of the docker
+/// config file its `registries.auth_file` names (the format the pod evaluator's private
+/// registries read), and without them it is UNAVAILABLE, the registry's refusal named.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_login_comes_from_the_docker_config_file() {
+    if let Err(missing) = registry::available() {
+        krm_kube_standin::fixture::skip(&missing);
+        return;
+    }
+    let dir = scratch();
+    let registry =
+        LocalRegistry::start_with_login(&dir.path().join("registry"), "robot", "s3cret:x")
+            .expect("registry");
+    assert!(registry.refuses_anonymous());
+    let host = registry.host.clone();
+    let release = Key::p256(7);
+    let digest = registry.push_image("krm/private", "v1", "private").unwrap();
+    cosign::sign(&registry, "krm/private", &digest, &release).unwrap();
+    let auth_file = dir.path().join(".dockerconfigjson");
+    std::fs::write(
+        &auth_file,
+        format!(r#"{{"auths": {{"{host}": {{"username": "robot", "password": "s3cret:x"}}}}}}"#),
+    )
+    .unwrap();
+    let functions = dir.path().join("functions");
+    std::fs::create_dir(&functions).unwrap();
+    let pinned = script(&functions, "pinned", "cat; echo \"ran by digest\" >&2");
+    let by_digest = format!("{host}/krm/private@{digest}");
+    let key = write_key(dir.path(), "release.pub", &release);
+    let config = |auth: &str| {
+        exec_chain_config(
+            &[(&by_digest, &pinned)],
+            "exec",
+            &format!(
+                "policy:
+  keys: {{release: \"{key}\"}}
+  registries: {{plain_http: [\"{host}\"]{auth}}}
+  rules:
+  - {{name: signed, images: [\"{host}/krm/*\"], action: allow, signed_by: [release]}}
+"
+            ),
+        )
+    };
+    let with_login = Server::start(
+        &config(&format!(", auth_file: \"{}\"", auth_file.display())),
+        &[],
+    );
+    let image = format!("{host}/krm/private:v1");
+    let log = call(&with_login, &image)
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", with_login.stderr()));
+    assert_eq!(log, "ran by digest");
+
+    let anonymous = Server::start(&config(""), &[]);
+    let status = call(&anonymous, &image).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("refused by policy rule \"signed\": the registry could not be asked")
+            && status.message().contains("Not authorized"),
+        "{status:?}"
+    );
+}
+
 #[test]
 fn config_check_refuses_a_malformed_policy_naming_each_field() {
     let dir = scratch();
@@ -433,10 +498,12 @@ fn config_check_refuses_a_malformed_policy_naming_each_field() {
         format!(
             "policy:
   keys: {{release: \"{}\"}}
+  registries: {{auth_file: \"{}\"}}
   rules:
   - {{name: a, images: [\"ghcr.io/[x\"], action: allow}}
   - {{name: b, images: [\"**\"], tags: \">> 1\", action: allow, signed_by: [nobody]}}
 ",
+            not_a_key.display(),
             not_a_key.display()
         ),
     )
@@ -448,6 +515,8 @@ fn config_check_refuses_a_malformed_policy_naming_each_field() {
     for expected in [
         "policy.keys.release: ",
         "is not a PEM public key",
+        "policy.registries.auth_file: ",
+        "not-a-key.pub: not a docker config JSON file",
         "policy.rules[0].images[0]: invalid glob \"ghcr.io/[x\"",
         "policy.rules[1].tags: invalid version constraint \">> 1\"",
         "policy.rules[1].signed_by[0]: no key named \"nobody\" in policy.keys",

@@ -1,7 +1,9 @@
 //! The registry requests the policy makes: a tag's digest, and the signature manifest and blob
-//! beside an image. Anonymous pulls, within the bounds below; each caller bounds the time.
+//! beside an image, with the docker config file's credentials for the registry (anonymous
+//! without), within the bounds below; each caller bounds the time.
 
 use futures_util::StreamExt;
+use krm_runner_function_config::docker_config::DockerConfig;
 use krm_runner_proto::serving::with_causes;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest};
@@ -13,6 +15,7 @@ pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 
 pub struct Registry {
     client: Client,
+    auth: Option<DockerConfig>,
 }
 
 /// Why an image manifest could not be had: it is not there, it is an image index (a manifest
@@ -24,7 +27,11 @@ pub enum ManifestError {
 }
 
 impl Registry {
-    pub fn new(plain_http: &[String], extra_ca: Option<&[u8]>) -> Result<Self, String> {
+    pub fn new(
+        plain_http: &[String],
+        extra_ca: Option<&[u8]>,
+        auth: Option<DockerConfig>,
+    ) -> Result<Self, String> {
         let mut config = ClientConfig {
             protocol: if plain_http.is_empty() {
                 ClientProtocol::Https
@@ -45,14 +52,25 @@ impl Registry {
         // `Client::new` would fall back to a default client, dropping `plain_http` and the CA.
         let client = Client::try_from(config)
             .map_err(|error| format!("cannot make a registry client: {}", with_causes(&error)))?;
-        Ok(Self { client })
+        Ok(Self { client, auth })
+    }
+
+    /// The credentials for `reference`'s registry: the blob requests that follow a manifest's
+    /// reuse what the client stored for it.
+    fn auth(&self, reference: &Reference) -> RegistryAuth {
+        self.auth
+            .as_ref()
+            .and_then(|config| config.credentials_for(reference.resolve_registry()))
+            .map_or(RegistryAuth::Anonymous, |(user, password)| {
+                RegistryAuth::Basic(user.to_owned(), password.to_owned())
+            })
     }
 
     /// The manifest digest `image` (`registry/repository:tag`) names now.
     pub async fn digest(&self, image: &str) -> Result<String, String> {
         let reference = parse(image)?;
         self.client
-            .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous)
+            .fetch_manifest_digest(&reference, &self.auth(&reference))
             .await
             .map_err(|error| format!("the digest of {image}: {}", with_causes(&error)))
     }
@@ -63,7 +81,7 @@ impl Registry {
         // Not `pull_image_manifest`: it would follow an index to a platform's manifest.
         match self
             .client
-            .pull_manifest(&reference, &RegistryAuth::Anonymous)
+            .pull_manifest(&reference, &self.auth(&reference))
             .await
         {
             Ok((OciManifest::Image(manifest), _)) => Ok(manifest),
