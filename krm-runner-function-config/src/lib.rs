@@ -14,6 +14,7 @@
 //! [`config_file`] reads every configuration file of the runner and its plugins within bounds.
 
 pub mod config_file;
+pub mod docker_config;
 mod load;
 mod route;
 mod source;

@@ -546,6 +546,52 @@ mod cluster {
         );
     }
 
+    /// The stand-in with the FunctionConfig CRD and the namespace, beside the `marker` binary.
+    fn cluster_with_crd(dir: &Path) -> StandIn {
+        marker_binary(dir);
+        std::fs::create_dir_all(dir.join("fc")).unwrap();
+        let standin = StandIn::start(&dir.join("standin")).expect("stand-in");
+        let crd = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .join("deploy/kubernetes/crds/functionconfigs.yaml");
+        kubectl(&standin, &["create", "-f", crd.to_str().unwrap()], None);
+        // `kubectl create namespace` speaks protobuf, which the stand-in does not.
+        kubectl(
+            &standin,
+            &["create", "-f", "-"],
+            Some(&format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n"
+            )),
+        );
+        standin
+    }
+
+    /// A FunctionConfig `name` for `example.com/fns/<name>` running `marker` for `tag`.
+    fn create_function_config(standin: &StandIn, name: &str, tag: &str) {
+        let object = format!(
+            "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {{name: {name}, namespace: {NAMESPACE}}}\nspec:\n  image: {name}\n  prefixes: [example.com/fns]\n  binaryExecutor: {{tags: [{tag}], path: marker}}\n"
+        );
+        kubectl(standin, &["create", "-f", "-"], Some(&object));
+    }
+
+    /// A field of FunctionConfig `name` (a kubectl jsonpath, without braces).
+    fn get_field(standin: &StandIn, name: &str, field: &str) -> String {
+        kubectl(
+            standin,
+            &[
+                "get",
+                "functionconfigs",
+                name,
+                "-n",
+                NAMESPACE,
+                "-o",
+                &format!("jsonpath={{{field}}}"),
+            ],
+            None,
+        )
+    }
+
     fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
         let started = Instant::now();
         while !done() {
@@ -560,26 +606,8 @@ mod cluster {
             return;
         }
         let dir = scratch();
-        marker_binary(dir.path());
-        std::fs::create_dir_all(dir.path().join("fc")).unwrap();
-        let standin = StandIn::start(&dir.path().join("standin")).expect("stand-in");
-        let crd = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap()
-            .join("deploy/kubernetes/crds/functionconfigs.yaml");
-        kubectl(&standin, &["create", "-f", crd.to_str().unwrap()], None);
-        // `kubectl create namespace` speaks protobuf, which the stand-in does not.
-        kubectl(
-            &standin,
-            &["create", "-f", "-"],
-            Some(&format!(
-                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n"
-            )),
-        );
-        let object = format!(
-            "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {{name: identity, namespace: {NAMESPACE}}}\nspec:\n  image: identity\n  prefixes: [example.com/fns]\n  binaryExecutor: {{tags: [v1], path: marker}}\n"
-        );
-        kubectl(&standin, &["create", "-f", "-"], Some(&object));
+        let standin = cluster_with_crd(dir.path());
+        create_function_config(&standin, "identity", "v1");
 
         let config = format!(
             "{}  cluster: {{enabled: true, namespace: {NAMESPACE}, kubeconfig: \"{}\"}}\n",
@@ -590,21 +618,7 @@ mod cluster {
         let image = "example.com/fns/identity:v1";
         wait_for_evaluator(&server, image, "exec").await;
 
-        let get = |field: &str| {
-            kubectl(
-                &standin,
-                &[
-                    "get",
-                    "functionconfigs",
-                    "identity",
-                    "-n",
-                    NAMESPACE,
-                    "-o",
-                    &format!("jsonpath={{{field}}}"),
-                ],
-                None,
-            )
-        };
+        let get = |field: &str| get_field(&standin, "identity", field);
         wait_until("finalizer and status", Duration::from_secs(10), || {
             get(".metadata.finalizers")
                 .contains("config.porch.kpt.dev/functionconfig-function-runner")
@@ -667,6 +681,70 @@ mod cluster {
             .await
             .expect_err("deleted FunctionConfig");
         assert_eq!(status.code(), tonic::Code::NotFound);
+    }
+
+    /// After the ahead-of-time round, the trust policy's decision about each executor tag is
+    /// the `Allowed` condition: True for tags the policy allows, False naming the refused tag,
+    /// its rule and reason.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_trust_policy_decision_is_the_allowed_condition() {
+        if !have_tool("kubectl") {
+            return;
+        }
+        let dir = scratch();
+        let standin = cluster_with_crd(dir.path());
+        create_function_config(&standin, "first-major", "v1");
+        create_function_config(&standin, "second-major", "v2");
+        let config = format!(
+            "{}  cluster: {{enabled: true, namespace: {NAMESPACE}, kubeconfig: \"{}\"}}\n\
+             policy:\n  default: deny\n  rules:\n  \
+             - {{name: first-major, images: [\"example.com/fns/*\"], tags: \"< 2\", action: allow}}\n",
+            routing_config(dir.path()),
+            standin.kubeconfig.display()
+        );
+        let server = Server::start(&config, &[]);
+        let allowed = r#".status.conditions[?(@.type=="Allowed")]"#;
+        let condition = |name: &str| {
+            (
+                get_field(&standin, name, &format!("{allowed}.status")),
+                get_field(&standin, name, &format!("{allowed}.reason")),
+                get_field(&standin, name, &format!("{allowed}.message")),
+            )
+        };
+        wait_until("both Allowed conditions", Duration::from_secs(20), || {
+            !condition("first-major").0.is_empty() && !condition("second-major").0.is_empty()
+        });
+        assert_eq!(
+            condition("first-major"),
+            (
+                "True".to_owned(),
+                "Allowed".to_owned(),
+                r#"binaryExecutor "v1": allowed by rule "first-major": allowed"#.to_owned()
+            ),
+            "{}",
+            server.stderr()
+        );
+        assert_eq!(
+            condition("second-major"),
+            (
+                "False".to_owned(),
+                "Denied".to_owned(),
+                r#"binaryExecutor "v2": denied by rule "default": no rule allows it and the policy's default is deny"#
+                    .to_owned()
+            ),
+            "{}",
+            server.stderr()
+        );
+        // Calls are decided as the condition says.
+        wait_for_evaluator(&server, "example.com/fns/first-major:v1", "exec").await;
+        let status = server
+            .call(
+                "example.com/fns/second-major:v2",
+                &krm_runner_tests::resource_list(&["a"]),
+            )
+            .await
+            .expect_err("refused by the policy");
+        assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
     }
 }
 

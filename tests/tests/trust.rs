@@ -11,234 +11,14 @@
 #[path = "support/pod_world.rs"]
 mod pod_world;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use base64::Engine as _;
-use krm_kube_standin::registry::{self, LocalRegistry};
+use krm_kube_standin::cosign::{self, Key, SIMPLE_SIGNING};
+use krm_kube_standin::registry::{self, Layer, LocalRegistry};
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{Server, exec_chain_config, resource_list, run_cli, scratch, script};
-use p256::pkcs8::EncodePublicKey as _;
-use p256::pkcs8::LineEnding;
-use sha2::Digest as _;
 use tonic::Code;
-
-const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-const SIMPLE_SIGNING: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
-
-/// One HTTP/1.0 request to the registry: the status, the headers (lowercase names) and body.
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    content_type: &str,
-    body: &[u8],
-) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    stream.write_all(body).unwrap();
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).unwrap();
-    let split = answer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("an HTTP answer");
-    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|code| code.parse().ok())
-        .expect("a status line");
-    let headers = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    (status, headers, answer[split + 4..].to_vec())
-}
-
-fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{:x}", sha2::Sha256::digest(bytes))
-}
-
-/// Uploads `bytes` as a blob of `repository`; its digest.
-fn push_blob(registry: &LocalRegistry, repository: &str, bytes: &[u8]) -> String {
-    let digest = sha256(bytes);
-    let (status, headers, body) = http(
-        registry.addr,
-        "POST",
-        &format!("/v2/{repository}/blobs/uploads/"),
-        "application/octet-stream",
-        &[],
-    );
-    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&body));
-    let location = headers
-        .iter()
-        .find(|(name, _)| name == "location")
-        .map(|(_, value)| value.clone())
-        .expect("an upload location");
-    let path = location
-        .split_once(&registry.host)
-        .map_or(location.as_str(), |(_, path)| path);
-    let separator = if path.contains('?') { '&' } else { '?' };
-    let (status, _, body) = http(
-        registry.addr,
-        "PUT",
-        &format!("{path}{separator}digest={digest}"),
-        "application/octet-stream",
-        bytes,
-    );
-    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
-    digest
-}
-
-/// Pushes an OCI manifest of `layers` (media type, bytes, annotations JSON) under `tag`; its
-/// digest.
-fn push_manifest(
-    registry: &LocalRegistry,
-    repository: &str,
-    tag: &str,
-    layers: &[(&str, &[u8], serde_json::Value)],
-) -> String {
-    let config = br#"{"architecture":"amd64","os":"linux","config":{}}"#;
-    let config_digest = push_blob(registry, repository, config);
-    let layers: Vec<serde_json::Value> = layers
-        .iter()
-        .map(|(media_type, bytes, annotations)| {
-            let digest = push_blob(registry, repository, bytes);
-            serde_json::json!({
-                "mediaType": media_type,
-                "digest": digest,
-                "size": bytes.len(),
-                "annotations": annotations,
-            })
-        })
-        .collect();
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": config_digest,
-            "size": config.len(),
-        },
-        "layers": layers,
-    }))
-    .unwrap();
-    let (status, _, body) = http(
-        registry.addr,
-        "PUT",
-        &format!("/v2/{repository}/manifests/{tag}"),
-        OCI_MANIFEST,
-        &manifest,
-    );
-    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
-    sha256(&manifest)
-}
-
-/// Pushes a function image whose one layer holds `content` under `tag`; its digest.
-fn push_image(registry: &LocalRegistry, repository: &str, tag: &str, content: &str) -> String {
-    push_manifest(
-        registry,
-        repository,
-        tag,
-        &[(
-            "application/vnd.oci.image.layer.v1.tar",
-            content.as_bytes(),
-            serde_json::json!({}),
-        )],
-    )
-}
-
-/// What cosign signs for `repository`'s image `digest`.
-fn simple_signing_payload(registry: &LocalRegistry, repository: &str, digest: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "critical": {
-            "identity": {"docker-reference": format!("{}/{repository}", registry.host)},
-            "image": {"docker-manifest-digest": digest},
-            "type": "cosign container image signature",
-        },
-        "optional": null,
-    }))
-    .unwrap()
-}
-
-/// A signing key of one of cosign's kinds.
-enum Key {
-    P256(p256::ecdsa::SigningKey),
-    Ed25519(ed25519_dalek::SigningKey),
-}
-
-impl Key {
-    fn p256(seed: u8) -> Self {
-        Key::P256(p256::ecdsa::SigningKey::from_bytes(&[seed; 32].into()).unwrap())
-    }
-
-    fn ed25519(seed: u8) -> Self {
-        Key::Ed25519(ed25519_dalek::SigningKey::from_bytes(&[seed; 32]))
-    }
-
-    /// The public key as `cosign generate-key-pair` writes `cosign.pub`.
-    fn public_pem(&self) -> String {
-        match self {
-            Key::P256(key) => key.verifying_key().to_public_key_pem(LineEnding::LF),
-            Key::Ed25519(key) => key.verifying_key().to_public_key_pem(LineEnding::LF),
-        }
-        .unwrap()
-    }
-
-    /// The signature as cosign makes it: ASN.1 DER ECDSA over SHA-256, or Ed25519 over the
-    /// payload.
-    fn sign(&self, payload: &[u8]) -> Vec<u8> {
-        use ed25519_dalek::Signer as _;
-        match self {
-            Key::P256(key) => {
-                let signature: p256::ecdsa::Signature =
-                    p256::ecdsa::signature::Signer::sign(key, payload);
-                signature.to_der().as_bytes().to_vec()
-            }
-            Key::Ed25519(key) => key.sign(payload).to_bytes().to_vec(),
-        }
-    }
-}
-
-/// Signs `payload` with `key` and pushes it as the signature of `repository`'s `digest`.
-fn push_signature(
-    registry: &LocalRegistry,
-    repository: &str,
-    digest: &str,
-    payload: &[u8],
-    key: &Key,
-) {
-    let signature = base64::engine::general_purpose::STANDARD.encode(key.sign(payload));
-    let tag = format!("sha256-{}.sig", digest.trim_start_matches("sha256:"));
-    push_manifest(
-        registry,
-        repository,
-        &tag,
-        &[(
-            SIMPLE_SIGNING,
-            payload,
-            serde_json::json!({"dev.cosignproject.cosign/signature": signature}),
-        )],
-    );
-}
-
-/// Signs `repository`'s `digest` with `key`, as `cosign sign --key` does.
-fn sign(registry: &LocalRegistry, repository: &str, digest: &str, key: &Key) {
-    let payload = simple_signing_payload(registry, repository, digest);
-    push_signature(registry, repository, digest, &payload, key);
-}
 
 async fn call(server: &Server, image: &str) -> Result<String, tonic::Status> {
     let mut request = tonic::Request::new(EvaluateFunctionRequest {
@@ -276,24 +56,64 @@ async fn only_allowed_pinned_and_signed_images_run() {
     let host = registry.host.clone();
     let (release, ed_release, stranger) = (Key::p256(7), Key::ed25519(9), Key::p256(11));
 
-    let signed = push_image(&registry, "krm/signed", "v1", "signed");
-    sign(&registry, "krm/signed", &signed, &release);
-    let ed_signed = push_image(&registry, "krm/ed", "v1", "ed");
-    sign(&registry, "krm/ed", &ed_signed, &ed_release);
-    push_image(&registry, "krm/unsigned", "v1", "unsigned");
+    let signed = registry.push_image("krm/signed", "v1", "signed").unwrap();
+    cosign::sign(&registry, "krm/signed", &signed, &release).unwrap();
+    let ed_signed = registry.push_image("krm/ed", "v1", "ed").unwrap();
+    cosign::sign(&registry, "krm/ed", &ed_signed, &ed_release).unwrap();
+    registry
+        .push_image("krm/unsigned", "v1", "unsigned")
+        .unwrap();
     // A valid signature by the trusted key, but over the signed image's digest.
-    let tampered = push_image(&registry, "krm/tampered", "v1", "tampered");
-    let other_payload = simple_signing_payload(&registry, "krm/tampered", &signed);
-    push_signature(
+    let tampered = registry
+        .push_image("krm/tampered", "v1", "tampered")
+        .unwrap();
+    let other_payload = cosign::payload(&registry, "krm/tampered", &signed);
+    cosign::push_signature(
         &registry,
         "krm/tampered",
         &tampered,
         &other_payload,
         &release,
+    )
+    .unwrap();
+    let wrong_key = registry
+        .push_image("krm/wrong-key", "v1", "wrong key")
+        .unwrap();
+    cosign::sign(&registry, "krm/wrong-key", &wrong_key, &stranger).unwrap();
+    let moved_before = registry.push_image("krm/moved", "v1", "before").unwrap();
+    // A multi-platform image: its tag names an image index, which cosign signs by the index's
+    // digest; that digest is what the evaluator gets.
+    let platform = registry
+        .push_image("krm/multi", "amd64", "multi amd64")
+        .unwrap();
+    let multi = registry
+        .push_index("krm/multi", "v1", &[&platform])
+        .unwrap();
+    cosign::sign(&registry, "krm/multi", &multi, &release).unwrap();
+    // A registry answering the signature's tag with an image index (around a signature manifest
+    // that verifies): not cosign's layout, refused rather than followed.
+    let listed = registry.push_image("krm/listed", "v1", "listed").unwrap();
+    cosign::sign(&registry, "krm/listed", &listed, &release).unwrap();
+    let signature_manifest = registry::sha256_digest(
+        &registry::http_get_accept(
+            registry.addr,
+            &format!(
+                "/v2/krm/listed/manifests/{}",
+                cosign::signature_tag(&listed)
+            ),
+            registry::OCI_MANIFEST,
+            Duration::from_secs(10),
+        )
+        .unwrap()
+        .1,
     );
-    let wrong_key = push_image(&registry, "krm/wrong-key", "v1", "wrong key");
-    sign(&registry, "krm/wrong-key", &wrong_key, &stranger);
-    let moved_before = push_image(&registry, "krm/moved", "v1", "before");
+    registry
+        .push_index(
+            "krm/listed",
+            &cosign::signature_tag(&listed),
+            &[&signature_manifest],
+        )
+        .unwrap();
 
     let functions = dir.path().join("functions");
     std::fs::create_dir(&functions).unwrap();
@@ -302,12 +122,14 @@ async fn only_allowed_pinned_and_signed_images_run() {
     let signed_pinned = format!("{host}/krm/signed@{signed}");
     let ed_pinned = format!("{host}/krm/ed@{ed_signed}");
     let moved_pinned = format!("{host}/krm/moved@{moved_before}");
+    let multi_pinned = format!("{host}/krm/multi@{multi}");
     let signed_tag = format!("{host}/krm/signed:v1");
     let evil = format!("{host}/evil/miner:v1");
     let mapped: Vec<(&str, &Path)> = vec![
         (&signed_pinned, &pinned),
         (&ed_pinned, &pinned),
         (&moved_pinned, &pinned),
+        (&multi_pinned, &pinned),
         (&signed_tag, &by_tag),
         (&evil, &by_tag),
     ];
@@ -330,6 +152,7 @@ async fn only_allowed_pinned_and_signed_images_run() {
     let config = exec_chain_config(&mapped, "exec", &policy);
     let server = Server::start(&config, &[]);
 
+    let pushed_signatures = registry.requests(".sig");
     // Signed by either trusted key: runs, and the evaluator gets the image by digest.
     for image in [&signed_tag, &format!("{host}/krm/ed:v1")] {
         let log = call(&server, image)
@@ -339,6 +162,11 @@ async fn only_allowed_pinned_and_signed_images_run() {
     }
     // A second call is decided from the verified digest: no new signature request.
     let signature_requests = registry.requests(".sig");
+    assert_eq!(
+        signature_requests - pushed_signatures,
+        2,
+        "one signature manifest fetched per image"
+    );
     call(&server, &signed_tag).await.unwrap();
     assert_eq!(registry.requests(".sig"), signature_requests);
 
@@ -392,7 +220,7 @@ async fn only_allowed_pinned_and_signed_images_run() {
             .unwrap(),
         "ran by digest"
     );
-    let moved_after = push_image(&registry, "krm/moved", "v1", "after");
+    let moved_after = registry.push_image("krm/moved", "v1", "after").unwrap();
     let moved = refused(&server, &format!("{host}/krm/moved:v1")).await;
     assert!(
         moved.contains(&format!(
@@ -403,13 +231,18 @@ async fn only_allowed_pinned_and_signed_images_run() {
 
     // A signature manifest without the signature, or with a payload over the bound: refused
     // as malformed, before any key is tried.
-    let bare = push_image(&registry, "krm/bare", "v1", "bare");
-    push_manifest(
-        &registry,
-        "krm/bare",
-        &format!("sha256-{}.sig", bare.trim_start_matches("sha256:")),
-        &[(SIMPLE_SIGNING, b"{}", serde_json::json!({}))],
-    );
+    let bare = registry.push_image("krm/bare", "v1", "bare").unwrap();
+    registry
+        .push_manifest(
+            "krm/bare",
+            &cosign::signature_tag(&bare),
+            &[Layer {
+                media_type: SIMPLE_SIGNING,
+                bytes: b"{}",
+                annotations: serde_json::json!({}),
+            }],
+        )
+        .unwrap();
     let malformed = refused(&server, &format!("{host}/krm/bare:v1")).await;
     assert!(
         malformed.contains(&format!(
@@ -418,15 +251,32 @@ async fn only_allowed_pinned_and_signed_images_run() {
         )),
         "{malformed}"
     );
-    let huge = push_image(&registry, "krm/huge", "v1", "huge");
+    let huge = registry.push_image("krm/huge", "v1", "huge").unwrap();
     let payload = vec![b' '; 65 * 1024];
-    push_signature(&registry, "krm/huge", &huge, &payload, &release);
+    cosign::push_signature(&registry, "krm/huge", &huge, &payload, &release).unwrap();
     let too_big = refused(&server, &format!("{host}/krm/huge:v1")).await;
     assert!(
         too_big.contains(&format!(
             "malformed signature of {huge}: its payload is 66560 bytes, over 65536"
         )),
         "{too_big}"
+    );
+
+    // A multi-platform image's tag is pinned to its index's digest, signed as cosign signs it.
+    assert_eq!(
+        call(&server, &format!("{host}/krm/multi:v1"))
+            .await
+            .unwrap(),
+        "ran by digest"
+    );
+    let listed_refusal = refused(&server, &format!("{host}/krm/listed:v1")).await;
+    assert!(
+        listed_refusal.contains(&format!(
+            "refused by policy rule \"signed\": malformed signature of {listed}: {} is an image \
+             index (a manifest list), not cosign's signature manifest",
+            cosign::signature_tag(&listed)
+        )),
+        "{listed_refusal}"
     );
 
     // The call's log line carries the decision.
@@ -495,9 +345,9 @@ async fn the_pod_evaluator_starts_the_digest_the_policy_checked() {
     )
     .unwrap();
     assert_eq!(status, 200);
-    let digest = sha256(&manifest);
+    let digest = registry::sha256_digest(&manifest);
     let release = Key::p256(7);
-    sign(registry, "krm/pinned", &digest, &release);
+    cosign::sign(registry, "krm/pinned", &digest, &release).unwrap();
     let dir = scratch();
     let host = &registry.host;
     let config = format!(
@@ -572,6 +422,71 @@ async fn a_registry_that_does_not_answer_is_unavailable_within_the_bound() {
     drop(silent);
 }
 
+/// A registry that requires a login: the policy asks it with the credentials of the docker
+/// config file its `registries.auth_file` names (the format the pod evaluator's private
+/// registries read), and without them it is UNAVAILABLE, the registry's refusal named.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_login_comes_from_the_docker_config_file() {
+    if let Err(missing) = registry::available() {
+        krm_kube_standin::fixture::skip(&missing);
+        return;
+    }
+    let dir = scratch();
+    let registry =
+        LocalRegistry::start_with_login(&dir.path().join("registry"), "robot", "s3cret:x")
+            .expect("registry");
+    assert!(registry.refuses_anonymous());
+    let host = registry.host.clone();
+    let release = Key::p256(7);
+    let digest = registry.push_image("krm/private", "v1", "private").unwrap();
+    cosign::sign(&registry, "krm/private", &digest, &release).unwrap();
+    let auth_file = dir.path().join(".dockerconfigjson");
+    std::fs::write(
+        &auth_file,
+        format!(r#"{{"auths": {{"{host}": {{"username": "robot", "password": "s3cret:x"}}}}}}"#),
+    )
+    .unwrap();
+    let functions = dir.path().join("functions");
+    std::fs::create_dir(&functions).unwrap();
+    let pinned = script(&functions, "pinned", "cat; echo \"ran by digest\" >&2");
+    let by_digest = format!("{host}/krm/private@{digest}");
+    let key = write_key(dir.path(), "release.pub", &release);
+    let config = |auth: &str| {
+        exec_chain_config(
+            &[(&by_digest, &pinned)],
+            "exec",
+            &format!(
+                "policy:
+  keys: {{release: \"{key}\"}}
+  registries: {{plain_http: [\"{host}\"]{auth}}}
+  rules:
+  - {{name: signed, images: [\"{host}/krm/*\"], action: allow, signed_by: [release]}}
+"
+            ),
+        )
+    };
+    let with_login = Server::start(
+        &config(&format!(", auth_file: \"{}\"", auth_file.display())),
+        &[],
+    );
+    let image = format!("{host}/krm/private:v1");
+    let log = call(&with_login, &image)
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", with_login.stderr()));
+    assert_eq!(log, "ran by digest");
+
+    let anonymous = Server::start(&config(""), &[]);
+    let status = call(&anonymous, &image).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("refused by policy rule \"signed\": the registry could not be asked")
+            && status.message().contains("Not authorized"),
+        "{status:?}"
+    );
+}
+
 #[test]
 fn config_check_refuses_a_malformed_policy_naming_each_field() {
     let dir = scratch();
@@ -583,10 +498,12 @@ fn config_check_refuses_a_malformed_policy_naming_each_field() {
         format!(
             "policy:
   keys: {{release: \"{}\"}}
+  registries: {{auth_file: \"{}\"}}
   rules:
   - {{name: a, images: [\"ghcr.io/[x\"], action: allow}}
   - {{name: b, images: [\"**\"], tags: \">> 1\", action: allow, signed_by: [nobody]}}
 ",
+            not_a_key.display(),
             not_a_key.display()
         ),
     )
@@ -598,6 +515,8 @@ fn config_check_refuses_a_malformed_policy_naming_each_field() {
     for expected in [
         "policy.keys.release: ",
         "is not a PEM public key",
+        "policy.registries.auth_file: ",
+        "not-a-key.pub: not a docker config JSON file",
         "policy.rules[0].images[0]: invalid glob \"ghcr.io/[x\"",
         "policy.rules[1].tags: invalid version constraint \">> 1\"",
         "policy.rules[1].signed_by[0]: no key named \"nobody\" in policy.keys",

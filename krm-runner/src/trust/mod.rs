@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use krm_plugin_api::quoted;
 use krm_runner_function_config::ImageRef;
+use krm_runner_function_config::docker_config::DockerConfig;
 use krm_runner_function_config::version::{Constraint, parse_tag};
 
 use self::registry::Registry;
@@ -31,6 +32,7 @@ pub struct Policy {
     default_prefix: String,
     settings: settings::PolicyRegistries,
     extra_ca: Option<Vec<u8>>,
+    auth: Option<DockerConfig>,
     registry: OnceLock<Result<Registry, String>>,
     verified: Mutex<Verified>,
 }
@@ -298,6 +300,11 @@ impl Policy {
                 .map_err(|error| problems.push(format!("policy.registries.ca_file: {error}")))
                 .ok()
         });
+        let auth = config.registries.auth_file.as_ref().and_then(|file| {
+            DockerConfig::read(file)
+                .map_err(|error| problems.push(format!("policy.registries.auth_file: {error}")))
+                .ok()
+        });
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -308,6 +315,7 @@ impl Policy {
             default_prefix: default_prefix.to_owned(),
             settings: config.registries.clone(),
             extra_ca,
+            auth,
             registry: OnceLock::new(),
             verified: Mutex::new(Verified {
                 capacity: config.verified_digests,
@@ -493,7 +501,13 @@ impl Policy {
 
     fn registry(&self) -> Result<&Registry, Refusal> {
         self.registry
-            .get_or_init(|| Registry::new(&self.settings.plain_http, self.extra_ca.as_deref()))
+            .get_or_init(|| {
+                Registry::new(
+                    &self.settings.plain_http,
+                    self.extra_ca.as_deref(),
+                    self.auth.clone(),
+                )
+            })
             .as_ref()
             .map_err(|problem| Refusal::Registry(problem.clone()))
     }

@@ -1,10 +1,12 @@
 //! The registry requests the policy makes: a tag's digest, and the signature manifest and blob
-//! beside an image. Anonymous pulls, within the bounds below; each caller bounds the time.
+//! beside an image, with the docker config file's credentials for the registry (anonymous
+//! without), within the bounds below; each caller bounds the time.
 
 use futures_util::StreamExt;
+use krm_runner_function_config::docker_config::DockerConfig;
 use krm_runner_proto::serving::with_causes;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
@@ -13,16 +15,23 @@ pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 
 pub struct Registry {
     client: Client,
+    auth: Option<DockerConfig>,
 }
 
-/// Why a manifest could not be had: it is not there, or the registry failed.
+/// Why an image manifest could not be had: it is not there, it is an image index (a manifest
+/// list), or the registry failed.
 pub enum ManifestError {
     Missing,
+    Index,
     Failed(String),
 }
 
 impl Registry {
-    pub fn new(plain_http: &[String], extra_ca: Option<&[u8]>) -> Result<Self, String> {
+    pub fn new(
+        plain_http: &[String],
+        extra_ca: Option<&[u8]>,
+        auth: Option<DockerConfig>,
+    ) -> Result<Self, String> {
         let mut config = ClientConfig {
             protocol: if plain_http.is_empty() {
                 ClientProtocol::Https
@@ -43,14 +52,25 @@ impl Registry {
         // `Client::new` would fall back to a default client, dropping `plain_http` and the CA.
         let client = Client::try_from(config)
             .map_err(|error| format!("cannot make a registry client: {}", with_causes(&error)))?;
-        Ok(Self { client })
+        Ok(Self { client, auth })
+    }
+
+    /// The credentials for `reference`'s registry: the blob requests that follow a manifest's
+    /// reuse what the client stored for it.
+    fn auth(&self, reference: &Reference) -> RegistryAuth {
+        self.auth
+            .as_ref()
+            .and_then(|config| config.credentials_for(reference.resolve_registry()))
+            .map_or(RegistryAuth::Anonymous, |(user, password)| {
+                RegistryAuth::Basic(user.to_owned(), password.to_owned())
+            })
     }
 
     /// The manifest digest `image` (`registry/repository:tag`) names now.
     pub async fn digest(&self, image: &str) -> Result<String, String> {
         let reference = parse(image)?;
         self.client
-            .fetch_manifest_digest(&reference, &RegistryAuth::Anonymous)
+            .fetch_manifest_digest(&reference, &self.auth(&reference))
             .await
             .map_err(|error| format!("the digest of {image}: {}", with_causes(&error)))
     }
@@ -58,12 +78,14 @@ impl Registry {
     /// The image manifest at `image`.
     pub async fn manifest(&self, image: &str) -> Result<OciImageManifest, ManifestError> {
         let reference = parse(image).map_err(ManifestError::Failed)?;
+        // Not `pull_image_manifest`: it would follow an index to a platform's manifest.
         match self
             .client
-            .pull_image_manifest(&reference, &RegistryAuth::Anonymous)
+            .pull_manifest(&reference, &self.auth(&reference))
             .await
         {
-            Ok((manifest, _)) => Ok(manifest),
+            Ok((OciManifest::Image(manifest), _)) => Ok(manifest),
+            Ok((OciManifest::ImageIndex(_), _)) => Err(ManifestError::Index),
             Err(error) if is_missing(&error) => Err(ManifestError::Missing),
             Err(error) => Err(ManifestError::Failed(format!(
                 "the manifest {image}: {}",
@@ -110,7 +132,6 @@ fn parse(image: &str) -> Result<Reference, String> {
 fn is_missing(error: &oci_client::errors::OciDistributionError) -> bool {
     use oci_client::errors::OciDistributionError;
     match error {
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
         OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
             matches!(
                 e.code,

@@ -86,6 +86,11 @@ pub struct PolicyRegistries {
     pub plain_http: Vec<String>,
     /// A PEM CA trusted besides the system's.
     pub ca_file: Option<PathBuf>,
+    /// A docker config JSON file (`{"auths": {"<registry>": {"auth": "<base64 user:password>"}}}`)
+    /// whose credentials the policy's requests use, per registry; anonymous for registries it
+    /// does not name. The pod evaluator's `registry_auth_secret_path` reads the same format:
+    /// name the same mounted Secret. Read at start-up.
+    pub auth_file: Option<PathBuf>,
     /// The longest a registry check may take, within the call's own deadline.
     pub timeout_seconds: u64,
 }
@@ -95,6 +100,7 @@ impl Default for PolicyRegistries {
         Self {
             plain_http: Vec::new(),
             ca_file: None,
+            auth_file: None,
             timeout_seconds: 10,
         }
     }

@@ -92,6 +92,11 @@ pub async fn verify(
                 tag,
             });
         }
+        Err(ManifestError::Index) => {
+            return Err(malformed(format!(
+                "{tag} is an image index (a manifest list), not cosign's signature manifest"
+            )));
+        }
         Err(ManifestError::Failed(problem)) => return Err(Refusal::Registry(problem)),
     };
     let layers: Vec<_> = manifest

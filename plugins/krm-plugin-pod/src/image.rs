@@ -11,7 +11,7 @@ use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientP
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
-use crate::docker_config::DockerConfig;
+use crate::docker_config::{DockerConfig, auth_for};
 
 /// `name` without a registry gets the default prefix (kpt's rule: only when it has no `/`).
 pub fn resolve(image: &str, default_prefix: &str) -> String {
@@ -171,7 +171,7 @@ impl Registry {
             .parse()
             .map_err(|e| format!("{repository:?} is not an image repository: {e}"))?;
         let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
-            config.auth_for(reference.resolve_registry())
+            auth_for(config, reference.resolve_registry())
         });
         let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content));
         let page_size = page_size.max(1);
@@ -245,7 +245,7 @@ impl Registry {
             .parse()
             .map_err(|e| format!("{image:?} is not an image reference: {e}"))?;
         let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
-            config.auth_for(reference.resolve_registry())
+            auth_for(config, reference.resolve_registry())
         });
         let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content));
         let (_, digest, config) = client

@@ -21,6 +21,7 @@
 //! ```
 
 pub mod api;
+pub mod cosign;
 pub mod error;
 pub mod fixture;
 pub mod image;

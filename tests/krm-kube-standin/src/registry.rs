@@ -71,34 +71,104 @@ fn http_get_as(
     login: Option<&(String, String)>,
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>)> {
-    let authorization = login
-        .map(|(user, password)| {
-            let token =
-                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-            format!("Authorization: Basic {token}\r\n")
-        })
-        .unwrap_or_default();
+    let answer = request(
+        addr,
+        "GET",
+        path,
+        &[("Accept", accept)],
+        b"",
+        login,
+        timeout,
+    )?;
+    Ok((answer.status, answer.body))
+}
+
+/// An HTTP answer: the status, the headers (lowercase names) and the body.
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(header, _)| header == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// One plain HTTP/1.0 request on a loopback address, with basic authentication when `login`
+/// is given.
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    login: Option<&(String, String)>,
+    timeout: Duration,
+) -> Result<Answer> {
+    let mut head = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if let Some((user, password)) = login {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        head.push_str(&format!("Authorization: Basic {token}\r\n"));
+    }
+    if !body.is_empty() || method != "GET" {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAccept: {accept}\r\n{authorization}\r\n"
-    )?;
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
-    let text = String::from_utf8_lossy(&buf);
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("malformed HTTP response")?;
-    let body_at = buf
+    let split = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .map(|i| i + 4)
         .unwrap_or(buf.len());
-    Ok((code, buf[body_at..].to_vec()))
+    let text = String::from_utf8_lossy(&buf[..split]);
+    let mut lines = text.lines();
+    let status = lines
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .context("malformed HTTP response")?;
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    let body = buf.get(split + 4..).unwrap_or_default().to_vec();
+    Ok(Answer {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// `sha256:<hex>` of `bytes`: the digest a registry files them under.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{:x}", sha2::Sha256::digest(bytes))
+}
+
+/// The media type of an OCI image manifest.
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// The media type of an OCI image index (a manifest list).
+pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+
+/// One layer of a manifest [`LocalRegistry::push_manifest`] makes.
+pub struct Layer<'a> {
+    pub media_type: &'a str,
+    pub bytes: &'a [u8],
+    /// The descriptor's annotations (a JSON object, or null for none).
+    pub annotations: serde_json::Value,
 }
 
 impl LocalRegistry {
@@ -248,13 +318,161 @@ impl LocalRegistry {
             .unwrap_or_default()
             .lines()
             .filter(|line| line.contains("response completed"))
-            .filter_map(|line| line.split("http.request.uri=\"").nth(1))
-            .filter(|uri| {
-                uri.split('"')
-                    .next()
-                    .is_some_and(|uri| uri.contains(fragment))
+            .filter_map(|line| line.split(" http.request.uri=").nth(1))
+            // Logrus quotes a value only when it holds characters beyond letters, digits and
+            // `-._/@^+` (a query, say).
+            .filter_map(|field| match field.strip_prefix('"') {
+                Some(quoted) => quoted.split('"').next(),
+                None => field.split(' ').next(),
             })
+            .filter(|uri| uri.contains(fragment))
             .count()
+    }
+
+    /// Uploads `bytes` as a blob of `repository` (a monolithic upload, with its login); its
+    /// digest.
+    pub fn push_blob(&self, repository: &str, bytes: &[u8]) -> Result<String> {
+        let digest = sha256_digest(bytes);
+        let timeout = Duration::from_secs(30);
+        let started = request(
+            self.addr,
+            "POST",
+            &format!("/v2/{repository}/blobs/uploads/"),
+            &[],
+            b"",
+            self.login.as_ref(),
+            timeout,
+        )?;
+        if started.status != 202 {
+            bail!(
+                "starting an upload to {repository}: {} {}",
+                started.status,
+                String::from_utf8_lossy(&started.body)
+            );
+        }
+        let location = started
+            .header("location")
+            .context("an upload without a location")?;
+        let path = location
+            .split_once(&self.host)
+            .map_or(location, |(_, path)| path);
+        let separator = if path.contains('?') { '&' } else { '?' };
+        let put = request(
+            self.addr,
+            "PUT",
+            &format!("{path}{separator}digest={digest}"),
+            &[("Content-Type", "application/octet-stream")],
+            bytes,
+            self.login.as_ref(),
+            timeout,
+        )?;
+        if put.status != 201 {
+            bail!(
+                "uploading {digest} to {repository}: {} {}",
+                put.status,
+                String::from_utf8_lossy(&put.body)
+            );
+        }
+        Ok(digest)
+    }
+
+    /// Puts `manifest` (of `media_type`) at `repository:reference`; its digest.
+    pub fn put_manifest(
+        &self,
+        repository: &str,
+        reference: &str,
+        media_type: &str,
+        manifest: &[u8],
+    ) -> Result<String> {
+        let put = request(
+            self.addr,
+            "PUT",
+            &format!("/v2/{repository}/manifests/{reference}"),
+            &[("Content-Type", media_type)],
+            manifest,
+            self.login.as_ref(),
+            Duration::from_secs(30),
+        )?;
+        if put.status != 201 {
+            bail!(
+                "putting the manifest {repository}:{reference}: {} {}",
+                put.status,
+                String::from_utf8_lossy(&put.body)
+            );
+        }
+        Ok(sha256_digest(manifest))
+    }
+
+    /// Pushes an OCI image manifest of `layers` (and a small config) as `repository:tag`;
+    /// its digest.
+    pub fn push_manifest(&self, repository: &str, tag: &str, layers: &[Layer]) -> Result<String> {
+        let config = br#"{"architecture":"amd64","os":"linux","config":{}}"#;
+        let config_digest = self.push_blob(repository, config)?;
+        let mut descriptors = Vec::new();
+        for layer in layers {
+            let digest = self.push_blob(repository, layer.bytes)?;
+            descriptors.push(serde_json::json!({
+                "mediaType": layer.media_type,
+                "digest": digest,
+                "size": layer.bytes.len(),
+                "annotations": layer.annotations,
+            }));
+        }
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": config.len(),
+            },
+            "layers": descriptors,
+        }))?;
+        self.put_manifest(repository, tag, OCI_MANIFEST, &manifest)
+    }
+
+    /// Puts an OCI image index (a manifest list) of `repository`'s manifests `digests`, each
+    /// for linux/amd64, at `repository:tag`; its digest.
+    pub fn push_index(&self, repository: &str, tag: &str, digests: &[&str]) -> Result<String> {
+        let mut manifests = Vec::new();
+        for digest in digests {
+            let (status, manifest) = http_get_as(
+                self.addr,
+                &format!("/v2/{repository}/manifests/{digest}"),
+                OCI_MANIFEST,
+                self.login.as_ref(),
+                Duration::from_secs(30),
+            )?;
+            if status != 200 {
+                bail!("{repository}@{digest}: {status}");
+            }
+            manifests.push(serde_json::json!({
+                "mediaType": OCI_MANIFEST,
+                "digest": digest,
+                "size": manifest.len(),
+                "platform": {"architecture": "amd64", "os": "linux"},
+            }));
+        }
+        let index = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_INDEX,
+            "manifests": manifests,
+        }))?;
+        self.put_manifest(repository, tag, OCI_INDEX, &index)
+    }
+
+    /// Pushes an image whose one layer holds `content` as `repository:tag`; its digest. Not
+    /// runnable: for tests of what names, resolves and signs images.
+    pub fn push_image(&self, repository: &str, tag: &str, content: &str) -> Result<String> {
+        self.push_manifest(
+            repository,
+            tag,
+            &[Layer {
+                media_type: "application/vnd.oci.image.layer.v1.tar",
+                bytes: content.as_bytes(),
+                annotations: serde_json::json!({}),
+            }],
+        )
     }
 
     /// Answers `GET /v2/` without credentials with 401 (it requires a login).
