@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use k8s_openapi::Resource;
-use schemars::{JsonSchema, SchemaGenerator};
+use schemars::{JsonSchema, SchemaGenerator, generate::SchemaSettings};
 use serde_json::{Map, Value};
 
 /// Collects the resource type (`group/version/Kind`, ConfigHub's spelling) and the name of
@@ -44,7 +44,11 @@ fn main() {
     };
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 
-    let mut generator = SchemaGenerator::default();
+    // References as Swagger's `#/definitions/<name>`: the document is also what kpt's
+    // starlark programs read as `ctx.open_api`.
+    let mut generator = SchemaSettings::default()
+        .with(|settings| settings.definitions_path = "/definitions".into())
+        .into_generator();
     let mut resources = Map::new();
     macro_rules! resources {
         ($($t:ty),* $(,)?) => { $(add::<$t>(&mut generator, &mut resources);)* };

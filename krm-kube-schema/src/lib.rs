@@ -5,7 +5,7 @@
 //! bytes on disk.
 //!
 //! The definitions are JSON Schema objects as schemars writes them: a field whose type is
-//! another definition is `{"$ref": "#/$defs/<name>", "description": ...}`, the description
+//! another definition is `{"$ref": "#/definitions/<name>", "description": ...}`, the description
 //! being the field's own. k8s-openapi does not carry the `x-kubernetes-*` extensions
 //! (list-map keys, merge strategies), so neither does this schema.
 
@@ -21,7 +21,7 @@ pub const KUBERNETES_VERSION: &str = include_str!(concat!(env!("OUT_DIR"), "/kub
 static DEFLATED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kube-schema.json.z"));
 
 /// Where a definition's references point.
-const REF_PREFIX: &str = "#/$defs/";
+const REF_PREFIX: &str = "#/definitions/";
 
 /// The most the inflated document may grow to: a corrupt blob stops here.
 const INFLATED_LIMIT: u64 = 64 << 20;
@@ -52,13 +52,59 @@ pub enum LookupError {
     Reference(String),
 }
 
+/// The most violations one resource reports.
+const MAX_VIOLATIONS: usize = 100;
+
+/// The deepest a checked value may nest.
+const MAX_DEPTH: usize = 128;
+
+/// A field that does not hold to the schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Dotted, keys with dots escaped as `~1`; empty for the resource itself.
+    pub path: String,
+    pub message: String,
+}
+
+impl Violation {
+    fn new(path: &str, message: String) -> Self {
+        Self {
+            path: path.to_owned(),
+            message,
+        }
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_f64() => "number",
+        Value::Number(_) => "integer",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
 /// The parsed schema.
 #[derive(Debug)]
 pub struct Schema {
     /// `group/version/Kind` (`v1/Pod` for the core group) -> definition name.
     resources: Map<String, Value>,
-    /// Definition name (`io.k8s.api.apps.v1.Deployment`) -> JSON schema.
-    definitions: Map<String, Value>,
+    /// Laid out as Kubernetes serves its Swagger document: `swagger`, `info` and
+    /// `definitions`, definition name (`io.k8s.api.apps.v1.Deployment`) -> JSON schema.
+    openapi: Value,
 }
 
 /// The schema, inflated and parsed on the first call; later calls share it.
@@ -86,10 +132,14 @@ impl Schema {
             Some(Value::Object(map)) => Ok(map),
             _ => Err(SchemaError::Layout(key)),
         };
-        Ok(Self {
-            resources: take("resources")?,
-            definitions: take("definitions")?,
-        })
+        let resources = take("resources")?;
+        let definitions = take("definitions")?;
+        let openapi = serde_json::json!({
+            "swagger": "2.0",
+            "info": {"title": "Kubernetes", "version": format!("v{KUBERNETES_VERSION}")},
+            "definitions": definitions,
+        });
+        Ok(Self { resources, openapi })
     }
 
     /// The resource types the schema knows (`apps/v1/Deployment`), sorted.
@@ -97,10 +147,10 @@ impl Schema {
         self.resources.keys().map(String::as_str)
     }
 
-    /// Every definition by name (`io.k8s.api.core.v1.PodSpec`), references between them as
-    /// `#/$defs/<name>`.
-    pub fn definitions(&self) -> &Map<String, Value> {
-        &self.definitions
+    /// The schema as a Swagger 2.0 document (`definitions` by name, references between
+    /// them as `#/definitions/<name>`), what kpt gives starlark programs as `ctx.open_api`.
+    pub fn openapi(&self) -> &Value {
+        &self.openapi
     }
 
     /// The definition name of a resource type (`apps/v1/Deployment`).
@@ -180,8 +230,132 @@ impl Schema {
             .filter(|d| !d.is_empty())
     }
 
+    /// Checks a resource against its type's schema, as ConfigHub's Kubernetes `validate` does
+    /// with kubeconform in strict mode: each field's type (`null` is allowed anywhere, an
+    /// int-or-string field takes either), required fields, and no field the schema does not
+    /// name. `None` when the schema has no such type (kubeconform's IgnoreMissingSchemas);
+    /// otherwise the violations, each naming its path.
+    pub fn validate(&self, resource_type: &str, resource: &Value) -> Option<Vec<Violation>> {
+        let name = self.definition_name(resource_type)?;
+        let mut violations = Vec::new();
+        let root = Value::String(format!("{REF_PREFIX}{name}"));
+        let schema = serde_json::json!({ "$ref": root });
+        self.check(&schema, resource, &mut String::new(), 0, &mut violations);
+        Some(violations)
+    }
+
+    fn check(
+        &self,
+        schema: &Value,
+        value: &Value,
+        path: &mut String,
+        depth: usize,
+        out: &mut Vec<Violation>,
+    ) {
+        if value.is_null() || out.len() >= MAX_VIOLATIONS {
+            return;
+        }
+        if depth > MAX_DEPTH {
+            out.push(Violation::new(
+                path,
+                format!("nested deeper than {MAX_DEPTH} levels"),
+            ));
+            return;
+        }
+        let mut schema = schema;
+        while let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
+            let target = reference.strip_prefix(REF_PREFIX).unwrap_or(reference);
+            match self.definition(target) {
+                Ok(definition) => schema = definition,
+                Err(_) => return,
+            }
+        }
+        if schema
+            .get("x-kubernetes-int-or-string")
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            if !(value.is_string() || value.is_i64() || value.is_u64()) {
+                out.push(Violation::new(
+                    path,
+                    format!("expected integer or string, but got {}", kind_of(value)),
+                ));
+            }
+            return;
+        }
+        let expected = schema.get("type").and_then(Value::as_str);
+        let fits = match expected {
+            None => true,
+            Some("object") => value.is_object(),
+            Some("array") => value.is_array(),
+            Some("string") => value.is_string(),
+            Some("integer") => value.is_i64() || value.is_u64(),
+            Some("number") => value.is_number(),
+            Some("boolean") => value.is_boolean(),
+            Some(_) => true,
+        };
+        if !fits {
+            out.push(Violation::new(
+                path,
+                format!(
+                    "expected {}, but got {}",
+                    expected.unwrap_or_default(),
+                    kind_of(value)
+                ),
+            ));
+            return;
+        }
+        let len = path.len();
+        if let Some(map) = value.as_object() {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let values = schema.get("additionalProperties").filter(|v| v.is_object());
+            if properties.is_none() && values.is_none() {
+                return;
+            }
+            if let Some(required) = schema.get("required").and_then(Value::as_array) {
+                let missing: Vec<String> = required
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .filter(|field| map.get(*field).is_none_or(Value::is_null))
+                    .map(|field| format!("'{field}'"))
+                    .collect();
+                if !missing.is_empty() {
+                    out.push(Violation::new(
+                        path,
+                        format!("missing properties: {}", missing.join(", ")),
+                    ));
+                }
+            }
+            for (key, item) in map {
+                let field = properties.and_then(|p| p.get(key)).or(values);
+                let Some(field) = field else {
+                    out.push(Violation::new(
+                        path,
+                        format!("additional property '{key}' not allowed"),
+                    ));
+                    continue;
+                };
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(&key.replace('.', "~1"));
+                self.check(field, item, path, depth + 1, out);
+                path.truncate(len);
+            }
+        } else if let (Some(list), Some(items)) = (value.as_array(), schema.get("items")) {
+            for (i, item) in list.iter().enumerate() {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(&i.to_string());
+                self.check(items, item, path, depth + 1, out);
+                path.truncate(len);
+            }
+        }
+    }
+
     fn definition(&self, name: &str) -> Result<&Value, LookupError> {
-        self.definitions
+        self.openapi["definitions"]
             .get(name)
             .ok_or_else(|| LookupError::Reference(name.to_owned()))
     }
@@ -190,6 +364,41 @@ impl Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resources_are_validated_strictly() {
+        let schema = schema().expect("the built-in schema loads");
+        let good = serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"a": "b"}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"a": "b"}},
+                "template": {"spec": {"containers": [{"name": "w", "image": "nginx",
+                    "ports": [{"containerPort": 80}],
+                    "resources": {"limits": {"cpu": "1", "memory": 512}}}]}},
+                "strategy": {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}}}
+        });
+        assert_eq!(schema.validate("apps/v1/Deployment", &good), Some(vec![]));
+        let bad = serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": "two", "template": {"spec": {"containers": [{"name": "w", "imag": "nginx"}]}},
+                "strategy": {"rollingUpdate": {"maxSurge": 1.5}}}
+        });
+        let found: Vec<String> = schema
+            .validate("apps/v1/Deployment", &bad)
+            .expect("a known type")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "spec: missing properties: 'selector'",
+                "spec.replicas: expected integer, but got string",
+                "spec.strategy.rollingUpdate.maxSurge: expected integer or string, but got number",
+                "spec.template.spec.containers.0: additional property 'imag' not allowed",
+            ]
+        );
+        assert_eq!(schema.validate("example.com/v1/Widget", &bad), None);
+    }
 
     #[test]
     fn field_descriptions_are_kubernetes_own() {
@@ -253,5 +462,9 @@ mod tests {
                 .any(|t| t == "networking.k8s.io/v1/Ingress")
         );
         assert!(KUBERNETES_VERSION.starts_with("1."));
+        assert_eq!(
+            schema.openapi()["definitions"]["io.k8s.api.apps.v1.Deployment"]["description"],
+            "Deployment enables declarative updates for Pods and ReplicaSets."
+        );
     }
 }
