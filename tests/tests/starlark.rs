@@ -183,7 +183,7 @@ fn kpt_eval_reads_the_kubernetes_schema_from_ctx_open_api() {
     }
     let dir = scratch();
     let package = kpt_package(dir.path(), APP);
-    let source = "d = ctx.open_api[\"definitions\"][\"io.k8s.api.apps.v1.Deployment\"]\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"Deployment\":\n    r[\"metadata\"][\"annotations\"] = {\"about\": d[\"description\"]}\n";
+    let source = "d = ctx.open_api[\"definitions\"][\"io.k8s.api.apps.v1.Deployment\"]\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"Deployment\":\n    r[\"metadata\"].setdefault(\"annotations\", {})[\"about\"] = d[\"description\"]\n";
     let output = kpt_eval_exec(&package, "starlark", &[&format!("source={source}")]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
