@@ -20,6 +20,11 @@ pub const KUBERNETES_VERSION: &str = include_str!(concat!(env!("OUT_DIR"), "/kub
 
 static DEFLATED: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/kube-schema.json.z"));
 
+/// The bytes the deflated schema adds to every binary that links this crate.
+pub fn deflated_len() -> usize {
+    DEFLATED.len()
+}
+
 /// Where a definition's references point.
 const REF_PREFIX: &str = "#/definitions/";
 
