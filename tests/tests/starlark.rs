@@ -222,6 +222,22 @@ fn kpt_render_stops_on_a_failing_validator_and_shows_the_message() {
     );
 }
 
+/// Served, the program runs in a worker process, which reads the schema on its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn grpc_programs_read_ctx_open_api_in_their_worker() {
+    let server = Server::start("", &[]);
+    let input = resource_list(&starlark_run(
+        "d = ctx.open_api[\"definitions\"][\"io.k8s.api.apps.v1.DeploymentSpec\"]\nctx.resource_list[\"items\"][1][\"data\"][\"replicas\"] = d[\"properties\"][\"replicas\"][\"format\"]\n",
+    ));
+    let (response, evaluator) = server
+        .call("gcr.io/kpt-fn/starlark:v0.5", input.as_bytes())
+        .await
+        .expect("the program runs");
+    assert_eq!(evaluator, "starlark");
+    let output = String::from_utf8(response.resource_list).unwrap();
+    assert!(output.contains("    replicas: int32\n"), "{output}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_runs_catalog_images_and_survives_runaway_programs() {
     let server = Server::start("", &[]);
