@@ -437,8 +437,87 @@ pub struct AttributeDetails {
     pub setter_invocations: Vec<FunctionInvocation>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub generation_template: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub description: String,
+    #[serde(default, skip_serializing_if = "Description::is_empty")]
+    pub description: Description,
+}
+
+impl AttributeDetails {
+    /// Nothing to say: written as no Info at all, as ConfigHub leaves Info nil until a
+    /// function or a description is added.
+    pub fn is_empty(&self) -> bool {
+        self.getter_invocation.is_none()
+            && self.setter_invocations.is_empty()
+            && self.generation_template.is_empty()
+            && self.description.is_empty()
+    }
+}
+
+/// Whether an Info is absent or empty (see [`AttributeDetails::is_empty`]).
+pub fn no_details(info: &Option<AttributeDetails>) -> bool {
+    info.as_ref().is_none_or(AttributeDetails::is_empty)
+}
+
+/// What an attribute is: the registrant's words, or a field's description in the Kubernetes
+/// schema, looked up only when written out (the registry is built at every start-up; the
+/// schema is read on the first description written).
+#[derive(Debug, Clone, Default)]
+pub enum Description {
+    #[default]
+    None,
+    Text(String),
+    /// The schema's description of `path` in `resource_type`; none when the schema has no
+    /// such field (ConfigHub's addDescriptionToPathInfos leaves those without one too).
+    Schema {
+        resource_type: String,
+        path: String,
+    },
+}
+
+impl Description {
+    pub fn text(&self) -> &str {
+        match self {
+            Self::None => "",
+            Self::Text(text) => text,
+            Self::Schema {
+                resource_type,
+                path,
+            } => krm_kube_schema::schema()
+                .ok()
+                .and_then(|schema| schema.description(resource_type, path))
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.text().is_empty()
+    }
+}
+
+/// Descriptions are equal when their texts are: one read back from JSON equals the schema
+/// lookup it was written from.
+impl PartialEq for Description {
+    fn eq(&self, other: &Self) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl Eq for Description {}
+
+impl Serialize for Description {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.text())
+    }
+}
+
+impl<'de> Deserialize<'de> for Description {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = Option::<String>::deserialize(deserializer)?.unwrap_or_default();
+        Ok(if text.is_empty() {
+            Self::None
+        } else {
+            Self::Text(text)
+        })
+    }
 }
 
 /// One attribute found in a resource: where, what, its value and how to change it.
@@ -455,7 +534,7 @@ pub struct AttributeValue {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub attribute_name: String,
     pub data_type: DataType,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "no_details")]
     pub info: Option<AttributeDetails>,
     pub value: Value,
     #[serde(default, skip_serializing_if = "String::is_empty")]

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{AttributeDetails, DataType, FunctionArgument, FunctionInvocation};
+use crate::api::{AttributeDetails, DataType, Description, FunctionArgument, FunctionInvocation};
 
 /// Matches every resource type.
 pub const ANY_RESOURCE_TYPE: &str = "*";
@@ -19,7 +19,7 @@ pub enum EmbeddedAccessorType {
 }
 
 /// One registered path (ConfigHub's PathVisitorInfo).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct PathVisitorInfo {
     /// Unresolved; `%s` placeholders take the path parameters in order; `#part` selects a
@@ -31,7 +31,7 @@ pub struct PathVisitorInfo {
     pub resolved_path: String,
     pub attribute_name: String,
     pub data_type: DataType,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "crate::api::no_details")]
     pub info: Option<AttributeDetails>,
     /// Resource types a `*` registration skips (a JSON object of empty objects, as Go writes
     /// a set).
@@ -45,6 +45,21 @@ pub struct PathVisitorInfo {
     pub embedded_accessor_type: Option<EmbeddedAccessorType>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub embedded_accessor_config: String,
+}
+
+/// An empty Info equals none: it is written as none.
+impl PartialEq for PathVisitorInfo {
+    fn eq(&self, other: &Self) -> bool {
+        let info = |entry: &Self| entry.info.clone().filter(|details| !details.is_empty());
+        self.path == other.path
+            && self.resolved_path == other.resolved_path
+            && self.attribute_name == other.attribute_name
+            && self.data_type == other.data_type
+            && info(self) == info(other)
+            && self.type_exceptions == other.type_exceptions
+            && self.embedded_accessor_type == other.embedded_accessor_type
+            && self.embedded_accessor_config == other.embedded_accessor_config
+    }
 }
 
 impl PathVisitorInfo {
@@ -78,7 +93,20 @@ impl PathVisitorInfo {
     pub fn described(mut self, description: &str) -> Self {
         self.info
             .get_or_insert_with(AttributeDetails::default)
-            .description = description.to_owned();
+            .description = Description::Text(description.to_owned());
+        self
+    }
+
+    /// Describes the attribute as the Kubernetes schema describes its field in
+    /// `resource_type`, as ConfigHub's addDescriptionToPathInfos does
+    /// (`function/internal/handlers/kubernetes/standard_functions.go`).
+    pub fn schema_described(mut self, resource_type: &str) -> Self {
+        self.info
+            .get_or_insert_with(AttributeDetails::default)
+            .description = Description::Schema {
+            resource_type: resource_type.to_owned(),
+            path: self.path.clone(),
+        };
         self
     }
 
@@ -570,15 +598,22 @@ impl PathRegistry {
                 };
                 registered.expect("built-in accessors compile");
             };
-        let replicas = linked(
-            REPLICAS,
-            "spec.replicas",
-            DataType::Int,
-            "get-replicas",
-            "set-replicas",
-        );
-        add(REPLICAS, REPLICATED_TYPES, replicas.clone(), false);
-        add(GENERAL, REPLICATED_TYPES, replicas, true);
+        // Each type's replicas are described by its own schema: the Info ConfigHub describes
+        // is the one its replicas, general and detail registrations share.
+        let replicas = |resource_type: &str| {
+            linked(
+                REPLICAS,
+                "spec.replicas",
+                DataType::Int,
+                "get-replicas",
+                "set-replicas",
+            )
+            .schema_described(resource_type)
+        };
+        for resource_type in REPLICATED_TYPES {
+            add(REPLICAS, &[resource_type], replicas(resource_type), false);
+            add(GENERAL, &[resource_type], replicas(resource_type), true);
+        }
         for (resource_type, pod_spec) in pod_spec_prefixes() {
             let types = &[resource_type];
             for list in ["containers", "initContainers", "ephemeralContainers"] {
@@ -645,7 +680,8 @@ impl PathRegistry {
                         DataType::String,
                     )
                     .with_accessor(IMAGE_ACCESSOR)
-                    .with_functions(None, &["set-image-uri"]),
+                    .with_functions(None, &["set-image-uri"])
+                    .schema_described(resource_type),
                     false,
                 );
                 add(
@@ -904,68 +940,123 @@ impl PathRegistry {
                     .expect("built-in accessors compile");
             }
         }
-        // The facts `get-details` reports, filed under `detail` with their own attribute names.
-        let mut detail = |types: &[&str], entry: PathVisitorInfo| {
+        // The facts `get-details` reports, filed under `detail` with their own attribute names,
+        // as ConfigHub files them (container_functions.go initContainerFunctions,
+        // standard_functions.go initStandardFunctions' detailPaths), each described by the
+        // Kubernetes schema (addDescriptionToPathInfos). An entry shares its Info with the
+        // registration before it there: replicas keep their getter and setter, the image
+        // repository the setter its needed-value registration gave it, the image reference
+        // and the detailPaths nothing but the description.
+        for resource_type in REPLICATED_TYPES {
             registry
-                .register_as(DETAIL, types, entry)
-                .expect("built-in accessors compile");
-        };
-        detail(
-            REPLICATED_TYPES,
-            PathVisitorInfo::new(REPLICAS, "spec.replicas", DataType::Int)
-                .with_functions(Some("get-replicas"), &["set-replicas"])
-                .described("Number of pods the controller keeps running"),
-        );
+                .register_as(DETAIL, &[resource_type], replicas(resource_type))
+                .expect("no accessor to compile");
+        }
         for (resource_type, pod_spec) in pod_spec_prefixes() {
-            let image = format!("{pod_spec}.containers.*?name:container-name.image");
-            for (attribute, part, what) in [
-                (
+            for list in ["containers", "initContainers", "ephemeralContainers"] {
+                let image = format!("{pod_spec}.{list}.*?name:container-name.image");
+                let uri = PathVisitorInfo::new(
                     CONTAINER_REPOSITORY_URI,
-                    "uri",
-                    "Registry and repository of the container's image",
-                ),
-                (
+                    &format!("{image}#uri"),
+                    DataType::String,
+                )
+                .with_accessor(IMAGE_ACCESSOR)
+                .with_functions(None, &["set-image-uri"])
+                .schema_described(resource_type);
+                let reference = PathVisitorInfo::new(
                     CONTAINER_IMAGE_REFERENCE,
-                    "reference",
-                    "Tag and/or digest of the container's image",
-                ),
-            ] {
-                detail(
-                    &[resource_type],
-                    PathVisitorInfo::new(attribute, &format!("{image}#{part}"), DataType::String)
-                        .with_accessor(IMAGE_ACCESSOR)
-                        .with_functions(
-                            Some(&format!("get-image-{part}")),
-                            &[&format!("set-image-{part}")],
-                        )
-                        .described(what),
-                );
+                    &format!("{image}#reference"),
+                    DataType::String,
+                )
+                .with_accessor(IMAGE_ACCESSOR)
+                .schema_described(resource_type);
+                for entry in [uri, reference] {
+                    registry
+                        .register_normalized(DETAIL, &[resource_type], entry)
+                        .expect("built-in accessors compile");
+                }
             }
         }
-        for (attribute, path, data_type, what) in [
+        /// A detail: attribute name, path, data type.
+        type Detail = (&'static str, &'static str, DataType);
+        const ROLE_RULES: &[Detail] = &[
+            ("api-group", "rules.*.apiGroups.*", DataType::String),
+            ("resource-type", "rules.*.resources.*", DataType::String),
+            ("resource-name", "rules.*.resourceNames.*", DataType::String),
+            ("verb", "rules.*.verbs.*", DataType::String),
+        ];
+        const ROLE_BINDING: &[Detail] = &[
+            ("role-name", "roleRef.name", DataType::String),
+            ("role-kind", "roleRef.kind", DataType::String),
+            ("subject-name", "subjects.*.name", DataType::String),
             (
-                "service-type",
-                "spec.type",
+                "subject-namespace",
+                "subjects.*.namespace",
                 DataType::String,
-                "How the Service is exposed: ClusterIP, NodePort, LoadBalancer or ExternalName",
+            ),
+            ("subject-kind", "subjects.*.kind", DataType::String),
+            ("subject-api-group", "subjects.*.apiGroup", DataType::String),
+        ];
+        let details: [(&str, &[Detail]); 8] = [
+            (
+                "v1/Service",
+                &[
+                    ("port", "spec.ports.*.port", DataType::Int),
+                    ("target-port", "spec.ports.*.targetPort", DataType::Int),
+                ],
             ),
             (
-                "port",
-                "spec.ports.*.port",
-                DataType::Int,
-                "A port the Service exposes",
+                "networking.k8s.io/v1/Ingress",
+                &[
+                    (HOSTNAME, "spec.rules.*.host", DataType::String),
+                    (
+                        "uri-path",
+                        "spec.rules.*.http.paths.*.path",
+                        DataType::String,
+                    ),
+                    (
+                        "backend-service-name",
+                        "spec.rules.*.http.paths.*.backend.service.name",
+                        DataType::String,
+                    ),
+                    (
+                        "backend-service-port",
+                        "spec.rules.*.http.paths.*.backend.service.port.number",
+                        DataType::Int,
+                    ),
+                ],
             ),
             (
-                "target-port",
-                "spec.ports.*.targetPort",
-                DataType::Int,
-                "The pods' port (number or name) a Service port forwards to",
+                "networking.k8s.io/v1/IngressClass",
+                &[("ingress-controller", "spec.controller", DataType::String)],
             ),
-        ] {
-            detail(
-                &["v1/Service"],
-                PathVisitorInfo::new(attribute, path, data_type).described(what),
-            );
+            (
+                "v1/ServiceAccount",
+                &[(
+                    "automount-token",
+                    "automountServiceAccountToken",
+                    DataType::Bool,
+                )],
+            ),
+            ("rbac.authorization.k8s.io/v1/Role", ROLE_RULES),
+            ("rbac.authorization.k8s.io/v1/ClusterRole", ROLE_RULES),
+            ("rbac.authorization.k8s.io/v1/RoleBinding", ROLE_BINDING),
+            (
+                "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
+                ROLE_BINDING,
+            ),
+        ];
+        for (resource_type, entries) in details {
+            for (attribute, path, data_type) in entries {
+                registry
+                    .register_as(
+                        DETAIL,
+                        &[resource_type],
+                        PathVisitorInfo::new(attribute, path, *data_type)
+                            .schema_described(resource_type),
+                    )
+                    .expect("no accessor to compile");
+            }
         }
         registry
     }

@@ -179,6 +179,11 @@ fn the_path_registry_serializes_as_confighub_lists_paths() {
         replicas["Info"]["GetterInvocation"]["FunctionName"],
         "get-replicas"
     );
+    // The schema's own words, as ConfigHub's addDescriptionToPathInfos puts them there.
+    assert_eq!(
+        replicas["Info"]["Description"],
+        "Number of desired pods. This is a pointer to distinguish between explicit zero and not specified. Defaults to 1."
+    );
     let namespace = &paths["namespace-name-reference"]["*"]["metadata.namespace"];
     assert_eq!(namespace["TypeExceptions"]["v1/Namespace"], json!({}));
     let back: krm_function_executor::registry::PathRegistry =

@@ -38,9 +38,15 @@
 //!   unchanged 100-Deployment package, each step one EvaluateFunction) on a runner with the
 //!   result cache against one without; a hit against the empty gRPC round trip (Health/Check);
 //!   target: a hit adds at most 50 µs at p50.
+//! - `schema` (only when asked for): what the Kubernetes schema costs: its deflated bytes in
+//!   every binary, its first load (time and resident memory) in this process, and whole
+//!   `krm-runner` processes that load it against the same processes that do not, alternating
+//!   (`do validate` against `do no-placeholders`, a starlark program reading `ctx.open_api`
+//!   against one that does not).
 
 mod cache;
 mod policy;
+mod schema;
 mod wasm;
 mod workers;
 
@@ -87,7 +93,7 @@ struct BenchArgs {
     #[arg(long, default_value_t = 1024)]
     pub payload_bytes: usize,
     /// Which measurements (comma-separated): abi, grpc, rss, builtin, versions, telemetry,
-    /// workers, policy, wasm, cache.
+    /// workers, policy, wasm, cache, schema.
     #[arg(
         long,
         default_value = "abi,grpc,rss,builtin,versions",
@@ -155,6 +161,9 @@ async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     if wants("cache") {
         cache::run(base, args).await?;
     }
+    if wants("schema") {
+        schema::run(args.calls.clamp(10, 200))?;
+    }
     if wants("grpc") || wants("rss") || wants("builtin") || wants("versions") {
         let mut server = BenchServer::start(base, &[]).await?;
         let outcome = async {
@@ -187,7 +196,7 @@ async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
 }
 
 /// The runner's executable `name`, built beside this one (a cargo build folder).
-fn beside_this(name: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn beside_this(name: &str) -> anyhow::Result<PathBuf> {
     Ok(std::env::current_exe()?.with_file_name(name))
 }
 
@@ -817,7 +826,7 @@ fn median(
 const PROCESS_RUNS: usize = 21;
 
 /// `count` one-container Deployments, as a YAML stream.
-fn deployments(count: usize) -> String {
+pub(crate) fn deployments(count: usize) -> String {
     (0..count)
         .map(|i| {
             format!(
@@ -827,7 +836,7 @@ fn deployments(count: usize) -> String {
         .collect()
 }
 
-fn indent_items(stream: &str) -> String {
+pub(crate) fn indent_items(stream: &str) -> String {
     let mut out = String::with_capacity(stream.len() * 2);
     for document in stream.split("---\n").filter(|d| !d.trim().is_empty()) {
         let mut first = true;
@@ -871,13 +880,13 @@ fn resource_list_of(bytes: usize) -> Vec<u8> {
     text.into_bytes()
 }
 
-fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {
+pub(crate) fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {
     samples.sort_unstable();
     let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
     (at(0.50), at(0.99))
 }
 
-fn ms(duration: Duration) -> String {
+pub(crate) fn ms(duration: Duration) -> String {
     format!("{:.3} ms", duration.as_secs_f64() * 1000.0)
 }
 
@@ -887,7 +896,7 @@ fn resident_mib(pid: u32) -> anyhow::Result<f64> {
 }
 
 /// A `kB` figure of `/proc/PID/status` (`field` with its colon, e.g. `VmRSS:`).
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
+pub(crate) fn status_kib(pid: u32, field: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()?
         .lines()

@@ -174,6 +174,26 @@ fn kpt_eval_takes_the_configmap_form_from_the_command_line() {
     );
 }
 
+/// The catalog's documented use of the schema (its starlark README and kpt's own test
+/// `add_annotation_from_open_api`): a definition's description read from `ctx.open_api`.
+#[test]
+fn kpt_eval_reads_the_kubernetes_schema_from_ctx_open_api() {
+    if !have_tool("kpt") {
+        return;
+    }
+    let dir = scratch();
+    let package = kpt_package(dir.path(), APP);
+    let source = "d = ctx.open_api[\"definitions\"][\"io.k8s.api.apps.v1.Deployment\"]\nfor r in ctx.resource_list[\"items\"]:\n  if r[\"kind\"] == \"Deployment\":\n    r[\"metadata\"].setdefault(\"annotations\", {})[\"about\"] = d[\"description\"]\n";
+    let output = kpt_eval_exec(&package, "starlark", &[&format!("source={source}")]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let app = std::fs::read_to_string(package.join("app.yaml")).unwrap();
+    assert!(
+        app.contains("about: Deployment enables declarative updates for Pods and ReplicaSets."),
+        "{app}\n{stderr}"
+    );
+}
+
 #[test]
 fn kpt_render_stops_on_a_failing_validator_and_shows_the_message() {
     if !have_tool("kpt") {
@@ -200,6 +220,22 @@ fn kpt_render_stops_on_a_failing_validator_and_shows_the_message() {
         std::fs::read_to_string(package.join("app.yaml")).unwrap(),
         APP
     );
+}
+
+/// Served, the program runs in a worker process, which reads the schema on its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn grpc_programs_read_ctx_open_api_in_their_worker() {
+    let server = Server::start("", &[]);
+    let input = resource_list(&starlark_run(
+        "d = ctx.open_api[\"definitions\"][\"io.k8s.api.apps.v1.DeploymentSpec\"]\nctx.resource_list[\"items\"][1][\"data\"][\"replicas\"] = d[\"properties\"][\"replicas\"][\"format\"]\n",
+    ));
+    let (response, evaluator) = server
+        .call("gcr.io/kpt-fn/starlark:v0.5", input.as_bytes())
+        .await
+        .expect("the program runs");
+    assert_eq!(evaluator, "starlark");
+    let output = String::from_utf8(response.resource_list).unwrap();
+    assert!(output.contains("    replicas: int32\n"), "{output}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -522,6 +522,13 @@ fn validate(call: &Call) -> Result<Outcome, FunctionError> {
             }
             _ => details.push(at("metadata is missing or not a map")),
         }
+        // Then against the type's schema, as ConfigHub's k8sFnValidate has kubeconform do it
+        // (strict; a type the schema lacks is skipped).
+        let schema = krm_kube_schema::schema()
+            .map_err(|e| FunctionError::Failed(format!("validate: {e}")))?;
+        if let Some(violations) = schema.validate(&info.resource_type, &doc.to_json(root)) {
+            details.extend(violations.iter().map(|v| at(&v.to_string())));
+        }
     }
     let result = if details.is_empty() {
         ValidationResult::passed()
@@ -684,11 +691,11 @@ pub static WHERE_FILTER: Definition = Definition {
 
 pub static VALIDATE: Definition = Definition {
     name: "validate",
-    description: "Check that every resource is well formed: a mapping with string apiVersion and kind, a named metadata map, string labels and annotations",
+    description: "Check that every resource is well formed (a mapping with string apiVersion and kind, a named metadata map, string labels and annotations) and, when its type is in the Kubernetes schema, holds to it: field types, required fields, no unknown fields",
     parameters: no_parameters,
     kind: FunctionKind::Validating {
         result: "passed",
-        description: "True if every resource is well formed",
+        description: "True if every resource is well formed and holds to its schema",
     },
     toolchains: KUBERNETES,
     run: validate,

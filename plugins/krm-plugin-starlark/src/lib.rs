@@ -43,6 +43,7 @@ mod geo;
 mod html;
 mod library;
 mod methods;
+mod open_api;
 mod repeat;
 mod zipfile;
 
@@ -387,7 +388,7 @@ fn evaluate(rl: &ResourceList, stop: &Stop, program: &Program) -> Result<Evaluat
             ("resource_list", resource_list),
             // The runner's environment holds its own secrets: programs see none of it.
             ("environment", heap.alloc(AllocDict::EMPTY)),
-            ("open_api", library::unavailable(heap, "ctx.open_api")),
+            ("open_api", open_api::document(heap)),
         ]));
         module.set("ctx", ctx_value);
         if let Some(routed) = &routed {

@@ -143,14 +143,6 @@ impl<'v> StarlarkValue<'v> for Unavailable {
     }
 }
 
-/// `ctx.open_api` and the like.
-pub fn unavailable<'v>(heap: Heap<'v>, what: &str) -> Value<'v> {
-    heap.alloc(Unavailable {
-        what: what.to_owned(),
-        reason: "not available in krm-runner (it carries no OpenAPI schema)".into(),
-    })
-}
-
 /// A string field of a resource dict (`metadata.name`), empty when absent, as the SDK reads it.
 fn field(resource: Value, path: &[&str]) -> String {
     let mut value = resource;

@@ -334,13 +334,39 @@ fn repetitions_past_the_heap_budget_are_refused_before_allocating() {
 }
 
 #[test]
-fn the_sandbox_offers_no_environment_files_or_openapi() {
+fn the_sandbox_offers_no_environment_or_files() {
     let (output, _) = failed(&starlark_run("x = ctx.environment[\"PATH\"]\n"));
     assert!(output.contains("PATH"), "{output}");
-    let (output, _) = failed(&starlark_run("x = ctx.open_api[\"definitions\"]\n"));
-    assert!(output.contains("ctx.open_api: not available"), "{output}");
     let (output, _) = failed(&starlark_run("x = open(\"/etc/passwd\")\n"));
     assert!(output.contains("open"), "{output}");
+}
+
+#[test]
+fn open_api_is_the_kubernetes_schema_as_kpt_gives_it() {
+    let (_, log) = ok(&starlark_run(concat!(
+        "d = ctx.open_api[\"definitions\"][\"io.k8s.api.apps.v1.Deployment\"]\n",
+        "print(d[\"description\"])\n",
+        "spec = d[\"properties\"][\"spec\"][\"$ref\"]\n",
+        "print(spec, \"replicas\" in ctx.open_api[\"definitions\"][spec.split(\"/\")[-1]][\"properties\"])\n",
+        "print(ctx.open_api[\"swagger\"], len(ctx.open_api[\"definitions\"]) > 100)\n",
+    )));
+    assert_eq!(
+        log,
+        "Deployment enables declarative updates for Pods and ReplicaSets.\n\
+         #/definitions/io.k8s.api.apps.v1.DeploymentSpec True\n\
+         2.0 True\n"
+    );
+    let (output, _) = failed(&starlark_run(
+        "x = ctx.open_api[\"definitions\"][\"nope\"]\n",
+    ));
+    assert!(
+        output.contains("ctx.open_api: key \"nope\" not found"),
+        "{output}"
+    );
+    let (output, _) = failed(&starlark_run(
+        "x = ctx.open_api[\"definitions\"][\"io.k8s.api.apps.v1.DeploymentSpec\"][\"required\"][\"x\"]\n",
+    ));
+    assert!(output.contains("a list is indexed by a number"), "{output}");
 }
 
 #[test]
