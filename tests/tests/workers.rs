@@ -517,12 +517,15 @@ async fn large_sequences_at_once_leave_the_runner_small() {
                     .await
                     .unwrap()
                     .max_decoding_message_size(64 << 20);
-                client
-                    .invoke(pb::InvokeRequest::kubernetes(
-                        &unit,
-                        vec![pb::Invocation::positional("set-label", &["tier", "web"])],
-                    ))
-                    .await
+                // A deadline well past the queue's 30 s default: ten 5 MB sequences take
+                // their turns on four workers, slowly on a loaded machine, and what this test
+                // measures is memory, not waiting.
+                let mut request = tonic::Request::new(pb::InvokeRequest::kubernetes(
+                    &unit,
+                    vec![pb::Invocation::positional("set-label", &["tier", "web"])],
+                ));
+                request.set_timeout(Duration::from_secs(600));
+                client.invoke(request).await
             })
         })
         .collect();
