@@ -2,7 +2,7 @@
 //! field names, PascalCase), so ConfigHub's own clients can talk to krm-runner; byte fields
 //! (`ConfigData`, `LiveState`, `Output`) travel as base64, as Go encodes `[]byte`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -612,6 +612,44 @@ pub struct ResourceMutation {
     /// Resolved path -> mutation; deeper paths override shallower ones.
     #[serde(default, deserialize_with = "null_as_default")]
     pub path_mutation_map: BTreeMap<String, MutationInfo>,
+    /// Names (with scopes) the resource had in the data compared and merged.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty", with = "name_set")]
+    pub aliases: BTreeSet<String>,
+    /// The same names without scopes.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty", with = "name_set")]
+    pub aliases_without_scopes: BTreeSet<String>,
+}
+
+/// A set of names as Go writes a `map[ResourceName]struct{}`: `{"name": {}}`, keys sorted;
+/// `null` reads as empty.
+mod name_set {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use serde::de::IgnoredAny;
+    use serde::ser::SerializeMap;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Go's `struct{}`.
+    #[derive(serde::Serialize)]
+    struct Present {}
+
+    pub fn serialize<S: Serializer>(
+        names: &BTreeSet<String>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(names.len()))?;
+        for name in names {
+            map.serialize_entry(name, &Present {})?;
+        }
+        map.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeSet<String>, D::Error> {
+        let names: Option<BTreeMap<String, IgnoredAny>> = Option::deserialize(deserializer)?;
+        Ok(names.unwrap_or_default().into_keys().collect())
+    }
 }
 
 /// `{"Payload": "..."}`, the output of YAML-typed functions.

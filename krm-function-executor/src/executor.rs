@@ -403,7 +403,7 @@ impl Executor {
                 if records == MutationRecords::Kept {
                     mutations::merge(
                         &mut mutations,
-                        mutations::diff(current.unit(), after.unit(), index),
+                        mutations::diff(self.toolchain, current.unit(), after.unit(), index),
                     );
                 }
                 mutators.push(index);
@@ -419,7 +419,6 @@ impl Executor {
                 run.combine(&invocation.function_name, index, output);
             }
         }
-        mutations::order_by(&mut mutations, current.unit());
         let (output_type, output) = run.encoded();
         let config_data = if mutators.is_empty() {
             request.config_data.clone()

@@ -1,33 +1,20 @@
-//! Per-resource, per-path mutation records: what one invocation changed (a diff of the unit
-//! before and after), merged over a sequence.
+//! Per-resource, per-path mutation records as ConfigHub's yamlkit writes them: what one
+//! invocation changed (`ComputeMutations`, a diff of the unit before and after), merged over a
+//! sequence (`AddMutations`, as its function handler merges each mutating invocation's).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
-
-use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::api::{MutationInfo, MutationType, ResourceInfo, ResourceMutation};
 use crate::path::escape;
-use crate::resource::Unit;
-use crate::yaml::{Doc, Kind, MAX_DEPTH, NodeId, Style};
+use crate::resource::{Element, Unit};
+use crate::toolchain::Toolchain;
+use crate::yaml::{
+    Doc, Kind, MAX_DEPTH, New, NodeId, Style, block_entries, block_items, push_rendered,
+};
 
-/// Resources are matched by type and name without namespace, as ConfigHub does, so a
-/// namespace change is an update of the same resource.
-fn identity(info: &ResourceInfo) -> (&str, &str) {
-    (&info.resource_type, &info.resource_name_without_scope)
-}
-
-/// How a value is recorded: strings as they are, other scalars in JSON, collections as
-/// compact JSON.
-fn render(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// A record as ConfigHub's yamlkit ComputeMutations writes it: every one with its predicate
-/// set, so that a later patch or reset takes it.
+/// A record as ConfigHub's yamlkit writes it: every one with its predicate set, so that a
+/// later patch or reset takes it.
 fn info(mutation_type: MutationType, index: i64, value: String) -> MutationInfo {
     MutationInfo {
         mutation_type,
@@ -35,6 +22,59 @@ fn info(mutation_type: MutationType, index: i64, value: String) -> MutationInfo 
         predicate: true,
         value,
     }
+}
+
+/// The text of a scalar or alias written on one line, which is how kyaml writes it again.
+fn one_line_text<'a>(doc: &Doc<'a>, id: NodeId) -> Option<&'a str> {
+    let node = doc.node(id);
+    let text = &doc.src[node.start().min(node.end())..node.end()];
+    let scalar = match node.kind {
+        Kind::Alias(_) => true,
+        Kind::Scalar { style, .. } => style != Style::Block,
+        Kind::Map(_) | Kind::Seq(_) => false,
+    };
+    (scalar && !text.contains('\n')).then_some(text)
+}
+
+/// A node as ConfigHub records it: kyaml's `RNode.String()`, the node encoded alone (indent 2,
+/// sequences not indented under their key, scalars and one-line flow collections as written)
+/// and ending in a newline: `10` is "10\n", a mapping "runAsNonRoot: true\n". Comments are
+/// not kept, and what spans lines otherwise (block scalars, flow collections) is written as
+/// the block renderer writes new content.
+fn render(doc: &Doc, id: NodeId) -> String {
+    let mut out = String::new();
+    if let Some(text) = one_line_text(doc, id) {
+        out.push_str(text);
+    } else {
+        match doc.to_new_keeping_flow(id) {
+            New::Map(entries) if entries.is_empty() => out.push_str("{}"),
+            New::Seq(items) if items.is_empty() => out.push_str("[]"),
+            New::Map(entries) => {
+                block_entries(&entries, 0, &mut out);
+                return out;
+            }
+            New::Seq(items) => {
+                block_items(&items, 0, &mut out);
+                return out;
+            }
+            New::Str(s) => push_rendered(&mut out, &s, false),
+            New::Plain(s) => out.push_str(&s),
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// How many entries or items a node has (none for a scalar): gaby's `Children`.
+fn children(doc: &Doc, id: NodeId) -> usize {
+    match doc.node(id).kind {
+        Kind::Map(children) | Kind::Seq(children) => children.len(),
+        Kind::Scalar { .. } | Kind::Alias(_) => 0,
+    }
+}
+
+fn is_nonempty_map(doc: &Doc, id: NodeId) -> bool {
+    matches!(doc.node(id).kind, Kind::Map(children) if !children.is_empty())
 }
 
 /// The value a key names in a mapping's entries: linear for the small mappings resources
@@ -74,18 +114,22 @@ impl<'d> Keys<'d> {
     }
 }
 
-/// What one invocation changed in one resource: the paths where `new` differs from `old`.
+/// What one invocation changed in one resource, as yamlkit's `ComputeMutationsForDocs`
+/// records it.
 struct TreeDiff<'d> {
     old: &'d Doc<'d>,
     new: &'d Doc<'d>,
     /// Collections written identically (same text at the same column) are equal: true unless
-    /// a document holds aliases (whose targets may differ) or block scalars (whose content
-    /// depends on the parent's indentation).
+    /// a document holds aliases or block scalars (whose content depends on the parent's
+    /// indentation).
     verbatim: bool,
     index: i64,
     /// Keys (escaped) from the resource's root to the node being compared.
     path: Vec<Cow<'d, str>>,
     out: BTreeMap<String, MutationInfo>,
+    /// No more records than this: a candidate for a renamed resource is of no use once it
+    /// has as many as the best one.
+    limit: usize,
 }
 
 /// Whether a document's subtrees are determined by their text and column alone.
@@ -110,234 +154,378 @@ impl<'d> TreeDiff<'d> {
             && self.old.src[a.start()..a.end()] == self.new.src[b.start()..b.end()]
     }
 
-    fn record(&mut self, mutation_type: MutationType, value: &Value) {
-        self.out.insert(
-            self.path.join("."),
-            info(mutation_type, self.index, render(value)),
-        );
+    fn full(&self) -> bool {
+        self.out.len() >= self.limit
     }
 
-    /// Records how `after` differs from `before` exactly as their JSON values differ
-    /// (mappings by key, sequences by index, scalars by resolved value), without building
-    /// those values: most of a changed resource is unchanged.
+    /// Records `node` of `doc` (the new one, or the old one for a Delete) at the current path.
+    fn record(&mut self, mutation_type: MutationType, doc: &Doc, node: NodeId) {
+        if !self.full() {
+            self.out.insert(
+                self.path.join("."),
+                info(mutation_type, self.index, render(doc, node)),
+            );
+        }
+    }
+
+    /// Records each entry of mapping `before` as deleted.
+    fn deleted_entries(&mut self, before: NodeId, except: Option<&Keys>) {
+        let old = self.old;
+        for &(key, value) in old.entries(before) {
+            let key = old.str(key).unwrap_or_default();
+            if except.is_some_and(|kept| kept.get(key).is_some()) {
+                continue;
+            }
+            self.path.push(escape(key));
+            self.record(MutationType::Delete, old, value);
+            self.path.pop();
+        }
+    }
+
+    /// Records how `after` differs from `before`. Only the new node's shape decides: a
+    /// non-empty mapping over anything but a non-empty mapping, or a sequence over anything
+    /// but a sequence, is an Update of the whole path; an empty collection over a scalar or
+    /// an empty collection is no change; scalars (and aliases, not followed) differ by their
+    /// text.
     fn nodes(&mut self, before: NodeId, after: NodeId, depth: usize) {
-        // JSON conversion stops at this depth (deeper values are null on both sides).
-        if depth > MAX_DEPTH || self.written_alike(before, after) {
+        // JSON conversion and rendering stop at this depth too.
+        if depth > MAX_DEPTH || self.full() || self.written_alike(before, after) {
             return;
         }
         let (old, new) = (self.old, self.new);
-        let (before, after) = (old.deref(before), new.deref(after));
-        match (&old.node(before).kind, &new.node(after).kind) {
-            (Kind::Map(_), Kind::Map(_)) => {
-                let (a, b) = (old.entries(before), new.entries(after));
-                let (in_a, in_b) = (Keys::new(old, a), Keys::new(new, b));
-                for &(key, value) in a {
-                    let key = old.str(key).unwrap_or_default();
-                    match in_b.get(key) {
-                        Some(now) if self.written_alike(value, now) => {}
-                        Some(now) => {
-                            self.path.push(escape(key));
-                            self.nodes(value, now, depth + 1);
-                            self.path.pop();
-                        }
-                        None => {
-                            self.path.push(escape(key));
-                            self.record(MutationType::Delete, &old.to_json(value));
-                            self.path.pop();
-                        }
-                    }
+        match new.node(after).kind {
+            Kind::Map(entries) if !entries.is_empty() => {
+                if !is_nonempty_map(old, before) {
+                    return self.record(MutationType::Update, new, after);
                 }
-                for &(key, value) in b {
+                let in_old = Keys::new(old, old.entries(before));
+                let in_new = Keys::new(new, new.entries(after));
+                for &(key, value) in new.entries(after) {
+                    if self.full() {
+                        return;
+                    }
                     let key = new.str(key).unwrap_or_default();
-                    if in_a.get(key).is_none() {
-                        self.path.push(escape(key));
-                        self.record(MutationType::Add, &new.to_json(value));
-                        self.path.pop();
-                    }
-                }
-            }
-            (Kind::Seq(_), Kind::Seq(_)) => {
-                let (a, b) = (old.items(before), new.items(after));
-                for i in 0..a.len().max(b.len()) {
-                    self.path.push(i.to_string().into());
-                    match (a.get(i), b.get(i)) {
-                        (Some(&was), Some(&now)) => self.nodes(was, now, depth + 1),
-                        (Some(&was), None) => self.record(MutationType::Delete, &old.to_json(was)),
-                        (None, Some(&now)) => self.record(MutationType::Add, &new.to_json(now)),
-                        (None, None) => {}
+                    self.path.push(escape(key));
+                    match in_old.get(key) {
+                        Some(was) => self.nodes(was, value, depth + 1),
+                        None => self.record(MutationType::Add, new, value),
                     }
                     self.path.pop();
                 }
+                self.deleted_entries(before, Some(&in_new));
             }
-            _ => {
-                let (a, b) = (old.to_json(before), new.to_json(after));
-                if a != b {
-                    let same_kind =
-                        !a.is_object() && !a.is_array() && !b.is_object() && !b.is_array();
-                    let mutation_type = if same_kind {
-                        MutationType::Update
+            Kind::Map(_) | Kind::Seq(_) => {
+                if children(new, after) == 0 && children(old, before) == 0 {
+                    return;
+                }
+                if new.is_map(after) {
+                    if is_nonempty_map(old, before) {
+                        self.deleted_entries(before, None);
                     } else {
-                        MutationType::Replace
-                    };
-                    self.record(mutation_type, &b);
+                        self.record(MutationType::Update, new, after);
+                    }
+                    return;
+                }
+                if !old.is_seq(before) {
+                    return self.record(MutationType::Update, new, after);
+                }
+                let (a, b) = (old.items(before), new.items(after));
+                for (i, &item) in b.iter().enumerate() {
+                    if self.full() {
+                        return;
+                    }
+                    self.path.push(i.to_string().into());
+                    match a.get(i) {
+                        Some(&was) => self.nodes(was, item, depth + 1),
+                        None => self.record(MutationType::Add, new, item),
+                    }
+                    self.path.pop();
+                }
+                for (i, &was) in a.iter().enumerate().skip(b.len()) {
+                    self.path.push(i.to_string().into());
+                    self.record(MutationType::Delete, old, was);
+                    self.path.pop();
+                }
+            }
+            Kind::Scalar { .. } | Kind::Alias(_) => {
+                let same = match (one_line_text(old, before), one_line_text(new, after)) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => render(old, before) == render(new, after),
+                };
+                if !same {
+                    self.record(MutationType::Update, new, after);
                 }
             }
         }
     }
 }
 
-/// Marks the end of a chain of resources of one identity in [`diff`].
-const NONE_LEFT: usize = usize::MAX;
+/// The path records of `after` compared with `before`, at most `limit` of them.
+fn compare(
+    before: (&Unit, &Element),
+    after: (&Unit, &Element),
+    verbatim: bool,
+    index: i64,
+    limit: usize,
+) -> BTreeMap<String, MutationInfo> {
+    let ((old, earlier), (new, element)) = (before, after);
+    // Most resources of a sequence are untouched by each invocation.
+    if old.element_text(earlier) == new.element_text(element) {
+        return BTreeMap::new();
+    }
+    let mut tree = TreeDiff {
+        old: &old.doc,
+        new: &new.doc,
+        verbatim,
+        index,
+        path: Vec::new(),
+        out: BTreeMap::new(),
+        limit,
+    };
+    tree.nodes(earlier.root, element.root, 0);
+    tree.out
+}
 
-/// What invocation `index` changed, going from `before` to `after`, in the order of `after`
-/// (removed resources last).
-pub fn diff(before: &Unit, after: &Unit, index: usize) -> Vec<ResourceMutation> {
+/// Names of the resource `info` names: with and without its scope.
+fn names(infos: &[&ResourceInfo]) -> (BTreeSet<String>, BTreeSet<String>) {
+    (
+        infos
+            .iter()
+            .map(|info| info.resource_name.clone())
+            .collect(),
+        infos
+            .iter()
+            .map(|info| info.resource_name_without_scope.clone())
+            .collect(),
+    )
+}
+
+/// A resource-level record: Add with the new resource's text, Delete with the removed one's.
+fn whole(
+    mutation_type: MutationType,
+    unit: &Unit,
+    element: &Element,
+    index: i64,
+) -> ResourceMutation {
+    let (aliases, aliases_without_scopes) = names(&[&element.info]);
+    ResourceMutation {
+        resource: element.info.clone(),
+        resource_mutation_info: info(mutation_type, index, unit.element_text(element).to_owned()),
+        path_mutation_map: BTreeMap::new(),
+        aliases,
+        aliases_without_scopes,
+    }
+}
+
+/// What invocation `index` changed, going from `before` to `after`, as yamlkit's
+/// `ComputeMutations` records it: a record for each resource of `after` in its order (Add,
+/// Update, or None when unchanged), then a Delete for each resource of `before` that none
+/// matched.
+///
+/// A resource of `after` is matched, among those of `before` from the first not matched yet,
+/// with the first of the same category and a similar type ([`Toolchain::types_similar`]) and
+/// the same name without scope; without one, with the one of those whose path records are
+/// fewest (the first of them), if they are no more than the lines of `after`'s text: so a
+/// renamed resource is an Update, with both names among its aliases.
+pub fn diff(
+    toolchain: Toolchain,
+    before: &Unit,
+    after: &Unit,
+    index: usize,
+) -> Vec<ResourceMutation> {
     let index = i64::try_from(index).unwrap_or(i64::MAX);
-    // Each resource of `after` is matched with the first resource of `before` of the same
-    // identity not matched yet: `unmatched` holds that first one, `later_alike` the next
-    // resource of the same identity after each.
-    let mut unmatched: HashMap<(&str, &str), usize> = HashMap::with_capacity(before.elements.len());
-    let mut later_alike = vec![NONE_LEFT; before.elements.len()];
-    for (i, element) in before.elements.iter().enumerate().rev() {
-        if let Some(later) = unmatched.insert(identity(&element.info), i) {
-            later_alike[i] = later;
-        }
-    }
-    let mut matched_before = vec![false; before.elements.len()];
     let verbatim = verbatim(&before.doc) && verbatim(&after.doc);
-    let mut mutations = Vec::new();
+    let mut by_name: HashMap<&str, Vec<usize>> = HashMap::with_capacity(before.elements.len());
+    for (i, element) in before.elements.iter().enumerate() {
+        by_name
+            .entry(element.info.resource_name_without_scope.as_str())
+            .or_default()
+            .push(i);
+    }
+    // ConfigHub divides by the lines of its own encoding of the data; these are the lines as
+    // written, counted when a resource is not found by name.
+    let mut lines = None;
+    let mut matched = vec![false; before.elements.len()];
+    // yamlkit searches from here, matched resources after it included.
+    let mut first_unmatched = 0;
+    let mut mutations = Vec::with_capacity(after.elements.len());
     for element in &after.elements {
-        let matched = unmatched
-            .get_mut(&identity(&element.info))
-            .filter(|first| **first != NONE_LEFT)
-            .map(|first| {
-                let matched = *first;
-                *first = later_alike[matched];
-                matched
+        let now = &element.info;
+        let similar = |i: &usize| {
+            let was = &before.elements[*i].info;
+            was.resource_category == now.resource_category
+                && toolchain.types_similar(&was.resource_type, &now.resource_type)
+        };
+        let compared = |i: usize, limit: usize| {
+            compare(
+                (before, &before.elements[i]),
+                (after, element),
+                verbatim,
+                index,
+                limit,
+            )
+        };
+        let same_name = by_name
+            .get(now.resource_name_without_scope.as_str())
+            .and_then(|alike| {
+                let from = alike.partition_point(|&i| i < first_unmatched);
+                alike[from..].iter().copied().find(|i| similar(i))
             });
-        match matched {
-            Some(i) => {
-                matched_before[i] = true;
-                let earlier = &before.elements[i];
-                // Most resources of a sequence are untouched by each invocation.
-                if before.element_text(earlier) == after.element_text(element) {
-                    continue;
+        let found = match same_name {
+            Some(i) => Some((i, compared(i, usize::MAX))),
+            None => {
+                let mut best: Option<(usize, BTreeMap<String, MutationInfo>)> = None;
+                for i in (first_unmatched..before.elements.len()).filter(similar) {
+                    let fewest = best.as_ref().map_or(usize::MAX, |(_, paths)| paths.len());
+                    let paths = compared(i, fewest);
+                    if paths.len() < fewest {
+                        best = Some((i, paths));
+                    }
                 }
-                let mut tree = TreeDiff {
-                    old: &before.doc,
-                    new: &after.doc,
-                    verbatim,
-                    index,
-                    path: Vec::new(),
-                    out: BTreeMap::new(),
-                };
-                tree.nodes(earlier.root, element.root, 0);
-                let paths = tree.out;
-                if !paths.is_empty() {
-                    mutations.push(ResourceMutation {
-                        resource: element.info.clone(),
-                        resource_mutation_info: info(MutationType::Update, index, String::new()),
-                        path_mutation_map: paths,
-                    });
-                }
+                // ConfigHub's score, records per line, at most 1.0 (and 0/0 taken too).
+                let lines = *lines
+                    .get_or_insert_with(|| after.doc.src.bytes().filter(|&b| b == b'\n').count());
+                best.filter(|(_, paths)| paths.len() <= lines)
             }
-            None => mutations.push(ResourceMutation {
-                resource: element.info.clone(),
-                resource_mutation_info: info(
-                    MutationType::Add,
-                    index,
-                    after.element_text(element).to_owned(),
-                ),
-                path_mutation_map: BTreeMap::new(),
-            }),
+        };
+        let Some((i, paths)) = found else {
+            mutations.push(whole(MutationType::Add, after, element, index));
+            continue;
+        };
+        let (aliases, aliases_without_scopes) = names(&[&before.elements[i].info, now]);
+        let mutation_type = if paths.is_empty() {
+            MutationType::None
+        } else {
+            MutationType::Update
+        };
+        mutations.push(ResourceMutation {
+            resource: now.clone(),
+            resource_mutation_info: info(mutation_type, index, String::new()),
+            path_mutation_map: paths,
+            aliases,
+            aliases_without_scopes,
+        });
+        matched[i] = true;
+        if first_unmatched == i {
+            while first_unmatched < matched.len() && matched[first_unmatched] {
+                first_unmatched += 1;
+            }
         }
     }
-    for (element, matched) in before.elements.iter().zip(matched_before) {
+    for (element, matched) in before.elements.iter().zip(matched) {
         if !matched {
-            mutations.push(ResourceMutation {
-                resource: element.info.clone(),
-                resource_mutation_info: info(
-                    MutationType::Delete,
-                    index,
-                    before.element_text(element).to_owned(),
-                ),
-                path_mutation_map: BTreeMap::new(),
-            });
+            mutations.push(whole(MutationType::Delete, before, element, index));
         }
     }
     mutations
 }
 
+/// A record's resource as ConfigHub keys records: type and name without scope (taken from
+/// the name after its first `/` in records that lack it).
+fn key(info: &ResourceInfo) -> (&str, &str) {
+    let name = if info.resource_name_without_scope.is_empty() {
+        info.resource_name
+            .split_once('/')
+            .map_or("", |(_, name)| name)
+    } else {
+        &info.resource_name_without_scope
+    };
+    (&info.resource_type, name)
+}
+
+/// Whether `path` lies below `ancestor`.
 fn is_within(path: &str, ancestor: &str) -> bool {
     path.len() > ancestor.len()
         && path.starts_with(ancestor)
         && path.as_bytes()[ancestor.len()] == b'.'
 }
 
-/// Adds `newer` to `merged`: a later change to a path replaces the earlier one (and what was
-/// recorded below it); a resource added in the sequence stays added.
+/// Adds `newer` (one invocation's records) to `merged` as ConfigHub's `AddMutations` does. A
+/// record of a resource not in `merged` (by name or by one of its aliases) is appended.
+/// Otherwise a None record changes nothing; a Delete or Replace, or any record over a None,
+/// takes the place of the earlier one; a record over a Delete does too, as a Replace; else
+/// the resource's names and aliases are taken and its path records merged in: a path
+/// recorded again keeps its first type with the later value (a Delete followed by anything
+/// else becomes a Replace), and the records below a path recorded later are dropped.
 pub fn merge(merged: &mut Vec<ResourceMutation>, newer: Vec<ResourceMutation>) {
-    // Where each newer record goes: the first record of its resource, which may be one
-    // appended from `newer` itself. Worked out on borrowed identities before anything moves.
-    let targets: Vec<usize> = {
-        let mut positions: HashMap<(&str, &str), usize> =
-            HashMap::with_capacity(merged.len() + newer.len());
+    // Where each newer record goes, worked out on borrowed keys before anything moves. Only
+    // the records merged before are looked in, as in ConfigHub.
+    let targets: Vec<Option<usize>> = {
+        let mut positions: HashMap<(&str, &str), usize> = HashMap::with_capacity(merged.len());
         for (i, mutation) in merged.iter().enumerate() {
-            positions.entry(identity(&mutation.resource)).or_insert(i);
+            positions.insert(key(&mutation.resource), i);
         }
-        let mut appended = merged.len();
         newer
             .iter()
             .map(|mutation| {
-                *positions
-                    .entry(identity(&mutation.resource))
-                    .or_insert_with(|| {
-                        appended += 1;
-                        appended - 1
-                    })
+                let (resource_type, name) = key(&mutation.resource);
+                positions.get(&(resource_type, name)).copied().or_else(|| {
+                    mutation
+                        .aliases_without_scopes
+                        .iter()
+                        .find_map(|alias| positions.get(&(resource_type, alias.as_str())).copied())
+                })
             })
             .collect()
     };
-    for (mutation, position) in newer.into_iter().zip(targets) {
-        if position == merged.len() {
+    for (mutation, target) in newer.into_iter().zip(targets) {
+        let Some(position) = target else {
             merged.push(mutation);
             continue;
-        }
+        };
         let existing = &mut merged[position];
-        existing.resource = mutation.resource;
-        let kept_add = existing.resource_mutation_info.mutation_type == MutationType::Add
-            && mutation.resource_mutation_info.mutation_type == MutationType::Update;
-        if kept_add {
-            existing.resource_mutation_info.index = mutation.resource_mutation_info.index;
-        } else {
-            existing.resource_mutation_info = mutation.resource_mutation_info;
+        let now = mutation.resource_mutation_info.mutation_type;
+        let was = existing.resource_mutation_info.mutation_type;
+        match (was, now) {
+            (_, MutationType::None) => continue,
+            (_, MutationType::Delete | MutationType::Replace) | (MutationType::None, _) => {
+                *existing = mutation;
+                continue;
+            }
+            (MutationType::Delete, _) => {
+                *existing = mutation;
+                existing.resource_mutation_info.mutation_type = MutationType::Replace;
+                continue;
+            }
+            _ => {}
         }
+        existing.resource.resource_name = mutation.resource.resource_name;
+        existing.resource.resource_name_without_scope =
+            mutation.resource.resource_name_without_scope;
+        existing.aliases.extend(mutation.aliases);
+        existing
+            .aliases_without_scopes
+            .extend(mutation.aliases_without_scopes);
         for (path, change) in mutation.path_mutation_map {
             existing
                 .path_mutation_map
                 .retain(|recorded, _| !is_within(recorded, &path));
-            existing.path_mutation_map.insert(path, change);
+            match existing.path_mutation_map.get_mut(&path) {
+                Some(recorded) => {
+                    let mutation_type = match (recorded.mutation_type, change.mutation_type) {
+                        (MutationType::Delete, newer) if newer != MutationType::Delete => {
+                            MutationType::Replace
+                        }
+                        (kept, _) => kept,
+                    };
+                    *recorded = MutationInfo {
+                        mutation_type,
+                        ..change
+                    };
+                }
+                None => {
+                    existing.path_mutation_map.insert(path, change);
+                }
+            }
         }
     }
-}
-
-/// Orders `mutations` as the resources of `unit`, the ones no longer there last.
-pub fn order_by(mutations: &mut [ResourceMutation], unit: &Unit) {
-    let mut positions: HashMap<(&str, &str), usize> = HashMap::with_capacity(unit.elements.len());
-    for (i, element) in unit.elements.iter().enumerate() {
-        positions.entry(identity(&element.info)).or_insert(i);
-    }
-    mutations.sort_by_cached_key(|m| {
-        positions
-            .get(&identity(&m.resource))
-            .copied()
-            .unwrap_or(usize::MAX)
-    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const K8S: Toolchain = Toolchain::KubernetesYaml;
 
     const BEFORE: &str = "\
 apiVersion: apps/v1
@@ -358,115 +546,185 @@ metadata:
   name: web
 ";
 
+    fn summary(mutation: &ResourceMutation) -> Vec<String> {
+        mutation
+            .path_mutation_map
+            .iter()
+            .map(|(p, m)| format!("{p} {:?} {:?} @{}", m.mutation_type, m.value, m.index))
+            .collect()
+    }
+
+    fn diff_texts(before: &str, after: &str, index: usize) -> Vec<ResourceMutation> {
+        diff(
+            K8S,
+            &K8S.parse(before).unwrap(),
+            &K8S.parse(after).unwrap(),
+            index,
+        )
+    }
+
+    fn kinds(mutations: &[ResourceMutation]) -> Vec<String> {
+        mutations
+            .iter()
+            .map(|m| {
+                format!(
+                    "{:?} {}",
+                    m.resource_mutation_info.mutation_type, m.resource.resource_name
+                )
+            })
+            .collect()
+    }
+
     #[test]
-    fn paths_added_updated_and_deleted() {
+    fn paths_record_the_nodes_yaml_text() {
         let after = BEFORE
             .replace("replicas: 1", "replicas: 3")
             .replace(
                 "  name: web\nspec",
-                "  name: web\n  labels:\n    app: web\nspec",
+                "  name: web\n  labels:\n    app: web\n    tier: [front, edge]\nspec",
             )
-            .replace("        image: nginx\n", "");
-        let (before, after) = (
-            crate::Toolchain::KubernetesYaml.parse(BEFORE).unwrap(),
-            crate::Toolchain::KubernetesYaml.parse(&after).unwrap(),
-        );
-        let mutations = diff(&before, &after, 2);
-        assert_eq!(mutations.len(), 1, "{mutations:#?}");
-        let paths = &mutations[0].path_mutation_map;
-        let summary: Vec<_> = paths
-            .iter()
-            .map(|(p, m)| format!("{p} {:?} {} @{}", m.mutation_type, m.value, m.index))
-            .collect();
+            .replace("        image: nginx\n", "        args:\n        - --a\n");
+        let mutations = diff_texts(BEFORE, &after, 2);
+        assert_eq!(kinds(&mutations), ["Update /web", "None /web"]);
         assert_eq!(
-            summary,
+            summary(&mutations[0]),
             [
-                "metadata.labels Add {\"app\":\"web\"} @2",
-                "spec.replicas Update 3 @2",
-                "spec.template.spec.containers.0.image Delete nginx @2",
+                "metadata.labels Add \"app: web\\ntier: [front, edge]\\n\" @2",
+                "spec.replicas Update \"3\\n\" @2",
+                "spec.template.spec.containers.0.args Add \"- --a\\n\" @2",
+                "spec.template.spec.containers.0.image Delete \"nginx\\n\" @2",
             ]
+        );
+        // The unchanged Service: a None record without paths, predicate set, aliases kept.
+        let service = &mutations[1];
+        assert!(service.path_mutation_map.is_empty());
+        assert!(service.resource_mutation_info.predicate);
+        assert_eq!(service.aliases, BTreeSet::from(["/web".to_owned()]));
+        assert_eq!(
+            service.aliases_without_scopes,
+            BTreeSet::from(["web".to_owned()])
         );
     }
 
     #[test]
-    fn aliases_are_followed_even_where_the_text_is_unchanged() {
+    fn shapes_change_as_updates_of_the_whole_path() {
+        let before = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n\
+            s: 3\nq: \"x\"\nm: {}\nn: 5\ne: 5\nl:\n  k: v\nz: [1]\n";
+        let after = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n\
+            s: \"3\"\nq: 'x'\nm:\n  k: v\nn: {}\ne: []\nl: [a]\nz: {}\n";
+        let mutations = diff_texts(before, after, 0);
+        assert_eq!(
+            summary(&mutations[0]),
+            [
+                "l Update \"[a]\\n\" @0",
+                "m Update \"k: v\\n\" @0",
+                "q Update \"'x'\\n\" @0",
+                "s Update \"\\\"3\\\"\\n\" @0",
+                "z Update \"{}\\n\" @0",
+            ],
+            "n and e: an empty collection over a scalar is no change to ConfigHub"
+        );
+        let emptied = diff_texts(before, &before.replace("l:\n  k: v\n", "l: {}\n"), 0);
+        assert_eq!(summary(&emptied[0]), ["l.k Delete \"v\\n\" @0"]);
+    }
+
+    #[test]
+    fn aliases_are_compared_as_written() {
         let before = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\nx: &v 1\ny: *v\nz:\n  w: 1\n";
         let after = before.replace("&v 1", "&v 2").replace("w: 1", "w: 3");
-        let (before, after) = (
-            crate::Toolchain::KubernetesYaml.parse(before).unwrap(),
-            crate::Toolchain::KubernetesYaml.parse(&after).unwrap(),
-        );
-        let mutations = diff(&before, &after, 0);
-        let paths: Vec<_> = mutations[0]
-            .path_mutation_map
-            .iter()
-            .map(|(p, m)| format!("{p} {:?} {}", m.mutation_type, m.value))
-            .collect();
-        assert_eq!(paths, ["x Update 2", "y Update 2", "z.w Update 3"]);
+        let mutations = diff_texts(before, &after, 0);
+        let paths: Vec<_> = mutations[0].path_mutation_map.keys().collect();
+        assert_eq!(paths, ["x", "z.w"]);
     }
 
     #[test]
-    fn resources_added_and_deleted_and_merged() {
-        let before = crate::Toolchain::KubernetesYaml.parse(BEFORE).unwrap();
-        let only_service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n";
-        let after = crate::Toolchain::KubernetesYaml
-            .parse(only_service)
-            .unwrap();
-        let deleted = diff(&before, &after, 0);
+    fn renamed_resources_are_updates_unless_too_different() {
+        let before = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n";
+        let renamed = diff_texts(before, &before.replace("name: a", "name: b"), 1);
+        assert_eq!(kinds(&renamed), ["Update /b"]);
+        assert_eq!(summary(&renamed[0]), ["metadata.name Update \"b\\n\" @1"]);
         assert_eq!(
-            deleted[0].resource_mutation_info.mutation_type,
-            MutationType::Delete
+            renamed[0].aliases_without_scopes,
+            BTreeSet::from(["a".to_owned(), "b".to_owned()])
         );
+        // A Secret is similar to a ConfigMap; a Service is not.
+        let retyped = before
+            .replace("ConfigMap", "Secret")
+            .replace("name: a", "name: b");
+        assert_eq!(kinds(&diff_texts(before, &retyped, 1)), ["Update /b"]);
+        let other = before.replace("ConfigMap", "Service");
+        assert_eq!(
+            kinds(&diff_texts(before, &other, 1)),
+            ["Add /a", "Delete /a"]
+        );
+        // More records than lines: another resource.
+        let flow = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n\
+            data: {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6}\n";
+        let rewritten = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n\
+            data: {a: 9, b: 9, c: 9, d: 9, e: 9, f: 9}\n";
+        let mutations = diff_texts(flow, rewritten, 1);
+        assert_eq!(kinds(&mutations), ["Add /b", "Delete /a"]);
         assert!(
-            deleted[0]
+            mutations[1]
                 .resource_mutation_info
                 .value
-                .contains("kind: Deployment")
+                .contains("kind: ConfigMap")
         );
-        let added = diff(&after, &before, 1);
-        assert_eq!(
-            added[0].resource_mutation_info.mutation_type,
-            MutationType::Add
-        );
-
-        let mut merged = Vec::new();
-        merge(&mut merged, added);
-        let relabeled = BEFORE.replace("  name: web\nspec", "  name: web\n  labels: {a: b}\nspec");
-        merge(
-            &mut merged,
-            diff(
-                &before,
-                &crate::Toolchain::KubernetesYaml.parse(&relabeled).unwrap(),
-                2,
-            ),
-        );
-        assert_eq!(merged.len(), 1);
-        assert_eq!(
-            merged[0].resource_mutation_info.mutation_type,
-            MutationType::Add
-        );
-        assert_eq!(merged[0].resource_mutation_info.index, 2);
-        assert!(merged[0].path_mutation_map.contains_key("metadata.labels"));
     }
 
     #[test]
-    fn later_changes_override_deeper_records() {
-        let mut merged = vec![ResourceMutation {
-            resource: ResourceInfo::default(),
-            resource_mutation_info: info(MutationType::Update, 0, String::new()),
-            path_mutation_map: [
-                ("a.b".to_owned(), info(MutationType::Update, 0, "1".into())),
-                ("a.bc".to_owned(), info(MutationType::Update, 0, "2".into())),
+    fn merged_as_confighub_adds_mutations() {
+        let only_service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n";
+        let relabeled = BEFORE.replace("  name: web\nspec", "  name: web\n  labels: {a: b}\nspec");
+        // Deleted, then added back: a Replace.
+        let mut merged = diff_texts(BEFORE, only_service, 0);
+        assert_eq!(kinds(&merged), ["None /web", "Delete /web"]);
+        merge(&mut merged, diff_texts(only_service, BEFORE, 1));
+        assert_eq!(kinds(&merged), ["None /web", "Replace /web"]);
+
+        // A first Update keeps its type and index; paths merge, a later one replacing the
+        // records below it; a path deleted then written again is a Replace.
+        let mut merged = diff_texts(BEFORE, &relabeled, 0);
+        let relabeled_again = relabeled
+            .replace("{a: b}", "{a: c}")
+            .replace("        image: nginx\n", "");
+        merge(&mut merged, diff_texts(&relabeled, &relabeled_again, 1));
+        let restored = relabeled_again
+            .replace("labels: {a: c}", "labels: [x]")
+            .replace(
+                "      - name: main\n",
+                "      - name: main\n        image: nginx:2\n",
+            );
+        merge(&mut merged, diff_texts(&relabeled_again, &restored, 2));
+        assert_eq!(kinds(&merged), ["Update /web", "None /web"]);
+        assert_eq!(merged[0].resource_mutation_info.index, 0);
+        assert_eq!(
+            summary(&merged[0]),
+            [
+                "metadata.labels Add \"[x]\\n\" @2",
+                "spec.template.spec.containers.0.image Replace \"nginx:2\\n\" @2",
             ]
-            .into(),
-        }];
-        let newer = ResourceMutation {
-            path_mutation_map: [("a".to_owned(), info(MutationType::Replace, 1, "x".into()))]
-                .into(),
-            ..merged[0].clone()
-        };
-        merge(&mut merged, vec![newer]);
-        let paths: Vec<_> = merged[0].path_mutation_map.keys().cloned().collect();
-        assert_eq!(paths, ["a"]);
+        );
+    }
+
+    #[test]
+    fn records_of_renamed_resources_merge_through_their_aliases() {
+        let before = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n";
+        let renamed = before.replace("name: a", "name: b");
+        let mut merged = diff_texts(before, &before.replace("k: v", "k: w"), 0);
+        merge(
+            &mut merged,
+            diff_texts(
+                &before.replace("k: v", "k: w"),
+                &renamed.replace("k: v", "k: w"),
+                1,
+            ),
+        );
+        assert_eq!(kinds(&merged), ["Update /b"]);
+        assert_eq!(
+            merged[0].aliases_without_scopes,
+            BTreeSet::from(["a".to_owned(), "b".to_owned()])
+        );
+        assert_eq!(merged[0].path_mutation_map.len(), 2, "{merged:#?}");
     }
 }

@@ -3,15 +3,16 @@
 //! ConfigHub's does. Edits go through the lossless editor: everything not patched keeps its
 //! text.
 //!
-//! - Resources are matched by type and name without namespace. A resource the patch does
+//! - Resources are matched by type and name without namespace, or by type and one of the
+//!   names without scope their predicate record lists as aliases. A resource the patch does
 //!   not mention, or whose predicate record has Predicate false, is left alone; the patch
 //!   never adds resources that are not in the unit.
 //! - A resource-level Add or Replace replaces the document with the recorded value, Delete
 //!   removes it, None leaves it, Update applies the path records.
 //! - Path records are applied parents first (sorted by path); a record is skipped when a
 //!   predicate record at its path or any parent has Predicate false. Add, Update and
-//!   Replace write the value (parsed as YAML; a string stays a string where a string was),
-//!   creating missing keys; Delete removes the key or list item.
+//!   Replace write the value (a node's YAML text, as ConfigHub records it), creating missing
+//!   keys; Delete removes the key or list item.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -24,7 +25,7 @@ use crate::functions::{Call, FunctionError, Outcome};
 use crate::path::unescape;
 use crate::resource::Unit;
 use crate::signature::ParameterBuilder;
-use crate::yaml::{Doc, Editor, Kind, New, NodeId};
+use crate::yaml::{Doc, Editor, Kind, New, NodeId, Style};
 
 /// Path records (predicates and patch together) beyond this are refused.
 pub const MAX_PATH_RECORDS: usize = 10_000;
@@ -53,34 +54,24 @@ fn mutation_list(call: &Call, parameter: &str) -> Result<Vec<ResourceMutation>, 
         .map_err(|e| format!("{parameter} is not a ResourceMutationList: {e}"))
 }
 
-/// A new value from a recorded one: YAML (the record's strings are written raw, everything
-/// else as JSON), a string where the current value is a string.
-fn recorded_value(recorded: &str, current_is_string: bool) -> New {
-    let parsed = match Doc::parse(recorded) {
-        Ok(doc) => match doc.roots.first() {
-            Some(&root) => doc.to_json(root),
-            None => Value::Null,
-        },
-        Err(_) => Value::String(recorded.to_owned()),
+/// A new value from a recorded one, which is a node's YAML text (ConfigHub records kyaml's
+/// encoding of it): `"prod\n"` is the string prod, `"\"10\"\n"` the string 10 and `"10\n"`
+/// the number.
+fn recorded_value(recorded: &str) -> Result<New, String> {
+    let doc = Doc::parse(recorded).map_err(|e| format!("the recorded value is not YAML: {e}"))?;
+    let Some(&root) = doc.roots.first() else {
+        return Ok(New::Plain("null".into()));
     };
-    if current_is_string && !parsed.is_object() && !parsed.is_array() {
-        return New::Str(recorded.to_owned());
-    }
-    to_new(&parsed)
-}
-
-fn to_new(value: &Value) -> New {
-    match value {
-        Value::String(s) => New::Str(s.clone()),
-        Value::Array(items) => New::Seq(items.iter().map(to_new).collect()),
-        Value::Object(entries) => New::Map(
-            entries
-                .iter()
-                .map(|(key, value)| (key.clone(), to_new(value)))
-                .collect(),
-        ),
-        scalar => New::Plain(scalar.to_string()),
-    }
+    let root = doc.deref(root);
+    Ok(match doc.to_json(root) {
+        Value::String(s) => New::Str(s),
+        Value::Object(_) | Value::Array(_) => doc.to_new(root),
+        // Numbers, booleans and null as written.
+        _ => match doc.str(root) {
+            Some(text) if !text.is_empty() => New::Plain(text.to_owned()),
+            _ => New::Plain("null".into()),
+        },
+    })
 }
 
 /// Where a resolved path leads: the node, or the deepest existing node and the keys to
@@ -187,14 +178,20 @@ fn write(
             if matches!(doc.node(node).kind, Kind::Alias(_)) {
                 return Err("is an alias; not edited".into());
             }
-            let current_is_string = doc.to_json(node).is_string();
-            match recorded_value(&info.value, current_is_string) {
+            let plain = matches!(
+                doc.node(node).kind,
+                Kind::Scalar {
+                    style: Style::Plain,
+                    tagged: false,
+                    ..
+                }
+            );
+            match recorded_value(&info.value)? {
                 New::Str(s) if !doc.is_map(node) && !doc.is_seq(node) => {
                     editor.set_scalar(doc, node, &s, true)
                 }
-                New::Plain(s) if !doc.is_map(node) && !doc.is_seq(node) => {
-                    editor.set_scalar(doc, node, &s, false)
-                }
+                // A number or boolean over a quoted string is written plain, as recorded.
+                New::Plain(s) if plain => editor.set_scalar(doc, node, &s, false),
                 value => editor.replace_node(doc, node, &value),
             }
             Ok(false)
@@ -204,7 +201,7 @@ fn write(
             let nested = rest
                 .iter()
                 .rev()
-                .fold(recorded_value(&info.value, false), |inner, key| {
+                .fold(recorded_value(&info.value)?, |inner, key| {
                     New::Map(vec![(key.clone(), inner)])
                 });
             if doc.is_map(existing) {
@@ -219,7 +216,7 @@ fn write(
             Ok(false)
         }
         Walked::Append(seq) => {
-            editor.append_item(doc, seq, recorded_value(&info.value, false));
+            editor.append_item(doc, seq, recorded_value(&info.value)?);
             Ok(true)
         }
         Walked::Unreachable(why) => Err(why),
@@ -315,7 +312,15 @@ fn patch_mutations(call: &Call) -> Result<Outcome, FunctionError> {
         if predicate.is_some_and(|p| !p.resource_mutation_info.predicate) {
             continue;
         }
-        let Some(&mutation) = patch.get(&key) else {
+        // A resource renamed since the patch was recorded is found through the names its
+        // predicate record has had.
+        let renamed = || {
+            predicate?
+                .aliases_without_scopes
+                .iter()
+                .find_map(|alias| patch.get(&(key.0.clone(), alias.clone())).copied())
+        };
+        let Some(mutation) = patch.get(&key).copied().or_else(renamed) else {
             continue;
         };
         match mutation.resource_mutation_info.mutation_type {
@@ -599,6 +604,58 @@ data:
         assert!(success, "{errors:?}");
         assert!(patched.contains("replicas: 9"), "{patched}");
         assert!(patched.contains("image: api:1"), "{patched}");
+    }
+
+    #[test]
+    fn recorded_values_are_yaml_text() {
+        let patch = json!([{
+            "Resource": {"ResourceName": "settings", "ResourceType": "v1/ConfigMap"},
+            "ResourceMutationInfo": {"MutationType": "Update", "Index": 0},
+            "PathMutationMap": {
+                "data.mode": {"MutationType": "Update", "Index": 0, "Value": "prod\n"},
+                "data.count": {"MutationType": "Add", "Index": 0, "Value": "\"10\"\n"},
+                "data.limit": {"MutationType": "Add", "Index": 0, "Value": "10\n"},
+                "data.nested": {"MutationType": "Add", "Index": 0, "Value": "a: 1\nb:\n- x\n"}
+            }
+        }]);
+        let (success, errors, patched, _) = invoke(
+            BEFORE,
+            "patch-mutations",
+            vec![json!(""), json!(patch.to_string())],
+        );
+        assert!(success, "{errors:?}");
+        assert_eq!(
+            values(&patched)[1]["data"],
+            json!({"mode": "prod", "count": "10", "limit": 10, "nested": {"a": 1, "b": ["x"]}})
+        );
+    }
+
+    #[test]
+    fn renamed_resources_are_found_through_their_aliases() {
+        let patch = json!([{
+            "Resource": {"ResourceName": "old", "ResourceType": "v1/ConfigMap"},
+            "ResourceMutationInfo": {"MutationType": "Update", "Index": 0},
+            "PathMutationMap": {
+                "data.mode": {"MutationType": "Update", "Index": 0, "Value": "slow\n"}
+            }
+        }]);
+        let predicates = json!([{
+            "Resource": {"ResourceName": "settings", "ResourceType": "v1/ConfigMap"},
+            "ResourceMutationInfo": {"MutationType": "Update", "Index": 0, "Predicate": true},
+            "PathMutationMap": {},
+            "AliasesWithoutScopes": {"old": {}, "settings": {}}
+        }]);
+        let patched = |predicates: &Value| {
+            let (success, errors, patched, _) = invoke(
+                BEFORE,
+                "patch-mutations",
+                vec![json!(predicates.to_string()), json!(patch.to_string())],
+            );
+            assert!(success, "{errors:?}");
+            patched
+        };
+        assert!(patched(&predicates).contains("mode: slow"));
+        assert_eq!(patched(&json!([])), BEFORE);
     }
 
     #[test]

@@ -522,8 +522,7 @@ fn compute_mutations(call: &Call) -> Result<Outcome, FunctionError> {
         .parse_model(&model)
         .map_err(|e| format!("config-doc-list does not parse: {e}"))?;
     let index = usize::try_from(index).map_err(|_| format!("functionIndex {index} is negative"))?;
-    let mut changes = mutations::diff(&before, call.unit, index);
-    mutations::order_by(&mut changes, call.unit);
+    let changes = mutations::diff(call.toolchain, &before, call.unit, index);
     let value = serde_json::to_value(&changes).map_err(|e| e.to_string())?;
     Ok(Outcome::output(Output::Other(
         OutputType::ResourceMutationList,

@@ -49,3 +49,38 @@ fn joined(first: &str, second: &str) -> String {
     out.push_str(second);
     out
 }
+
+/// Types of one structure that a resource may change between (k8skit's workload, config,
+/// role and role binding sets).
+const SIMILAR_TYPES: [&[&str]; 4] = [
+    &[
+        "apps/v1/Deployment",
+        "apps/v1/ReplicaSet",
+        "apps/v1/DaemonSet",
+        "apps/v1/StatefulSet",
+        "batch/v1/Job",
+        "batch/v1/CronJob",
+    ],
+    &["v1/ConfigMap", "v1/Secret"],
+    &[
+        "rbac.authorization.k8s.io/v1/Role",
+        "rbac.authorization.k8s.io/v1/ClusterRole",
+    ],
+    &[
+        "rbac.authorization.k8s.io/v1/RoleBinding",
+        "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
+    ],
+];
+
+/// k8skit's `ResourceTypesAreSimilar`: the same kind in any group and version, or two types
+/// of one of [`SIMILAR_TYPES`].
+pub fn types_similar(a: &str, b: &str) -> bool {
+    fn kind(resource_type: &str) -> &str {
+        resource_type.rsplit('/').next().unwrap_or_default()
+    }
+    a == b
+        || kind(a) == kind(b)
+        || SIMILAR_TYPES
+            .iter()
+            .any(|set| set.contains(&a) && set.contains(&b))
+}

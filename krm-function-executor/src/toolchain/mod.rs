@@ -124,6 +124,15 @@ impl Toolchain {
         }
     }
 
+    /// Whether a resource of type `a` may be the same resource as one of type `b` changed
+    /// (ConfigHub's `ResourceTypesAreSimilar`): how mutation records match resources.
+    pub fn types_similar(self, a: &str, b: &str) -> bool {
+        match self {
+            Toolchain::KubernetesYaml => kubernetes::types_similar(a, b),
+            Toolchain::AppConfigProperties => a == b,
+        }
+    }
+
     /// Where a resource's name without scope is (what `replicate` makes unique).
     pub fn name_path(self) -> &'static [&'static str] {
         match self {
