@@ -11,11 +11,13 @@
 //! - [`RoutingTable`], matching a request image to an object and listing the executors to try.
 //!
 //! Objects from the cluster enter through [`Sourced::from_cluster`], which validates them.
-//! [`config_file`] reads every configuration file of the runner and its plugins within bounds.
+//! [`config_file`] reads every configuration file of the runner and its plugins within bounds;
+//! [`private_folder`] checks the folders whose files the runner trusts as its own.
 
 pub mod config_file;
 pub mod docker_config;
 mod load;
+pub mod private_folder;
 mod route;
 mod source;
 mod types;

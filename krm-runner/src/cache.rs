@@ -7,17 +7,23 @@
 //! executable's content hash), the FunctionConfig route, the image, the tag constraint and the
 //! request bytes exactly. A change of any of them is a different key, so a cached answer is
 //! never given for a request or code that did not produce it.
+//!
+//! With `cache.disk`, answers are also kept on disk ([`disk`]): a call the memory store cannot
+//! answer looks there, and a hit there is kept in memory again.
+
+pub mod disk;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use krm_plugin_api::{CancelReason, EvalError, EvalResponse};
 use krm_plugin_loader::HostCallContext;
 use moka::notification::RemovalCause;
 use sha2::{Digest, Sha256};
 
+use self::disk::{DiskStore, DiskUsage, Loaded};
 use crate::config::CacheConfig;
 use crate::telemetry::metrics;
 
@@ -63,14 +69,22 @@ impl Outcome {
 
 /// Whether a call may be cached, decided before it runs.
 pub enum Decision {
-    /// Cache it under `key` for `ttl`; `request` identifies the request without the code.
-    Cache {
-        key: Key,
-        request: Key,
-        ttl: Duration,
-    },
+    Cache(Cacheable),
     /// Run it uncached.
     Bypass,
+}
+
+/// How a cacheable call is kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Cacheable {
+    key: Key,
+    /// The request without the code, to tell why a call missed.
+    request: Key,
+    ttl: Duration,
+    /// Whether the answer may be kept on disk: only when its evaluator named the code that
+    /// runs. One that names none (the pod evaluator, which learns a tag's digest at its first
+    /// call) may run other code after a restart under the same key.
+    durable: bool,
 }
 
 /// What identifies a call: hashed into its [`Key`].
@@ -157,6 +171,8 @@ pub struct ResultCache {
     requests: moka::sync::Cache<Key, (Key, Instant)>,
     config: CacheConfig,
     counts: Arc<Counts>,
+    /// The store on disk, when configured and usable.
+    disk: Option<Arc<DiskStore>>,
 }
 
 #[derive(Debug, Default)]
@@ -200,12 +216,20 @@ impl moka::Expiry<Key, Arc<Answer>> for PerEntryTtl {
     }
 }
 
-/// What the store holds, for `krm-runner cache`.
+/// What the memory store holds, for `krm-runner cache`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     pub entries: u64,
     pub bytes: u64,
     pub max_bytes: u64,
+}
+
+/// What a running server's stores hold: the answer of its `/cache` admin path.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Stores {
+    pub memory: Usage,
+    /// `None` without a usable disk store.
+    pub disk: Option<DiskUsage>,
 }
 
 impl ResultCache {
@@ -233,16 +257,23 @@ impl ResultCache {
                 metrics::cache_eviction(&answer.image, reason);
             })
             .build();
+        let disk = config.disk.as_ref().and_then(|disk| {
+            let largest =
+                (config.max_bytes / MAX_ENTRY_SHARE).min(disk.max_bytes / MAX_ENTRY_SHARE);
+            DiskStore::open(disk, largest).map(Arc::new)
+        });
         Some(Arc::new(Self {
             entries,
             requests: moka::sync::Cache::new(REMEMBERED_REQUESTS),
             config: config.clone(),
             counts,
+            disk,
         }))
     }
 
-    /// Whether a call for `image` whose evaluator gave this purity may be cached, and its key.
-    pub fn decide(&self, identity: &Identity<'_>, pure: bool) -> Decision {
+    /// Whether a call for `image` whose evaluator gave this purity may be cached, and its key;
+    /// `named` says whether the evaluator named the code (see [`Cacheable::durable`]).
+    pub fn decide(&self, identity: &Identity<'_>, pure: bool, named: bool) -> Decision {
         let ttl = if pure {
             Some(self.config.ttl_seconds)
         } else {
@@ -255,11 +286,12 @@ impl ResultCache {
         match ttl {
             Some(seconds) => {
                 let (key, request) = identity.keys();
-                Decision::Cache {
+                Decision::Cache(Cacheable {
                     key,
                     request,
                     ttl: Duration::from_secs(seconds),
-                }
+                    durable: named,
+                })
             }
             None => Decision::Bypass,
         }
@@ -273,21 +305,39 @@ impl ResultCache {
         &self,
         context: &Arc<HostCallContext>,
         image: &str,
-        decision: (Key, Key, Duration),
+        cacheable: Cacheable,
         run: F,
     ) -> (Result<EvalResponse, EvalError>, Outcome)
     where
         F: Fn() -> R,
         R: Future<Output = Result<EvalResponse, EvalError>>,
     {
-        let (key, request, ttl) = decision;
+        let Cacheable { key, request, .. } = cacheable;
         if let Some(answer) = self.entries.get(&key).await {
             metrics::cache_lookup(image, "hit", "");
             return (Ok(reply(context, &answer)), Outcome::Hit);
         }
         let cancelled = context.as_call_context().cancelled();
         let deadline = context.deadline().map(tokio::time::Instant::from_std);
-        let wait = self.run_once(context, image, key, request, ttl, run);
+        let wait = async {
+            let on_disk = if cacheable.durable {
+                self.load_from_disk(key).await
+            } else {
+                Loaded::Absent
+            };
+            let reason = match on_disk {
+                Loaded::Found(answer) => {
+                    let answer = Arc::new(answer);
+                    self.keep_in_memory(key, request, answer.clone()).await;
+                    metrics::cache_lookup(image, "hit", "");
+                    return (Ok(reply(context, &answer)), Outcome::Hit);
+                }
+                Loaded::Expired => Some("expired"),
+                Loaded::Corrupt => Some("corrupt"),
+                Loaded::Absent => None,
+            };
+            self.run_once(context, image, cacheable, reason, run).await
+        };
         tokio::select! {
             answered = wait => answered,
             reason = cancelled => (Err(reason.to_error(image)), Outcome::Miss),
@@ -298,22 +348,52 @@ impl ResultCache {
         }
     }
 
+    /// The entry of `key` on disk, read on a blocking thread; `Absent` without a disk store.
+    async fn load_from_disk(&self, key: Key) -> Loaded {
+        let Some(disk) = &self.disk else {
+            return Loaded::Absent;
+        };
+        let disk = disk.clone();
+        tokio::task::spawn_blocking(move || disk.load(&key))
+            .await
+            .unwrap_or(Loaded::Absent)
+    }
+
+    /// Keeps an answer read from disk in memory too, unless it is too large to.
+    async fn keep_in_memory(&self, key: Key, request: Key, answer: Arc<Answer>) {
+        let weight = answer.weight();
+        if weight > self.config.max_bytes / MAX_ENTRY_SHARE {
+            return;
+        }
+        self.counts.add(weight);
+        self.requests
+            .insert(request, (key, Instant::now() + answer.ttl));
+        self.entries.insert(key, answer).await;
+    }
+
+    /// Runs the function once for every identical call waiting; `found_on_disk` is why the
+    /// disk store did not answer, when it held an entry.
     async fn run_once<F, R>(
         &self,
         context: &Arc<HostCallContext>,
         image: &str,
-        key: Key,
-        request: Key,
-        ttl: Duration,
+        cacheable: Cacheable,
+        found_on_disk: Option<&'static str>,
         run: F,
     ) -> (Result<EvalResponse, EvalError>, Outcome)
     where
         F: Fn() -> R,
         R: Future<Output = Result<EvalResponse, EvalError>>,
     {
+        let Cacheable {
+            key,
+            request,
+            ttl,
+            durable,
+        } = cacheable;
         let largest = self.config.max_bytes / MAX_ENTRY_SHARE;
         // Told before a run records this request's new key.
-        let reason = self.miss_reason(key, request);
+        let reason = found_on_disk.unwrap_or_else(|| self.miss_reason(key, request));
         loop {
             let ran = AtomicBool::new(false);
             let init = async {
@@ -339,6 +419,13 @@ impl ResultCache {
                 }
                 self.counts.add(weight);
                 self.requests.insert(request, (key, Instant::now() + ttl));
+                if let Some(disk) = self.disk.as_ref().filter(|_| durable) {
+                    let (disk, stored) = (disk.clone(), answer.clone());
+                    let expires = SystemTime::now() + ttl;
+                    // Awaited, so that an answer given is on disk when the runner stops.
+                    let _ = tokio::task::spawn_blocking(move || disk.store(&key, &stored, expires))
+                        .await;
+                }
                 Ok(answer)
             };
             let entry = self.entries.entry(key).or_try_insert_with(init).await;
@@ -399,21 +486,55 @@ impl ResultCache {
         metrics::cache_lookup(image, "miss", "not_cacheable");
     }
 
-    /// What the store holds now.
-    pub fn usage(&self) -> Usage {
-        Usage {
-            entries: self.counts.entries.load(Ordering::Relaxed),
-            bytes: self.counts.bytes.load(Ordering::Relaxed),
-            max_bytes: self.config.max_bytes,
+    /// What the stores hold now.
+    pub fn stores(&self) -> Stores {
+        Stores {
+            memory: Usage {
+                entries: self.counts.entries.load(Ordering::Relaxed),
+                bytes: self.counts.bytes.load(Ordering::Relaxed),
+                max_bytes: self.config.max_bytes,
+            },
+            disk: self.disk.as_ref().map(|disk| disk.usage()),
         }
     }
 
-    /// Empties the store; runs in flight still answer their callers.
+    /// Empties the stores; runs in flight still answer their callers.
     pub async fn clear(&self) {
         self.entries.invalidate_all();
         self.entries.run_pending_tasks().await;
         self.requests.invalidate_all();
+        if let Some(disk) = &self.disk {
+            let disk = disk.clone();
+            let _ = tokio::task::spawn_blocking(move || disk.clear()).await;
+        }
     }
+}
+
+/// The path of the admin route on the metrics listener: GET shows the stores ([`Stores`] as
+/// JSON), DELETE empties them and shows what is left.
+pub const ADMIN_PATH: &str = "/cache";
+
+/// The admin route of `cache` ([`ADMIN_PATH`]).
+pub fn admin_routes(cache: Arc<ResultCache>) -> axum::Router {
+    use axum::extract::State;
+    async fn show(State(cache): State<Arc<ResultCache>>) -> impl axum::response::IntoResponse {
+        as_json(&cache.stores())
+    }
+    async fn clear(State(cache): State<Arc<ResultCache>>) -> impl axum::response::IntoResponse {
+        cache.clear().await;
+        as_json(&cache.stores())
+    }
+    axum::Router::new()
+        .route(ADMIN_PATH, axum::routing::get(show).delete(clear))
+        .with_state(cache)
+}
+
+fn as_json(stores: &Stores) -> impl axum::response::IntoResponse + use<> {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        // Plain numbers and paths: serializing cannot fail.
+        serde_json::to_string(stores).unwrap_or_default(),
+    )
 }
 
 fn reply(context: &HostCallContext, answer: &Answer) -> EvalResponse {

@@ -72,6 +72,9 @@ pub enum Command {
     List(ToolchainArg),
     /// ConfigHub's `fctl listpaths`: the path registry (attribute, resource type, path).
     Listpaths(ToolchainArg),
+    /// Show what the result cache's stores hold (the configured disk store, or a serving
+    /// runner's stores with --server), or empty them with --clear.
+    Cache(CacheArgs),
 }
 
 impl Command {
@@ -129,6 +132,18 @@ impl FunctionCall {
             function: FunctionArgs::from_arg_matches(&matches).ok()?,
         })
     }
+}
+
+/// `krm-runner cache`'s arguments.
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    /// Empty the stores (a serving runner's memory and disk stores, with --server).
+    #[arg(long)]
+    pub clear: bool,
+    /// A serving runner's metrics listener (`telemetry.metrics`), such as 127.0.0.1:9464:
+    /// its memory and disk stores through the `/cache` path there.
+    #[arg(long, value_name = "ADDRESS")]
+    pub server: Option<String>,
 }
 
 /// The toolchain of the config data, as ConfigHub names it.

@@ -77,6 +77,7 @@ pub fn run(args: Vec<OsString>) -> u8 {
         Command::Listpaths(toolchain) => {
             commands::confighub::run(&flags, Typed::Listpaths(&toolchain))
         }
+        Command::Cache(args) => commands::cache::run(&flags, &args),
     };
     exit.unwrap_or_else(|code| code)
 }

@@ -297,3 +297,237 @@ async fn a_flood_of_unique_requests_stays_within_the_bound() {
     );
     assert!(evicted > 0.0, "nothing was evicted");
 }
+
+/// `cache:` with a disk store in `dir` (and `extra` settings of the cache, as YAML keys).
+fn with_disk(dir: &std::path::Path, extra: &str) -> String {
+    format!(
+        "cache:\n  disk: {{path: {}, max_bytes: 1048576}}\n{extra}",
+        dir.display()
+    )
+}
+
+/// The stored entries' files in `dir`.
+fn disk_entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ending| ending == "entry"))
+        .collect();
+    entries.sort();
+    entries
+}
+
+/// With the disk store, an answer survives a restart: the new runner's first call is a hit,
+/// with the same bytes.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_disk_store_answers_after_a_restart() {
+    let store = scratch();
+    let config = with_disk(store.path(), "");
+    let input = set_namespace("prod", &["a", "b"]);
+    let server = Server::start(&config, &[]);
+    let (first, output) = call(&server, "set-namespace", &input).await.unwrap();
+    assert_eq!(first, "miss");
+    assert_eq!(disk_entries(store.path()).len(), 1);
+    drop(server);
+    let server = Server::start(&config, &[]);
+    let (again, cached) = call(&server, "set-namespace", &input).await.unwrap();
+    assert_eq!(again, "hit", "{}", server.stderr());
+    assert_eq!(cached, output);
+    // Another request is still another answer.
+    let other = set_namespace("staging", &["a", "b"]);
+    assert_eq!(cache_header(&server, "set-namespace", &other).await, "miss");
+}
+
+/// An entry edited by hand, or cut short, is discarded and counted, never served: the call
+/// runs the function and its answer replaces the entry.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_entry_edited_or_truncated_misses_and_is_counted() {
+    let store = scratch();
+    let config = with_disk(store.path(), "");
+    let edited_input = set_namespace("prod", &["a"]);
+    let truncated_input = set_namespace("prod", &["b"]);
+    let server = Server::start(&config, &[]);
+    assert_eq!(
+        cache_header(&server, "set-namespace", &edited_input).await,
+        "miss"
+    );
+    let edited = disk_entries(store.path()).pop().unwrap();
+    assert_eq!(
+        cache_header(&server, "set-namespace", &truncated_input).await,
+        "miss"
+    );
+    let truncated = disk_entries(store.path())
+        .into_iter()
+        .find(|path| *path != edited)
+        .unwrap();
+    drop(server);
+    // The same length, another namespace: only the checksum tells.
+    let mut bytes = std::fs::read(&edited).unwrap();
+    let at = bytes
+        .windows(b"namespace: prod".len())
+        .position(|window| window == b"namespace: prod")
+        .expect("the entry holds the answer");
+    bytes[at..at + 15].copy_from_slice(b"namespace: evil");
+    std::fs::write(&edited, &bytes).unwrap();
+    let bytes = std::fs::read(&truncated).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() - 10]).unwrap();
+
+    let (server, metrics) = with_metrics(&config);
+    for input in [&edited_input, &truncated_input] {
+        let (header, output) = call(&server, "set-namespace", input).await.unwrap();
+        assert_eq!(header, "miss");
+        let output = String::from_utf8_lossy(&output).into_owned();
+        assert!(output.contains("namespace: prod"), "{output}");
+        assert!(!output.contains("evil"), "{output}");
+    }
+    assert_eq!(
+        metric(
+            metrics,
+            "krm_cache_misses_total{image=\"set-namespace\",reason=\"corrupt\"}"
+        ),
+        2.0
+    );
+    assert!(
+        server.stderr().contains("its checksum does not match"),
+        "{}",
+        server.stderr()
+    );
+    // Replaced by the run's answer, which the next runner serves.
+    drop(server);
+    let server = Server::start(&config, &[]);
+    assert_eq!(
+        cache_header(&server, "set-namespace", &edited_input).await,
+        "hit"
+    );
+}
+
+/// An entry's expiry holds across a restart: past its TTL, the new runner's call misses as
+/// `expired`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_entry_expires_across_a_restart() {
+    let store = scratch();
+    let config = with_disk(store.path(), "  ttl_seconds: 2\n");
+    let input = set_namespace("prod", &["a"]);
+    let server = Server::start(&config, &[]);
+    assert_eq!(cache_header(&server, "set-namespace", &input).await, "miss");
+    let stored_at = Instant::now();
+    drop(server);
+    let (server, metrics) = with_metrics(&config);
+    // Waits out the 2 s TTL (whole seconds on disk), which is what this test is about.
+    if let Some(left) = Duration::from_secs(3).checked_sub(stored_at.elapsed()) {
+        tokio::time::sleep(left).await;
+    }
+    assert_eq!(cache_header(&server, "set-namespace", &input).await, "miss");
+    assert_eq!(
+        metric(
+            metrics,
+            "krm_cache_misses_total{image=\"set-namespace\",reason=\"expired\"}"
+        ),
+        1.0
+    );
+}
+
+/// A folder the runner cannot write (mounted read-only) is warned of once; every call is
+/// still answered, and the memory store still answers again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_disk_folder_serves_from_memory_with_one_warning() {
+    if !krm_runner_tests::have_tool("unshare") {
+        return;
+    }
+    let store = scratch();
+    let folder = store.path().display().to_string();
+    let server = Server::launch(
+        &with_disk(store.path(), ""),
+        &[],
+        &krm_runner_tests::Launch {
+            // A private mount namespace whose bind mount of the folder is read-only, then the
+            // runner in place of the shell (the Server's pid stays the runner's).
+            under: &[
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                "mount --bind -o ro \"$0\" \"$0\" && exec \"$@\"",
+                folder.as_str(),
+            ],
+            ..krm_runner_tests::Launch::default()
+        },
+    );
+    for namespace in ["a", "b", "c"] {
+        let input = set_namespace(namespace, &["x"]);
+        assert_eq!(cache_header(&server, "set-namespace", &input).await, "miss");
+        assert_eq!(cache_header(&server, "set-namespace", &input).await, "hit");
+    }
+    let stderr = server.stderr();
+    assert_eq!(
+        stderr.matches("cannot write a cached answer").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(disk_entries(store.path()).is_empty());
+}
+
+/// `krm-runner cache`: with --server, a serving runner's memory and disk stores (from its
+/// metrics listener), emptied by --clear so that the next identical call runs again; without,
+/// the disk store the configuration names, read and emptied from its folder.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cache_command_shows_and_clears_the_stores() {
+    let store = scratch();
+    let config = with_disk(store.path(), "");
+    let config_file = store.path().join("config.yaml");
+    std::fs::write(&config_file, &config).unwrap();
+    let config_file = config_file.to_str().unwrap();
+    let cache = |args: &[&str]| {
+        let mut line = vec!["--config-file", config_file, "cache"];
+        line.extend_from_slice(args);
+        let output = krm_runner_tests::run_cli(&line, &[], b"");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout
+    };
+    let folder = store.path().display();
+    let (server, metrics) = with_metrics(&config);
+    let inputs = [set_namespace("a", &["x"]), set_namespace("b", &["x"])];
+    for input in &inputs {
+        assert_eq!(cache_header(&server, "set-namespace", input).await, "miss");
+    }
+    let address = format!("127.0.0.1:{metrics}");
+    let shown = cache(&["--server", &address]);
+    assert!(shown.contains("memory: 2 entries"), "{shown}");
+    assert!(
+        shown.contains(&format!("disk {folder}: 2 entries")),
+        "{shown}"
+    );
+    let local = cache(&[]);
+    assert!(
+        local.contains(&format!("disk {folder}: 2 entries")),
+        "{local}"
+    );
+
+    let cleared = cache(&["--server", &address, "--clear"]);
+    assert!(cleared.contains("memory: 0 entries, 0 of"), "{cleared}");
+    assert!(
+        cleared.contains(&format!("disk {folder}: 0 entries")),
+        "{cleared}"
+    );
+    assert!(disk_entries(store.path()).is_empty());
+    assert_eq!(
+        cache_header(&server, "set-namespace", &inputs[0]).await,
+        "miss"
+    );
+    drop(server);
+
+    let cleared = cache(&["--clear"]);
+    assert!(cleared.contains("removed 1 entries"), "{cleared}");
+    assert!(
+        cleared.contains(&format!("disk {folder}: 0 entries")),
+        "{cleared}"
+    );
+    assert!(disk_entries(store.path()).is_empty());
+}

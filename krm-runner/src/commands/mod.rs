@@ -1,6 +1,7 @@
 //! The commands, one module each, and what they share: the configuration and its problems, the
 //! plugins started for a command, the async runtime it runs on and its exit status.
 
+pub mod cache;
 pub mod config;
 pub mod confighub;
 pub mod eval;

@@ -34,7 +34,7 @@ async fn serve(runtime: Arc<Runtime>, config: &Config) -> anyhow::Result<()> {
             })?),
             None => None,
         };
-    telemetry::start(&config.telemetry)
+    telemetry::start(&config.telemetry, runtime.cache().cloned())
         .await
         .map_err(anyhow::Error::new)?;
     runtime.store().report_routes();

@@ -95,6 +95,21 @@ pub struct CacheConfig {
     /// Images whose calls are cached although their evaluator does not declare them pure
     /// (exec, pod): the operator vouches that they read nothing but their input.
     pub images: Vec<CachedImages>,
+    /// A store on disk behind the memory one, surviving restarts; absent, answers are kept in
+    /// memory only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskCacheConfig>,
+}
+
+/// The result cache's store on disk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskCacheConfig {
+    /// The folder of the stored answers, created (mode 0700) when missing; it must belong to
+    /// the runner's user and be writable by no one else.
+    pub path: PathBuf,
+    /// The disk the stored answers may take, in bytes; the oldest go first.
+    pub max_bytes: u64,
 }
 
 /// Images an operator marks cacheable, by prefix.
@@ -114,6 +129,7 @@ impl Default for CacheConfig {
             max_bytes: 64 << 20,
             ttl_seconds: 3600,
             images: Vec::new(),
+            disk: None,
         }
     }
 }
@@ -141,6 +157,17 @@ impl CacheConfig {
             if images.ttl_seconds == 0 {
                 problems.push(format!(
                     "cache.images[{index}].ttl_seconds: must be at least 1"
+                ));
+            }
+        }
+        if let Some(disk) = &self.disk {
+            if disk.path.as_os_str().is_empty() {
+                problems.push("cache.disk.path: empty".to_owned());
+            }
+            if disk.max_bytes < 1 << 20 || disk.max_bytes > Self::MAX_BYTES {
+                problems.push(format!(
+                    "cache.disk.max_bytes: {} is outside 1 MiB to 1 TiB",
+                    disk.max_bytes
                 ));
             }
         }

@@ -382,7 +382,7 @@ impl Runtime {
             );
         };
         let decision = self.cache_decision(cache, &plan, &image, context.tag(), &resource_list);
-        let cache::Decision::Cache { key, request, ttl } = decision else {
+        let cache::Decision::Cache(cacheable) = decision else {
             ResultCache::bypassed(&image);
             let call = call(plan, context);
             return (
@@ -397,9 +397,7 @@ impl Runtime {
                 resource_list.clone(),
             )
         };
-        cache
-            .answer(&context, &image, (key, request, ttl), run)
-            .await
+        cache.answer(&context, &image, cacheable, run).await
     }
 
     /// Whether the result cache may answer a call for `image`: the instance that would serve
@@ -433,9 +431,9 @@ impl Runtime {
             };
             // An instance that cannot tell whether it serves claims the call by naming the
             // code it would run.
-            let identity = match serving.cache_identity(asked, route) {
-                Some(identity) => identity,
-                None if surely => CacheIdentity::default(),
+            let (identity, named) = match serving.cache_identity(asked, route) {
+                Some(identity) => (identity, true),
+                None if surely => (CacheIdentity::default(), false),
                 None => return cache::Decision::Bypass,
             };
             let route = route
@@ -453,6 +451,7 @@ impl Runtime {
                     request,
                 },
                 identity.pure,
+                named,
             );
         }
         cache::Decision::Bypass

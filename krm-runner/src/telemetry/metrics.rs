@@ -20,6 +20,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::TelemetryError;
+use crate::cache::ResultCache;
 use crate::config::telemetry::{MetricsConfig, MetricsExporter};
 
 /// The label value of images past `telemetry.metrics.max_images`.
@@ -243,7 +244,8 @@ impl Metrics {
         registry.register(
             "krm_cache_misses",
             "Calls the result cache did not answer, by function image and reason: \
-             not_cacheable, new, expired, evicted, new_digest (the code changed)",
+             not_cacheable, new, expired, evicted, new_digest (the code changed), corrupt (a \
+             disk entry that was not whole, discarded)",
             metrics.cache_misses.clone(),
         );
         registry.register(
@@ -332,8 +334,12 @@ impl<T: Eq + Hash> Bounded<T> {
 }
 
 /// Starts serving `/metrics` when `telemetry.metrics.exporter` says so, on a listener of its
-/// own; returns the address bound.
-pub async fn start(config: &MetricsConfig) -> Result<Option<std::net::SocketAddr>, TelemetryError> {
+/// own, with the result cache's admin route beside it when `cache` is given; returns the
+/// address bound.
+pub async fn start(
+    config: &MetricsConfig,
+    cache: Option<Arc<ResultCache>>,
+) -> Result<Option<std::net::SocketAddr>, TelemetryError> {
     if config.exporter == MetricsExporter::None {
         return Ok(None);
     }
@@ -353,7 +359,10 @@ pub async fn start(config: &MetricsConfig) -> Result<Option<std::net::SocketAddr
             source: error,
         })?;
     let _ = METRICS.set(Metrics::new(config));
-    let router = axum::Router::new().route("/metrics", axum::routing::get(exposition));
+    let mut router = axum::Router::new().route("/metrics", axum::routing::get(exposition));
+    if let Some(cache) = cache {
+        router = router.merge(crate::cache::admin_routes(cache));
+    }
     tokio::spawn(async move {
         if let Err(error) = axum::serve(listener, router).await {
             tracing::error!(%error, "telemetry: the metrics endpoint stopped");

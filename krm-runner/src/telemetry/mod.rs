@@ -5,6 +5,9 @@
 pub mod metrics;
 pub mod traces;
 
+use std::sync::Arc;
+
+use crate::cache::ResultCache;
 use crate::config::TelemetryConfig;
 
 /// Why telemetry could not start; the runner then does not serve.
@@ -21,10 +24,14 @@ pub enum TelemetryError {
     },
 }
 
-/// Starts what `config` turns on; inside the async runtime that serves.
-pub async fn start(config: &TelemetryConfig) -> Result<(), TelemetryError> {
+/// Starts what `config` turns on, the metrics listener with `cache`'s admin route; inside the
+/// async runtime that serves.
+pub async fn start(
+    config: &TelemetryConfig,
+    cache: Option<Arc<ResultCache>>,
+) -> Result<(), TelemetryError> {
     traces::start(config)?;
-    if let Some(address) = metrics::start(&config.metrics).await? {
+    if let Some(address) = metrics::start(&config.metrics, cache).await? {
         tracing::info!(%address, "serving metrics for Prometheus at /metrics");
     }
     Ok(())

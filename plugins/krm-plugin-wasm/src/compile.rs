@@ -11,9 +11,9 @@
 use std::fs::File;
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use krm_runner_function_config::private_folder::{hex, private_folder};
 use sha2::{Digest, Sha256};
 use wasmtime::{Engine, InstancePre, Linker, Module};
 
@@ -84,7 +84,7 @@ impl Compiler {
         cache_dir: Option<PathBuf>,
         max_module_bytes: u64,
     ) -> Self {
-        let cache_dir = cache_dir.and_then(|dir| match trusted_folder(&dir) {
+        let cache_dir = cache_dir.and_then(|dir| match private_folder(&dir) {
             Ok(()) => Some(dir),
             Err(problem) => {
                 tracing::warn!(
@@ -138,7 +138,7 @@ impl Compiler {
         if cached.is_file() {
             // SAFETY: wasmtime runs what it deserializes as machine code, so the file must be
             // one `Module::serialize` wrote for a compatible engine. It is: the folder belongs
-            // to the runner's user and no one else can write it (`trusted_folder`), files
+            // to the runner's user and no one else can write it (`private_folder`), files
             // appear in it only whole (written aside, then renamed), and its name carries the
             // module's digest and the engine's compatibility hash; wasmtime itself refuses a
             // file of another version or configuration, which is then compiled anew.
@@ -168,32 +168,6 @@ fn store(dir: &Path, path: &Path, module: &Module) -> anyhow::Result<()> {
     file.write_all(&serialized)?;
     file.as_file().sync_data()?;
     file.persist(path)?;
-    Ok(())
-}
-
-/// Creates `dir` (mode 0700) unless it exists, then checks that it belongs to the runner's user
-/// and that no one else can write it.
-fn trusted_folder(dir: &Path) -> Result<(), String> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|error| format!("cannot create the cache folder: {error}"))?;
-    let metadata = std::fs::metadata(dir).map_err(|error| format!("cannot read it: {error}"))?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let user = unsafe { libc::geteuid() };
-    if metadata.uid() != user {
-        return Err(format!(
-            "the cache folder belongs to uid {}, not to the runner's uid {user}",
-            metadata.uid()
-        ));
-    }
-    if metadata.mode() & 0o022 != 0 {
-        return Err(format!(
-            "the cache folder is writable by others (mode {:o})",
-            metadata.mode() & 0o7777
-        ));
-    }
     Ok(())
 }
 
@@ -254,8 +228,4 @@ impl Hasher for Sha256Hasher {
                 .expect("a SHA-256 digest has 32 bytes"),
         )
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
