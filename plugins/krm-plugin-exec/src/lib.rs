@@ -29,9 +29,8 @@ use std::path::PathBuf;
 
 use krm_plugin_api::process::OutputLimits;
 use krm_plugin_api::{
-    BuildContext, CacheIdentity, CallContext, ConfigError, EvalError, EvalResponse,
-    Evaluator, FunctionConfigExecutor, FunctionConfigRoute, Plugin, Probe, Resolution,
-    export_plugin,
+    BuildContext, CacheIdentity, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
+    FunctionConfigExecutor, FunctionConfigRoute, Plugin, Probe, Resolution, export_plugin,
 };
 use krm_runner_function_config::BinaryExecutor;
 use krm_runner_function_config::version::MappedVersions;
