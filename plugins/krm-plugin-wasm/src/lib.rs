@@ -343,7 +343,7 @@ impl Evaluator for Wasm {
                 .rsplit('/')
                 .next()
                 .is_some_and(|name| name.contains(':'));
-        if !mapped && !(names_a_version && self.shared.pulls(image)) {
+        if !(mapped || names_a_version && self.shared.pulls(image)) {
             return;
         }
         let shared = self.shared.clone();

@@ -135,10 +135,13 @@ pub(crate) struct Registries {
     settings: Pulls,
     client: Client,
     /// Tag lists by repository, with when they were listed.
-    tags: Mutex<HashMap<String, (Instant, Arc<[String]>)>>,
+    tags: Mutex<HashMap<String, ListedTags>>,
     /// Manifest digests by tagged image, with when they were resolved.
     digests: Mutex<HashMap<String, (Instant, String)>>,
 }
+
+/// A repository's tags, and when the registry listed them.
+type ListedTags = (Instant, Arc<[String]>);
 
 /// An image pinned to a digest: what a call runs.
 #[derive(Debug, Clone)]
