@@ -26,9 +26,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-plugins="builtin confighub starlark exec multi pod"
+plugins="builtin confighub starlark exec wasm multi pod"
 if [ -z "$build_dir" ]; then
-  (cd "$repo" && cargo build --release -p krm-runner -p krm-plugin-builtin -p krm-plugin-confighub -p krm-plugin-starlark -p krm-plugin-exec \
+  (cd "$repo" && cargo build --release -p krm-runner -p krm-plugin-builtin -p krm-plugin-confighub -p krm-plugin-starlark -p krm-plugin-exec -p krm-plugin-wasm \
     -p krm-plugin-multi -p krm-plugin-pod >&2)
   build_dir=$target_dir/release
 fi

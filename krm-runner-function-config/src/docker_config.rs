@@ -1,7 +1,8 @@
 //! Docker config JSON files (`{"auths": {"<registry>": {"auth": "<base64 user:password>"}}}`,
 //! what a `kubernetes.io/dockerconfigjson` Secret holds): the registry credentials the pod
-//! evaluator's private registries (Porch's `--enable-private-registries`) and the trust
-//! policy's registry requests both read, so that an operator mounts one Secret for both.
+//! evaluator's private registries (Porch's `--enable-private-registries`), the trust policy's
+//! registry requests and the wasm evaluator's pulls all read, so that an operator mounts one
+//! Secret for them.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -88,7 +88,15 @@ fn installed_binaries(prefix: &Path) -> Vec<PathBuf> {
         prefix.join("bin/krm-runner"),
         prefix.join("bin/krm-runner-server"),
     ];
-    for plugin in ["builtin", "confighub", "starlark", "exec", "multi", "pod"] {
+    for plugin in [
+        "builtin",
+        "confighub",
+        "starlark",
+        "exec",
+        "wasm",
+        "multi",
+        "pod",
+    ] {
         binaries.push(prefix.join(format!("lib/krm-runner/libkrm_plugin_{plugin}.so")));
     }
     binaries

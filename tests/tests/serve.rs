@@ -389,9 +389,11 @@ async fn function_output_over_the_limit_is_resource_exhausted() {
         .call("example.com/spews:v1", &resource_list(&["a"]))
         .await
         .unwrap_err();
-    assert_eq!(status.code(), Code::Internal, "{status:?}");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(
-        status.message().contains("exceeded 65536 bytes"),
+        status
+            .message()
+            .contains("its output exceeded 65536 bytes (max_output_bytes)"),
         "{}",
         status.message()
     );

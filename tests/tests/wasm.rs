@@ -1,11 +1,13 @@
 //! The `wasm` evaluator through the real runner: WASI modules built here from `tests/wasm/*.c`
 //! with Debian's clang and wasi-libc, served over gRPC, run by `krm-runner fn` and by the real
 //! kpt; each hostile module (an endless loop, unbounded memory, an output flood, a trap)
-//! answered with the limit it passed while the runner goes on serving.
+//! answered with the limit it passed while the runner goes on serving; modules pushed to a local
+//! docker-registry as kpt pushes them, pulled by digest and run by tag constraint.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use krm_kube_standin::registry::{self, Layer, LocalRegistry};
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{
     Server, assert_deadline_answer, call_with_remote_deadline, have_tool, kpt, kpt_package,
@@ -319,6 +321,225 @@ async fn a_module_reaches_no_file_and_only_the_environment_granted() {
         String::from_utf8_lossy(&response.log),
         "open /etc/passwd: refused\nGREETING=hello\nHOME=(unset)\n"
     );
+}
+
+/// A runner configuration: `wasm` pulling the images under `{host}/wasm/` from the plain-HTTP
+/// registry `host`, modules of at most 1 MiB, with `extra` keys in its `config:`.
+fn registry_config(cache: &Path, host: &str, extra: &str) -> String {
+    format!(
+        "max_message_bytes: 1048576\nevaluators:\n  wasm:\n    plugin: wasm\n    config:\n      cache_dir: \"{}\"\n      max_module_mib: 1\n      registries: [{{prefix: \"{host}/wasm/\", plain_http: true}}]\n{extra}  default:\n    plugin: multi\n    config: {{chain: [wasm]}}\n",
+        cache.display()
+    )
+}
+
+/// kpt's layout, by tag constraint: the highest version the registry has that satisfies it
+/// runs, pinned by digest (reported in `x-krm-resolved-image`), pulled and compiled once for
+/// that digest; a plain artifact of one `application/wasm` layer runs by tag; an artifact of
+/// another media type, an oversized layer and a missing image are errors naming the image, and
+/// the runner serves on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_module_pushed_to_a_registry_runs_by_tag_constraint_pinned_by_digest() {
+    if let Err(missing) = registry::available() {
+        krm_kube_standin::fixture::skip(&missing);
+        return;
+    }
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace", "fail-with-results"]) else {
+        return;
+    };
+    let set_namespace = std::fs::read(&modules[0].1).unwrap();
+    let failing = std::fs::read(&modules[1].1).unwrap();
+    let registry = LocalRegistry::start(&dir.path().join("registry")).expect("registry");
+    let host = registry.host.clone();
+    // Only v1.2.0 transforms: a wrong choice fails the call.
+    for tag in ["v1.0.0", "v1.3.0-rc.1", "v2.0.0"] {
+        registry
+            .push_kpt_wasm("wasm/set-namespace", tag, "set-namespace.wasm", &failing)
+            .unwrap();
+    }
+    let chosen = registry
+        .push_kpt_wasm(
+            "wasm/set-namespace",
+            "v1.2.0",
+            "set-namespace.wasm",
+            &set_namespace,
+        )
+        .unwrap();
+    let layer = |media_type, bytes| Layer {
+        media_type,
+        bytes,
+        annotations: serde_json::Value::Null,
+    };
+    registry
+        .push_manifest(
+            "wasm/plain",
+            "v1",
+            &[layer("application/wasm", &set_namespace)],
+        )
+        .unwrap();
+    registry
+        .push_manifest(
+            "wasm/other",
+            "v1",
+            &[layer("application/vnd.example.thing", b"not a module")],
+        )
+        .unwrap();
+    let oversized = vec![0u8; 1024 * 1024 + 1];
+    registry
+        .push_manifest("wasm/big", "v1", &[layer("application/wasm", &oversized)])
+        .unwrap();
+    registry
+        .push_kpt_wasm("wasm/big-in-tar", "v1", "big.wasm", &oversized)
+        .unwrap();
+
+    let server = Server::start(&registry_config(&dir.path().join("cache"), &host, ""), &[]);
+    let mut client = server.client().await;
+    let repository = format!("{host}/wasm/set-namespace");
+    let by_constraint = || EvaluateFunctionRequest {
+        resource_list: input("prod"),
+        image: repository.clone(),
+        tag: "~1.2".to_owned(),
+    };
+    let response = client
+        .evaluate_function(by_constraint())
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(
+        response.metadata().get("x-krm-resolved-image").unwrap(),
+        format!("{repository}:v1.2.0@{chosen}").as_str()
+    );
+    let output = String::from_utf8(response.into_inner().resource_list).unwrap();
+    assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
+    // Once pulled, the digest's module is not pulled again.
+    let blobs = registry.requests("/blobs/");
+    client.evaluate_function(by_constraint()).await.unwrap();
+    assert_eq!(
+        registry.requests("/blobs/"),
+        blobs,
+        "pulled once per digest"
+    );
+
+    let status = client
+        .evaluate_function(EvaluateFunctionRequest {
+            tag: "^3".to_owned(),
+            ..by_constraint()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    assert!(
+        status.message().contains(
+            "satisfies tag constraint \"^3\": the registry has [v2.0.0, v1.3.0-rc.1, v1.2.0, v1.0.0]"
+        ),
+        "{}",
+        status.message()
+    );
+
+    let output = call(&server, &format!("{host}/wasm/plain:v1"), &input("plain"))
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(output.matches("namespace: plain").count(), 3, "{output}");
+
+    let status = call(&server, &format!("{host}/wasm/other:v1"), &input("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    for expected in [
+        format!("{host}/wasm/other@sha256:"),
+        "is not a WebAssembly module artifact: its layer is of media type \"application/vnd.example.thing\"".to_owned(),
+    ] {
+        assert!(status.message().contains(&expected), "{expected} in {}", status.message());
+    }
+
+    for (name, what) in [("big", "its layer"), ("big-in-tar", "its module file")] {
+        let status = call(&server, &format!("{host}/wasm/{name}:v1"), &input("x"))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        let expected =
+            format!("{what} is 1048577 bytes, over the limit of 1048576 bytes (max_module_mib)");
+        assert!(
+            status
+                .message()
+                .contains(&format!("{host}/wasm/{name}@sha256:"))
+                && status.message().contains(&expected),
+            "{expected} in {}",
+            status.message()
+        );
+    }
+
+    let status = call(&server, &format!("{host}/wasm/missing:v1"), &input("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains(&format!("{host}/wasm/missing:v1")),
+        "{}",
+        status.message()
+    );
+
+    let output = String::from_utf8(
+        client
+            .evaluate_function(by_constraint())
+            .await
+            .expect("the runner serves on")
+            .into_inner()
+            .resource_list,
+    )
+    .unwrap();
+    assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
+}
+
+/// A registry that requires a login: pulls use the credentials of the docker config file
+/// `auth_file` names (the pod evaluator's format); without them the call is UNAVAILABLE,
+/// naming the image.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_login_comes_from_the_docker_config_file() {
+    if let Err(missing) = registry::available() {
+        krm_kube_standin::fixture::skip(&missing);
+        return;
+    }
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace"]) else {
+        return;
+    };
+    let registry = LocalRegistry::start_with_login(&dir.path().join("registry"), "robot", "s3cret")
+        .expect("registry");
+    let host = registry.host.clone();
+    registry
+        .push_kpt_wasm(
+            "wasm/set-namespace",
+            "v1",
+            "set-namespace.wasm",
+            &std::fs::read(&modules[0].1).unwrap(),
+        )
+        .unwrap();
+    let auth_file = dir.path().join(".dockerconfigjson");
+    std::fs::write(
+        &auth_file,
+        format!(r#"{{"auths": {{"{host}": {{"username": "robot", "password": "s3cret"}}}}}}"#),
+    )
+    .unwrap();
+    let image = format!("{host}/wasm/set-namespace:v1");
+    let with_login = Server::start(
+        &registry_config(
+            &dir.path().join("cache"),
+            &host,
+            &format!("      auth_file: \"{}\"\n", auth_file.display()),
+        ),
+        &[],
+    );
+    let output = call(&with_login, &image, &input("prod"))
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", with_login.stderr()));
+    assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
+
+    let anonymous = Server::start(&registry_config(&dir.path().join("cache"), &host, ""), &[]);
+    let status = call(&anonymous, &image, &input("prod")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.message().contains(&image), "{}", status.message());
 }
 
 #[test]

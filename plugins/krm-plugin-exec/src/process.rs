@@ -5,7 +5,7 @@ use std::process::Command;
 
 use krm_plugin_api::process::{self, Exited};
 use krm_plugin_api::results::failure_detail;
-use krm_plugin_api::{CallContext, EvalError, EvalResponse, quoted};
+use krm_plugin_api::{CallContext, ErrorKind, EvalError, EvalResponse, quoted};
 
 use crate::Function;
 
@@ -50,10 +50,16 @@ pub(crate) fn run(
         return Err(reason.to_error(image).with_output(Vec::new(), log));
     }
     if overflowed {
-        return Err(fail(format!(
-            "its output exceeded {} bytes and it was stopped",
-            limits.max_stdout_bytes
-        ))
+        // A limit reached, as the wasm evaluator answers the same: the caller may raise it.
+        return Err(EvalError::new(
+            ErrorKind::ResourceExhausted,
+            format!(
+                "Failed to execute function {}: its output exceeded {} bytes (max_output_bytes) \
+                 and it was stopped",
+                quoted(image),
+                limits.max_stdout_bytes
+            ),
+        )
         .with_output(Vec::new(), log));
     }
     let Some(stdout) = stdout else {

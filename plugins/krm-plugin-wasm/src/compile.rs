@@ -19,7 +19,7 @@ use wasmtime::{Engine, InstancePre, Linker, Module};
 
 use crate::run::CallState;
 
-/// Why a module cannot be served.
+/// Why a module cannot be served. `module` names it: its file, or the image it was pulled as.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CompileError {
     #[error("cannot read module {}: {source}", path.display())]
@@ -30,30 +30,28 @@ pub(crate) enum CompileError {
     },
     #[error("module {} is larger than {limit} bytes (max_module_mib)", path.display())]
     TooLarge { path: PathBuf, limit: u64 },
-    #[error("{} is not a WebAssembly module wasmtime accepts: {source:#}", path.display())]
+    #[error("{module} is not a WebAssembly module wasmtime accepts: {source:#}")]
     Invalid {
-        path: PathBuf,
+        module: String,
         #[source]
         source: anyhow::Error,
     },
     /// A module built for kpt's alpha form (Go's `GOOS=js`, driven through a JavaScript shim)
     /// rather than as a WASI command.
     #[error(
-        "module {} imports {import:?}: built with GOOS=js for kpt's JavaScript shim; \
-         build a WASI command instead (GOOS=wasip1, wasm32-wasip1, wasi-libc)",
-        path.display()
+        "module {module} imports {import:?}: built with GOOS=js for kpt's JavaScript shim; \
+         build a WASI command instead (GOOS=wasip1, wasm32-wasip1, wasi-libc)"
     )]
-    GoJs { path: PathBuf, import: String },
+    GoJs { module: String, import: String },
     #[error(
-        "module {} is not a WASI preview 1 command: it exports no `_start` function taking \
-         and returning nothing",
-        path.display()
+        "module {module} is not a WASI preview 1 command: it exports no `_start` function \
+         taking and returning nothing"
     )]
-    NotACommand { path: PathBuf },
+    NotACommand { module: String },
     /// An import the sandbox does not provide (only `wasi_snapshot_preview1` is linked).
-    #[error("module {} cannot be linked: {source:#}", path.display())]
+    #[error("module {module} cannot be linked: {source:#}")]
     Link {
-        path: PathBuf,
+        module: String,
         #[source]
         source: anyhow::Error,
     },
@@ -112,21 +110,36 @@ impl Compiler {
         path: &Path,
     ) -> Result<(InstancePre<CallState>, Origin), CompileError> {
         let bytes = read_bounded(path, self.max_module_bytes)?;
-        let (module, origin) = self.module(path, &bytes)?;
-        check_command(path, &module)?;
+        self.load_bytes(&path.display().to_string(), &bytes)
+    }
+
+    /// The module `bytes` (named `module` in errors), compiled (or loaded compiled) and linked
+    /// against the sandbox.
+    pub(crate) fn load_bytes(
+        &self,
+        module: &str,
+        bytes: &[u8],
+    ) -> Result<(InstancePre<CallState>, Origin), CompileError> {
+        let (compiled, origin) = self.module(module, bytes)?;
+        check_command(module, &compiled)?;
         let pre = self
             .linker
-            .instantiate_pre(&module)
+            .instantiate_pre(&compiled)
             .map_err(|source| CompileError::Link {
-                path: path.to_owned(),
+                module: module.to_owned(),
                 source,
             })?;
         Ok((pre, origin))
     }
 
-    fn module(&self, path: &Path, bytes: &[u8]) -> Result<(Module, Origin), CompileError> {
+    /// The largest module read, in bytes (`max_module_mib`).
+    pub(crate) fn max_module_bytes(&self) -> u64 {
+        self.max_module_bytes
+    }
+
+    fn module(&self, name: &str, bytes: &[u8]) -> Result<(Module, Origin), CompileError> {
         let invalid = |source| CompileError::Invalid {
-            path: path.to_owned(),
+            module: name.to_owned(),
             source,
         };
         let Some(dir) = &self.cache_dir else {
@@ -189,13 +202,13 @@ fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, CompileError> {
 }
 
 /// Refuses a module that is not a WASI command, naming kpt's `GOOS=js` form when it is that.
-fn check_command(path: &Path, module: &Module) -> Result<(), CompileError> {
+fn check_command(name: &str, module: &Module) -> Result<(), CompileError> {
     if let Some(import) = module
         .imports()
         .find(|import| matches!(import.module(), "gojs" | "go"))
     {
         return Err(CompileError::GoJs {
-            path: path.to_owned(),
+            module: name.to_owned(),
             import: format!("{}.{}", import.module(), import.name()),
         });
     }
@@ -205,7 +218,7 @@ fn check_command(path: &Path, module: &Module) -> Result<(), CompileError> {
         .is_some_and(|func| func.params().len() == 0 && func.results().len() == 0);
     if !is_command {
         return Err(CompileError::NotACommand {
-            path: path.to_owned(),
+            module: name.to_owned(),
         });
     }
     Ok(())

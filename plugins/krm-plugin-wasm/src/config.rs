@@ -2,13 +2,18 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use krm_plugin_api::ConfigError;
+use krm_runner_function_config::docker_config::DockerConfig;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// ```yaml
 /// modules_dir: /opt/krm-functions/wasm  # base for relative paths
+/// registries:                           # modules pulled as OCI artifacts, by image prefix
+///   - prefix: ghcr.io/example/wasm/
+/// auth_file: /var/run/secrets/registry/.dockerconfigjson
 /// cache_dir: /var/cache/krm-runner/wasm # compiled modules, by digest
 /// memory_limit_mib: 256                 # linear memory of one call
 /// env: {TZ: UTC}                        # granted to every module
@@ -51,9 +56,44 @@ pub struct WasmConfig {
     /// stderr kept for the log; the rest is dropped (default 1 MiB).
     #[serde(default)]
     max_log_bytes: Option<usize>,
-    /// The largest module file read, in MiB (default 64).
+    /// The largest module read, from a file or a registry, in MiB (default 64).
     #[serde(default)]
     max_module_mib: Option<u64>,
+    /// Images pulled from their registry as OCI artifacts (kpt's wasm images, or an artifact
+    /// with one `application/wasm` layer), by image prefix; a tag is resolved to its digest and
+    /// the module pulled and compiled once per digest.
+    #[serde(default)]
+    #[schemars(example = example_registries())]
+    registries: Vec<RegistryEntry>,
+    /// A docker config JSON file (`{"auths": {"<registry>": {"auth": "<base64 user:password>"}}}`,
+    /// the format of the pod evaluator's private registries: name the same mounted Secret)
+    /// whose credentials the pulls use, per registry; anonymous for registries it does not name.
+    /// Read at every pull, so that rotated credentials are used.
+    #[serde(default)]
+    auth_file: Option<PathBuf>,
+    /// How long a repository's tag list and a tag's digest are used before the registry is
+    /// asked again, in seconds (default 60).
+    #[serde(default)]
+    refresh_seconds: Option<u64>,
+    /// The longest a pull may take when the call has no deadline of its own, in seconds
+    /// (default 60); a call's deadline bounds its pull.
+    #[serde(default)]
+    pull_timeout_seconds: Option<u64>,
+}
+
+fn example_registries() -> serde_json::Value {
+    serde_json::json!([{"prefix": "ghcr.io/example/wasm/"}])
+}
+
+/// One entry of `registries:`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RegistryEntry {
+    /// Images starting with this (`registry[:port]/path/`) are modules in that registry.
+    prefix: String,
+    /// Speak plain HTTP to this prefix's registry (a local one); HTTPS otherwise.
+    #[serde(default)]
+    plain_http: bool,
 }
 
 fn example_functions() -> serde_json::Value {
@@ -79,6 +119,8 @@ struct FunctionEntry {
 const DEFAULT_MEMORY_LIMIT_MIB: u64 = 256;
 const DEFAULT_MAX_LOG_BYTES: usize = 1024 * 1024;
 const DEFAULT_MAX_MODULE_MIB: u64 = 64;
+const DEFAULT_REFRESH_SECONDS: u64 = 60;
+const DEFAULT_PULL_TIMEOUT_SECONDS: u64 = 60;
 /// Linear memory is 32-bit in the modules served (wasm32): beyond 4 GiB a limit means nothing.
 const MAX_MEMORY_LIMIT_MIB: u64 = 4096;
 
@@ -98,11 +140,26 @@ pub(crate) struct Limits {
     pub max_module_bytes: u64,
 }
 
+/// Where modules are pulled from: see [`crate::registry`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Pulls {
+    /// Image prefixes served from their registry.
+    pub prefixes: Vec<String>,
+    /// Registries (`host[:port]`) spoken to over plain HTTP.
+    pub plain_http: Vec<String>,
+    pub auth_file: Option<PathBuf>,
+    pub refresh: Duration,
+    pub timeout: Duration,
+    /// The environment every pulled module is granted (the instance's `env`).
+    pub env: Vec<(String, String)>,
+}
+
 /// The configuration, checked and ready to serve.
 pub(crate) struct Resolved {
     pub functions: HashMap<String, Mapped>,
     pub limits: Limits,
     pub cache_dir: Option<PathBuf>,
+    pub pulls: Pulls,
 }
 
 impl WasmConfig {
@@ -135,6 +192,42 @@ impl WasmConfig {
                 problems.push(ConfigError::field(format!("env.{name}"), problem));
             }
         }
+        let mut pulls = Pulls {
+            refresh: Duration::from_secs(self.refresh_seconds.unwrap_or(DEFAULT_REFRESH_SECONDS)),
+            timeout: Duration::from_secs(
+                self.pull_timeout_seconds
+                    .unwrap_or(DEFAULT_PULL_TIMEOUT_SECONDS),
+            ),
+            env: self.env.clone().into_iter().collect(),
+            ..Pulls::default()
+        };
+        if self.pull_timeout_seconds == Some(0) {
+            problems.push(ConfigError::field(
+                "pull_timeout_seconds",
+                "must be at least 1",
+            ));
+        }
+        for (index, entry) in self.registries.into_iter().enumerate() {
+            match prefix_problem(&entry.prefix) {
+                Some(problem) => problems.push(ConfigError::field(
+                    format!("registries[{index}].prefix"),
+                    problem,
+                )),
+                None => {
+                    let host = entry.prefix.split('/').next().unwrap_or_default();
+                    if entry.plain_http && !pulls.plain_http.iter().any(|known| known == host) {
+                        pulls.plain_http.push(host.to_owned());
+                    }
+                    pulls.prefixes.push(entry.prefix);
+                }
+            }
+        }
+        if let Some(file) = &self.auth_file
+            && let Err(error) = DockerConfig::read(file)
+        {
+            problems.push(ConfigError::field("auth_file", error.to_string()));
+        }
+        pulls.auth_file = self.auth_file;
 
         let mut functions = HashMap::new();
         let mut defined_at: HashMap<String, usize> = HashMap::new();
@@ -204,8 +297,26 @@ impl WasmConfig {
                 max_module_bytes: max_module_mib * 1024 * 1024,
             },
             cache_dir,
+            pulls,
         })
     }
+}
+
+/// Why `prefix` cannot name images of one registry, if it cannot.
+fn prefix_problem(prefix: &str) -> Option<String> {
+    let Some((host, _)) = prefix.split_once('/') else {
+        return Some(format!(
+            "{} names no registry: write `registry[:port]/path/`",
+            krm_plugin_api::quoted(prefix)
+        ));
+    };
+    if host.is_empty() || prefix.contains(['@', ' ']) {
+        return Some(format!(
+            "{} is not an image prefix (`registry[:port]/path/`)",
+            krm_plugin_api::quoted(prefix)
+        ));
+    }
+    None
 }
 
 /// Why `name` cannot be an environment variable's name, if it cannot.

@@ -5,7 +5,9 @@
 //! contract: the ResourceList on stdin, the ResourceList on stdout, the log on stderr, a
 //! non-zero exit for a failed function. Images map to module files by exact string, as `exec`
 //! maps executables; a call carrying a tag constraint for an untagged image runs the mapped
-//! image of that repository with the highest version satisfying it.
+//! image of that repository with the highest version satisfying it. Images under a configured
+//! registry prefix are pulled as OCI artifacts (see [`registry`]), pinned by digest, the
+//! highest version in the registry satisfying a call's tag constraint.
 //!
 //! The sandbox: no preopened directory, no socket, no environment variable but those the
 //! configuration grants; each call a fresh instance in a store of its own, its linear memory
@@ -15,26 +17,29 @@
 //! INTERNAL naming it; the runner goes on serving.
 //!
 //! Each module is compiled once per content (see [`compile`]): in the background when the
-//! instance is built, or at the first call that needs it.
+//! instance is built, or at the first call that needs it; a pulled one once per digest.
 
 mod compile;
 mod config;
+mod registry;
 mod run;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, EvalError, EvalResponse, Evaluator,
-    FunctionConfigRoute, FunctionSignature, Plugin, Probe, Resolution, export_plugin,
+    BuildContext, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
+    Evaluator, FunctionConfigRoute, FunctionSignature, Plugin, Probe, Resolution, export_plugin,
 };
 use krm_runner_function_config::version::MappedVersions;
 use wasmtime::{Engine, InstancePre, Linker};
 
 use crate::compile::{CompileError, Compiler};
 use crate::config::{Limits, Mapped};
+use crate::registry::{Pinned, Registries};
 use crate::run::CallState;
 
 pub use config::WasmConfig;
@@ -55,6 +60,12 @@ struct Shared {
     engine: Engine,
     compiler: Compiler,
     functions: HashMap<String, Function>,
+    /// The registry prefixes served, when any are configured.
+    registries: Option<Registries>,
+    /// Pulled modules, compiled, by pinned reference (`repository@digest`).
+    pulled: Mutex<HashMap<String, InstancePre<CallState>>>,
+    /// Drives the registry requests, made at the first pull.
+    runtime: OnceLock<tokio::runtime::Runtime>,
 }
 
 impl Shared {
@@ -77,6 +88,128 @@ impl Shared {
             loaded.map(|(pre, _)| pre).map_err(Arc::new)
         });
         Some(compiled.as_ref().map_err(Arc::clone))
+    }
+
+    /// Runs `work` (registry requests for `image`) to its end, its call's cancellation, or
+    /// `deadline` (the call's, else `pull_timeout_seconds` from now).
+    fn block_on<T>(
+        &self,
+        image: &str,
+        deadline: Option<Instant>,
+        cancelled: Option<impl Future<Output = CancelReason>>,
+        work: impl Future<Output = Result<T, EvalError>>,
+    ) -> Result<T, EvalError> {
+        let registries = self.registries.as_ref().expect("pulls need registries");
+        let runtime = match self.runtime.get() {
+            Some(runtime) => runtime,
+            None => {
+                let built = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|error| {
+                        EvalError::internal(format!("cannot start the registry client: {error}"))
+                    })?;
+                self.runtime.get_or_init(|| built)
+            }
+        };
+        let timeout = registries.timeout();
+        let until = deadline.unwrap_or_else(|| Instant::now() + timeout);
+        runtime.block_on(async {
+            let bounded = async {
+                match tokio::time::timeout_at(until.into(), work).await {
+                    Ok(outcome) => outcome,
+                    Err(_) if deadline.is_some() => {
+                        Err(CancelReason::DeadlineExceeded.to_error(image))
+                    }
+                    Err(_) => Err(EvalError::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "pulling {} took longer than {} s (pull_timeout_seconds)",
+                            krm_plugin_api::quoted(image),
+                            timeout.as_secs()
+                        ),
+                    )),
+                }
+            };
+            match cancelled {
+                Some(cancelled) => tokio::select! {
+                    outcome = bounded => outcome,
+                    reason = cancelled => Err(reason.to_error(image)),
+                },
+                None => bounded.await,
+            }
+        })
+    }
+
+    /// `image` pinned to a digest (by `constraint` when given) and its module, pulled and
+    /// compiled at the first need of that digest.
+    fn pulled(
+        &self,
+        image: &str,
+        constraint: Option<&str>,
+        deadline: Option<Instant>,
+        cancelled: Option<impl Future<Output = CancelReason>>,
+    ) -> Result<(Pinned, InstancePre<CallState>), EvalError> {
+        let registries = self.registries.as_ref().expect("pulls need registries");
+        let limit = self.compiler.max_module_bytes();
+        let (pinned, module) = self.block_on(image, deadline, cancelled, async {
+            let pinned = registries
+                .pin(image, constraint)
+                .await
+                .map_err(|error| error.to_eval_error())?;
+            if let Some(pre) = self.pulled_module(&pinned.reference) {
+                return Ok((pinned, Ok(pre)));
+            }
+            let bytes = registries
+                .pull(&pinned.reference, limit)
+                .await
+                .map_err(|error| error.to_eval_error())?;
+            Ok((pinned, Err(bytes)))
+        })?;
+        let pre = match module {
+            Ok(pre) => pre,
+            // Compiled here, off the registry client's runtime: it is the longest part.
+            Err(bytes) => {
+                let started = Instant::now();
+                let (pre, origin) = self
+                    .compiler
+                    .load_bytes(&pinned.reference, &bytes)
+                    .map_err(|error| {
+                        EvalError::failed(format!(
+                            "Failed to execute function {}: {error}",
+                            krm_plugin_api::quoted(image)
+                        ))
+                    })?;
+                tracing::debug!(
+                    image,
+                    module = pinned.reference,
+                    ?origin,
+                    duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+                    "pulled module ready"
+                );
+                self.pulled
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(pinned.reference.clone(), pre.clone());
+                pre
+            }
+        };
+        Ok((pinned, pre))
+    }
+
+    fn pulled_module(&self, reference: &str) -> Option<InstancePre<CallState>> {
+        self.pulled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(reference)
+            .cloned()
+    }
+
+    /// Whether `image` is under a configured registry prefix.
+    fn pulls(&self, image: &str) -> bool {
+        self.registries
+            .as_ref()
+            .is_some_and(|registries| registries.serves(image))
     }
 }
 
@@ -104,17 +237,56 @@ impl Wasm {
                 krm_plugin_api::quoted(image)
             ))
         })?;
-        self.ticker
-            .get_or_init(|| Ticker::start(self.shared.engine.clone()));
+        self.start_ticker();
         run::run(
             &self.shared.engine,
             context,
             image,
             pre,
-            &self.shared.functions[image].mapped,
+            &self.shared.functions[image].mapped.env,
             &self.limits,
             resource_list,
         )
+    }
+
+    /// Runs the module `image` names in its registry (the highest version satisfying
+    /// `constraint`, when given).
+    fn run_pulled(
+        &self,
+        context: &CallContext<'_>,
+        image: &str,
+        constraint: Option<&str>,
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError> {
+        let (pinned, pre) = self.shared.pulled(
+            image,
+            constraint,
+            context.deadline(),
+            Some(context.cancelled()),
+        )?;
+        if let Some(resolution) = &pinned.resolution {
+            context.report_resolved(&resolution.reference());
+        }
+        self.start_ticker();
+        let env = self
+            .shared
+            .registries
+            .as_ref()
+            .map_or(&[][..], Registries::env);
+        run::run(
+            &self.shared.engine,
+            context,
+            image,
+            &pre,
+            env,
+            &self.limits,
+            resource_list,
+        )
+    }
+
+    fn start_ticker(&self) {
+        self.ticker
+            .get_or_init(|| Ticker::start(self.shared.engine.clone()));
     }
 }
 
@@ -126,12 +298,20 @@ impl Evaluator for Wasm {
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
         if let Some(tag) = context.requested_tag() {
-            let resolution = self
-                .versions
-                .resolve(WASM, image, &tag)
-                .ok_or_else(|| EvalError::declined_because(image, NOT_MAPPED))??;
-            context.report_resolved(&resolution.image);
-            return self.run(context, &resolution.image, resource_list);
+            return match self.versions.resolve(WASM, image, &tag) {
+                Some(resolution) => {
+                    let resolution = resolution?;
+                    context.report_resolved(&resolution.image);
+                    self.run(context, &resolution.image, resource_list)
+                }
+                None if self.shared.pulls(image) => {
+                    self.run_pulled(context, image, Some(&tag), resource_list)
+                }
+                None => Err(EvalError::declined_because(image, NOT_MAPPED)),
+            };
+        }
+        if !self.shared.functions.contains_key(image) && self.shared.pulls(image) {
+            return self.run_pulled(context, image, None, resource_list);
         }
         self.run(context, image, resource_list)
     }
@@ -154,14 +334,28 @@ impl Evaluator for Wasm {
         functions
     }
 
+    /// Compiles a mapped module, or pulls and compiles a tagged or pinned image of a registry
+    /// prefix, in the background.
     fn warm_up(&self, image: &str, _route: Option<&FunctionConfigRoute>) {
-        if !self.shared.functions.contains_key(image) {
+        let mapped = self.shared.functions.contains_key(image);
+        let names_a_version = image.contains('@')
+            || image
+                .rsplit('/')
+                .next()
+                .is_some_and(|name| name.contains(':'));
+        if !(mapped || names_a_version && self.shared.pulls(image)) {
             return;
         }
         let shared = self.shared.clone();
         let image = image.to_owned();
         std::thread::spawn(move || {
-            let _ = shared.compiled(&image);
+            if mapped {
+                let _ = shared.compiled(&image);
+            } else if let Err(error) =
+                shared.pulled(&image, None, None, None::<std::future::Pending<_>>)
+            {
+                tracing::warn!(image, "cannot warm up: {}", error.message);
+            }
         });
     }
 
@@ -171,11 +365,26 @@ impl Evaluator for Wasm {
         tag: &str,
         _route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
-        self.versions.resolve(WASM, image, tag)
+        if let Some(resolution) = self.versions.resolve(WASM, image, tag) {
+            return Some(resolution);
+        }
+        let registries = self.shared.registries.as_ref()?;
+        if !registries.serves(image) {
+            return None;
+        }
+        Some(
+            self.shared
+                .block_on(image, None, None::<std::future::Pending<_>>, async {
+                    registries
+                        .resolve(image, tag)
+                        .await
+                        .map_err(|error| error.to_eval_error())
+                }),
+        )
     }
 
     fn serves(&self, image: &str, _route: Option<&FunctionConfigRoute>) -> Probe {
-        if self.shared.functions.contains_key(image) {
+        if self.shared.functions.contains_key(image) || self.shared.pulls(image) {
             Probe::Serves
         } else if self.versions.has_repository(image) {
             // A call with a tag constraint runs a mapped version; `evaluate` decides.
@@ -238,7 +447,13 @@ impl Plugin for WasmPlugin {
             functions,
             limits,
             cache_dir,
+            pulls,
         } = config.resolve(context.max_message_bytes())?;
+        let registries = if pulls.prefixes.is_empty() {
+            None
+        } else {
+            Some(Registries::new(pulls).map_err(ConfigError::new)?)
+        };
         let engine = engine()?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p1::add_to_linker_sync(&mut linker, |state: &mut CallState| state.wasi())
@@ -264,6 +479,9 @@ impl Plugin for WasmPlugin {
                     (image, function)
                 })
                 .collect(),
+            registries,
+            pulled: Mutex::default(),
+            runtime: OnceLock::new(),
         });
         if !validate_only && !shared.functions.is_empty() {
             let warm = shared.clone();
@@ -292,8 +510,8 @@ export_plugin!(WasmPlugin);
 
 #[cfg(test)]
 mod tests {
-    use krm_plugin_api::ErrorKind;
     use krm_plugin_api::testing::PluginTester;
+    use krm_plugin_api::{Answer, ErrorKind};
     use serde_json::json;
 
     use super::*;
@@ -329,6 +547,53 @@ mod tests {
         ] {
             assert!(text.contains(expected), "{expected:?} in {text}");
         }
+    }
+
+    #[test]
+    fn registry_problems_are_reported_at_once_naming_their_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let auth_file = dir.path().join("config.json");
+        std::fs::write(&auth_file, b"{\"auths\": 1}").unwrap();
+        let error = PluginTester::new()
+            .build::<WasmPlugin>(
+                "wasm",
+                json!({
+                    "registries": [{"prefix": "no-registry"}, {"prefix": "/path/"}, {"prefix": "ok.example/fn/"}],
+                    "auth_file": auth_file,
+                    "pull_timeout_seconds": 0,
+                }),
+            )
+            .err()
+            .unwrap();
+        let text = error.to_string();
+        assert_eq!(error.problems().len(), 4, "{text}");
+        for expected in [
+            "registries[0].prefix: \"no-registry\" names no registry",
+            "registries[1].prefix: \"/path/\" is not an image prefix",
+            "auth_file: ",
+            "pull_timeout_seconds: must be at least 1",
+        ] {
+            assert!(text.contains(expected), "{expected:?} in {text}");
+        }
+    }
+
+    #[test]
+    fn an_image_under_a_registry_prefix_is_served_and_others_declined() {
+        let wasm = PluginTester::new()
+            .build::<WasmPlugin>(
+                "wasm",
+                json!({"cache_dir": "", "registries": [{"prefix": "registry.example/fn/"}]}),
+            )
+            .unwrap();
+        let served = wasm.probe("registry.example/fn/set-namespace:v1", None);
+        assert_eq!(served.answer, Some(Answer::Serves("wasm".to_owned())));
+        let other = wasm.probe("registry.example/other/set-namespace:v1", None);
+        assert_eq!(other.answer, None);
+        assert!(
+            other.declined[0].contains(NOT_MAPPED),
+            "{:?}",
+            other.declined
+        );
     }
 
     #[test]

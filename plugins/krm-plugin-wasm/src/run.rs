@@ -17,7 +17,7 @@ use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{I32Exit, WasiCtxBuilder};
 
-use crate::config::{Limits, Mapped};
+use crate::config::Limits;
 
 /// How often the engine's epoch advances: a running module notices a cancelled call or a passed
 /// deadline within one tick.
@@ -89,13 +89,13 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// Runs `pre` (the module mapped for `image`) on `resource_list`.
+/// Runs `pre` (the module of `image`) on `resource_list`, granted the variables `env`.
 pub(crate) fn run(
     engine: &Engine,
     context: &CallContext<'_>,
     image: &str,
     pre: &InstancePre<CallState>,
-    mapped: &Mapped,
+    env: &[(String, String)],
     limits: &Limits,
     resource_list: &[u8],
 ) -> Result<EvalResponse, EvalError> {
@@ -112,7 +112,7 @@ pub(crate) fn run(
         .stdout(stdout.clone())
         .stderr(stderr.clone())
         .arg(image)
-        .envs(&mapped.env)
+        .envs(env)
         .build_p1();
     let mut store = Store::new(
         engine,

@@ -162,6 +162,10 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The media type of an OCI image index (a manifest list).
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+/// The media type of a Docker image manifest (schema 2).
+pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+/// The media type of a Docker manifest list.
+pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 
 /// One layer of a manifest [`LocalRegistry::push_manifest`] makes.
 pub struct Layer<'a> {
@@ -459,6 +463,63 @@ impl LocalRegistry {
             "manifests": manifests,
         }))?;
         self.put_manifest(repository, tag, OCI_INDEX, &index)
+    }
+
+    /// Pushes `module` as kpt pushes a WebAssembly function (`kpt alpha wasm push`): a gzipped
+    /// tar of the one file `file_name` as the layer of a Docker image manifest, named by a
+    /// Docker manifest list for the platform `js/wasm`, at `repository:tag`; the list's digest.
+    pub fn push_kpt_wasm(
+        &self,
+        repository: &str,
+        tag: &str,
+        file_name: &str,
+        module: &[u8],
+    ) -> Result<String> {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_ustar();
+        header.set_size(module.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, file_name, module)?;
+        let tar = tar.into_inner()?;
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        gzip.write_all(&tar)?;
+        let layer = gzip.finish()?;
+        let layer_digest = self.push_blob(repository, &layer)?;
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": "",
+            "os": "",
+            "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [sha256_digest(&tar)]},
+        }))?;
+        let config_digest = self.push_blob(repository, &config)?;
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": DOCKER_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "digest": config_digest,
+                "size": config.len(),
+            },
+            "layers": [{
+                "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                "digest": layer_digest,
+                "size": layer.len(),
+            }],
+        }))?;
+        let manifest_digest = sha256_digest(&manifest);
+        self.put_manifest(repository, &manifest_digest, DOCKER_MANIFEST, &manifest)?;
+        let list = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": DOCKER_LIST,
+            "manifests": [{
+                "mediaType": DOCKER_MANIFEST,
+                "digest": manifest_digest,
+                "size": manifest.len(),
+                "platform": {"architecture": "wasm", "os": "js"},
+            }],
+        }))?;
+        self.put_manifest(repository, tag, DOCKER_LIST, &list)
     }
 
     /// Pushes an image whose one layer holds `content` as `repository:tag`; its digest. Not
