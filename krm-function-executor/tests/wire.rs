@@ -88,7 +88,7 @@ fn a_confighub_request_round_trips() {
     assert_eq!(response["Mutators"], json!([0]));
     assert_eq!(
         response["Mutations"][0]["PathMutationMap"]["spec.replicas"],
-        json!({"MutationType": "Update", "Index": 0, "Predicate": true, "Value": "3"})
+        json!({"MutationType": "Update", "Index": 0, "Predicate": true, "Value": "3\n"})
     );
     // The response reads back as the same type.
     let _: FunctionInvocationResponse = serde_json::from_value(response).unwrap();
