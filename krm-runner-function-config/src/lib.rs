@@ -12,12 +12,16 @@
 //!
 //! Objects from the cluster enter through [`Sourced::from_cluster`], which validates them.
 //! [`config_file`] reads every configuration file of the runner and its plugins within bounds;
-//! [`private_folder`] checks the folders whose files the runner trusts as its own.
+//! [`private_folder`] checks the folders whose files the runner trusts as its own; with the
+//! `oci` feature, [`registry_answer`] reads what the registry clients of the runner and the
+//! plugins share.
 
 pub mod config_file;
 pub mod docker_config;
 mod load;
 pub mod private_folder;
+#[cfg(feature = "oci")]
+pub mod registry_answer;
 mod route;
 mod source;
 mod types;

@@ -4,6 +4,7 @@
 
 use futures_util::StreamExt;
 use krm_runner_function_config::docker_config::DockerConfig;
+use krm_runner_function_config::registry_answer::is_missing;
 use krm_runner_proto::serving::with_causes;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest};
@@ -127,19 +128,4 @@ fn parse(image: &str) -> Result<Reference, String> {
     image
         .parse()
         .map_err(|error| format!("{image:?} is not an image reference: {error}"))
-}
-
-fn is_missing(error: &oci_client::errors::OciDistributionError) -> bool {
-    use oci_client::errors::OciDistributionError;
-    match error {
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
-            matches!(
-                e.code,
-                oci_client::errors::OciErrorCode::ManifestUnknown
-                    | oci_client::errors::OciErrorCode::NameUnknown
-            )
-        }),
-        OciDistributionError::ServerError { code, .. } => *code == 404,
-        _ => false,
-    }
 }

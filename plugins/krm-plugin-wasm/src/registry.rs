@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use krm_plugin_api::{ErrorKind, EvalError, Resolution, quoted};
 use krm_runner_function_config::docker_config::{DockerConfig, DockerConfigError};
+use krm_runner_function_config::registry_answer::is_missing;
 use krm_runner_function_config::version::{Constraint, InvalidConstraint, sorted_versions};
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
@@ -576,21 +577,6 @@ fn parse(image: &str) -> Result<Reference, PullError> {
         image: quoted(image).to_string(),
         source,
     })
-}
-
-/// Whether the registry answered that the image or repository is not there.
-fn is_missing(error: &OciDistributionError) -> bool {
-    match error {
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
-            matches!(
-                e.code,
-                oci_client::errors::OciErrorCode::ManifestUnknown
-                    | oci_client::errors::OciErrorCode::NameUnknown
-            )
-        }),
-        OciDistributionError::ServerError { code, .. } => *code == 404,
-        _ => false,
-    }
 }
 
 #[cfg(test)]
