@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use krm_runner_function_config::registry_answer::{TagListError, list_all_tags};
 use krm_runner_proto::serving::with_causes;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
@@ -175,36 +176,17 @@ impl Registry {
         });
         let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content));
         let page_size = page_size.max(1);
-        let mut tags: Vec<String> = Vec::new();
-        for _ in 0..MAX_TAG_PAGES {
-            let page = client
-                .list_tags(
-                    &reference,
-                    &auth,
-                    Some(page_size),
-                    tags.last().map(String::as_str),
-                )
-                .await
-                .map_err(|e| {
-                    format!(
-                        "unable to list the tags of {repository}: {}",
-                        with_causes(&e)
-                    )
-                })?;
-            let last = tags.last().cloned();
-            let full = page.tags.len() >= page_size;
-            tags.extend(page.tags);
-            // A registry that ignores `last` would repeat its first page forever.
-            if !full || tags.last() == last.as_ref() {
-                tags.sort();
-                tags.dedup();
-                return Ok(tags);
-            }
-        }
-        Err(format!(
-            "{repository} has more than {} tags; refusing to read them all",
-            MAX_TAG_PAGES * page_size
-        ))
+        list_all_tags(&client, &reference, &auth, page_size, MAX_TAG_PAGES)
+            .await
+            .map_err(|error| match error {
+                TagListError::Registry(e) => format!(
+                    "unable to list the tags of {repository}: {}",
+                    with_causes(&e)
+                ),
+                TagListError::TooMany { limit } => {
+                    format!("{repository} has more than {limit} tags; refusing to read them all")
+                }
+            })
     }
 
     /// The digest of `image` if its metadata was fetched already.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use krm_plugin_api::{ErrorKind, EvalError, Resolution, quoted};
 use krm_runner_function_config::docker_config::{DockerConfig, DockerConfigError};
-use krm_runner_function_config::registry_answer::is_missing;
+use krm_runner_function_config::registry_answer::{TagListError, is_missing, list_all_tags};
 use krm_runner_function_config::version::{Constraint, InvalidConstraint, sorted_versions};
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
@@ -275,40 +275,30 @@ impl Registries {
         }
         let reference = parse(repository)?;
         let auth = self.auth(&reference)?;
-        let mut tags: Vec<String> = Vec::new();
-        for _ in 0..MAX_TAG_PAGES {
-            let page = self
-                .client
-                .list_tags(
-                    &reference,
-                    &auth,
-                    Some(TAGS_PAGE_SIZE),
-                    tags.last().map(String::as_str),
-                )
-                .await
-                .map_err(|source| PullError::Registry {
-                    what: "cannot list the tags",
-                    image: repository.to_owned(),
-                    source,
-                })?;
-            let last = tags.last().cloned();
-            let full = page.tags.len() >= TAGS_PAGE_SIZE;
-            tags.extend(page.tags);
-            // A registry that ignores `last` would repeat its first page forever.
-            if !full || tags.last() == last.as_ref() {
-                tags.sort();
-                tags.dedup();
-                let tags: Arc<[String]> = tags.into();
-                self.tags
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(repository.to_owned(), (Instant::now(), tags.clone()));
-                return Ok(tags);
-            }
-        }
-        Err(PullError::TooManyTags {
-            repository: repository.to_owned(),
-        })
+        let tags: Arc<[String]> = list_all_tags(
+            &self.client,
+            &reference,
+            &auth,
+            TAGS_PAGE_SIZE,
+            MAX_TAG_PAGES,
+        )
+        .await
+        .map_err(|error| match error {
+            TagListError::Registry(source) => PullError::Registry {
+                what: "cannot list the tags",
+                image: repository.to_owned(),
+                source,
+            },
+            TagListError::TooMany { .. } => PullError::TooManyTags {
+                repository: repository.to_owned(),
+            },
+        })?
+        .into();
+        self.tags
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(repository.to_owned(), (Instant::now(), tags.clone()));
+        Ok(tags)
     }
 
     /// The manifest digest the tag of `image` names, asked again once older than
