@@ -7,7 +7,7 @@ use krm_runner_proto::krmrunner::v1::GetFunctionRequest;
 use krm_runner_proto::krmrunner::v1::ListFunctionsRequest;
 use krm_runner_proto::krmrunner::v1::function_catalog_client::FunctionCatalogClient;
 use krm_runner_tests::{
-    Server, fn_command, have_tool, kpt, kpt_eval_exec, kpt_package, runner_binary, scratch,
+    Server, fn_command, have_tool, kpt, kpt_eval_exec, kpt_package, run_cli, runner_binary, scratch,
 };
 use tonic::Code;
 
@@ -126,6 +126,27 @@ fn fn_with_an_unknown_name_fails_clearly() {
     assert!(
         stderr.contains("set-namespace"),
         "lists the known ones: {stderr}"
+    );
+}
+
+/// An image no evaluator lists goes to the served chain, as a gRPC call for it would; each of
+/// its evaluators then says why it does not serve the image.
+#[test]
+fn fn_with_an_unknown_image_says_why_each_evaluator_refused_it() {
+    let output = run_cli(
+        &["fn", "example.com/nothing:v1"],
+        &[],
+        b"apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems: []\n",
+    );
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("function \"example.com/nothing:v1\" not found"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("exec: no executable is mapped to this image"),
+        "{stderr}"
     );
 }
 

@@ -635,6 +635,82 @@ fn kpt_runs_a_module_through_krm_runner_fn() {
     assert!(!written.contains("namespace: old"), "{written}\n{stderr}");
 }
 
+/// A module pulled from a registry as kpt pushes it, by `krm-runner fn` and by the real kpt
+/// through it: both run it by tag, and the second run finds the module it compiled for the
+/// tag's digest, compiling nothing more.
+#[test]
+fn fn_and_kpt_run_a_module_pulled_from_a_registry() {
+    if let Err(missing) = registry::available() {
+        krm_kube_standin::fixture::skip(&missing);
+        return;
+    }
+    if !have_tool("kpt") {
+        return;
+    }
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace"]) else {
+        return;
+    };
+    let registry = LocalRegistry::start(&dir.path().join("registry")).expect("registry");
+    let host = registry.host.clone();
+    registry
+        .push_kpt_wasm(
+            "wasm/set-namespace",
+            "v1.2.0",
+            "set-namespace.wasm",
+            &std::fs::read(&modules[0].1).unwrap(),
+        )
+        .unwrap();
+    let cache = dir.path().join("cache");
+    let config_file = dir.path().join("config.yaml");
+    std::fs::write(&config_file, registry_config(&cache, &host, "")).unwrap();
+    let image = format!("{host}/wasm/set-namespace:v1.2.0");
+
+    let output = run_cli(
+        &["fn", "--config-file", config_file.to_str().unwrap(), &image],
+        &[],
+        &input("prod"),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(stdout.matches("namespace: prod").count(), 3, "{stdout}");
+    let compiled = cached_files(&cache);
+    assert_eq!(compiled.len(), 1, "one compiled module: {compiled:?}");
+
+    let package = kpt_package(
+        dir.path(),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  namespace: old\ndata:\n  key: value\n",
+    );
+    let command = format!(
+        "{} fn --plugin-dir {} --config-file {} {image}",
+        runner_binary().display(),
+        runner_binary().parent().unwrap().display(),
+        config_file.display()
+    );
+    let output = kpt(&[
+        "fn",
+        "eval",
+        package.to_str().unwrap(),
+        "--exec",
+        &command,
+        "--",
+        "namespace=staging",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let written = std::fs::read_to_string(package.join("app.yaml")).unwrap();
+    assert!(
+        written.contains("namespace: staging"),
+        "{written}\n{stderr}"
+    );
+    assert_eq!(
+        cached_files(&cache),
+        compiled,
+        "compiled once for the digest"
+    );
+}
+
 /// The compiled modules in `cache`, sorted.
 fn cached_files(cache: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(cache)

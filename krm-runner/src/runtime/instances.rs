@@ -269,7 +269,10 @@ pub(super) fn functions_of<'i>(
 /// building only the instances it takes to know, in [`asking_order`], each with its
 /// delegates: up to the first that has a function of that short name (asked for that one
 /// function, not its list). An image name, or a name nothing implements, needs them all.
-/// `Ok(Err(catalog))` when none implements it.
+/// An image reference (a name with `/` or `:`) no instance lists goes to the served instance
+/// (`serve`), as a gRPC call for that image does: its evaluators may serve images they cannot
+/// list (modules and images pulled from a registry). `Ok(Err(catalog))` when none implements
+/// it.
 pub fn function_instance(
     config: &Config,
     name: &str,
@@ -290,6 +293,13 @@ pub fn function_instance(
             Some(NameMatch::Image) if by_image.is_none() => by_image = Some(instance.clone()),
             _ => {}
         }
+    }
+    if by_image.is_none() && name.contains(['/', ':']) {
+        instances.build_with_delegates(&config.serve);
+        if !instances.problems.is_empty() {
+            return Err(instances.problems);
+        }
+        by_image = instances.built.get(&config.serve).cloned();
     }
     Ok(by_image.ok_or_else(|| {
         FunctionIndex::new(functions_of(
