@@ -1,9 +1,11 @@
 //! Registry answers read alike by every registry client of the runner and its plugins (the
 //! trust policy's, the pod and wasm evaluators').
 
+use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
+use sha2::{Digest, Sha256};
 
 /// Whether the registry answered that the image or repository is not there, as opposed to
 /// failing: a missing image is the caller's mistake, a failing registry is unavailable.
@@ -24,34 +26,39 @@ pub fn is_missing(error: &OciDistributionError) -> bool {
 #[derive(Debug, thiserror::Error)]
 pub enum TagListError {
     #[error(transparent)]
-    Registry(#[from] OciDistributionError),
+    Read(#[from] BoundedReadError),
     /// More pages than allowed: the list is not read to its end.
     #[error("more than {limit} tags")]
     TooMany { limit: usize },
 }
 
+/// Most bytes of a tag list page per tag asked for: a tag is at most 128 characters.
+const TAG_PAGE_BYTES_PER_TAG: usize = 256;
+
 /// Every tag of `reference`'s repository, sorted and without repeats, read `page_size` at a
-/// time for at most `max_pages` pages.
+/// time for at most `max_pages` pages, each page bounded by the tags it may hold.
 pub async fn list_all_tags(
-    client: &Client,
+    client: &RegistryClient,
     reference: &Reference,
     auth: &RegistryAuth,
     page_size: usize,
     max_pages: usize,
 ) -> Result<Vec<String>, TagListError> {
+    let page_limit = page_size * TAG_PAGE_BYTES_PER_TAG + 64 * 1024;
     let mut tags: Vec<String> = Vec::new();
     for _ in 0..max_pages {
         let page = client
-            .list_tags(
+            .tags_page(
                 reference,
                 auth,
-                Some(page_size),
+                page_size,
                 tags.last().map(String::as_str),
+                page_limit,
             )
             .await?;
         let last = tags.last().cloned();
-        let full = page.tags.len() >= page_size;
-        tags.extend(page.tags);
+        let full = page.len() >= page_size;
+        tags.extend(page);
         // A registry that ignores `last` would repeat its first page forever.
         if !full || tags.last() == last.as_ref() {
             tags.sort();
@@ -62,4 +69,204 @@ pub async fn list_all_tags(
     Err(TagListError::TooMany {
         limit: max_pages * page_size,
     })
+}
+
+/// A registry client whose manifest and tag-list reads stop at a bound.
+///
+/// oci-client reads a manifest's or a tag list's whole body before it returns
+/// (oras-project/rust-oci-client#206), so a registry answering without end would fill the
+/// runner's memory. Those two reads go through an HTTP client of the same settings that stops
+/// at the limit, authenticated by oci-client; blobs (streamed) and digests (headers only) go
+/// through oci-client itself, [`RegistryClient::oci`].
+pub struct RegistryClient {
+    oci: Client,
+    http: reqwest::Client,
+    protocol: ClientProtocol,
+}
+
+/// Why a bounded read has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundedReadError {
+    /// The registry could not be asked, refused or answered with an error.
+    #[error(transparent)]
+    Registry(#[from] OciDistributionError),
+    #[error("{what} is over {limit} bytes")]
+    TooLarge { what: &'static str, limit: usize },
+    /// A manifest asked for by digest is other bytes than that digest names.
+    #[error("the manifest read for {expected} has the digest {actual}")]
+    DigestMismatch { expected: String, actual: String },
+}
+
+impl BoundedReadError {
+    /// The registry's own error, when it answered with one.
+    pub fn registry(&self) -> Option<&OciDistributionError> {
+        match self {
+            Self::Registry(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl RegistryClient {
+    /// A client of `config`'s protocol, certificates and timeouts.
+    pub fn new(config: ClientConfig) -> Result<Self, OciDistributionError> {
+        let mut http = reqwest::Client::builder()
+            .user_agent(config.user_agent)
+            .tls_certs_merge(
+                config
+                    .extra_root_certificates
+                    .iter()
+                    .map(reqwest::Certificate::try_from)
+                    .collect::<Result<Vec<_>, _>>()?,
+            );
+        if let Some(timeout) = config.read_timeout {
+            http = http.read_timeout(timeout);
+        }
+        if let Some(timeout) = config.connect_timeout {
+            http = http.connect_timeout(timeout);
+        }
+        let protocol = config.protocol.clone();
+        Ok(Self {
+            http: http.build()?,
+            oci: Client::try_from(config)?,
+            protocol,
+        })
+    }
+
+    /// The oci-client for the reads it bounds itself.
+    pub fn oci(&self) -> &Client {
+        &self.oci
+    }
+
+    /// The manifest `reference` names, of one of the `accepted` media types, refused past
+    /// `limit` bytes, and checked against the digest `reference` carries, if any.
+    pub async fn manifest(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        accepted: &[&str],
+        limit: usize,
+    ) -> Result<Vec<u8>, BoundedReadError> {
+        let target = reference.digest().or(reference.tag()).unwrap_or("latest");
+        let path = format!("manifests/{target}");
+        let body = self
+            .get(reference, auth, &path, &[], accepted, "the manifest", limit)
+            .await?;
+        if let Some(expected) = reference.digest() {
+            let hex: String = Sha256::digest(&body)
+                .iter()
+                .map(|byte| format!("{byte:02x}"))
+                .collect();
+            let actual = format!("sha256:{hex}");
+            if actual != expected {
+                return Err(BoundedReadError::DigestMismatch {
+                    expected: expected.to_owned(),
+                    actual,
+                });
+            }
+        }
+        Ok(body)
+    }
+
+    /// One page of the tags of `reference`'s repository: at most `n`, after `last`, the
+    /// answer refused past `limit` bytes.
+    pub async fn tags_page(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        n: usize,
+        last: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, BoundedReadError> {
+        #[derive(serde::Deserialize)]
+        struct Page {
+            #[serde(default)]
+            tags: Option<Vec<String>>,
+        }
+        let n = n.to_string();
+        let mut query = vec![("n", n.as_str())];
+        query.extend(last.map(|last| ("last", last)));
+        let body = self
+            .get(
+                reference,
+                auth,
+                "tags/list",
+                &query,
+                &[],
+                "the tag list",
+                limit,
+            )
+            .await?;
+        let page: Page = serde_json::from_slice(&body).map_err(OciDistributionError::from)?;
+        Ok(page.tags.unwrap_or_default())
+    }
+
+    /// The body of `GET /v2/<repository>/<path>`, authenticated as oci-client would, read no
+    /// further than `limit` bytes.
+    #[allow(clippy::too_many_arguments)]
+    async fn get(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        path: &str,
+        query: &[(&str, &str)],
+        accepted: &[&str],
+        what: &'static str,
+        limit: usize,
+    ) -> Result<Vec<u8>, BoundedReadError> {
+        let registry = reference.resolve_registry();
+        let scheme = match &self.protocol {
+            ClientProtocol::Http => "http",
+            ClientProtocol::HttpsExcept(plain) if plain.iter().any(|r| r == registry) => "http",
+            _ => "https",
+        };
+        let url = format!("{scheme}://{registry}/v2/{}/{path}", reference.repository());
+        let mut request = self.http.get(&url).query(query);
+        if !accepted.is_empty() {
+            request = request.header(reqwest::header::ACCEPT, accepted.join(", "));
+        }
+        // The token oci-client negotiated (and keeps), or the basic credentials it would send.
+        let token = self
+            .oci
+            .auth(reference, auth, RegistryOperation::Pull)
+            .await?;
+        request = match (token, auth) {
+            (Some(token), _) => request.bearer_auth(token),
+            (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+            (None, _) => request,
+        };
+        let mut response = request.send().await.map_err(OciDistributionError::from)?;
+        let status = response.status();
+        if response
+            .content_length()
+            .is_some_and(|length| length > limit as u64)
+        {
+            return Err(BoundedReadError::TooLarge { what, limit });
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(OciDistributionError::from)? {
+            if body.len() + chunk.len() > limit {
+                return Err(BoundedReadError::TooLarge { what, limit });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if status.is_success() {
+            return Ok(body);
+        }
+        Err(BoundedReadError::Registry(
+            match serde_json::from_slice(&body) {
+                _ if status == reqwest::StatusCode::UNAUTHORIZED => {
+                    OciDistributionError::UnauthorizedError { url }
+                }
+                Ok(envelope) if status.is_client_error() => {
+                    OciDistributionError::RegistryError { envelope, url }
+                }
+                _ => OciDistributionError::ServerError {
+                    code: status.as_u16(),
+                    url,
+                    message: String::from_utf8_lossy(&body).into_owned(),
+                },
+            },
+        ))
+    }
 }

@@ -492,6 +492,109 @@ async fn a_module_pushed_to_a_registry_runs_by_tag_constraint_pinned_by_digest()
     assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
 }
 
+/// A registry answering a manifest or a tag list without end: the pull stops at the bound
+/// (RESOURCE_EXHAUSTED naming the image and the bound) instead of reading on, and the runner
+/// serves on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manifest_or_tag_list_without_end_is_refused_at_its_bound() {
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace"]) else {
+        return;
+    };
+    let host = endless_manifest_registry();
+    let mut text = config(&modules, &dir.path().join("cache"), "");
+    text = text.replace(
+        "      functions:\n",
+        &format!(
+            "      max_module_mib: 1\n      registries: [{{prefix: \"{host}/wasm/\", plain_http: true}}]\n      functions:\n"
+        ),
+    );
+    let server = Server::start(&text, &[]);
+    let repository = format!("{host}/wasm/endless");
+    let status = call(&server, &format!("{repository}:v1"), &input("prod"))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains(&format!("{repository}@sha256:")),
+        "names the image pinned: {}",
+        status.message()
+    );
+    assert!(
+        status
+            .message()
+            .contains("the manifest is over 262144 bytes"),
+        "{}",
+        status.message()
+    );
+    let status = server
+        .client()
+        .await
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: input("prod"),
+            image: repository.clone(),
+            tag: "~1".to_owned(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains(&format!(
+            "cannot list the tags of {repository}: the tag list is over"
+        )),
+        "{}",
+        status.message()
+    );
+    assert_still_serving(&server).await;
+}
+
+/// A plain-HTTP "registry" on loopback that answers every manifest and tag list request with a
+/// digest and then a body that never ends; its `host:port`.
+fn endless_manifest_registry() -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut stream = stream;
+                loop {
+                    let mut request = String::new();
+                    if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).unwrap_or(0) > 2 {
+                        line.clear();
+                    }
+                    let head = |extra: &str| {
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nDocker-Content-Digest: sha256:{}\r\n{extra}\r\n",
+                            "0".repeat(64)
+                        )
+                    };
+                    if request.starts_with("GET ")
+                        && (request.contains("/manifests/") || request.contains("/tags/list"))
+                    {
+                        let _ = stream.write_all(head("Transfer-Encoding: chunked\r\n").as_bytes());
+                        let chunk = format!("10000\r\n{}\r\n", "a".repeat(0x10000));
+                        while stream.write_all(chunk.as_bytes()).is_ok() {}
+                        return;
+                    }
+                    if stream
+                        .write_all(head("Content-Length: 0\r\n").as_bytes())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    host
+}
+
 /// A registry that requires a login: pulls use the credentials of the docker config file
 /// `auth_file` names (the pod evaluator's format); without them the call is UNAVAILABLE,
 /// naming the image.

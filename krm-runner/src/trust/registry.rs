@@ -4,18 +4,23 @@
 
 use futures_util::StreamExt;
 use krm_runner_function_config::docker_config::DockerConfig;
-use krm_runner_function_config::registry_answer::is_missing;
+use krm_runner_function_config::registry_answer::{RegistryClient, is_missing};
 use krm_runner_proto::serving::with_causes;
+use oci_client::Reference;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest};
+use oci_client::manifest::{
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
+    OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest, OciManifest,
+};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 
 /// Most bytes of one signature payload read: cosign's is a few hundred.
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// Most bytes of one signature manifest read: a few hundred per signature it lists.
+const MAX_MANIFEST_BYTES: usize = 256 * 1024;
 
 pub struct Registry {
-    client: Client,
+    client: RegistryClient,
     auth: Option<DockerConfig>,
 }
 
@@ -51,7 +56,7 @@ impl Registry {
         // install is refused harmlessly.
         let _ = rustls::crypto::ring::default_provider().install_default();
         // `Client::new` would fall back to a default client, dropping `plain_http` and the CA.
-        let client = Client::try_from(config)
+        let client = RegistryClient::new(config)
             .map_err(|error| format!("cannot make a registry client: {}", with_causes(&error)))?;
         Ok(Self { client, auth })
     }
@@ -71,6 +76,7 @@ impl Registry {
     pub async fn digest(&self, image: &str) -> Result<String, String> {
         let reference = parse(image)?;
         self.client
+            .oci()
             .fetch_manifest_digest(&reference, &self.auth(&reference))
             .await
             .map_err(|error| format!("the digest of {image}: {}", with_causes(&error)))
@@ -79,18 +85,38 @@ impl Registry {
     /// The image manifest at `image`.
     pub async fn manifest(&self, image: &str) -> Result<OciImageManifest, ManifestError> {
         let reference = parse(image).map_err(ManifestError::Failed)?;
-        // Not `pull_image_manifest`: it would follow an index to a platform's manifest.
-        match self
+        // Any manifest, not only an image's: an index is told apart, never followed.
+        let body = self
             .client
-            .pull_manifest(&reference, &self.auth(&reference))
-            .await
-        {
-            Ok((OciManifest::Image(manifest), _)) => Ok(manifest),
-            Ok((OciManifest::ImageIndex(_), _)) => Err(ManifestError::Index),
-            Err(error) if is_missing(&error) => Err(ManifestError::Missing),
+            .manifest(
+                &reference,
+                &self.auth(&reference),
+                &[
+                    OCI_IMAGE_MEDIA_TYPE,
+                    IMAGE_MANIFEST_MEDIA_TYPE,
+                    OCI_IMAGE_INDEX_MEDIA_TYPE,
+                    IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+                ],
+                MAX_MANIFEST_BYTES,
+            )
+            .await;
+        let body = match body {
+            Ok(body) => body,
+            Err(error) if error.registry().is_some_and(is_missing) => {
+                return Err(ManifestError::Missing);
+            }
+            Err(error) => {
+                return Err(ManifestError::Failed(format!(
+                    "the manifest {image}: {}",
+                    with_causes(&error)
+                )));
+            }
+        };
+        match serde_json::from_slice(&body) {
+            Ok(OciManifest::Image(manifest)) => Ok(manifest),
+            Ok(OciManifest::ImageIndex(_)) => Err(ManifestError::Index),
             Err(error) => Err(ManifestError::Failed(format!(
-                "the manifest {image}: {}",
-                with_causes(&error)
+                "the manifest {image} does not read as one: {error}"
             ))),
         }
     }
@@ -107,6 +133,7 @@ impl Registry {
         let reference = parse(image)?;
         let mut stream = self
             .client
+            .oci()
             .pull_blob_stream(&reference, layer)
             .await
             .map_err(|error| format!("the payload {}: {}", layer.digest, with_causes(&error)))?;

@@ -6,11 +6,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use krm_runner_function_config::registry_answer::{TagListError, list_all_tags};
+use krm_runner_function_config::registry_answer::{RegistryClient, TagListError, list_all_tags};
 use krm_runner_proto::serving::with_causes;
+use oci_client::Reference;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 
 use crate::docker_config::{DockerConfig, auth_for};
 
@@ -71,7 +71,7 @@ pub struct Metadata {
 pub struct Registry {
     /// The client and the docker config content it was given credentials from: it keeps the
     /// first credentials it sees per registry, so new credentials need a new client.
-    client: Mutex<(Vec<u8>, Arc<Client>)>,
+    client: Mutex<(Vec<u8>, Arc<RegistryClient>)>,
     plain_http: Vec<String>,
     extra_ca: Option<Vec<u8>>,
     cache: Mutex<HashMap<String, Metadata>>,
@@ -98,7 +98,7 @@ impl Registry {
         let extra_ca = ca_file
             .map(|file| std::fs::read(file).map_err(|e| format!("{}: {e}", file.display())))
             .transpose()?;
-        let client = new_client(plain_http, extra_ca.as_deref());
+        let client = new_client(plain_http, extra_ca.as_deref())?;
         Ok(Self {
             client: Mutex::new((Vec::new(), Arc::new(client))),
             plain_http: plain_http.to_vec(),
@@ -174,12 +174,12 @@ impl Registry {
         let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
             auth_for(config, reference.resolve_registry())
         });
-        let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content));
+        let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content))?;
         let page_size = page_size.max(1);
         list_all_tags(&client, &reference, &auth, page_size, MAX_TAG_PAGES)
             .await
             .map_err(|error| match error {
-                TagListError::Registry(e) => format!(
+                TagListError::Read(e) => format!(
                     "unable to list the tags of {repository}: {}",
                     with_causes(&e)
                 ),
@@ -199,13 +199,13 @@ impl Registry {
     }
 
     /// A client that authenticates with `docker_config`'s credentials.
-    fn client_for(&self, docker_config: &[u8]) -> Arc<Client> {
+    fn client_for(&self, docker_config: &[u8]) -> Result<Arc<RegistryClient>, String> {
         let mut client = self.client.lock().unwrap_or_else(PoisonError::into_inner);
         if client.0 != docker_config {
-            let fresh = new_client(&self.plain_http, self.extra_ca.as_deref());
+            let fresh = new_client(&self.plain_http, self.extra_ca.as_deref())?;
             *client = (docker_config.to_vec(), Arc::new(fresh));
         }
-        client.1.clone()
+        Ok(client.1.clone())
     }
 
     /// The digest and entrypoint of `image`, authenticated with the matching entry of
@@ -229,8 +229,9 @@ impl Registry {
         let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
             auth_for(config, reference.resolve_registry())
         });
-        let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content));
+        let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content))?;
         let (_, digest, config) = client
+            .oci()
             .pull_manifest_and_config(&reference, &auth)
             .await
             .map_err(|e| {
@@ -268,7 +269,7 @@ impl Registry {
     }
 }
 
-fn new_client(plain_http: &[String], extra_ca: Option<&[u8]>) -> Client {
+fn new_client(plain_http: &[String], extra_ca: Option<&[u8]>) -> Result<RegistryClient, String> {
     let mut config = ClientConfig {
         protocol: if plain_http.is_empty() {
             ClientProtocol::Https
@@ -284,7 +285,8 @@ fn new_client(plain_http: &[String], extra_ca: Option<&[u8]>) -> Client {
             data: data.to_vec(),
         });
     }
-    Client::new(config)
+    RegistryClient::new(config)
+        .map_err(|error| format!("cannot make a registry client: {}", with_causes(&error)))
 }
 
 #[cfg(test)]

@@ -20,13 +20,14 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use krm_plugin_api::{ErrorKind, EvalError, Resolution, quoted};
 use krm_runner_function_config::docker_config::{DockerConfig, DockerConfigError};
-use krm_runner_function_config::registry_answer::{TagListError, is_missing, list_all_tags};
+use krm_runner_function_config::registry_answer::{
+    BoundedReadError, RegistryClient, TagListError, is_missing, list_all_tags,
+};
 use krm_runner_function_config::version::{Constraint, InvalidConstraint, sorted_versions};
+use oci_client::Reference;
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::OciDistributionError;
 use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 use serde::Deserialize;
 
 use crate::config::Pulls;
@@ -54,13 +55,14 @@ const TAGS_PAGE_SIZE: usize = 1000;
 /// Why a module could not be had from its registry; each names the image.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PullError {
-    /// The registry could not be asked, or refused (network, login, a missing manifest).
+    /// The registry could not be asked, refused (network, login, a missing manifest) or
+    /// answered past a bound.
     #[error("{what} of {image}")]
     Registry {
         what: &'static str,
         image: String,
         #[source]
-        source: OciDistributionError,
+        source: BoundedReadError,
     },
     /// The docker config file of `auth_file` cannot be used now.
     #[error("the registry credentials (auth_file)")]
@@ -109,8 +111,12 @@ impl PullError {
     pub(crate) fn to_eval_error(&self) -> EvalError {
         let kind = match self {
             // The image is not there: the caller named it wrong.
-            PullError::Registry { source, .. } if is_missing(source) => ErrorKind::InvalidInput,
-            PullError::Registry { .. } => ErrorKind::Unavailable,
+            PullError::Registry { source, .. } => match source {
+                BoundedReadError::Registry(error) if is_missing(error) => ErrorKind::InvalidInput,
+                BoundedReadError::Registry(_) => ErrorKind::Unavailable,
+                BoundedReadError::TooLarge { .. } => ErrorKind::ResourceExhausted,
+                BoundedReadError::DigestMismatch { .. } => ErrorKind::Failed,
+            },
             PullError::Credentials(_) | PullError::Layer { .. } => ErrorKind::Failed,
             PullError::Reference { .. }
             | PullError::NotAModule { .. }
@@ -134,7 +140,7 @@ impl PullError {
 /// The registry side of an instance: its prefixes, client and what it remembers.
 pub(crate) struct Registries {
     settings: Pulls,
-    client: Client,
+    client: RegistryClient,
     /// Tag lists by repository, with when they were listed.
     tags: Mutex<HashMap<String, ListedTags>>,
     /// Manifest digests by tagged image, with when they were resolved.
@@ -167,7 +173,7 @@ impl Registries {
         // harmlessly.
         let _ = rustls::crypto::ring::default_provider().install_default();
         // `Client::new` would fall back to a default client, dropping `plain_http`.
-        let client = Client::try_from(config)
+        let client = RegistryClient::new(config)
             .map_err(|error| format!("cannot make a registry client: {error}"))?;
         Ok(Self {
             settings,
@@ -284,7 +290,7 @@ impl Registries {
         )
         .await
         .map_err(|error| match error {
-            TagListError::Registry(source) => PullError::Registry {
+            TagListError::Read(source) => PullError::Registry {
                 what: "cannot list the tags",
                 image: repository.to_owned(),
                 source,
@@ -315,12 +321,13 @@ impl Registries {
         }
         let digest = self
             .client
+            .oci()
             .fetch_manifest_digest(reference, &self.auth(reference)?)
             .await
             .map_err(|source| PullError::Registry {
                 what: "cannot resolve the digest",
                 image: image.to_owned(),
-                source,
+                source: source.into(),
             })?;
         self.digests
             .lock()
@@ -409,12 +416,13 @@ impl Registries {
         reference: &Reference,
         auth: &RegistryAuth,
     ) -> Result<Manifest, PullError> {
-        let (bytes, _) = self
+        let bytes = self
             .client
-            .pull_manifest_raw(
+            .manifest(
                 reference,
                 auth,
                 &[DOCKER_LIST, OCI_INDEX, DOCKER_MANIFEST, OCI_MANIFEST],
+                MAX_MANIFEST_BYTES,
             )
             .await
             .map_err(|source| PullError::Registry {
@@ -422,15 +430,6 @@ impl Registries {
                 image: image.to_owned(),
                 source,
             })?;
-        if bytes.len() > MAX_MANIFEST_BYTES {
-            return Err(PullError::NotAModule {
-                image: image.to_owned(),
-                reason: format!(
-                    "its manifest is {} bytes, over {MAX_MANIFEST_BYTES}",
-                    bytes.len()
-                ),
-            });
-        }
         serde_json::from_slice(&bytes).map_err(|error| PullError::NotAModule {
             image: image.to_owned(),
             reason: format!("its manifest does not read as one: {error}"),
@@ -453,12 +452,13 @@ impl Registries {
         };
         let mut stream = self
             .client
+            .oci()
             .pull_blob_stream(reference, &descriptor)
             .await
             .map_err(|source| PullError::Registry {
                 what: "cannot pull the module layer",
                 image: image.to_owned(),
-                source,
+                source: source.into(),
             })?;
         let mut blob = Vec::new();
         while let Some(chunk) = stream.next().await {
