@@ -334,6 +334,7 @@ impl Executor {
                 toolchain: self.toolchain,
                 cancellation: call,
                 max_message_bytes: self.max_message_bytes,
+                live_state: &request.live_state,
             };
             let ran = function.run(&invocation_call);
             // What a function did while the call was being cancelled is not answered.

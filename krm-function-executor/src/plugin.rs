@@ -111,6 +111,7 @@ impl TypedFunctionSet for PluginFunctions {
             toolchain: self.executor.toolchain(),
             cancellation: context,
             max_message_bytes: self.executor.max_message_bytes(),
+            live_state: &request.live_state,
         };
         match typed.run(&call) {
             Ok(outcome) => {

@@ -32,6 +32,9 @@ struct Case {
     combine_validation_results: bool,
     #[serde(default)]
     approved_by: Option<Vec<String>>,
+    /// A file in `tests/golden/inputs/`: the request's LiveState.
+    #[serde(default)]
+    live_state: Option<String>,
     /// The ConfigHub rule the expected data follows: a file of confighub/sdk and the function
     /// in it (e.g. "function/internal/handlers/generic/standard_functions.go
     /// GetVisitorMapForPath: ...").
@@ -48,8 +51,11 @@ fn golden_dir() -> PathBuf {
 }
 
 fn request(case: &Case) -> FunctionInvocationRequest {
-    let input = std::fs::read(golden_dir().join("inputs").join(&case.input))
-        .unwrap_or_else(|e| panic!("input {}: {e}", case.input));
+    let read = |name: &str| {
+        std::fs::read(golden_dir().join("inputs").join(name))
+            .unwrap_or_else(|e| panic!("input {name}: {e}"))
+    };
+    let input = read(&case.input);
     let mut request = FunctionInvocationRequest {
         config_data: input,
         cast_string_args_to_scalars: true,
@@ -57,6 +63,7 @@ fn request(case: &Case) -> FunctionInvocationRequest {
         stop_on_error: case.stop_on_error,
         combine_validation_results: case.combine_validation_results,
         function_invocations: case.invocations.clone(),
+        live_state: case.live_state.as_deref().map(read).unwrap_or_default(),
         ..FunctionInvocationRequest::default()
     };
     request.context.toolchain_type = case.toolchain.clone();

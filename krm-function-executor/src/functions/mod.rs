@@ -45,6 +45,8 @@ pub struct Call<'c, 'a, 'k> {
     pub cancellation: &'c CallContext<'k>,
     /// The runner's `max_message_bytes`: no unit text larger than this can be answered.
     pub max_message_bytes: usize,
+    /// The unit's live state as the request carries it (`LiveState`), empty without one.
+    pub live_state: &'c [u8],
 }
 
 /// Why a typed function gave no outcome.
@@ -306,6 +308,7 @@ mod tests {
             toolchain: Toolchain::KubernetesYaml,
             cancellation: call,
             max_message_bytes,
+            live_state: &[],
         })
     }
 

@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo, ResourceMutation};
+use crate::api::{
+    AttributeDetails, AttributeValue, DataType, FunctionArgument, FunctionInvocation, OutputType,
+    ResourceInfo, ResourceMutation,
+};
 use crate::args::ArgValue;
 use crate::functions::definition::{
     ALL_TOOLCHAINS, Definition, FunctionKind, KUBERNETES, Options, PROPERTIES, no_parameters,
@@ -77,8 +80,49 @@ fn get_provided(call: &Call) -> Result<Outcome, FunctionError> {
             .paths_for(attribute::PROVIDED, &info.resource_type)
     };
     // Every provided value, placeholders too, as ConfigHub's genericFnGetProvided gives them.
-    let found = get(call, &entries_for, &[], Some(DataType::String))?;
+    let mut found = get(call, &entries_for, &[], Some(DataType::String))?;
+    found.extend(live_resource_names(call)?);
     Ok(Outcome::output(Output::Attributes(found)))
+}
+
+/// The name of each resource of the request's live state, provided as ConfigHub's
+/// genericFnGetProvided provides it: read as Kubernetes resources whatever the toolchain, the
+/// `metadata.name` marked InLiveState, its getter `get-resources-of-type` of `v1/ConfigMap`
+/// (ConfigHub's own, whatever the resource's type: resolution matches on it).
+fn live_resource_names(call: &Call) -> Result<Vec<AttributeValue>, FunctionError> {
+    if call.live_state.is_empty() {
+        return Ok(Vec::new());
+    }
+    let text = std::str::from_utf8(call.live_state)
+        .map_err(|e| format!("LiveState is not UTF-8 text: {e}"))?;
+    let live = Toolchain::KubernetesYaml
+        .parse(text)
+        .map_err(|e| format!("LiveState: {e}"))?;
+    let getter = FunctionInvocation::new(
+        "get-resources-of-type",
+        vec![FunctionArgument::named("resource-type", "v1/ConfigMap")],
+    );
+    let mut values = Vec::new();
+    for element in &live.elements {
+        call.stop_if_cancelled()?;
+        let info = element
+            .checked_info()
+            .map_err(|problem| format!("LiveState: {problem}"))?;
+        values.push(AttributeValue {
+            resource: info.clone(),
+            path: "metadata.name".to_owned(),
+            in_live_state: true,
+            attribute_name: attribute::RESOURCE_NAME.to_owned(),
+            data_type: DataType::String,
+            info: Some(AttributeDetails {
+                getter_invocation: Some(getter.clone()),
+                ..AttributeDetails::default()
+            }),
+            value: info.resource_name_without_scope.clone().into(),
+            comment: String::new(),
+        });
+    }
+    Ok(values)
 }
 
 fn set_attributes(call: &Call) -> Result<Outcome, FunctionError> {
