@@ -1,6 +1,8 @@
 //! The result cache every EvaluateFunction call passes through: the answer of a pure call (and
 //! of an image an operator marks) is kept in memory, bounded in bytes, and given again to an
-//! identical call; concurrent identical calls run the function once.
+//! identical call; concurrent identical calls run the function once. ConfigHub's
+//! FunctionExecutor requests of pure functions go through it too (`confighub::serving`), their
+//! encoded reply kept as an answer's ResourceList.
 //!
 //! The key is a SHA-256 over what ran and what was asked: the serving evaluator instance, its
 //! plugin's name and version, the code identity the plugin gives (a function's name, an
@@ -89,7 +91,7 @@ pub struct Cacheable {
 
 /// What identifies a call: hashed into its [`Key`].
 pub struct Identity<'a> {
-    /// The evaluator instance that would serve it.
+    /// The evaluator instance that would serve it (for a ConfigHub request, the service).
     pub instance: &'a str,
     /// Its plugin's name and version.
     pub plugin: &'a str,
