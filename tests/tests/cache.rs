@@ -113,7 +113,8 @@ async fn a_builtin_call_is_answered_again_and_any_change_misses() {
     assert_eq!(cache_header(&server, image, &input).await, "hit");
 }
 
-/// One setting turns the cache off: every call then runs and says `bypass`.
+/// One setting turns the cache off: every call (ConfigHub's requests too) then runs and says
+/// `bypass`.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cache_turned_off_answers_bypass() {
     let server = Server::start("cache: {enabled: false}\n", &[]);
@@ -126,6 +127,13 @@ async fn the_cache_turned_off_answers_bypass() {
         cache_header(&server, "set-namespace", &input).await,
         "bypass"
     );
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let request = replicas_request(7);
+    for _ in 0..2 {
+        assert_eq!(invoke_grpc(&mut client, &request).await.0, "bypass");
+    }
 }
 
 /// An exec function is never cached unless its image is marked; marked, a replaced binary
@@ -620,6 +628,17 @@ fn confighub_http_sequences_of_pure_functions_are_answered_again() {
         assert_eq!((status, cache.as_str()), (200, "bypass"), "{body}");
     }
 
+    // A sequence that fails answers `Success: false` each time, never kept.
+    let failing = sequence_body(
+        UNIT,
+        json!([{"FunctionName": "yq", "Arguments": [{"Value": "error(\"boom\")"}]}]),
+    );
+    for _ in 0..2 {
+        let (status, cache, body) = invoke_http(http, &failing);
+        assert_eq!((status, cache.as_str()), (200, "miss"), "{body}");
+        assert!(body.contains("\"Success\":false"), "{body}");
+    }
+
     // A request that cannot run is refused each time, never kept.
     let broken = sequence_body(
         "kind: [unclosed\n",
@@ -655,6 +674,22 @@ fn invocation(name: &str, arguments: Vec<pb::Argument>) -> pb::Invocation {
     }
 }
 
+/// set-replicas `replicas` then get-replicas over [`UNIT`], as a FunctionExecutor request.
+fn replicas_request(replicas: i64) -> pb::InvokeRequest {
+    pb::InvokeRequest {
+        toolchain: "Kubernetes/YAML".to_owned(),
+        config_data: UNIT.as_bytes().to_vec(),
+        invocations: vec![
+            invocation(
+                "set-replicas",
+                vec![argument(pb::argument::Value::IntValue(replicas))],
+            ),
+            invocation("get-replicas", Vec::new()),
+        ],
+        ..Default::default()
+    }
+}
+
 /// One FunctionExecutor call: the `x-krm-cache` metadata and the response.
 async fn invoke_grpc(
     client: &mut FunctionExecutorClient<tonic::transport::Channel>,
@@ -681,18 +716,7 @@ async fn confighub_grpc_sequences_of_pure_functions_are_answered_again() {
     let mut client = FunctionExecutorClient::connect(server.endpoint())
         .await
         .unwrap();
-    let request = pb::InvokeRequest {
-        toolchain: "Kubernetes/YAML".to_owned(),
-        config_data: UNIT.as_bytes().to_vec(),
-        invocations: vec![
-            invocation(
-                "set-replicas",
-                vec![argument(pb::argument::Value::IntValue(7))],
-            ),
-            invocation("get-replicas", Vec::new()),
-        ],
-        ..Default::default()
-    };
+    let request = replicas_request(7);
     let (first, response) = invoke_grpc(&mut client, &request).await;
     assert_eq!(first, "miss");
     assert!(response.success, "{:?}", response.error_messages);
@@ -774,4 +798,40 @@ async fn sixteen_concurrent_confighub_twins_run_once() {
         15.0
     );
     server.terminate();
+}
+
+/// With the disk store, a ConfigHub answer survives a restart (its key holds across
+/// processes); a restart whose configuration declares another attribute misses, since the
+/// path registry decides answers too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_confighub_answer_survives_a_restart_unless_the_registry_changed() {
+    let store = scratch();
+    let config = with_disk(store.path(), "");
+    let request = replicas_request(4);
+    let server = Server::start(&config, &[]);
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let (first, response) = invoke_grpc(&mut client, &request).await;
+    assert_eq!(first, "miss");
+    assert_eq!(disk_entries(store.path()).len(), 1);
+    drop(server);
+
+    let server = Server::start(&config, &[]);
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let (again, kept) = invoke_grpc(&mut client, &request).await;
+    assert_eq!(again, "hit", "{}", server.stderr());
+    assert_eq!(kept, response);
+    drop(server);
+
+    let declaring = format!(
+        "{config}executor:\n  attributes:\n  - name: team\n    upsert: true\n    paths: {{apps/v1/Deployment: [metadata.labels.team]}}\n"
+    );
+    let server = Server::start(&declaring, &[]);
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    assert_eq!(invoke_grpc(&mut client, &request).await.0, "miss");
 }
