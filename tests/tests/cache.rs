@@ -801,10 +801,10 @@ async fn sixteen_concurrent_confighub_twins_run_once() {
 }
 
 /// With the disk store, a ConfigHub answer survives a restart (its key holds across
-/// processes); a restart whose configuration declares another attribute misses, since the
-/// path registry decides answers too.
+/// processes); a restart whose configuration declares another attribute, or sets another
+/// `max_message_bytes`, misses, since those decide answers too.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_confighub_answer_survives_a_restart_unless_the_registry_changed() {
+async fn a_confighub_answer_survives_a_restart_unless_what_decides_it_changed() {
     let store = scratch();
     let config = with_disk(store.path(), "");
     let request = replicas_request(4);
@@ -829,9 +829,16 @@ async fn a_confighub_answer_survives_a_restart_unless_the_registry_changed() {
     let declaring = format!(
         "{config}executor:\n  attributes:\n  - name: team\n    upsert: true\n    paths: {{apps/v1/Deployment: [metadata.labels.team]}}\n"
     );
-    let server = Server::start(&declaring, &[]);
-    let mut client = FunctionExecutorClient::connect(server.endpoint())
-        .await
-        .unwrap();
-    assert_eq!(invoke_grpc(&mut client, &request).await.0, "miss");
+    let limited = format!("{config}max_message_bytes: 262144\n");
+    for changed in [declaring, limited] {
+        let server = Server::start(&changed, &[]);
+        let mut client = FunctionExecutorClient::connect(server.endpoint())
+            .await
+            .unwrap();
+        assert_eq!(
+            invoke_grpc(&mut client, &request).await.0,
+            "miss",
+            "{changed}"
+        );
+    }
 }

@@ -95,8 +95,9 @@ impl Service {
 }
 
 /// What decides a sequence's answer besides its request, hashed: every enabled instance's
-/// plugin and version (the code of the functions they contribute) and the executor's functions
-/// and path registry as it lists them (so the attributes the configuration declares count too).
+/// plugin and version (the code of the functions they contribute), the executor's functions
+/// and path registry as it lists them (so the attributes the configuration declares count too)
+/// and the largest unit it may produce (`max_message_bytes`: below it an invocation fails).
 fn code_identity(executor: &Executor, runtime: &Runtime) -> String {
     let mut hash = Sha256::new();
     let mut part = |bytes: &[u8]| {
@@ -112,6 +113,7 @@ fn code_identity(executor: &Executor, runtime: &Runtime) -> String {
     // Plain data with string keys: serializing cannot fail.
     part(&serde_json::to_vec(&executor.list()).unwrap_or_default());
     part(&serde_json::to_vec(executor.registry()).unwrap_or_default());
+    part(&(executor.max_message_bytes() as u64).to_le_bytes());
     hex(&hash.finalize())
 }
 
