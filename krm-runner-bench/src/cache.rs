@@ -5,11 +5,14 @@ use std::time::Instant;
 
 use anyhow::Context;
 use krm_runner::Config;
+use krm_runner_proto::krmrunner::v1 as pb;
+use krm_runner_proto::krmrunner::v1::function_executor_client::FunctionExecutorClient;
 
 use super::{BenchArgs, BenchServer, deployments, indent_items, ms, percentiles, resource_list_of};
 
 /// The result cache: a Porch-like re-render (the same six-step pipeline over an unchanged
-/// 100-Deployment package, each step one EvaluateFunction) on a runner with the cache and one
+/// 100-Deployment package, each step one EvaluateFunction) and ConfigHub's sequence of five
+/// over the same Deployments (one FunctionExecutor Invoke) on a runner with the cache and one
 /// without; and a hit against the empty gRPC round trip (Health/Check), on the same runner.
 pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     const PIPELINE: [(&str, &str); 6] = [
@@ -33,9 +36,10 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
             (*function, list.into_bytes())
         })
         .collect();
+    let sequence = confighub_sequence(&deployments(100));
     let renders = (args.calls / 20).max(20);
     println!(
-        "\n## Result cache ({renders} re-renders of a six-step pipeline over 100 Deployments; {} hits)",
+        "\n## Result cache ({renders} re-renders of a six-step pipeline and as many ConfigHub sequences over 100 Deployments; {} hits)",
         args.calls
     );
     println!("| what | p50 | p99 |\n|---|---|---|");
@@ -56,6 +60,22 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         let (p50, p99) = percentiles(&mut samples);
         let label = if cached { "with the cache" } else { "without" };
         println!("| re-render, {label} | {} | {} |", ms(p50), ms(p99));
+        let mut executor = FunctionExecutorClient::connect(server.endpoint.clone()).await?;
+        let mut samples = Vec::with_capacity(renders);
+        for round in 0..=renders {
+            let started = Instant::now();
+            let response = executor.invoke(sequence.clone()).await?.into_inner();
+            anyhow::ensure!(response.success, "{:?}", response.error_messages);
+            if round > 0 {
+                samples.push(started.elapsed());
+            }
+        }
+        let (p50, p99) = percentiles(&mut samples);
+        println!(
+            "| ConfigHub sequence of five (Invoke), {label} | {} | {} |",
+            ms(p50),
+            ms(p99)
+        );
         if cached {
             hit_server = Some(server);
         } else {
@@ -108,4 +128,25 @@ async fn hit_against_floor(server: &mut BenchServer, calls: usize) -> anyhow::Re
         (hit50.as_secs_f64() - floor50.as_secs_f64()) * 1e6
     );
     Ok(())
+}
+
+/// ConfigHub's sequence of five (the one docs/benchmarks.md measures as a process) over
+/// `unit`: a filter, set-replicas, set-image, set-label and get-replicas.
+fn confighub_sequence(unit: &str) -> pb::InvokeRequest {
+    let mut request = pb::InvokeRequest::kubernetes(
+        unit,
+        vec![
+            pb::Invocation::positional(
+                "where-filter",
+                &["apps/v1/Deployment", "spec.replicas > 1"],
+            ),
+            pb::Invocation::positional("set-replicas", &["5"]),
+            pb::Invocation::positional("set-image", &["app", "nginx:1.27"]),
+            pb::Invocation::positional("set-label", &["tier", "web"]),
+            pb::Invocation::positional("get-replicas", &[]),
+        ],
+    );
+    request.num_filters = 1;
+    request.cast_string_args_to_scalars = true;
+    request
 }

@@ -1,6 +1,8 @@
 //! The result cache every EvaluateFunction call passes through: the answer of a pure call (and
 //! of an image an operator marks) is kept in memory, bounded in bytes, and given again to an
-//! identical call; concurrent identical calls run the function once.
+//! identical call; concurrent identical calls run the function once. ConfigHub's
+//! FunctionExecutor requests of pure functions go through it too (`confighub::serving`), their
+//! encoded reply kept as an answer's ResourceList.
 //!
 //! The key is a SHA-256 over what ran and what was asked: the serving evaluator instance, its
 //! plugin's name and version, the code identity the plugin gives (a function's name, an
@@ -89,7 +91,7 @@ pub struct Cacheable {
 
 /// What identifies a call: hashed into its [`Key`].
 pub struct Identity<'a> {
-    /// The evaluator instance that would serve it.
+    /// The evaluator instance that would serve it (for a ConfigHub request, the service).
     pub instance: &'a str,
     /// Its plugin's name and version.
     pub plugin: &'a str,
@@ -300,7 +302,8 @@ impl ResultCache {
     /// Answers a cacheable call: from the store, from an identical call's run in flight, or
     /// by `run`, whose success is stored. A waiting call's deadline and cancellation (its
     /// `context`) end only its own wait; when the call running the function is cancelled, a
-    /// waiting one runs it instead.
+    /// waiting one runs it instead. The call running it answers, once cancelled, what its run
+    /// does (which stops at the cancellation, saying where).
     pub async fn answer<F, R>(
         &self,
         context: &Arc<HostCallContext>,
@@ -319,6 +322,7 @@ impl ResultCache {
         }
         let cancelled = context.as_call_context().cancelled();
         let deadline = context.deadline().map(tokio::time::Instant::from_std);
+        let running = AtomicBool::new(false);
         let wait = async {
             let on_disk = if cacheable.durable {
                 self.load_from_disk(key).await
@@ -336,16 +340,22 @@ impl ResultCache {
                 Loaded::Corrupt => Some("corrupt"),
                 Loaded::Absent => None,
             };
-            self.run_once(context, image, cacheable, reason, run).await
+            self.run_once(context, image, cacheable, reason, &running, run)
+                .await
         };
-        tokio::select! {
-            answered = wait => answered,
-            reason = cancelled => (Err(reason.to_error(image)), Outcome::Miss),
+        tokio::pin!(wait);
+        let stopped = tokio::select! {
+            answered = &mut wait => return answered,
+            reason = cancelled => reason,
             () = sleep_until(deadline) => {
                 context.cancel(CancelReason::DeadlineExceeded);
-                (Err(CancelReason::DeadlineExceeded.to_error(image)), Outcome::Miss)
+                CancelReason::DeadlineExceeded
             }
+        };
+        if running.load(Ordering::Relaxed) {
+            return wait.await;
         }
+        (Err(stopped.to_error(image)), Outcome::Miss)
     }
 
     /// The entry of `key` on disk, read on a blocking thread; `Absent` without a disk store.
@@ -372,13 +382,15 @@ impl ResultCache {
     }
 
     /// Runs the function once for every identical call waiting; `found_on_disk` is why the
-    /// disk store did not answer, when it held an entry.
+    /// disk store did not answer, when it held an entry. `running` is set while this call runs
+    /// the function.
     async fn run_once<F, R>(
         &self,
         context: &Arc<HostCallContext>,
         image: &str,
         cacheable: Cacheable,
         found_on_disk: Option<&'static str>,
+        running: &AtomicBool,
         run: F,
     ) -> (Result<EvalResponse, EvalError>, Outcome)
     where
@@ -398,7 +410,9 @@ impl ResultCache {
             let ran = AtomicBool::new(false);
             let init = async {
                 ran.store(true, Ordering::Relaxed);
+                running.store(true, Ordering::Relaxed);
                 let outcome = run().await;
+                running.store(false, Ordering::Relaxed);
                 let response = match outcome {
                     Ok(response) => response,
                     // Its own caller went away: a waiting call takes over.

@@ -329,6 +329,19 @@ pub fn http_exchange(
     headers: &str,
     body: &[u8],
 ) -> (u16, String) {
+    let (status, _, body) = http_exchange_with_head(port, method, path, headers, body);
+    (status, body)
+}
+
+/// [`http_exchange`], with the response's head (its status line and header lines) between the
+/// status code and the body.
+pub fn http_exchange_with_head(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> (u16, String, String) {
     use std::io::{Read, Write};
     let mut stream =
         std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the HTTP listener");
@@ -349,11 +362,8 @@ pub fn http_exchange(
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (status, head.to_owned(), body.to_owned())
 }
 
 /// Runs `krm-runner ARGS` to completion (plugins from this build), feeding `stdin`.

@@ -1,12 +1,18 @@
 //! The result cache, through the real binary over gRPC: which calls it answers again, which it
-//! never does, concurrent twins running once, a cancelled first caller, expiry and the bound.
+//! never does, concurrent twins running once, a cancelled first caller, expiry and the bound;
+//! and ConfigHub's FunctionExecutor requests over HTTP and gRPC.
 
 use std::time::{Duration, Instant};
 
+use base64::{Engine, engine::general_purpose::STANDARD};
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
+use krm_runner_proto::krmrunner::v1 as pb;
+use krm_runner_proto::krmrunner::v1::function_executor_client::FunctionExecutorClient;
 use krm_runner_tests::{
-    Server, exec_chain_config, free_port, http_exchange, resource_list, scratch, script,
+    Server, exec_chain_config, free_port, http_exchange, http_exchange_with_head, resource_list,
+    scratch, script,
 };
+use serde_json::json;
 
 /// One call; the `x-krm-cache` header and the output, or the status.
 async fn call(
@@ -107,7 +113,8 @@ async fn a_builtin_call_is_answered_again_and_any_change_misses() {
     assert_eq!(cache_header(&server, image, &input).await, "hit");
 }
 
-/// One setting turns the cache off: every call then runs and says `bypass`.
+/// One setting turns the cache off: every call (ConfigHub's requests too) then runs and says
+/// `bypass`.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cache_turned_off_answers_bypass() {
     let server = Server::start("cache: {enabled: false}\n", &[]);
@@ -120,6 +127,13 @@ async fn the_cache_turned_off_answers_bypass() {
         cache_header(&server, "set-namespace", &input).await,
         "bypass"
     );
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let request = replicas_request(7);
+    for _ in 0..2 {
+        assert_eq!(invoke_grpc(&mut client, &request).await.0, "bypass");
+    }
 }
 
 /// An exec function is never cached unless its image is marked; marked, a replaced binary
@@ -530,4 +544,301 @@ async fn the_cache_command_shows_and_clears_the_stores() {
         "{cleared}"
     );
     assert!(disk_entries(store.path()).is_empty());
+}
+
+// ---- ConfigHub's FunctionExecutor requests ----
+
+const UNIT: &str =
+    "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n";
+
+/// The label ConfigHub's Kubernetes/YAML requests have in the cache's metrics.
+const CONFIGHUB: &str = "ConfigHub/kubernetes";
+
+/// A FunctionInvocationRequest over `unit`, as ConfigHub's client sends it.
+fn sequence_body(unit: &str, invocations: serde_json::Value) -> Vec<u8> {
+    json!({
+        "ToolchainType": "Kubernetes/YAML",
+        "UnitSlug": "web",
+        "RevisionNum": 1,
+        "ConfigData": STANDARD.encode(unit),
+        "CastStringArgsToScalars": true,
+        "FunctionInvocations": invocations,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// One POST of `body` to ConfigHub's Kubernetes/YAML route: the status, the `x-krm-cache`
+/// header and the body.
+fn invoke_http(port: u16, body: &[u8]) -> (u16, String, String) {
+    let (status, head, body) =
+        http_exchange_with_head(port, "POST", "/function/kubernetes", "", body);
+    let cache = head
+        .lines()
+        .find_map(|line| line.strip_prefix("x-krm-cache: "))
+        .unwrap_or("absent")
+        .to_owned();
+    (status, cache, body)
+}
+
+/// Over HTTP: a sequence of hermetic and idempotent functions misses, then hits with the same
+/// bytes; a request differing in one byte misses; one with a function that is not idempotent
+/// is never cached, nor is a request that could not run.
+#[test]
+fn confighub_http_sequences_of_pure_functions_are_answered_again() {
+    let http = free_port();
+    let (server, metrics) = with_metrics(&format!("confighub_listen: \"127.0.0.1:{http}\"\n"));
+    let request = sequence_body(
+        UNIT,
+        json!([
+            {"FunctionName": "set-replicas", "Arguments": [{"Value": "3"}]},
+            {"FunctionName": "get-replicas", "Arguments": []}
+        ]),
+    );
+    let (status, first, body) = invoke_http(http, &request);
+    assert_eq!((status, first.as_str()), (200, "miss"), "{body}");
+    assert!(body.contains("\"Success\":true"), "{body}");
+    let (status, second, again) = invoke_http(http, &request);
+    assert_eq!((status, second.as_str()), (200, "hit"), "{again}");
+    assert_eq!(again, body);
+
+    // The same request with one more byte (a space the JSON ignores) is another request.
+    let mut spaced = request.clone();
+    spaced.push(b' ');
+    assert_eq!(invoke_http(http, &spaced).1, "miss");
+    let four = String::from_utf8(request.clone())
+        .unwrap()
+        .replacen("\"3\"", "\"4\"", 1);
+    let (status, changed, other) = invoke_http(http, four.as_bytes());
+    assert_eq!((status, changed.as_str()), (200, "miss"), "{other}");
+    assert_ne!(other, body);
+
+    // delete-resource is not idempotent: the whole sequence runs every time.
+    let deleting = sequence_body(
+        UNIT,
+        json!([
+            {"FunctionName": "get-replicas", "Arguments": []},
+            {"FunctionName": "delete-resource", "Arguments": [
+                {"Value": "apps/v1/Deployment"}, {"Value": "web"}
+            ]}
+        ]),
+    );
+    for _ in 0..2 {
+        let (status, cache, body) = invoke_http(http, &deleting);
+        assert_eq!((status, cache.as_str()), (200, "bypass"), "{body}");
+    }
+
+    // A sequence that fails answers `Success: false` each time, never kept.
+    let failing = sequence_body(
+        UNIT,
+        json!([{"FunctionName": "yq", "Arguments": [{"Value": "error(\"boom\")"}]}]),
+    );
+    for _ in 0..2 {
+        let (status, cache, body) = invoke_http(http, &failing);
+        assert_eq!((status, cache.as_str()), (200, "miss"), "{body}");
+        assert!(body.contains("\"Success\":false"), "{body}");
+    }
+
+    // A request that cannot run is refused each time, never kept.
+    let broken = sequence_body(
+        "kind: [unclosed\n",
+        json!([{"FunctionName": "get-replicas", "Arguments": []}]),
+    );
+    for _ in 0..2 {
+        let (status, cache, body) = invoke_http(http, &broken);
+        assert_eq!((status, cache.as_str()), (400, "miss"), "{body}");
+    }
+
+    let series = |name: &str, labels: &str| {
+        metric(metrics, &format!("{name}{{image=\"{CONFIGHUB}\"{labels}}}"))
+    };
+    assert_eq!(series("krm_cache_hits_total", ""), 1.0);
+    assert_eq!(
+        series("krm_cache_misses_total", ",reason=\"not_cacheable\""),
+        2.0
+    );
+    server.terminate();
+}
+
+fn argument(value: pb::argument::Value) -> pb::Argument {
+    pb::Argument {
+        parameter_name: String::new(),
+        value: Some(value),
+    }
+}
+
+fn invocation(name: &str, arguments: Vec<pb::Argument>) -> pb::Invocation {
+    pb::Invocation {
+        function_name: name.to_owned(),
+        arguments,
+    }
+}
+
+/// set-replicas `replicas` then get-replicas over [`UNIT`], as a FunctionExecutor request.
+fn replicas_request(replicas: i64) -> pb::InvokeRequest {
+    pb::InvokeRequest {
+        toolchain: "Kubernetes/YAML".to_owned(),
+        config_data: UNIT.as_bytes().to_vec(),
+        invocations: vec![
+            invocation(
+                "set-replicas",
+                vec![argument(pb::argument::Value::IntValue(replicas))],
+            ),
+            invocation("get-replicas", Vec::new()),
+        ],
+        ..Default::default()
+    }
+}
+
+/// One FunctionExecutor call: the `x-krm-cache` metadata and the response.
+async fn invoke_grpc(
+    client: &mut FunctionExecutorClient<tonic::transport::Channel>,
+    request: &pb::InvokeRequest,
+) -> (String, pb::InvokeResponse) {
+    let response = client
+        .invoke(request.clone())
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}"));
+    let cache = response
+        .metadata()
+        .get("x-krm-cache")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("absent")
+        .to_owned();
+    (cache, response.into_inner())
+}
+
+/// Over gRPC as over HTTP: a miss, then a hit with the same response; a changed byte misses;
+/// a sequence with a function that is not idempotent bypasses.
+#[tokio::test(flavor = "multi_thread")]
+async fn confighub_grpc_sequences_of_pure_functions_are_answered_again() {
+    let server = Server::start("{}\n", &[]);
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let request = replicas_request(7);
+    let (first, response) = invoke_grpc(&mut client, &request).await;
+    assert_eq!(first, "miss");
+    assert!(response.success, "{:?}", response.error_messages);
+    assert_eq!(
+        String::from_utf8(response.config_data.clone()).unwrap(),
+        UNIT.replace("replicas: 1", "replicas: 7")
+    );
+    let (second, again) = invoke_grpc(&mut client, &request).await;
+    assert_eq!(second, "hit");
+    assert_eq!(again, response);
+
+    let mut changed = request.clone();
+    changed.config_data = UNIT.replace("name: web", "name: weB").into_bytes();
+    let (cache, other) = invoke_grpc(&mut client, &changed).await;
+    assert_eq!(cache, "miss");
+    assert_ne!(other, response);
+
+    let mut deleting = request.clone();
+    deleting.invocations.push(invocation(
+        "delete-resource",
+        vec![
+            argument(pb::argument::Value::StringValue(
+                "apps/v1/Deployment".into(),
+            )),
+            argument(pb::argument::Value::StringValue("web".into())),
+        ],
+    ));
+    for _ in 0..2 {
+        assert_eq!(invoke_grpc(&mut client, &deleting).await.0, "bypass");
+    }
+    server.terminate();
+}
+
+/// Sixteen identical FunctionExecutor requests at once run the sequence once: one miss,
+/// fifteen shared; the next is a hit.
+#[tokio::test(flavor = "multi_thread")]
+async fn sixteen_concurrent_confighub_twins_run_once() {
+    let (server, metrics) = with_metrics(&exec_chain_config(&[], "kit", ""));
+    let client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let request = pb::InvokeRequest {
+        toolchain: "Kubernetes/YAML".to_owned(),
+        config_data: UNIT.as_bytes().to_vec(),
+        invocations: vec![invocation(
+            "kit/sleep",
+            vec![argument(pb::argument::Value::IntValue(1500))],
+        )],
+        ..Default::default()
+    };
+    let calls: Vec<_> = (0..16)
+        .map(|_| {
+            let (mut client, request) = (client.clone(), request.clone());
+            tokio::spawn(async move { invoke_grpc(&mut client, &request).await })
+        })
+        .collect();
+    let mut headers = Vec::new();
+    for answer in calls {
+        let (header, response) = answer.await.unwrap();
+        assert!(response.success, "{:?}", response.error_messages);
+        headers.push(header);
+    }
+    let misses = headers.iter().filter(|h| *h == "miss").count();
+    let shared = headers.iter().filter(|h| *h == "shared").count();
+    assert_eq!((misses, shared), (1, 15), "{headers:?}");
+    assert_eq!(invoke_grpc(&mut client.clone(), &request).await.0, "hit");
+    assert_eq!(
+        metric(
+            metrics,
+            &format!("krm_cache_misses_total{{image=\"{CONFIGHUB}\",reason=\"new\"}}")
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            metrics,
+            &format!("krm_cache_shared_total{{image=\"{CONFIGHUB}\"}}")
+        ),
+        15.0
+    );
+    server.terminate();
+}
+
+/// With the disk store, a ConfigHub answer survives a restart (its key holds across
+/// processes); a restart whose configuration declares another attribute, or sets another
+/// `max_message_bytes`, misses, since those decide answers too.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_confighub_answer_survives_a_restart_unless_what_decides_it_changed() {
+    let store = scratch();
+    let config = with_disk(store.path(), "");
+    let request = replicas_request(4);
+    let server = Server::start(&config, &[]);
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let (first, response) = invoke_grpc(&mut client, &request).await;
+    assert_eq!(first, "miss");
+    assert_eq!(disk_entries(store.path()).len(), 1);
+    drop(server);
+
+    let server = Server::start(&config, &[]);
+    let mut client = FunctionExecutorClient::connect(server.endpoint())
+        .await
+        .unwrap();
+    let (again, kept) = invoke_grpc(&mut client, &request).await;
+    assert_eq!(again, "hit", "{}", server.stderr());
+    assert_eq!(kept, response);
+    drop(server);
+
+    let declaring = format!(
+        "{config}executor:\n  attributes:\n  - name: team\n    upsert: true\n    paths: {{apps/v1/Deployment: [metadata.labels.team]}}\n"
+    );
+    let limited = format!("{config}max_message_bytes: 262144\n");
+    for changed in [declaring, limited] {
+        let server = Server::start(&changed, &[]);
+        let mut client = FunctionExecutorClient::connect(server.endpoint())
+            .await
+            .unwrap();
+        assert_eq!(
+            invoke_grpc(&mut client, &request).await.0,
+            "miss",
+            "{changed}"
+        );
+    }
 }

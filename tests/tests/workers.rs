@@ -414,15 +414,17 @@ fn http_clients_that_hang_up_free_their_place_and_their_worker() {
     settle(&server, 3);
     // A billion steps yielding nothing: it would run for minutes, no deadline given.
     let endless = format!("[{} | empty]", ["(1,1,1,1,1,1,1,1,1,1)"; 9].join(" | "));
-    let body = json!({
-        "ToolchainType": "Kubernetes/YAML",
-        "ConfigData": base64(UNIT),
-        "FunctionInvocations": [{"FunctionName": "yq", "Arguments": [{"Value": endless}]}],
-    })
-    .to_string();
     let places = krm_runner_proto::serving::IN_FLIGHT_MESSAGES;
     let clients: Vec<std::net::TcpStream> = (0..places)
-        .map(|_| {
+        .map(|client| {
+            // Each its own unit, so that the result cache does not make them one run.
+            let body = json!({
+                "ToolchainType": "Kubernetes/YAML",
+                "UnitSlug": format!("web-{client}"),
+                "ConfigData": base64(UNIT),
+                "FunctionInvocations": [{"FunctionName": "yq", "Arguments": [{"Value": endless}]}],
+            })
+            .to_string();
             let mut stream = std::net::TcpStream::connect(("127.0.0.1", http)).unwrap();
             write!(
                 stream,

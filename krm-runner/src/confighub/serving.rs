@@ -8,14 +8,19 @@
 //! FunctionInvocationResponse; 400 when the request cannot run at all), `GET <toolchain>`
 //! lists the signatures and `GET <toolchain>/paths` the path registry. `POST shutdown` is
 //! refused: the runner stops on SIGTERM, not at any HTTP client's request.
+//!
+//! A request whose invocations all name functions whose signatures say Hermetic and Idempotent
+//! is answered through the result cache ([`crate::cache`]), keyed by the service answering it,
+//! the runner's version, what its functions are ([`code_identity`]), the toolchain and the
+//! request's bytes; the answer says what the cache did (`x-krm-cache`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
@@ -27,20 +32,26 @@ use krm_function_executor::api::{
     FunctionInvocationResponse,
 };
 use krm_function_executor::{Executor, ExecutorError, Toolchain};
-use krm_plugin_api::{CancelReason, ErrorKind};
+use krm_plugin_api::{CancelReason, ErrorKind, EvalError, EvalResponse};
 use krm_plugin_loader::HostCallContext;
+use krm_runner_function_config::private_folder::hex;
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_server::{
     FunctionExecutor, FunctionExecutorServer,
 };
 use krm_runner_proto::serving::{self, IN_FLIGHT_MESSAGES, RECEIVE_LIMIT, answer_by};
+use prost::Message;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tonic::Status;
+use tonic::metadata::MetadataValue;
 
 use crate::allocator::{LARGE_CALL_BYTES, release_free_memory};
+use crate::cache::{self, CACHE_HEADER, Cacheable, Identity, ResultCache};
 use crate::runtime::{CancelOnDrop, Runtime, track_call};
+use crate::server::to_status;
 use crate::worker::typed::{TypedError, TypedWorkers};
 
 /// How long a client may take to send a request's headers.
@@ -55,6 +66,61 @@ pub struct TypedFunctions {
     workers: Option<TypedWorkers>,
     /// Requests being received or run; each may hold up to `max_message_bytes` of body.
     working: Arc<Semaphore>,
+    /// The result cache, when the runner serves with one.
+    cached: Option<Cached>,
+}
+
+/// The result cache, and what identifies each toolchain's functions in its keys.
+struct Cached {
+    cache: Arc<ResultCache>,
+    /// [`code_identity`] of each toolchain's executor.
+    kubernetes: String,
+    properties: String,
+}
+
+/// The service a request came in by: its answers are encoded for it, so it is part of the key.
+#[derive(Debug, Clone, Copy)]
+enum Service {
+    Http,
+    Grpc,
+}
+
+impl Service {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Http => "confighub-http",
+            Self::Grpc => "confighub-grpc",
+        }
+    }
+}
+
+/// What decides a sequence's answer besides its request, hashed: every enabled instance's
+/// plugin and version (the code of the functions they contribute), the executor's functions
+/// and path registry as it lists them (so the attributes the configuration declares count too)
+/// and the largest unit it may produce (`max_message_bytes`: below it an invocation fails).
+fn code_identity(executor: &Executor, runtime: &Runtime) -> String {
+    let mut hash = Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        // Each part's length first, so that no two identities hash the same bytes.
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(bytes);
+    };
+    for report in runtime.instances().iter().filter(|report| !report.disabled) {
+        for text in [&report.name, &report.plugin_name, &report.plugin_version] {
+            part(text.as_bytes());
+        }
+    }
+    // Plain data with string keys: serializing cannot fail.
+    part(&serde_json::to_vec(&executor.list()).unwrap_or_default());
+    part(&serde_json::to_vec(executor.registry()).unwrap_or_default());
+    part(&(executor.max_message_bytes() as u64).to_le_bytes());
+    hex(&hash.finalize())
+}
+
+/// The name the cache's metrics give a toolchain's requests: no image is named so (an image's
+/// repository has no capital letters).
+fn cache_label(toolchain: Toolchain) -> String {
+    format!("ConfigHub/{}", toolchain.route())
 }
 
 /// Why a request did not run.
@@ -101,11 +167,17 @@ impl TypedFunctions {
         for report in super::add_contributed(&mut kubernetes, runtime) {
             tracing::warn!("{report}");
         }
+        let cached = runtime.cache().map(|cache| Cached {
+            cache: cache.clone(),
+            kubernetes: code_identity(&kubernetes, runtime),
+            properties: code_identity(&properties, runtime),
+        });
         Arc::new(Self {
             kubernetes,
             properties,
             workers,
             working: Arc::new(Semaphore::new(IN_FLIGHT_MESSAGES)),
+            cached,
         })
     }
 
@@ -171,14 +243,161 @@ impl TypedFunctions {
         };
         Ok(outcome.map_err(Refusal::Internal)??)
     }
+
+    /// Answers `request` (the bytes `received` by `service`), running it as
+    /// [`TypedFunctions::invoke`] does: through the result cache when every invocation names a
+    /// function whose signature says Hermetic and Idempotent. `reply` encodes an answer as the
+    /// caller gets it; those bytes are what the cache keeps. A sequence that did not succeed is
+    /// answered, never kept.
+    async fn answer<F>(
+        self: &Arc<Self>,
+        permit: OwnedSemaphorePermit,
+        toolchain: Toolchain,
+        request: FunctionInvocationRequest,
+        (service, received): (Service, &[u8]),
+        call: Arc<HostCallContext>,
+        reply: F,
+    ) -> (Result<Vec<u8>, EvalError>, cache::Outcome)
+    where
+        F: Fn(FunctionInvocationResponse) -> Result<Vec<u8>, EvalError>,
+    {
+        let cacheable = self.cacheable(toolchain, &request, service, received);
+        // A call runs its sequence at most once; the cache asks for a run through a closure.
+        let permit = Mutex::new(Some(permit));
+        let (permit, request, reply) = (&permit, &request, &reply);
+        let run = || {
+            let permit = permit.lock().unwrap_or_else(PoisonError::into_inner).take();
+            self.clone()
+                .run_sequence(permit, toolchain, request.clone(), call.clone(), reply)
+        };
+        let label = cache_label(toolchain);
+        let (answered, outcome) = match cacheable {
+            Some((cache, cacheable)) => cache.answer(&call, &label, cacheable, run).await,
+            None => {
+                if self.cached.is_some() {
+                    ResultCache::bypassed(&label);
+                }
+                (run().await, cache::Outcome::Bypass)
+            }
+        };
+        // A sequence that ran and failed is answered as ConfigHub's server answers it.
+        let answered = match answered {
+            Ok(response) => Ok(response.resource_list),
+            Err(error) if error.kind == ErrorKind::Failed && !error.resource_list.is_empty() => {
+                Ok(error.resource_list)
+            }
+            Err(error) => Err(error),
+        };
+        (answered, outcome)
+    }
+
+    /// The result cache and how it keeps `request`'s answer; `None` when it may not: the cache is
+    /// off, or an invocation names a function that is not both hermetic and idempotent (or
+    /// none at all).
+    fn cacheable(
+        &self,
+        toolchain: Toolchain,
+        request: &FunctionInvocationRequest,
+        service: Service,
+        received: &[u8],
+    ) -> Option<(&Arc<ResultCache>, Cacheable)> {
+        let cached = self.cached.as_ref()?;
+        let executor = self.executor(toolchain);
+        let pure = request.function_invocations.iter().all(|invocation| {
+            executor
+                .function(&invocation.function_name)
+                .is_some_and(|function| {
+                    let typed = &function.signature().typed;
+                    typed.hermetic && typed.idempotent
+                })
+        });
+        if !pure {
+            return None;
+        }
+        let code = match toolchain {
+            Toolchain::KubernetesYaml => &cached.kubernetes,
+            Toolchain::AppConfigProperties => &cached.properties,
+        };
+        let identity = Identity {
+            instance: service.name(),
+            plugin: "krm-runner",
+            plugin_version: env!("CARGO_PKG_VERSION"),
+            code,
+            route: "",
+            image: &cache_label(toolchain),
+            tag: "",
+            request: received,
+        };
+        match cached.cache.decide(&identity, true, true) {
+            cache::Decision::Cache(cacheable) => Some((&cached.cache, cacheable)),
+            cache::Decision::Bypass => None,
+        }
+    }
+
+    /// One run of a sequence, in the result cache's terms: a success is the reply's bytes; a
+    /// sequence that failed is an error of kind `Failed` carrying its reply, so that it is
+    /// never kept; a request that could not run is an error of the refusal's kind.
+    async fn run_sequence<F>(
+        self: Arc<Self>,
+        permit: Option<OwnedSemaphorePermit>,
+        toolchain: Toolchain,
+        request: FunctionInvocationRequest,
+        call: Arc<HostCallContext>,
+        reply: &F,
+    ) -> Result<EvalResponse, EvalError>
+    where
+        F: Fn(FunctionInvocationResponse) -> Result<Vec<u8>, EvalError>,
+    {
+        let refused = |refusal: Refusal| EvalError::new(refusal.kind(), refusal.to_string());
+        let permit = match permit {
+            Some(permit) => permit,
+            None => self.permit().await.map_err(refused)?,
+        };
+        let response = self
+            .invoke(permit, toolchain, request, call)
+            .await
+            .map_err(refused)?;
+        let success = response.success;
+        let encoded = reply(response)?;
+        if success {
+            return Ok(EvalResponse::new(encoded, Vec::new()));
+        }
+        Err(EvalError {
+            resource_list: encoded,
+            ..EvalError::new(ErrorKind::Failed, "the sequence failed")
+        })
+    }
 }
 
-/// Why the call ended before the sequence did, when it did.
-fn cancelled_reason(refusal: &Refusal) -> Option<CancelReason> {
-    match refusal {
-        Refusal::Typed(error) => error.cancel_reason(),
-        _ => None,
+/// The line logged for each FunctionExecutor request that ran (or was answered again).
+fn log_call(
+    service: Service,
+    toolchain: Toolchain,
+    invocations: usize,
+    cached: cache::Outcome,
+    started: Instant,
+    outcome: &str,
+) {
+    tracing::info!(
+        service = service.name(),
+        toolchain = toolchain.name(),
+        invocations,
+        cache = cached.as_str(),
+        duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+        outcome,
+        "typed functions call"
+    );
+}
+
+/// Refuses an answer of `size` bytes over the message limit, naming it, as an error of `kind`.
+fn within_limit(size: usize, limit: usize, what: &str, kind: ErrorKind) -> Result<(), EvalError> {
+    if size > limit {
+        return Err(EvalError::new(
+            kind,
+            format!("{what} is {size} bytes, over max_message_bytes {limit}"),
+        ));
     }
+    Ok(())
 }
 
 /// The header in which an HTTP client gives its deadline, in seconds from the request.
@@ -282,16 +501,22 @@ fn router(typed: Arc<TypedFunctions>, max_message_bytes: usize) -> Router {
 
 /// A JSON answer of at most `limit` bytes; a larger one is refused, naming the limit.
 fn bounded_json(body: Vec<u8>, limit: usize) -> Response {
-    if body.len() > limit {
-        return error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!(
-                "the response is {} bytes, over max_message_bytes {limit}",
-                body.len()
-            ),
-        );
+    match within_limit(body.len(), limit, "the response", ErrorKind::Internal) {
+        Ok(()) => json(StatusCode::OK, body),
+        Err(refused) => error(StatusCode::INTERNAL_SERVER_ERROR, refused.message),
     }
-    json(StatusCode::OK, body)
+}
+
+/// The HTTP status of an error of `kind`.
+fn http_status(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
+        ErrorKind::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::Cancelled => StatusCode::REQUEST_TIMEOUT,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
 }
 
 fn json(status: StatusCode, body: Vec<u8>) -> Response {
@@ -362,6 +587,7 @@ async fn invoke_http(
     headers: axum::http::HeaderMap,
     body: Body,
 ) -> Response {
+    let started = Instant::now();
     let deadline = match headers.get(TIMEOUT_HEADER) {
         None => None,
         Some(value) => match value
@@ -425,29 +651,34 @@ async fn invoke_http(
     if request.context.toolchain_type.is_empty() {
         request.context.toolchain_type = toolchain.name().to_owned();
     }
-    match state.typed.invoke(permit, toolchain, request, call).await {
-        Ok(response) => match go_json_body(&response) {
-            Ok(body) => bounded_json(body, limit),
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
-        },
-        Err(refusal) if cancelled_reason(&refusal).is_some() => {
-            let status = match cancelled_reason(&refusal) {
-                Some(CancelReason::DeadlineExceeded) => StatusCode::GATEWAY_TIMEOUT,
-                Some(CancelReason::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
-                _ => StatusCode::REQUEST_TIMEOUT,
-            };
-            error(status, refusal)
-        }
-        Err(refusal) => {
-            let status = match refusal.kind() {
-                ErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
-                ErrorKind::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-                ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            error(status, refusal)
-        }
-    }
+    let invocations = request.function_invocations.len();
+    let received = (Service::Http, bytes.as_ref());
+    let encode = |response: FunctionInvocationResponse| {
+        let body = go_json_body(&response)
+            .map_err(|e| EvalError::new(ErrorKind::Internal, e.to_string()))?;
+        within_limit(body.len(), limit, "the response", ErrorKind::Internal)?;
+        Ok(body)
+    };
+    let (answered, cached) = state
+        .typed
+        .answer(permit, toolchain, request, received, call, encode)
+        .await;
+    let mut response = match answered {
+        Ok(body) => json(StatusCode::OK, body),
+        Err(refused) => error(http_status(refused.kind), refused.message),
+    };
+    log_call(
+        Service::Http,
+        toolchain,
+        invocations,
+        cached,
+        started,
+        response.status().as_str(),
+    );
+    response
+        .headers_mut()
+        .insert(CACHE_HEADER, HeaderValue::from_static(cached.as_str()));
+    response
 }
 
 // ---- gRPC ----
@@ -472,13 +703,8 @@ pub struct GrpcExecutor {
 
 /// Refuses an answer of `size` bytes over the message limit, naming it (tonic's own refusal
 /// would be OUT_OF_RANGE without saying which setting).
-fn bounded(size: usize, limit: usize, what: &str) -> Result<(), Status> {
-    if size > limit {
-        return Err(Status::resource_exhausted(format!(
-            "{what} is {size} bytes, over max_message_bytes {limit}"
-        )));
-    }
-    Ok(())
+fn bounded(size: usize, limit: usize, what: &str) -> Result<(), EvalError> {
+    within_limit(size, limit, what, ErrorKind::ResourceExhausted)
 }
 
 #[tonic::async_trait]
@@ -487,37 +713,72 @@ impl FunctionExecutor for GrpcExecutor {
         &self,
         request: tonic::Request<pb::InvokeRequest>,
     ) -> Result<tonic::Response<pb::InvokeResponse>, Status> {
+        let started = Instant::now();
         let call = HostCallContext::new(answer_by(&request));
         // A caller that goes away cancels the sequence.
         let _cancel_if_dropped = CancelOnDrop::new(call.clone());
         let toolchain = toolchain_of(&request.get_ref().toolchain)?;
+        // The request's bytes, for the cache's key: tonic hands over the decoded message, and
+        // its encoding carries every field the request does.
+        let received = match self.typed.cached {
+            Some(_) => request.get_ref().encode_to_vec(),
+            None => Vec::new(),
+        };
         let request = from_proto(request.into_inner())?;
+        let invocations = request.function_invocations.len();
         let permit = self
             .typed
             .permit()
             .await
             .map_err(|refusal| Status::resource_exhausted(refusal.to_string()))?;
-        let response = self
+        let limit = self.max_message_bytes;
+        let encode = |response: FunctionInvocationResponse| {
+            let response = to_proto(response)?;
+            let size = response.config_data.len()
+                + response.output_json.len()
+                + response.mutations_json.len()
+                + response
+                    .error_messages
+                    .iter()
+                    .map(String::len)
+                    .sum::<usize>();
+            bounded(size, limit, "the response")?;
+            Ok(response.encode_to_vec())
+        };
+        let (answered, cached) = self
             .typed
-            .invoke(permit, toolchain, request, call)
-            .await
-            .map_err(|refusal| {
-                Status::new(
-                    tonic::Code::from_i32(refusal.kind().grpc_code()),
-                    refusal.to_string(),
-                )
-            })?;
-        let response = to_proto(response)?;
-        let size = response.config_data.len()
-            + response.output_json.len()
-            + response.mutations_json.len()
-            + response
-                .error_messages
-                .iter()
-                .map(String::len)
-                .sum::<usize>();
-        bounded(size, self.max_message_bytes, "the response")?;
-        Ok(tonic::Response::new(response))
+            .answer(
+                permit,
+                toolchain,
+                request,
+                (Service::Grpc, &received),
+                call,
+                encode,
+            )
+            .await;
+        let answered = answered
+            .map_err(|error| to_status(&error))
+            .and_then(|bytes| {
+                pb::InvokeResponse::decode(bytes.as_slice())
+                    .map_err(|e| Status::internal(format!("a kept answer does not decode: {e}")))
+            });
+        let outcome = match &answered {
+            Ok(_) => format!("{:?}", tonic::Code::Ok),
+            Err(status) => format!("{:?}", status.code()),
+        };
+        log_call(
+            Service::Grpc,
+            toolchain,
+            invocations,
+            cached,
+            started,
+            &outcome,
+        );
+        let mut reply = tonic::Response::new(answered?);
+        reply
+            .metadata_mut()
+            .insert(CACHE_HEADER, MetadataValue::from_static(cached.as_str()));
+        Ok(reply)
     }
 
     async fn list_typed_functions(
@@ -527,7 +788,8 @@ impl FunctionExecutor for GrpcExecutor {
         let toolchain = toolchain_of(&request.get_ref().toolchain)?;
         let json = serde_json::to_string(&self.typed.executor(toolchain).list())
             .map_err(|e| Status::internal(e.to_string()))?;
-        bounded(json.len(), self.max_message_bytes, "the function list")?;
+        bounded(json.len(), self.max_message_bytes, "the function list")
+            .map_err(|error| to_status(&error))?;
         Ok(tonic::Response::new(pb::JsonDocument { json }))
     }
 
@@ -538,7 +800,8 @@ impl FunctionExecutor for GrpcExecutor {
         let toolchain = toolchain_of(&request.get_ref().toolchain)?;
         let json = serde_json::to_string(self.typed.executor(toolchain).registry())
             .map_err(|e| Status::internal(e.to_string()))?;
-        bounded(json.len(), self.max_message_bytes, "the path registry")?;
+        bounded(json.len(), self.max_message_bytes, "the path registry")
+            .map_err(|error| to_status(&error))?;
         Ok(tonic::Response::new(pb::JsonDocument { json }))
     }
 }
@@ -592,16 +855,17 @@ fn from_proto(request: pb::InvokeRequest) -> Result<FunctionInvocationRequest, S
     })
 }
 
-fn to_proto(response: FunctionInvocationResponse) -> Result<pb::InvokeResponse, Status> {
+fn to_proto(response: FunctionInvocationResponse) -> Result<pb::InvokeResponse, EvalError> {
+    let internal = |message: String| EvalError::new(ErrorKind::Internal, message);
     let output_json = String::from_utf8(response.output)
-        .map_err(|e| Status::internal(format!("output is not UTF-8: {e}")))?;
+        .map_err(|e| internal(format!("output is not UTF-8: {e}")))?;
     let output_type = response
         .output_type
         .map(|output_type| serde_json::to_value(output_type).ok())
         .and_then(|value| value.and_then(|v| v.as_str().map(str::to_owned)))
         .unwrap_or_default();
     let mutations_json =
-        serde_json::to_string(&response.mutations).map_err(|e| Status::internal(e.to_string()))?;
+        serde_json::to_string(&response.mutations).map_err(|e| internal(e.to_string()))?;
     Ok(pb::InvokeResponse {
         config_data: response.config_data,
         output_type,

@@ -93,16 +93,6 @@ impl TypedError {
             Self::Worker(error) => super::error_kind(error),
         }
     }
-
-    /// Why the call stopped before the sequence did, when it did.
-    pub fn cancel_reason(&self) -> Option<CancelReason> {
-        match self {
-            Self::Executor(ExecutorError::Cancelled { reason, .. }) | Self::Cancelled(reason) => {
-                Some(*reason)
-            }
-            _ => None,
-        }
-    }
 }
 
 /// The runner's side: the pool, and the instances that answer callbacks.
