@@ -1,8 +1,13 @@
 //! Registry answers read alike by every registry client of the runner and its plugins (the
 //! trust policy's, the pod and wasm evaluators').
 
+use futures_util::StreamExt;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::{
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, ImageIndexEntry,
+    OCI_IMAGE_INDEX_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciManifest,
+};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 use sha2::{Digest, Sha256};
@@ -153,11 +158,7 @@ impl RegistryClient {
             .get(reference, auth, &path, &[], accepted, "the manifest", limit)
             .await?;
         if let Some(expected) = reference.digest() {
-            let hex: String = Sha256::digest(&body)
-                .iter()
-                .map(|byte| format!("{byte:02x}"))
-                .collect();
-            let actual = format!("sha256:{hex}");
+            let actual = sha256_digest(&body);
             if actual != expected {
                 return Err(BoundedReadError::DigestMismatch {
                     expected: expected.to_owned(),
@@ -166,6 +167,67 @@ impl RegistryClient {
             }
         }
         Ok(body)
+    }
+
+    /// The image manifest `reference` names (an index followed to the entry `platform`
+    /// picks) with its digest, and its config blob; each read no further than `limit` bytes.
+    pub async fn image_config(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+        platform: fn(&[ImageIndexEntry]) -> Option<String>,
+        limit: usize,
+    ) -> Result<ImageConfig, BoundedReadError> {
+        let mut reference = reference.clone();
+        let mut followed = false;
+        loop {
+            let body = self
+                .manifest(&reference, auth, MANIFEST_MEDIA_TYPES, limit)
+                .await?;
+            let manifest: OciManifest =
+                serde_json::from_slice(&body).map_err(OciDistributionError::from)?;
+            let image = match manifest {
+                OciManifest::Image(image) => image,
+                OciManifest::ImageIndex(index) if !followed => {
+                    let digest = platform(&index.manifests).ok_or_else(|| {
+                        OciDistributionError::GenericError(Some(format!(
+                            "{reference} has no manifest for this platform"
+                        )))
+                    })?;
+                    reference = reference.clone_with_digest(digest);
+                    followed = true;
+                    continue;
+                }
+                OciManifest::ImageIndex(_) => {
+                    return Err(OciDistributionError::GenericError(Some(format!(
+                        "{reference}: an index's entry names another index"
+                    )))
+                    .into());
+                }
+            };
+            if usize::try_from(image.config.size).map_or(true, |size| size > limit) {
+                return Err(BoundedReadError::TooLarge {
+                    what: "the image config",
+                    limit,
+                });
+            }
+            let mut stream = self.oci.pull_blob_stream(&reference, &image.config).await?;
+            let mut config = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(OciDistributionError::from)?;
+                if config.len() + chunk.len() > limit {
+                    return Err(BoundedReadError::TooLarge {
+                        what: "the image config",
+                        limit,
+                    });
+                }
+                config.extend_from_slice(&chunk);
+            }
+            return Ok(ImageConfig {
+                digest: sha256_digest(&body),
+                config,
+            });
+        }
     }
 
     /// One page of the tags of `reference`'s repository: at most `n`, after `last`, the
@@ -269,4 +331,28 @@ impl RegistryClient {
             },
         ))
     }
+}
+
+/// An image's manifest digest and config blob (its JSON).
+pub struct ImageConfig {
+    /// The digest of the image manifest (the platform's, when an index was followed).
+    pub digest: String,
+    pub config: Vec<u8>,
+}
+
+/// The media types of the image manifests and indexes, OCI's and Docker's.
+pub const MANIFEST_MEDIA_TYPES: &[&str] = &[
+    OCI_IMAGE_MEDIA_TYPE,
+    IMAGE_MANIFEST_MEDIA_TYPE,
+    OCI_IMAGE_INDEX_MEDIA_TYPE,
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+];
+
+/// `sha256:<hex>` of `bytes`, as registries name content.
+fn sha256_digest(bytes: &[u8]) -> String {
+    let hex: String = Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("sha256:{hex}")
 }

@@ -4,14 +4,13 @@
 
 use futures_util::StreamExt;
 use krm_runner_function_config::docker_config::DockerConfig;
-use krm_runner_function_config::registry_answer::{RegistryClient, is_missing};
+use krm_runner_function_config::registry_answer::{
+    MANIFEST_MEDIA_TYPES, RegistryClient, is_missing,
+};
 use krm_runner_proto::serving::with_causes;
 use oci_client::Reference;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
-use oci_client::manifest::{
-    IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
-    OCI_IMAGE_MEDIA_TYPE, OciDescriptor, OciImageManifest, OciManifest,
-};
+use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest};
 use oci_client::secrets::RegistryAuth;
 
 /// Most bytes of one signature payload read: cosign's is a few hundred.
@@ -91,12 +90,7 @@ impl Registry {
             .manifest(
                 &reference,
                 &self.auth(&reference),
-                &[
-                    OCI_IMAGE_MEDIA_TYPE,
-                    IMAGE_MANIFEST_MEDIA_TYPE,
-                    OCI_IMAGE_INDEX_MEDIA_TYPE,
-                    IMAGE_MANIFEST_LIST_MEDIA_TYPE,
-                ],
+                MANIFEST_MEDIA_TYPES,
                 MAX_MANIFEST_BYTES,
             )
             .await;
