@@ -42,7 +42,9 @@ impl std::error::Error for FieldError {}
 /// Every problem with `config`, in field order; empty when it is valid.
 ///
 /// Covers the CRD's rules (`spec.image` and `spec.binaryExecutor.path` not empty, at least one
-/// tag for the go and binary executors, at least one executor) and adds: `metadata.name` is set
+/// tag for the go, wasm and binary executors, exactly one of `spec.wasmExecutor.path` and
+/// `spec.wasmExecutor.image`, at least one executor) and adds: `spec.wasmExecutor.image` is a
+/// reference naming its registry, `metadata.name` is set
 /// (the API server guarantees it, files do not), `spec.image` is a short name (with a registry or
 /// tag it could never match a request), `spec.goExecutor.id` is not empty when given, and
 /// `spec.podExecutor.timeToLive` is a Go duration, and every executor lists at most
@@ -66,10 +68,14 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
             ),
         ));
     }
-    if spec.pod_executor.is_none() && spec.binary_executor.is_none() && spec.go_executor.is_none() {
+    if spec.pod_executor.is_none()
+        && spec.binary_executor.is_none()
+        && spec.go_executor.is_none()
+        && spec.wasm_executor.is_none()
+    {
         errors.push(FieldError::new(
             "spec",
-            "at least one of podExecutor, binaryExecutor, goExecutor must be set",
+            "at least one of podExecutor, binaryExecutor, goExecutor, wasmExecutor must be set",
         ));
     }
     if let Some(go) = &spec.go_executor {
@@ -84,6 +90,32 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
                 "spec.goExecutor.id",
                 "must not be empty; leave it out to use metadata.name",
             ));
+        }
+    }
+    if let Some(wasm) = &spec.wasm_executor {
+        if wasm.tags.is_empty() {
+            errors.push(FieldError::new(
+                "spec.wasmExecutor.tags",
+                "must list at least one tag",
+            ));
+        }
+        match (&wasm.path, &wasm.image) {
+            (None, None) | (Some(_), Some(_)) => errors.push(FieldError::new(
+                "spec.wasmExecutor",
+                "exactly one of path, image must be set",
+            )),
+            (Some(path), None) if path.is_empty() => {
+                errors.push(FieldError::new(
+                    "spec.wasmExecutor.path",
+                    "must not be empty",
+                ));
+            }
+            (None, Some(image)) => {
+                if let Some(problem) = module_image_problem(image) {
+                    errors.push(FieldError::new("spec.wasmExecutor.image", problem));
+                }
+            }
+            (Some(_), None) => {}
         }
     }
     if let Some(binary) = &spec.binary_executor {
@@ -102,6 +134,10 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
     }
     let tag_lists = [
         ("goExecutor", spec.go_executor.as_ref().map(|go| &go.tags)),
+        (
+            "wasmExecutor",
+            spec.wasm_executor.as_ref().map(|wasm| &wasm.tags),
+        ),
         (
             "binaryExecutor",
             spec.binary_executor.as_ref().map(|b| &b.tags),
@@ -141,6 +177,24 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
     errors
 }
 
+/// Why `image` cannot name a module in a registry (`registry/repository[:tag|@digest]`), if it
+/// cannot.
+fn module_image_problem(image: &str) -> Option<String> {
+    let quoted = krm_plugin_api::quoted(image);
+    if image.is_empty() {
+        return Some("must not be empty".to_owned());
+    }
+    if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some(format!("{quoted} holds whitespace or control characters"));
+    }
+    match image.split_once('/') {
+        Some((registry, repository)) if !registry.is_empty() && !repository.is_empty() => None,
+        _ => Some(format!(
+            "{quoted} names no registry: write registry/repository[:tag|@digest]"
+        )),
+    }
+}
+
 /// A `timeToLive` that is not a Go duration.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not a duration (expected a Go duration such as 30m, 1h30m, 90s or 0)")]
@@ -159,7 +213,7 @@ impl PodExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{BinaryExecutor, FunctionConfigSpec, GoExecutor};
+    use crate::types::{BinaryExecutor, FunctionConfigSpec, GoExecutor, WasmExecutor};
 
     fn pod(ttl: &str) -> PodExecutor {
         PodExecutor {
@@ -232,6 +286,7 @@ mod tests {
                 tags: vec!["v0.4".into()],
                 id: None,
             }),
+            wasm_executor: None,
         };
         assert_eq!(
             messages(&config("set-namespace", spec)),
@@ -251,6 +306,7 @@ mod tests {
                     path: "fn".into(),
                 }),
                 go_executor: None,
+                wasm_executor: None,
             };
             messages(&config("fn", spec))
         };
@@ -275,6 +331,7 @@ mod tests {
                 tags: vec![],
                 id: Some(String::new()),
             }),
+            wasm_executor: None,
         };
         assert_eq!(
             messages(&config("", spec)),
@@ -310,6 +367,7 @@ mod tests {
                 path: "fn".into(),
             }),
             go_executor: None,
+            wasm_executor: None,
         };
         assert_eq!(
             messages(&config("set-labels", spec)),
@@ -330,10 +388,88 @@ mod tests {
             pod_executor: None,
             binary_executor: None,
             go_executor: None,
+            wasm_executor: None,
         };
         assert_eq!(
             messages(&config("set-labels", spec)),
-            ["spec: at least one of podExecutor, binaryExecutor, goExecutor must be set"]
+            [
+                "spec: at least one of podExecutor, binaryExecutor, goExecutor, wasmExecutor must be set"
+            ]
+        );
+    }
+
+    fn wasm(tags: &[&str], path: Option<&str>, image: Option<&str>) -> FunctionConfigSpec {
+        FunctionConfigSpec {
+            image: "set-namespace".into(),
+            prefixes: None,
+            pod_executor: None,
+            binary_executor: None,
+            go_executor: None,
+            wasm_executor: Some(WasmExecutor {
+                tags: tags.iter().map(|tag| (*tag).to_owned()).collect(),
+                path: path.map(str::to_owned),
+                image: image.map(str::to_owned),
+            }),
+        }
+    }
+
+    /// A wasmExecutor alone is an executor; its module is a file or a registry reference.
+    #[test]
+    fn a_wasm_executor_with_a_path_or_an_image_is_valid() {
+        for spec in [
+            wasm(&["v1"], Some("set-namespace.wasm"), None),
+            wasm(
+                &["~1.2"],
+                None,
+                Some("registry.example:5000/wasm/set-namespace"),
+            ),
+            wasm(
+                &["v1"],
+                None,
+                Some("registry.example/wasm/set-namespace@sha256:00"),
+            ),
+        ] {
+            assert_eq!(
+                messages(&config("set-namespace", spec)),
+                Vec::<String>::new()
+            );
+        }
+    }
+
+    #[test]
+    fn wasm_executor_problems_are_reported_at_once_naming_their_fields() {
+        assert_eq!(
+            messages(&config("fn", wasm(&[], None, None))),
+            [
+                "spec.wasmExecutor.tags: must list at least one tag",
+                "spec.wasmExecutor: exactly one of path, image must be set",
+            ]
+        );
+        assert_eq!(
+            messages(&config(
+                "fn",
+                wasm(&["v1", "main"], Some("a.wasm"), Some("r.example/a"))
+            )),
+            [
+                "spec.wasmExecutor: exactly one of path, image must be set",
+                "spec.wasmExecutor.tags[1]: invalid version constraint \"main\": \"main\" in \
+                 \"main\" is not a number or wildcard",
+            ]
+        );
+        assert_eq!(
+            messages(&config("fn", wasm(&["v1"], Some(""), None))),
+            ["spec.wasmExecutor.path: must not be empty"]
+        );
+        assert_eq!(
+            messages(&config("fn", wasm(&["v1"], None, Some("set-namespace:v1")))),
+            [
+                "spec.wasmExecutor.image: \"set-namespace:v1\" names no registry: write \
+                 registry/repository[:tag|@digest]"
+            ]
+        );
+        assert_eq!(
+            messages(&config("fn", wasm(&["v1"], None, Some("r.example/a b")))),
+            ["spec.wasmExecutor.image: \"r.example/a b\" holds whitespace or control characters"]
         );
     }
 
@@ -345,6 +481,7 @@ mod tests {
             pod_executor: Some(pod("30m")),
             binary_executor: None,
             go_executor: None,
+            wasm_executor: None,
         };
         let errors = validate(&config("set-labels", spec));
         assert_eq!(errors.len(), 1);
