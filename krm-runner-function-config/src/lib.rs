@@ -38,6 +38,6 @@ pub use source::{InvalidObject, ObjectId, Source, Sourced};
 pub use types::{
     BinaryExecutor, Condition, ConditionStatus, ContainerOverrides, DEFAULT_TIME_TO_LIVE,
     ExecutorStatus, FunctionConfig, FunctionConfigSpec, FunctionConfigStatus, GoExecutor,
-    MAX_CONDITION_MESSAGE, PodExecutor, TemplateOverrides, Time, WasmExecutor,
+    MAX_CONDITION_MESSAGE, PodExecutor, ResultCaching, TemplateOverrides, Time, WasmExecutor,
 };
-pub use validate::{FieldError, InvalidDuration, validate};
+pub use validate::{FieldError, InvalidCacheTtl, InvalidDuration, MAX_CACHE_TTL, validate};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use krm_plugin_api::FunctionConfigExecutor;
 
 use crate::source::{ObjectId, Source, Sourced};
-use crate::types::{PodExecutor, WasmExecutor};
+use crate::types::{PodExecutor, ResultCaching, WasmExecutor};
 use crate::version::{Constraint, TagEntry};
 
 /// A request image taken apart.
@@ -64,14 +64,20 @@ pub enum PlannedExecutor {
         function_id: String,
         tag: Option<String>,
     },
-    /// Run this WebAssembly module as the image's `tag` (as for `Go`).
+    /// Run this WebAssembly module as the image's `tag` (as for `Go`); `cache` as the section
+    /// marks it.
     Wasm {
         module: WasmModule,
         tag: Option<String>,
+        cache: Option<ResultCaching>,
     },
     /// Run this executable (made absolute against the functions directory) as the image's `tag`
-    /// (as for `Go`).
-    Binary { path: PathBuf, tag: Option<String> },
+    /// (as for `Go`); `cache` as the section marks it.
+    Binary {
+        path: PathBuf,
+        tag: Option<String>,
+        cache: Option<ResultCaching>,
+    },
     /// Run the image in a pod with these settings (a requested constraint is resolved against
     /// the registry's tags by the pod evaluator).
     Pod { settings: Arc<PodExecutor> },
@@ -448,7 +454,11 @@ impl RoutingTable {
             ) {
                 Ok(tag) => {
                     if let Some(module) = wasm.module(&self.functions_dir) {
-                        plan.push(PlannedExecutor::Wasm { module, tag });
+                        plan.push(PlannedExecutor::Wasm {
+                            module,
+                            tag,
+                            cache: wasm.cache.clone(),
+                        });
                     }
                 }
                 Err(reason) => left_out.push(reason),
@@ -464,6 +474,7 @@ impl RoutingTable {
                 Ok(tag) => plan.push(PlannedExecutor::Binary {
                     path: self.functions_dir.join(&binary.path),
                     tag,
+                    cache: binary.cache.clone(),
                 }),
                 Err(reason) => left_out.push(reason),
             },

@@ -95,6 +95,21 @@ pub struct PodExecutor {
     /// Changes to the pod template for this image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_overrides: Option<TemplateOverrides>,
+    /// Answer identical calls from the runner's result cache (krm-runner's extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<ResultCaching>,
+}
+
+/// Marks an executor's calls cacheable, as the operator vouches that the function is pure
+/// (same code, functionConfig and input: same output): krm-runner's result cache answers an
+/// identical call again until the answer's time-to-live passes. Failed calls are never kept.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultCaching {
+    /// How long an answer is kept, as a Go duration (`10m`, `1h30m`); more than zero, at most
+    /// 8760h.
+    #[schemars(extend("format" = "duration"))]
+    pub time_to_live: String,
 }
 
 fn default_time_to_live() -> String {
@@ -143,6 +158,9 @@ pub struct BinaryExecutor {
     /// Absolute path of the executable, or a path relative to the runner's functions directory.
     #[schemars(length(min = 1))]
     pub path: String,
+    /// Answer identical calls from the runner's result cache (krm-runner's extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<ResultCaching>,
 }
 
 /// A WebAssembly module standing in for the image: a WASI preview 1 command the runner's `wasm`
@@ -165,6 +183,9 @@ pub struct WasmExecutor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub image: Option<String>,
+    /// Answer identical calls from the runner's result cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<ResultCaching>,
 }
 
 /// A function compiled into the runner standing in for the image.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use krm_go_duration as go_duration;
 
-use crate::types::{FunctionConfig, PodExecutor};
+use crate::types::{FunctionConfig, PodExecutor, ResultCaching};
 use crate::version::TagEntry;
 
 /// Most tags one executor of a FunctionConfig may list. Each is matched against calls and
@@ -166,6 +166,28 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
             }
         }
     }
+    let cached = [
+        (
+            "wasmExecutor",
+            spec.wasm_executor.as_ref().and_then(|w| w.cache.as_ref()),
+        ),
+        (
+            "binaryExecutor",
+            spec.binary_executor.as_ref().and_then(|b| b.cache.as_ref()),
+        ),
+        (
+            "podExecutor",
+            spec.pod_executor.as_ref().and_then(|p| p.cache.as_ref()),
+        ),
+    ];
+    for (executor, cache) in cached {
+        if let Some(Err(error)) = cache.map(ResultCaching::ttl) {
+            errors.push(FieldError::new(
+                format!("spec.{executor}.cache.timeToLive"),
+                error.to_string(),
+            ));
+        }
+    }
     if let Some(pod) = &spec.pod_executor
         && let Err(error) = pod.ttl()
     {
@@ -192,6 +214,35 @@ fn module_image_problem(image: &str) -> Option<String> {
         _ => Some(format!(
             "{quoted} names no registry: write registry/repository[:tag|@digest]"
         )),
+    }
+}
+
+/// The longest an executor's answers may be cached: a year.
+pub const MAX_CACHE_TTL: Duration = Duration::from_secs(8760 * 3600);
+
+/// A `cache.timeToLive` the result cache cannot keep answers for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidCacheTtl {
+    #[error(transparent)]
+    NotADuration(#[from] InvalidDuration),
+    #[error("{0:?} must be more than zero")]
+    NotPositive(String),
+    #[error("{0:?} is longer than 8760h")]
+    TooLong(String),
+}
+
+impl ResultCaching {
+    /// The time-to-live, parsed and within (0, [`MAX_CACHE_TTL`]].
+    pub fn ttl(&self) -> Result<Duration, InvalidCacheTtl> {
+        let text = &self.time_to_live;
+        let parsed = go_duration::parse(text).map_err(|_| InvalidDuration(text.clone()))?;
+        if parsed.negative || parsed.magnitude.is_zero() {
+            Err(InvalidCacheTtl::NotPositive(text.clone()))
+        } else if parsed.magnitude > MAX_CACHE_TTL {
+            Err(InvalidCacheTtl::TooLong(text.clone()))
+        } else {
+            Ok(parsed.magnitude)
+        }
     }
 }
 
@@ -222,6 +273,7 @@ mod tests {
             max_parallel_executions: None,
             preferred_max_queue_length: None,
             template_overrides: None,
+            cache: None,
         }
     }
 
@@ -281,6 +333,7 @@ mod tests {
             binary_executor: Some(BinaryExecutor {
                 tags: vec!["v0.4.2".into()],
                 path: "set-namespace".into(),
+                cache: None,
             }),
             go_executor: Some(GoExecutor {
                 tags: vec!["v0.4".into()],
@@ -304,6 +357,7 @@ mod tests {
                 binary_executor: Some(BinaryExecutor {
                     tags: vec!["bad tag".into(); count],
                     path: "fn".into(),
+                    cache: None,
                 }),
                 go_executor: None,
                 wasm_executor: None,
@@ -326,6 +380,7 @@ mod tests {
             binary_executor: Some(BinaryExecutor {
                 tags: vec![],
                 path: String::new(),
+                cache: None,
             }),
             go_executor: Some(GoExecutor {
                 tags: vec![],
@@ -365,6 +420,7 @@ mod tests {
             binary_executor: Some(BinaryExecutor {
                 tags: vec!["".into(), "main".into()],
                 path: "fn".into(),
+                cache: None,
             }),
             go_executor: None,
             wasm_executor: None,
@@ -409,6 +465,7 @@ mod tests {
                 tags: tags.iter().map(|tag| (*tag).to_owned()).collect(),
                 path: path.map(str::to_owned),
                 image: image.map(str::to_owned),
+                cache: None,
             }),
         }
     }
@@ -471,6 +528,57 @@ mod tests {
             messages(&config("fn", wasm(&["v1"], None, Some("r.example/a b")))),
             ["spec.wasmExecutor.image: \"r.example/a b\" holds whitespace or control characters"]
         );
+    }
+
+    /// `cache.timeToLive` is a positive Go duration of at most a year, on every executor
+    /// that may carry it; each problem names its executor.
+    #[test]
+    fn cache_time_to_live_problems_name_their_executor() {
+        let cache = |ttl: &str| {
+            Some(ResultCaching {
+                time_to_live: ttl.to_owned(),
+            })
+        };
+        let mut spec = wasm(&["v1"], Some("fn.wasm"), None);
+        if let Some(wasm) = spec.wasm_executor.as_mut() {
+            wasm.cache = cache("0s");
+        }
+        spec.binary_executor = Some(BinaryExecutor {
+            tags: vec!["v1".into()],
+            path: "fn".into(),
+            cache: cache("10 minutes"),
+        });
+        spec.pod_executor = Some(PodExecutor {
+            cache: cache("8761h"),
+            ..pod("30m")
+        });
+        assert_eq!(
+            messages(&config("fn", spec.clone())),
+            [
+                "spec.wasmExecutor.cache.timeToLive: \"0s\" must be more than zero",
+                "spec.binaryExecutor.cache.timeToLive: \"10 minutes\" is not a duration \
+                 (expected a Go duration such as 30m, 1h30m, 90s or 0)",
+                "spec.podExecutor.cache.timeToLive: \"8761h\" is longer than 8760h",
+            ]
+        );
+        for ttl in ["10m", "1h30m", "8760h"] {
+            let mut valid = spec.clone();
+            for cached in [
+                valid.wasm_executor.as_mut().map(|w| &mut w.cache),
+                valid.binary_executor.as_mut().map(|b| &mut b.cache),
+                valid.pod_executor.as_mut().map(|p| &mut p.cache),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                *cached = cache(ttl);
+            }
+            assert_eq!(
+                messages(&config("fn", valid)),
+                Vec::<String>::new(),
+                "{ttl}"
+            );
+        }
     }
 
     #[test]

@@ -180,6 +180,7 @@ fn absent_sections_and_pod_tag_lists_are_explained() {
         [PlannedExecutor::Binary {
             path: PathBuf::from("/usr/bin/fn"),
             tag: Some("v1".to_owned()),
+            cache: None,
         }]
     );
 }
@@ -229,6 +230,7 @@ fn a_wasm_executor_is_planned_between_the_builtin_and_the_binary() {
         [PlannedExecutor::Wasm {
             module: WasmModule::Image("r.example/wasm/pulled".to_owned()),
             tag: Some("v1.2.9".to_owned()),
+            cache: None,
         }]
     );
 }
@@ -566,7 +568,8 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
             },
             PlannedExecutor::Binary {
                 path: PathBuf::from("/opt/functions/fn"),
-                tag: Some("v1.2.7".into())
+                tag: Some("v1.2.7".into()),
+                cache: None,
             },
             PlannedExecutor::Pod {
                 settings: Arc::new(serde_json::from_value(json!({"tags": ["~1.2"]})).unwrap())
@@ -578,7 +581,8 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
         patch.plan[0],
         PlannedExecutor::Binary {
             path: PathBuf::from("/opt/functions/fn"),
-            tag: Some("v1.2.3".into())
+            tag: Some("v1.2.3".into()),
+            cache: None,
         }
     );
     assert_eq!(

@@ -315,7 +315,8 @@ impl Router {
     }
 }
 
-/// The route a wasmExecutor's evaluator is told for `module` as the image's `tag`.
+/// The route a wasmExecutor's evaluator is told for `module` as the image's `tag`, to resolve
+/// and warm up (`cache` concerns calls only).
 fn wasm_route(
     object: &ObjectId,
     module: &fc::WasmModule,
@@ -324,7 +325,7 @@ fn wasm_route(
     FunctionConfigRoute {
         function_config: object.to_string(),
         executor: FunctionConfigExecutor::WasmExecutor,
-        settings: to_json(&wasm_settings(module, &tag.map(str::to_owned))),
+        settings: to_json(&wasm_settings(module, &tag.map(str::to_owned), None)),
     }
 }
 

@@ -447,10 +447,13 @@ impl<'a> Planned<'a> {
                 tags: tag.iter().cloned().collect(),
                 id: Some(function_id.clone()),
             }),
-            fc::PlannedExecutor::Wasm { module, tag } => to_json(&wasm_settings(module, tag)),
-            fc::PlannedExecutor::Binary { path, tag } => to_json(&fc::BinaryExecutor {
+            fc::PlannedExecutor::Wasm { module, tag, cache } => {
+                to_json(&wasm_settings(module, tag, cache.clone()))
+            }
+            fc::PlannedExecutor::Binary { path, tag, cache } => to_json(&fc::BinaryExecutor {
                 tags: tag.iter().cloned().collect(),
                 path: path.display().to_string(),
+                cache: cache.clone(),
             }),
             fc::PlannedExecutor::Pod { settings } => to_json(&**settings),
         };
@@ -466,7 +469,11 @@ impl<'a> Planned<'a> {
 }
 
 /// A wasmExecutor section as its evaluator is told it: the module, a path absolute.
-fn wasm_settings(module: &fc::WasmModule, tag: &Option<String>) -> fc::WasmExecutor {
+fn wasm_settings(
+    module: &fc::WasmModule,
+    tag: &Option<String>,
+    cache: Option<fc::ResultCaching>,
+) -> fc::WasmExecutor {
     let (path, image) = match module {
         fc::WasmModule::File(path) => (Some(path.display().to_string()), None),
         fc::WasmModule::Image(image) => (None, Some(image.clone())),
@@ -475,6 +482,7 @@ fn wasm_settings(module: &fc::WasmModule, tag: &Option<String>) -> fc::WasmExecu
         tags: tag.iter().cloned().collect(),
         path,
         image,
+        cache,
     }
 }
 
