@@ -767,6 +767,128 @@ function_configs:
     assert!(line("set-labels").contains("is missing"), "{text}");
 }
 
+/// A wasmExecutor's `image` without a tag: the module of the tag the call runs as, pulled from
+/// its registry (v1.2.0 transforms, v1.0.0 fails with results); a requested constraint one of
+/// its ranges overlaps is resolved against the module repository's tags; an image under none of
+/// the instance's `registries` prefixes is declined, and the binary serves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wasm_executor_image_pulls_the_module_of_the_calls_tag() {
+    if let Err(missing) = registry::available() {
+        krm_kube_standin::fixture::skip(&missing);
+        return;
+    }
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace", "fail-with-results"]) else {
+        return;
+    };
+    let registry = LocalRegistry::start(&dir.path().join("registry")).expect("registry");
+    let host = registry.host.clone();
+    for (tag, module) in [("v1.0.0", &modules[1].1), ("v1.2.0", &modules[0].1)] {
+        registry
+            .push_kpt_wasm(
+                "wasm/set-namespace",
+                tag,
+                "set-namespace.wasm",
+                &std::fs::read(module).unwrap(),
+            )
+            .unwrap();
+    }
+    let bin = dir.path().join("bin");
+    let fc = dir.path().join("fc");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&fc).unwrap();
+    script(&bin, "marker", "cat\necho marker >&2");
+    std::fs::write(
+        fc.join("fns.yaml"),
+        format!(
+            r#"apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {{name: set-namespace}}
+spec:
+  image: set-namespace
+  prefixes: [example.com/fns]
+  wasmExecutor: {{tags: [v1.0.0, ">= 1.1.0"], image: "{host}/wasm/set-namespace"}}
+---
+apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {{name: set-labels}}
+spec:
+  image: set-labels
+  prefixes: [example.com/fns]
+  wasmExecutor: {{tags: [v1], image: elsewhere.example/wasm/set-labels}}
+  binaryExecutor: {{tags: [v1], path: marker}}
+"#
+        ),
+    )
+    .unwrap();
+    let config = format!(
+        r#"evaluators:
+  wasm:
+    plugin: wasm
+    config:
+      cache_dir: "{cache}"
+      registries: [{{prefix: "{host}/wasm/", plain_http: true}}]
+  exec: {{plugin: exec}}
+  default: {{plugin: multi, config: {{chain: [exec]}}}}
+function_configs:
+  paths: ["{fc}"]
+  functions_dir: "{bin}"
+  executors: {{goExecutor: [], wasmExecutor: wasm, binaryExecutor: exec, podExecutor: ""}}
+"#,
+        cache = dir.path().join("cache").display(),
+        fc = fc.display(),
+        bin = bin.display(),
+    );
+    let server = Server::start(&config, &[]);
+    let output = call(
+        &server,
+        "example.com/fns/set-namespace:v1.2.0",
+        &input("prod"),
+    )
+    .await
+    .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
+    let status = call(
+        &server,
+        "example.com/fns/set-namespace:v1.0.0",
+        &input("prod"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        status.message().contains("replicas must not exceed 3"),
+        "{status:?}"
+    );
+
+    let response = server
+        .client()
+        .await
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: input("ranged"),
+            image: "example.com/fns/set-namespace".to_owned(),
+            tag: "~1.2".to_owned(),
+        })
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    let resolved = response.metadata().get("x-krm-resolved-image").unwrap();
+    assert!(
+        resolved
+            .to_str()
+            .unwrap()
+            .starts_with(&format!("{host}/wasm/set-namespace:v1.2.0@sha256:")),
+        "{resolved:?}"
+    );
+    let output = String::from_utf8(response.into_inner().resource_list).unwrap();
+    assert_eq!(output.matches("namespace: ranged").count(), 3, "{output}");
+
+    let (response, evaluator) = server
+        .call("example.com/fns/set-labels:v1", &input("prod"))
+        .await
+        .expect("the binary serves");
+    assert_eq!(evaluator, "exec");
+    assert_eq!(String::from_utf8_lossy(&response.log).trim(), "marker");
+}
+
 /// The compiled modules in `cache`, sorted.
 fn cached_files(cache: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(cache)

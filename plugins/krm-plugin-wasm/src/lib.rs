@@ -89,7 +89,9 @@ impl Shared {
         Some(compiled.as_ref().map_err(Arc::clone))
     }
 
-    /// The compiled module at `path` (a wasmExecutor's), compiling it at the first need.
+    /// The compiled module at `path` (a wasmExecutor's), compiling it at the first need. A
+    /// failure is not kept: the operator may fix the file a FunctionConfig names while the
+    /// runner serves, and the next call reads it again.
     fn compiled_file(&self, image: &str, path: &Path) -> Compiled {
         let slot = self
             .routed
@@ -98,7 +100,17 @@ impl Shared {
             .entry(path.to_owned())
             .or_default()
             .clone();
-        slot.get_or_init(|| self.compile(image, path)).clone()
+        let compiled = slot.get_or_init(|| self.compile(image, path)).clone();
+        if compiled.is_err() {
+            let mut routed = self.routed.lock().unwrap_or_else(PoisonError::into_inner);
+            if routed
+                .get(path)
+                .is_some_and(|kept| Arc::ptr_eq(kept, &slot))
+            {
+                routed.remove(path);
+            }
+        }
+        compiled
     }
 
     fn compile(&self, image: &str, path: &Path) -> Compiled {
