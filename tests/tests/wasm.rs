@@ -635,15 +635,15 @@ fn kpt_runs_a_module_through_krm_runner_fn() {
     assert!(!written.contains("namespace: old"), "{written}\n{stderr}");
 }
 
-/// FunctionConfigs for `set-namespace` (a module for v1, the marker binary for v1 and v2) and
-/// `set-labels` (a missing module, then the marker binary).
+/// FunctionConfigs for `set-namespace` (a module for v1, its calls marked cacheable, the marker
+/// binary for v1 and v2) and `set-labels` (a missing module, then the marker binary).
 const WASM_FUNCTION_CONFIGS: &str = r#"apiVersion: config.porch.kpt.dev/v1alpha1
 kind: FunctionConfig
 metadata: {name: set-namespace}
 spec:
   image: set-namespace
   prefixes: [example.com/fns]
-  wasmExecutor: {tags: [v1], path: set-namespace.wasm}
+  wasmExecutor: {tags: [v1], path: set-namespace.wasm, cache: {timeToLive: 10m}}
   binaryExecutor: {tags: [v1, v2], path: marker}
 ---
 apiVersion: config.porch.kpt.dev/v1alpha1
@@ -657,8 +657,9 @@ spec:
 "#;
 
 /// A FunctionConfig's wasmExecutor runs its module for the tags it lists, before the binary;
-/// the module is compiled ahead of the first call; a missing module file is skipped for the
-/// next executor; `functions --resolve` and `--status` say so.
+/// the module is compiled ahead of the first call; its `cache` mark makes an identical call a
+/// hit; a missing module file is skipped for the next executor; `functions --resolve` and
+/// `--status` say so.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_function_config_wasm_executor_runs_its_module_before_the_binary() {
     let dir = scratch();
@@ -710,6 +711,26 @@ function_configs:
         String::from_utf8_lossy(&response.log),
         "set-namespace: 2 items in namespace prod\n"
     );
+    // Marked cacheable on its section: the same call again is answered from the cache.
+    let cached = |namespace: &str| {
+        let server = &server;
+        let request = EvaluateFunctionRequest {
+            resource_list: input(namespace),
+            image: "example.com/fns/set-namespace:v1".to_owned(),
+            tag: String::new(),
+        };
+        async move {
+            let response = server
+                .client()
+                .await
+                .evaluate_function(request)
+                .await
+                .unwrap();
+            response.metadata().get("x-krm-cache").unwrap().to_owned()
+        }
+    };
+    assert_eq!(cached("prod").await, "hit");
+    assert_eq!(cached("staging").await, "miss");
     for image in [
         "example.com/fns/set-namespace:v2",
         "example.com/fns/set-labels:v1",
