@@ -7,7 +7,10 @@
 //! maps executables; a call carrying a tag constraint for an untagged image runs the mapped
 //! image of that repository with the highest version satisfying it. Images under a configured
 //! registry prefix are pulled as OCI artifacts (see [`registry`]), pinned by digest, the
-//! highest version in the registry satisfying a call's tag constraint.
+//! highest version in the registry satisfying a call's tag constraint. A call a FunctionConfig
+//! routes here (its `wasmExecutor`) runs the module the route names instead, whatever the map
+//! says: a file (compiled once per path), or an image under a registry prefix, pulled as the
+//! tag the call runs as unless the image names its own version.
 //!
 //! The sandbox: no preopened directory, no socket, no environment variable but those the
 //! configuration grants; each call a fresh instance in a store of its own, its linear memory
