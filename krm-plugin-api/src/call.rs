@@ -236,18 +236,22 @@ pub struct FunctionConfigRoute {
     pub function_config: String,
     /// The executor section of the FunctionConfig that chose the evaluator.
     pub executor: FunctionConfigExecutor,
-    /// That executor's section of the FunctionConfig's spec (`goExecutor`, `binaryExecutor`
-    /// or `podExecutor`), with a relative binary path made absolute. Read it with
+    /// That executor's section of the FunctionConfig's spec (`goExecutor`, `wasmExecutor`,
+    /// `binaryExecutor` or `podExecutor`), with a relative binary or module path made absolute. Read it with
     /// [`FunctionConfigRoute::settings`] into the matching type of `krm-runner-function-config`.
     pub settings: serde_json::Value,
 }
 
-/// The three executors of a FunctionConfig, in the order the runner tries them.
+/// The executors of a FunctionConfig, in the order the runner tries them. `wasmExecutor` is
+/// krm-runner's extension to Porch's three; a plugin built before it never receives it (the
+/// runner routes wasmExecutor calls to the instance standing for it only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum FunctionConfigExecutor {
     /// `goExecutor`: a function compiled into an evaluator (the builtins).
     GoExecutor,
+    /// `wasmExecutor`: a WebAssembly module, from a file or a registry.
+    WasmExecutor,
     /// `binaryExecutor`: an executable on the runner's disk.
     BinaryExecutor,
     /// `podExecutor`: a container image run in a pod.
@@ -266,6 +270,7 @@ impl FunctionConfigExecutor {
     pub fn field(self) -> &'static str {
         match self {
             Self::GoExecutor => "goExecutor",
+            Self::WasmExecutor => "wasmExecutor",
             Self::BinaryExecutor => "binaryExecutor",
             Self::PodExecutor => "podExecutor",
         }

@@ -1,9 +1,10 @@
 //! `FunctionConfig` (`config.porch.kpt.dev/v1alpha1`): Porch's resource saying, per function
-//! image, which executor runs it — built in (`goExecutor`), a local binary (`binaryExecutor`) or
-//! a pod (`podExecutor`). This crate holds what the runner and the plugins share about it:
+//! image, which executor runs it — built in (`goExecutor`), a WebAssembly module
+//! (`wasmExecutor`, krm-runner's extension), a local binary (`binaryExecutor`) or a pod
+//! (`podExecutor`). This crate holds what the runner and the plugins share about it:
 //!
 //! - the types ([`FunctionConfig`] and its parts; plugins deserialize [`PodExecutor`],
-//!   [`BinaryExecutor`] and [`GoExecutor`] from JSON), from which the CRD in
+//!   [`BinaryExecutor`], [`WasmExecutor`] and [`GoExecutor`] from JSON), from which the CRD in
 //!   `deploy/kubernetes/crds/functionconfigs.yaml` is generated;
 //! - [`validate`], reporting every broken rule at once;
 //! - [`load_paths`], reading objects from YAML files and directories;
@@ -31,11 +32,12 @@ pub mod version;
 pub use load::{FunctionConfigLoadError, load_paths};
 pub use route::{
     Conflict, ImageRef, LeftOut, Matched, NoMatch, PlannedExecutor, RouteOutcome, RoutingTable,
+    WasmModule,
 };
 pub use source::{InvalidObject, ObjectId, Source, Sourced};
 pub use types::{
     BinaryExecutor, Condition, ConditionStatus, ContainerOverrides, DEFAULT_TIME_TO_LIVE,
     ExecutorStatus, FunctionConfig, FunctionConfigSpec, FunctionConfigStatus, GoExecutor,
-    MAX_CONDITION_MESSAGE, PodExecutor, TemplateOverrides, Time,
+    MAX_CONDITION_MESSAGE, PodExecutor, ResultCaching, TemplateOverrides, Time, WasmExecutor,
 };
-pub use validate::{FieldError, InvalidDuration, validate};
+pub use validate::{FieldError, InvalidCacheTtl, InvalidDuration, MAX_CACHE_TTL, validate};

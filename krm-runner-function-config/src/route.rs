@@ -9,7 +9,7 @@ use std::sync::Arc;
 use krm_plugin_api::FunctionConfigExecutor;
 
 use crate::source::{ObjectId, Source, Sourced};
-use crate::types::PodExecutor;
+use crate::types::{PodExecutor, ResultCaching, WasmExecutor};
 use crate::version::{Constraint, TagEntry};
 
 /// A request image taken apart.
@@ -64,9 +64,20 @@ pub enum PlannedExecutor {
         function_id: String,
         tag: Option<String>,
     },
+    /// Run this WebAssembly module as the image's `tag` (as for `Go`); `cache` as the section
+    /// marks it.
+    Wasm {
+        module: WasmModule,
+        tag: Option<String>,
+        cache: Option<ResultCaching>,
+    },
     /// Run this executable (made absolute against the functions directory) as the image's `tag`
-    /// (as for `Go`).
-    Binary { path: PathBuf, tag: Option<String> },
+    /// (as for `Go`); `cache` as the section marks it.
+    Binary {
+        path: PathBuf,
+        tag: Option<String>,
+        cache: Option<ResultCaching>,
+    },
     /// Run the image in a pod with these settings (a requested constraint is resolved against
     /// the registry's tags by the pod evaluator).
     Pod { settings: Arc<PodExecutor> },
@@ -76,6 +87,7 @@ impl PlannedExecutor {
     pub fn executor(&self) -> FunctionConfigExecutor {
         match self {
             PlannedExecutor::Go { .. } => FunctionConfigExecutor::GoExecutor,
+            PlannedExecutor::Wasm { .. } => FunctionConfigExecutor::WasmExecutor,
             PlannedExecutor::Binary { .. } => FunctionConfigExecutor::BinaryExecutor,
             PlannedExecutor::Pod { .. } => FunctionConfigExecutor::PodExecutor,
         }
@@ -88,8 +100,39 @@ impl fmt::Display for PlannedExecutor {
             PlannedExecutor::Go { function_id, .. } => {
                 write!(f, "goExecutor: built-in function {function_id}")
             }
+            PlannedExecutor::Wasm { module, .. } => write!(f, "wasmExecutor: module {module}"),
             PlannedExecutor::Binary { path, .. } => write!(f, "binaryExecutor: {}", path.display()),
             PlannedExecutor::Pod { .. } => f.write_str("podExecutor"),
+        }
+    }
+}
+
+/// Where a wasmExecutor's module comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WasmModule {
+    /// A file (`path`), made absolute against the functions directory.
+    File(PathBuf),
+    /// An OCI artifact (`image`), as the FunctionConfig writes it.
+    Image(String),
+}
+
+impl fmt::Display for WasmModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WasmModule::File(path) => write!(f, "{}", path.display()),
+            WasmModule::Image(image) => f.write_str(image),
+        }
+    }
+}
+
+impl WasmExecutor {
+    /// The module, a relative `path` made absolute against `functions_dir`; `None` for a
+    /// section naming neither a path nor an image (validation refuses it).
+    pub fn module(&self, functions_dir: &Path) -> Option<WasmModule> {
+        match (&self.path, &self.image) {
+            (Some(path), _) => Some(WasmModule::File(functions_dir.join(path))),
+            (None, Some(image)) => Some(WasmModule::Image(image.clone())),
+            (None, None) => None,
         }
     }
 }
@@ -224,6 +267,7 @@ struct Entry {
     pod: Option<Arc<PodExecutor>>,
     /// Each executor's `tags`, read (validation refused objects whose tags do not parse).
     go_tags: Vec<TagEntry>,
+    wasm_tags: Vec<TagEntry>,
     binary_tags: Vec<TagEntry>,
     pod_tags: Vec<TagEntry>,
 }
@@ -248,7 +292,7 @@ impl RoutingTable {
     ///
     /// `default_prefix` is the runner's default image prefix (what `""` in `spec.prefixes`
     /// stands for, and where bare names live); `functions_dir` is where relative
-    /// `binaryExecutor.path`s point, made absolute against the working directory.
+    /// `binaryExecutor.path`s and `wasmExecutor.path`s point, made absolute against the working directory.
     ///
     /// When several objects claim one `spec.image`, one is used and each other is reported: a
     /// file-sourced object wins over a cluster one (the operator wrote the file on purpose for
@@ -289,6 +333,7 @@ impl RoutingTable {
                 });
             let pod = spec.pod_executor.clone().map(Arc::new);
             let go_tags = tag_entries(spec.go_executor.as_ref().map(|go| &go.tags));
+            let wasm_tags = tag_entries(spec.wasm_executor.as_ref().map(|wasm| &wasm.tags));
             let binary_tags = tag_entries(spec.binary_executor.as_ref().map(|b| &b.tags));
             let pod_tags = tag_entries(spec.pod_executor.as_ref().map(|pod| &pod.tags));
             entries.insert(
@@ -298,6 +343,7 @@ impl RoutingTable {
                     repos,
                     pod,
                     go_tags,
+                    wasm_tags,
                     binary_tags,
                     pod_tags,
                 },
@@ -326,7 +372,7 @@ impl RoutingTable {
     /// [`RoutingTable::route`] for a call that may carry a tag constraint (Porch's request
     /// field 3, sent with an untagged image). Executor tags are constraints themselves: a
     /// requested tag falls under an entry that names it or admits its version. With a requested
-    /// constraint, the go and binary executors run the highest of the tags they name exactly
+    /// constraint, the go, wasm and binary executors run the highest of the tags they name exactly
     /// that satisfies it; else, for a constraint naming one version (`1.4.2`), that version
     /// when one of their entries admits it; else, when the constraint overlaps one of their
     /// ranges (`~1.4.0` and `>= 1.0.0, < 2.0.0`), the untagged image. The pod executor is
@@ -399,6 +445,25 @@ impl RoutingTable {
                 Err(reason) => left_out.push(reason),
             },
         }
+        match &spec.wasm_executor {
+            None => left_out.push(LeftOut::Absent(FunctionConfigExecutor::WasmExecutor)),
+            Some(wasm) => match pick(
+                FunctionConfigExecutor::WasmExecutor,
+                &entry.wasm_tags,
+                &wasm.tags,
+            ) {
+                Ok(tag) => {
+                    if let Some(module) = wasm.module(&self.functions_dir) {
+                        plan.push(PlannedExecutor::Wasm {
+                            module,
+                            tag,
+                            cache: wasm.cache.clone(),
+                        });
+                    }
+                }
+                Err(reason) => left_out.push(reason),
+            },
+        }
         match &spec.binary_executor {
             None => left_out.push(LeftOut::Absent(FunctionConfigExecutor::BinaryExecutor)),
             Some(binary) => match pick(
@@ -409,6 +474,7 @@ impl RoutingTable {
                 Ok(tag) => plan.push(PlannedExecutor::Binary {
                     path: self.functions_dir.join(&binary.path),
                     tag,
+                    cache: binary.cache.clone(),
                 }),
                 Err(reason) => left_out.push(reason),
             },
@@ -485,7 +551,7 @@ impl RoutingTable {
         }
     }
 
-    /// Where relative `binaryExecutor.path`s point (absolute).
+    /// Where relative `binaryExecutor.path`s and `wasmExecutor.path`s point (absolute).
     pub fn functions_dir(&self) -> &Path {
         &self.functions_dir
     }

@@ -13,8 +13,9 @@ use crate::version::truncate;
 /// The idle time-to-live the CRD gives a `podExecutor` that does not set one.
 pub const DEFAULT_TIME_TO_LIVE: &str = "30m";
 
-/// Which executors serve a function image: built in (goExecutor), as a local binary
-/// (binaryExecutor) or in a pod (podExecutor), tried in that order for the tags each lists.
+/// Which executors serve a function image: built in (goExecutor), as a WebAssembly module
+/// (wasmExecutor, krm-runner's extension), as a local binary (binaryExecutor) or in a pod
+/// (podExecutor), tried in that order for the tags each lists.
 // Each `printcolumn(...)` says `type_ = "integer"`; clippy takes the repeats for a duplicated
 // attribute.
 #[allow(clippy::duplicated_attributes)]
@@ -46,8 +47,8 @@ pub const DEFAULT_TIME_TO_LIVE: &str = "30m";
     )
 )]
 #[x_kube(validation = Rule::new(
-    "has(self.podExecutor) || has(self.binaryExecutor) || has(self.goExecutor)"
-).message("at least one of podExecutor, binaryExecutor, goExecutor must be set"))]
+    "has(self.podExecutor) || has(self.binaryExecutor) || has(self.goExecutor) || has(self.wasmExecutor)"
+).message("at least one of podExecutor, binaryExecutor, goExecutor, wasmExecutor must be set"))]
 #[serde(rename_all = "camelCase")]
 pub struct FunctionConfigSpec {
     /// Short name of the function image, without registry or tag (e.g. `set-namespace`).
@@ -66,6 +67,10 @@ pub struct FunctionConfigSpec {
     /// Run a function compiled into the runner instead of the image, for the listed tags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub go_executor: Option<GoExecutor>,
+    /// Run a WebAssembly module instead of the image, for the listed tags (krm-runner's
+    /// extension: Porch's runner ignores it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm_executor: Option<WasmExecutor>,
 }
 
 /// How the pod evaluator runs the image.
@@ -90,6 +95,21 @@ pub struct PodExecutor {
     /// Changes to the pod template for this image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_overrides: Option<TemplateOverrides>,
+    /// Answer identical calls from the runner's result cache (krm-runner's extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<ResultCaching>,
+}
+
+/// Marks an executor's calls cacheable, as the operator vouches that the function is pure
+/// (same code, functionConfig and input: same output): krm-runner's result cache answers an
+/// identical call again until the answer's time-to-live passes. Failed calls are never kept.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultCaching {
+    /// How long an answer is kept, as a Go duration (`10m`, `1h30m`); more than zero, at most
+    /// 8760h.
+    #[schemars(extend("format" = "duration"))]
+    pub time_to_live: String,
 }
 
 fn default_time_to_live() -> String {
@@ -138,6 +158,34 @@ pub struct BinaryExecutor {
     /// Absolute path of the executable, or a path relative to the runner's functions directory.
     #[schemars(length(min = 1))]
     pub path: String,
+    /// Answer identical calls from the runner's result cache (krm-runner's extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<ResultCaching>,
+}
+
+/// A WebAssembly module standing in for the image: a WASI preview 1 command the runner's `wasm`
+/// evaluator runs in its sandbox. Exactly one of `path` and `image` says where it comes from.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.path) != has(self.image)")
+    .message("exactly one of path, image must be set"))]
+pub struct WasmExecutor {
+    /// Image tags the module serves.
+    #[schemars(length(min = 1))]
+    pub tags: Vec<String>,
+    /// The module file: absolute, or relative to the runner's functions directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub path: Option<String>,
+    /// The module as an OCI artifact (`registry/repository`, kpt's wasm image layout or one
+    /// `application/wasm` layer), under a registry prefix of the runner's wasm evaluator. With
+    /// `:tag` or `@digest`, that module serves every listed tag; without, the module of the tag
+    /// the call runs as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub image: Option<String>,
+    /// Answer identical calls from the runner's result cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<ResultCaching>,
 }
 
 /// A function compiled into the runner standing in for the image.
@@ -182,7 +230,7 @@ pub struct FunctionConfigStatus {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutorStatus {
-    /// `goExecutor`, `binaryExecutor` or `podExecutor`.
+    /// `goExecutor`, `wasmExecutor`, `binaryExecutor` or `podExecutor`.
     pub executor: String,
     /// The function runner's evaluator instance standing for the executor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -194,7 +242,8 @@ pub struct ExecutorStatus {
     /// The version the tag stands for: the highest one satisfying a constraint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_tag: Option<String>,
-    /// The image digest of the resolved tag, where the executor fetches it (podExecutor).
+    /// The image digest of the resolved tag, where the executor fetches it (podExecutor,
+    /// wasmExecutor's `image`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
     /// `Ready`, `Failed`, or `Skipped` (no evaluator instance stands for the executor).

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use krm_go_duration as go_duration;
 
-use crate::types::{FunctionConfig, PodExecutor};
+use crate::types::{FunctionConfig, PodExecutor, ResultCaching};
 use crate::version::TagEntry;
 
 /// Most tags one executor of a FunctionConfig may list. Each is matched against calls and
@@ -42,7 +42,9 @@ impl std::error::Error for FieldError {}
 /// Every problem with `config`, in field order; empty when it is valid.
 ///
 /// Covers the CRD's rules (`spec.image` and `spec.binaryExecutor.path` not empty, at least one
-/// tag for the go and binary executors, at least one executor) and adds: `metadata.name` is set
+/// tag for the go, wasm and binary executors, exactly one of `spec.wasmExecutor.path` and
+/// `spec.wasmExecutor.image`, at least one executor) and adds: `spec.wasmExecutor.image` is a
+/// reference naming its registry, `metadata.name` is set
 /// (the API server guarantees it, files do not), `spec.image` is a short name (with a registry or
 /// tag it could never match a request), `spec.goExecutor.id` is not empty when given, and
 /// `spec.podExecutor.timeToLive` is a Go duration, and every executor lists at most
@@ -66,10 +68,14 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
             ),
         ));
     }
-    if spec.pod_executor.is_none() && spec.binary_executor.is_none() && spec.go_executor.is_none() {
+    if spec.pod_executor.is_none()
+        && spec.binary_executor.is_none()
+        && spec.go_executor.is_none()
+        && spec.wasm_executor.is_none()
+    {
         errors.push(FieldError::new(
             "spec",
-            "at least one of podExecutor, binaryExecutor, goExecutor must be set",
+            "at least one of podExecutor, binaryExecutor, goExecutor, wasmExecutor must be set",
         ));
     }
     if let Some(go) = &spec.go_executor {
@@ -84,6 +90,32 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
                 "spec.goExecutor.id",
                 "must not be empty; leave it out to use metadata.name",
             ));
+        }
+    }
+    if let Some(wasm) = &spec.wasm_executor {
+        if wasm.tags.is_empty() {
+            errors.push(FieldError::new(
+                "spec.wasmExecutor.tags",
+                "must list at least one tag",
+            ));
+        }
+        match (&wasm.path, &wasm.image) {
+            (None, None) | (Some(_), Some(_)) => errors.push(FieldError::new(
+                "spec.wasmExecutor",
+                "exactly one of path, image must be set",
+            )),
+            (Some(path), None) if path.is_empty() => {
+                errors.push(FieldError::new(
+                    "spec.wasmExecutor.path",
+                    "must not be empty",
+                ));
+            }
+            (None, Some(image)) => {
+                if let Some(problem) = module_image_problem(image) {
+                    errors.push(FieldError::new("spec.wasmExecutor.image", problem));
+                }
+            }
+            (Some(_), None) => {}
         }
     }
     if let Some(binary) = &spec.binary_executor {
@@ -102,6 +134,10 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
     }
     let tag_lists = [
         ("goExecutor", spec.go_executor.as_ref().map(|go| &go.tags)),
+        (
+            "wasmExecutor",
+            spec.wasm_executor.as_ref().map(|wasm| &wasm.tags),
+        ),
         (
             "binaryExecutor",
             spec.binary_executor.as_ref().map(|b| &b.tags),
@@ -130,6 +166,28 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
             }
         }
     }
+    let cached = [
+        (
+            "wasmExecutor",
+            spec.wasm_executor.as_ref().and_then(|w| w.cache.as_ref()),
+        ),
+        (
+            "binaryExecutor",
+            spec.binary_executor.as_ref().and_then(|b| b.cache.as_ref()),
+        ),
+        (
+            "podExecutor",
+            spec.pod_executor.as_ref().and_then(|p| p.cache.as_ref()),
+        ),
+    ];
+    for (executor, cache) in cached {
+        if let Some(Err(error)) = cache.map(ResultCaching::ttl) {
+            errors.push(FieldError::new(
+                format!("spec.{executor}.cache.timeToLive"),
+                error.to_string(),
+            ));
+        }
+    }
     if let Some(pod) = &spec.pod_executor
         && let Err(error) = pod.ttl()
     {
@@ -139,6 +197,53 @@ pub fn validate(config: &FunctionConfig) -> Vec<FieldError> {
         ));
     }
     errors
+}
+
+/// Why `image` cannot name a module in a registry (`registry/repository[:tag|@digest]`), if it
+/// cannot.
+fn module_image_problem(image: &str) -> Option<String> {
+    let quoted = krm_plugin_api::quoted(image);
+    if image.is_empty() {
+        return Some("must not be empty".to_owned());
+    }
+    if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some(format!("{quoted} holds whitespace or control characters"));
+    }
+    match image.split_once('/') {
+        Some((registry, repository)) if !registry.is_empty() && !repository.is_empty() => None,
+        _ => Some(format!(
+            "{quoted} names no registry: write registry/repository[:tag|@digest]"
+        )),
+    }
+}
+
+/// The longest an executor's answers may be cached: a year.
+pub const MAX_CACHE_TTL: Duration = Duration::from_secs(8760 * 3600);
+
+/// A `cache.timeToLive` the result cache cannot keep answers for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidCacheTtl {
+    #[error(transparent)]
+    NotADuration(#[from] InvalidDuration),
+    #[error("{0:?} must be more than zero")]
+    NotPositive(String),
+    #[error("{0:?} is longer than 8760h")]
+    TooLong(String),
+}
+
+impl ResultCaching {
+    /// The time-to-live, parsed and within (0, [`MAX_CACHE_TTL`]].
+    pub fn ttl(&self) -> Result<Duration, InvalidCacheTtl> {
+        let text = &self.time_to_live;
+        let parsed = go_duration::parse(text).map_err(|_| InvalidDuration(text.clone()))?;
+        if parsed.negative || parsed.magnitude.is_zero() {
+            Err(InvalidCacheTtl::NotPositive(text.clone()))
+        } else if parsed.magnitude > MAX_CACHE_TTL {
+            Err(InvalidCacheTtl::TooLong(text.clone()))
+        } else {
+            Ok(parsed.magnitude)
+        }
+    }
 }
 
 /// A `timeToLive` that is not a Go duration.
@@ -159,7 +264,7 @@ impl PodExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{BinaryExecutor, FunctionConfigSpec, GoExecutor};
+    use crate::types::{BinaryExecutor, FunctionConfigSpec, GoExecutor, WasmExecutor};
 
     fn pod(ttl: &str) -> PodExecutor {
         PodExecutor {
@@ -168,6 +273,7 @@ mod tests {
             max_parallel_executions: None,
             preferred_max_queue_length: None,
             template_overrides: None,
+            cache: None,
         }
     }
 
@@ -227,11 +333,13 @@ mod tests {
             binary_executor: Some(BinaryExecutor {
                 tags: vec!["v0.4.2".into()],
                 path: "set-namespace".into(),
+                cache: None,
             }),
             go_executor: Some(GoExecutor {
                 tags: vec!["v0.4".into()],
                 id: None,
             }),
+            wasm_executor: None,
         };
         assert_eq!(
             messages(&config("set-namespace", spec)),
@@ -249,8 +357,10 @@ mod tests {
                 binary_executor: Some(BinaryExecutor {
                     tags: vec!["bad tag".into(); count],
                     path: "fn".into(),
+                    cache: None,
                 }),
                 go_executor: None,
+                wasm_executor: None,
             };
             messages(&config("fn", spec))
         };
@@ -270,11 +380,13 @@ mod tests {
             binary_executor: Some(BinaryExecutor {
                 tags: vec![],
                 path: String::new(),
+                cache: None,
             }),
             go_executor: Some(GoExecutor {
                 tags: vec![],
                 id: Some(String::new()),
             }),
+            wasm_executor: None,
         };
         assert_eq!(
             messages(&config("", spec)),
@@ -308,8 +420,10 @@ mod tests {
             binary_executor: Some(BinaryExecutor {
                 tags: vec!["".into(), "main".into()],
                 path: "fn".into(),
+                cache: None,
             }),
             go_executor: None,
+            wasm_executor: None,
         };
         assert_eq!(
             messages(&config("set-labels", spec)),
@@ -330,11 +444,141 @@ mod tests {
             pod_executor: None,
             binary_executor: None,
             go_executor: None,
+            wasm_executor: None,
         };
         assert_eq!(
             messages(&config("set-labels", spec)),
-            ["spec: at least one of podExecutor, binaryExecutor, goExecutor must be set"]
+            [
+                "spec: at least one of podExecutor, binaryExecutor, goExecutor, wasmExecutor must be set"
+            ]
         );
+    }
+
+    fn wasm(tags: &[&str], path: Option<&str>, image: Option<&str>) -> FunctionConfigSpec {
+        FunctionConfigSpec {
+            image: "set-namespace".into(),
+            prefixes: None,
+            pod_executor: None,
+            binary_executor: None,
+            go_executor: None,
+            wasm_executor: Some(WasmExecutor {
+                tags: tags.iter().map(|tag| (*tag).to_owned()).collect(),
+                path: path.map(str::to_owned),
+                image: image.map(str::to_owned),
+                cache: None,
+            }),
+        }
+    }
+
+    /// A wasmExecutor alone is an executor; its module is a file or a registry reference.
+    #[test]
+    fn a_wasm_executor_with_a_path_or_an_image_is_valid() {
+        for spec in [
+            wasm(&["v1"], Some("set-namespace.wasm"), None),
+            wasm(
+                &["~1.2"],
+                None,
+                Some("registry.example:5000/wasm/set-namespace"),
+            ),
+            wasm(
+                &["v1"],
+                None,
+                Some("registry.example/wasm/set-namespace@sha256:00"),
+            ),
+        ] {
+            assert_eq!(
+                messages(&config("set-namespace", spec)),
+                Vec::<String>::new()
+            );
+        }
+    }
+
+    #[test]
+    fn wasm_executor_problems_are_reported_at_once_naming_their_fields() {
+        assert_eq!(
+            messages(&config("fn", wasm(&[], None, None))),
+            [
+                "spec.wasmExecutor.tags: must list at least one tag",
+                "spec.wasmExecutor: exactly one of path, image must be set",
+            ]
+        );
+        assert_eq!(
+            messages(&config(
+                "fn",
+                wasm(&["v1", "main"], Some("a.wasm"), Some("r.example/a"))
+            )),
+            [
+                "spec.wasmExecutor: exactly one of path, image must be set",
+                "spec.wasmExecutor.tags[1]: invalid version constraint \"main\": \"main\" in \
+                 \"main\" is not a number or wildcard",
+            ]
+        );
+        assert_eq!(
+            messages(&config("fn", wasm(&["v1"], Some(""), None))),
+            ["spec.wasmExecutor.path: must not be empty"]
+        );
+        assert_eq!(
+            messages(&config("fn", wasm(&["v1"], None, Some("set-namespace:v1")))),
+            [
+                "spec.wasmExecutor.image: \"set-namespace:v1\" names no registry: write \
+                 registry/repository[:tag|@digest]"
+            ]
+        );
+        assert_eq!(
+            messages(&config("fn", wasm(&["v1"], None, Some("r.example/a b")))),
+            ["spec.wasmExecutor.image: \"r.example/a b\" holds whitespace or control characters"]
+        );
+    }
+
+    /// `cache.timeToLive` is a positive Go duration of at most a year, on every executor
+    /// that may carry it; each problem names its executor.
+    #[test]
+    fn cache_time_to_live_problems_name_their_executor() {
+        let cache = |ttl: &str| {
+            Some(ResultCaching {
+                time_to_live: ttl.to_owned(),
+            })
+        };
+        let mut spec = wasm(&["v1"], Some("fn.wasm"), None);
+        if let Some(wasm) = spec.wasm_executor.as_mut() {
+            wasm.cache = cache("0s");
+        }
+        spec.binary_executor = Some(BinaryExecutor {
+            tags: vec!["v1".into()],
+            path: "fn".into(),
+            cache: cache("10 minutes"),
+        });
+        spec.pod_executor = Some(PodExecutor {
+            cache: cache("8761h"),
+            ..pod("30m")
+        });
+        assert_eq!(
+            messages(&config("fn", spec.clone())),
+            [
+                "spec.wasmExecutor.cache.timeToLive: \"0s\" must be more than zero",
+                "spec.binaryExecutor.cache.timeToLive: \"10 minutes\" is not a duration \
+                 (expected a Go duration such as 30m, 1h30m, 90s or 0)",
+                "spec.podExecutor.cache.timeToLive: \"8761h\" is longer than 8760h",
+            ]
+        );
+        for ttl in ["10m", "1h30m", "8760h"] {
+            let mut valid = spec.clone();
+            for cached in [
+                valid.wasm_executor.as_mut().map(|w| &mut w.cache),
+                valid.binary_executor.as_mut().map(|b| &mut b.cache),
+                valid.pod_executor.as_mut().map(|p| &mut p.cache),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                *cached = cache(ttl);
+            }
+            assert_eq!(
+                messages(&config("fn", valid)),
+                Vec::<String>::new(),
+                "{ttl}"
+            );
+        }
     }
 
     #[test]
@@ -345,6 +589,7 @@ mod tests {
             pod_executor: Some(pod("30m")),
             binary_executor: None,
             go_executor: None,
+            wasm_executor: None,
         };
         let errors = validate(&config("set-labels", spec));
         assert_eq!(errors.len(), 1);

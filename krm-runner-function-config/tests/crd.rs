@@ -100,15 +100,28 @@ fn check_shape(text: &str) {
         .collect();
     assert_eq!(
         rules,
-        ["has(self.podExecutor) || has(self.binaryExecutor) || has(self.goExecutor)"]
+        [
+            "has(self.podExecutor) || has(self.binaryExecutor) || has(self.goExecutor) \
+             || has(self.wasmExecutor)"
+        ]
     );
     let properties = spec.properties.as_ref().unwrap();
     assert_eq!(spec.required.as_deref(), Some(&["image".to_owned()][..]));
     assert_eq!(properties["image"].min_length, Some(1));
-    for executor in ["binaryExecutor", "goExecutor"] {
+    for executor in ["binaryExecutor", "goExecutor", "wasmExecutor"] {
         let fields = properties[executor].properties.as_ref().unwrap();
         assert_eq!(fields["tags"].min_items, Some(1), "{executor}.tags");
     }
+    // krm-runner's extension: a module from a file or a registry, never both.
+    let wasm = &properties["wasmExecutor"];
+    let wasm_rules: Vec<_> = wasm
+        .x_kubernetes_validations
+        .iter()
+        .flatten()
+        .map(|r| r.rule.as_str())
+        .collect();
+    assert_eq!(wasm_rules, ["has(self.path) != has(self.image)"]);
+    assert_eq!(wasm.required.as_deref(), Some(&["tags".to_owned()][..]));
     assert_eq!(
         properties["binaryExecutor"].properties.as_ref().unwrap()["path"].min_length,
         Some(1)

@@ -1,8 +1,8 @@
 //! The result cache every EvaluateFunction call passes through: the answer of a pure call (and
-//! of an image an operator marks) is kept in memory, bounded in bytes, and given again to an
-//! identical call; concurrent identical calls run the function once. ConfigHub's
-//! FunctionExecutor requests of pure functions go through it too (`confighub::serving`), their
-//! encoded reply kept as an answer's ResourceList.
+//! of an image an operator marks, by image prefix or on its FunctionConfig executor) is kept
+//! in memory, bounded in bytes, and given again to an identical call; concurrent identical
+//! calls run the function once. ConfigHub's FunctionExecutor requests of pure functions go
+//! through it too (`confighub::serving`), their encoded reply kept as an answer's ResourceList.
 //!
 //! The key is a SHA-256 over what ran and what was asked: the serving evaluator instance, its
 //! plugin's name and version, the code identity the plugin gives (a function's name, an
@@ -274,24 +274,35 @@ impl ResultCache {
     }
 
     /// Whether a call for `image` whose evaluator gave this purity may be cached, and its key;
-    /// `named` says whether the evaluator named the code (see [`Cacheable::durable`]).
-    pub fn decide(&self, identity: &Identity<'_>, pure: bool, named: bool) -> Decision {
+    /// `named` says whether the evaluator named the code (see [`Cacheable::durable`]);
+    /// `marked`, the time-to-live its FunctionConfig executor section marks it cacheable with.
+    /// A pure call keeps `ttl_seconds`; else the section's mark, else the first `images` prefix
+    /// the image starts with.
+    pub fn decide(
+        &self,
+        identity: &Identity<'_>,
+        pure: bool,
+        named: bool,
+        marked: Option<Duration>,
+    ) -> Decision {
         let ttl = if pure {
-            Some(self.config.ttl_seconds)
+            Some(Duration::from_secs(self.config.ttl_seconds))
         } else {
-            self.config
-                .images
-                .iter()
-                .find(|marked| identity.image.starts_with(&marked.prefix))
-                .map(|marked| marked.ttl_seconds)
+            marked.or_else(|| {
+                self.config
+                    .images
+                    .iter()
+                    .find(|marked| identity.image.starts_with(&marked.prefix))
+                    .map(|marked| Duration::from_secs(marked.ttl_seconds))
+            })
         };
         match ttl {
-            Some(seconds) => {
+            Some(ttl) => {
                 let (key, request) = identity.keys();
                 Decision::Cache(Cacheable {
                     key,
                     request,
-                    ttl: Duration::from_secs(seconds),
+                    ttl,
                     durable: named,
                 })
             }

@@ -199,6 +199,86 @@ async fn exec_is_cached_only_when_marked_and_a_replaced_binary_misses() {
     );
 }
 
+/// A FunctionConfig marks a binaryExecutor's calls cacheable with its own TTL: they hit on
+/// the second identical call and expire after it; another executor section, not marked, runs
+/// every call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_config_marks_its_binary_executor_cacheable() {
+    let dir = scratch();
+    let bin = dir.path().join("bin");
+    let fc = dir.path().join("fc");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&fc).unwrap();
+    script(&bin, "identity", "cat");
+    std::fs::write(
+        fc.join("fns.yaml"),
+        r#"apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: marked}
+spec:
+  image: marked
+  prefixes: [example.com/fns]
+  binaryExecutor: {tags: [v1], path: identity, cache: {timeToLive: 2s}}
+---
+apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: unmarked}
+spec:
+  image: unmarked
+  prefixes: [example.com/fns]
+  binaryExecutor: {tags: [v1], path: identity}
+"#,
+    )
+    .unwrap();
+    let config = format!(
+        r#"evaluators:
+  exec: {{plugin: exec}}
+  default: {{plugin: multi, config: {{chain: [exec]}}}}
+function_configs:
+  paths: ["{fc}"]
+  functions_dir: "{bin}"
+  executors: {{goExecutor: [], binaryExecutor: exec, podExecutor: ""}}
+"#,
+        fc = fc.display(),
+        bin = bin.display(),
+    );
+    let (server, metrics) = with_metrics(&config);
+    let input = resource_list(&["a"]);
+    let unmarked = "example.com/fns/unmarked:v1";
+    assert_eq!(cache_header(&server, unmarked, &input).await, "bypass");
+    assert_eq!(cache_header(&server, unmarked, &input).await, "bypass");
+    let marked = "example.com/fns/marked:v1";
+    // Before the call: the answer is younger than this by the time it is stored.
+    let stored_at = Instant::now();
+    let (first, output) = call(&server, marked, &input).await.unwrap();
+    assert_eq!(first, "miss");
+    let (second, again) = call(&server, marked, &input).await.unwrap();
+    assert_eq!((second.as_str(), again), ("hit", output));
+    loop {
+        let header = cache_header(&server, marked, &input).await;
+        if header == "miss" {
+            break;
+        }
+        assert_eq!(header, "hit");
+        assert!(
+            stored_at.elapsed() < Duration::from_secs(30),
+            "the answer outlived its 2 s timeToLive"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        stored_at.elapsed() >= Duration::from_secs(2),
+        "expired before its timeToLive"
+    );
+    assert_eq!(
+        metric(
+            metrics,
+            &format!("krm_cache_misses_total{{image=\"{marked}\",reason=\"expired\"}}")
+        ),
+        1.0
+    );
+}
+
 const SLOW: &str = "testkit/pure-sleep:1500";
 
 /// Sixteen identical calls at once run the function once: one miss, fifteen shared, one run

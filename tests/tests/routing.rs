@@ -683,6 +683,57 @@ mod cluster {
         assert_eq!(status.code(), tonic::Code::NotFound);
     }
 
+    /// A cluster FunctionConfig's wasmExecutor (krm-runner's extension, which the generated CRD
+    /// admits) naming a missing module: the status says `ModuleMissing` for its tag, and the
+    /// binary after it serves.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_missing_wasm_executor_module_is_a_failed_condition() {
+        if !have_tool("kubectl") {
+            return;
+        }
+        let dir = scratch();
+        let standin = cluster_with_crd(dir.path());
+        let object = format!(
+            "apiVersion: config.porch.kpt.dev/v1alpha1\nkind: FunctionConfig\nmetadata: {{name: identity, namespace: {NAMESPACE}}}\nspec:\n  image: identity\n  prefixes: [example.com/fns]\n  wasmExecutor: {{tags: [v1], path: missing.wasm}}\n  binaryExecutor: {{tags: [v1], path: marker}}\n"
+        );
+        kubectl(&standin, &["create", "-f", "-"], Some(&object));
+        let config = format!(
+            r#"serve: default
+evaluators:
+  exec: {{plugin: exec}}
+  wasm: {{plugin: wasm, config: {{cache_dir: ""}}}}
+  default: {{plugin: multi, config: {{chain: [exec]}}}}
+function_configs:
+  paths: []
+  functions_dir: "{bin}"
+  cluster: {{enabled: true, namespace: {NAMESPACE}, kubeconfig: "{kubeconfig}"}}
+  executors: {{goExecutor: [], wasmExecutor: wasm, binaryExecutor: exec, podExecutor: ""}}
+"#,
+            bin = dir.path().join("bin").display(),
+            kubeconfig = standin.kubeconfig.display(),
+        );
+        let server = Server::start(&config, &[]);
+        wait_for_evaluator(&server, "example.com/fns/identity:v1", "exec").await;
+        let get = |field: &str| get_field(&standin, "identity", field);
+        let failed = r#".status.conditions[?(@.type=="Failed")]"#;
+        wait_until("the Failed condition", Duration::from_secs(10), || {
+            get(&format!("{failed}.status")) == "True"
+        });
+        assert_eq!(get(&format!("{failed}.reason")), "ModuleMissing");
+        let module = dir.path().join("bin/missing.wasm");
+        assert!(
+            get(&format!("{failed}.message"))
+                .contains(&format!("module {} is missing", module.display())),
+            "{}",
+            get(&format!("{failed}.message"))
+        );
+        let wasm = r#".status.executors[?(@.executor=="wasmExecutor")]"#;
+        assert_eq!(get(&format!("{wasm}.state")), "Failed");
+        assert_eq!(get(&format!("{wasm}.evaluator")), "wasm");
+        let binary = r#".status.executors[?(@.executor=="binaryExecutor")]"#;
+        assert_eq!(get(&format!("{binary}.state")), "Ready");
+    }
+
     /// After the ahead-of-time round, the trust policy's decision about each executor tag is
     /// the `Allowed` condition: True for tags the policy allows, False naming the refused tag,
     /// its rule and reason.

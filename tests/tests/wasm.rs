@@ -11,7 +11,7 @@ use krm_kube_standin::registry::{self, Layer, LocalRegistry};
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{
     Server, assert_deadline_answer, call_with_remote_deadline, have_tool, kpt, kpt_package,
-    process_stat, run_cli, runner_binary, scratch, wasm_module,
+    process_stat, run_cli, runner_binary, scratch, script, wasm_module,
 };
 use tonic::Code;
 
@@ -812,6 +812,281 @@ fn fn_and_kpt_run_a_module_pulled_from_a_registry() {
         compiled,
         "compiled once for the digest"
     );
+}
+
+/// FunctionConfigs for `set-namespace` (a module for v1, its calls marked cacheable, the marker
+/// binary for v1 and v2) and `set-labels` (a missing module, then the marker binary).
+const WASM_FUNCTION_CONFIGS: &str = r#"apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: set-namespace}
+spec:
+  image: set-namespace
+  prefixes: [example.com/fns]
+  wasmExecutor: {tags: [v1], path: set-namespace.wasm, cache: {timeToLive: 10m}}
+  binaryExecutor: {tags: [v1, v2], path: marker}
+---
+apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {name: set-labels}
+spec:
+  image: set-labels
+  prefixes: [example.com/fns]
+  wasmExecutor: {tags: [v1], path: missing.wasm}
+  binaryExecutor: {tags: [v1], path: marker}
+"#;
+
+/// A FunctionConfig's wasmExecutor runs its module for the tags it lists, before the binary;
+/// the module is compiled ahead of the first call; its `cache` mark makes an identical call a
+/// hit; a missing module file is skipped for the next executor; `functions --resolve` and
+/// `--status` say so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_function_config_wasm_executor_runs_its_module_before_the_binary() {
+    let dir = scratch();
+    let Some(module) = wasm_module(dir.path(), "set-namespace") else {
+        return;
+    };
+    let bin = dir.path().join("bin");
+    let fc = dir.path().join("fc");
+    let cache = dir.path().join("cache");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&fc).unwrap();
+    std::fs::copy(&module, bin.join("set-namespace.wasm")).unwrap();
+    script(&bin, "marker", "cat\necho marker >&2");
+    std::fs::write(fc.join("fns.yaml"), WASM_FUNCTION_CONFIGS).unwrap();
+    let config = format!(
+        r#"evaluators:
+  wasm: {{plugin: wasm, config: {{cache_dir: "{cache}"}}}}
+  exec: {{plugin: exec}}
+  default: {{plugin: multi, config: {{chain: [exec]}}}}
+function_configs:
+  paths: ["{fc}"]
+  functions_dir: "{bin}"
+  executors: {{goExecutor: [], wasmExecutor: wasm, binaryExecutor: exec, podExecutor: ""}}
+"#,
+        cache = cache.display(),
+        fc = fc.display(),
+        bin = bin.display(),
+    );
+    let server = Server::start(&config, &[]);
+    // Warm-up compiles the module (no `functions:` entry maps it) before any call.
+    let started = Instant::now();
+    while std::fs::read_dir(&cache).map_or(0, Iterator::count) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no module compiled ahead of the first call\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let (response, evaluator) = server
+        .call("example.com/fns/set-namespace:v1", &input("prod"))
+        .await
+        .expect("wasmExecutor call");
+    assert_eq!(evaluator, "wasm");
+    let output = String::from_utf8(response.resource_list).unwrap();
+    assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
+    assert_eq!(
+        String::from_utf8_lossy(&response.log),
+        "set-namespace: 2 items in namespace prod\n"
+    );
+    // Marked cacheable on its section: the same call again is answered from the cache.
+    let cached = |namespace: &str| {
+        let server = &server;
+        let request = EvaluateFunctionRequest {
+            resource_list: input(namespace),
+            image: "example.com/fns/set-namespace:v1".to_owned(),
+            tag: String::new(),
+        };
+        async move {
+            let response = server
+                .client()
+                .await
+                .evaluate_function(request)
+                .await
+                .unwrap();
+            response.metadata().get("x-krm-cache").unwrap().to_owned()
+        }
+    };
+    assert_eq!(cached("prod").await, "hit");
+    assert_eq!(cached("staging").await, "miss");
+    for image in [
+        "example.com/fns/set-namespace:v2",
+        "example.com/fns/set-labels:v1",
+    ] {
+        let (response, evaluator) = server.call(image, &input("prod")).await.expect(image);
+        assert_eq!(evaluator, "exec", "{image}");
+        assert_eq!(String::from_utf8_lossy(&response.log).trim(), "marker");
+    }
+
+    let config_file = dir.path().join("runner.yaml");
+    std::fs::write(&config_file, &config).unwrap();
+    let config_file = config_file.display().to_string();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--config-file", config_file.as_str(), "functions"];
+        all.extend_from_slice(args);
+        let output = run_cli(&all, &[], b"");
+        (
+            output.status.code(),
+            String::from_utf8(output.stdout).unwrap(),
+        )
+    };
+    let (code, text) = cli(&["--resolve", "example.com/fns/set-namespace:v1"]);
+    assert_eq!(code, Some(0), "{text}");
+    let module = bin.join("set-namespace.wasm");
+    assert!(
+        text.contains(&format!(
+            "wasmExecutor:    serves: module {} on evaluator \"wasm\"",
+            module.display()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("binaryExecutor:  next if declined: "),
+        "{text}"
+    );
+    let missing = bin.join("missing.wasm");
+    let (_, text) = cli(&["--resolve", "example.com/fns/set-labels:v1"]);
+    assert!(
+        text.contains(&format!(
+            "wasmExecutor:    skipped: module {0}: module {0} is missing",
+            missing.display()
+        )),
+        "{text}"
+    );
+    let (code, text) = cli(&["--status"]);
+    assert_eq!(code, Some(1), "{text}");
+    let line = |needle: &str| {
+        text.lines()
+            .find(|line| line.contains("wasmExecutor") && line.contains(needle))
+            .unwrap_or_else(|| panic!("no wasmExecutor line with {needle:?} in\n{text}"))
+            .to_owned()
+    };
+    assert!(line("set-namespace").contains("Ready"), "{text}");
+    assert!(line("set-labels").contains("Failed"), "{text}");
+    assert!(line("set-labels").contains("is missing"), "{text}");
+}
+
+/// A wasmExecutor's `image` without a tag: the module of the tag the call runs as, pulled from
+/// its registry (v1.2.0 transforms, v1.0.0 fails with results); a requested constraint one of
+/// its ranges overlaps is resolved against the module repository's tags; an image under none of
+/// the instance's `registries` prefixes is declined, and the binary serves.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wasm_executor_image_pulls_the_module_of_the_calls_tag() {
+    if let Err(missing) = registry::available() {
+        krm_kube_standin::fixture::skip(&missing);
+        return;
+    }
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace", "fail-with-results"]) else {
+        return;
+    };
+    let registry = LocalRegistry::start(&dir.path().join("registry")).expect("registry");
+    let host = registry.host.clone();
+    for (tag, module) in [("v1.0.0", &modules[1].1), ("v1.2.0", &modules[0].1)] {
+        registry
+            .push_kpt_wasm(
+                "wasm/set-namespace",
+                tag,
+                "set-namespace.wasm",
+                &std::fs::read(module).unwrap(),
+            )
+            .unwrap();
+    }
+    let bin = dir.path().join("bin");
+    let fc = dir.path().join("fc");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(&fc).unwrap();
+    script(&bin, "marker", "cat\necho marker >&2");
+    std::fs::write(
+        fc.join("fns.yaml"),
+        format!(
+            r#"apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {{name: set-namespace}}
+spec:
+  image: set-namespace
+  prefixes: [example.com/fns]
+  wasmExecutor: {{tags: [v1.0.0, ">= 1.1.0"], image: "{host}/wasm/set-namespace"}}
+---
+apiVersion: config.porch.kpt.dev/v1alpha1
+kind: FunctionConfig
+metadata: {{name: set-labels}}
+spec:
+  image: set-labels
+  prefixes: [example.com/fns]
+  wasmExecutor: {{tags: [v1], image: elsewhere.example/wasm/set-labels}}
+  binaryExecutor: {{tags: [v1], path: marker}}
+"#
+        ),
+    )
+    .unwrap();
+    let config = format!(
+        r#"evaluators:
+  wasm:
+    plugin: wasm
+    config:
+      cache_dir: "{cache}"
+      registries: [{{prefix: "{host}/wasm/", plain_http: true}}]
+  exec: {{plugin: exec}}
+  default: {{plugin: multi, config: {{chain: [exec]}}}}
+function_configs:
+  paths: ["{fc}"]
+  functions_dir: "{bin}"
+  executors: {{goExecutor: [], wasmExecutor: wasm, binaryExecutor: exec, podExecutor: ""}}
+"#,
+        cache = dir.path().join("cache").display(),
+        fc = fc.display(),
+        bin = bin.display(),
+    );
+    let server = Server::start(&config, &[]);
+    let output = call(
+        &server,
+        "example.com/fns/set-namespace:v1.2.0",
+        &input("prod"),
+    )
+    .await
+    .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
+    let status = call(
+        &server,
+        "example.com/fns/set-namespace:v1.0.0",
+        &input("prod"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        status.message().contains("replicas must not exceed 3"),
+        "{status:?}"
+    );
+
+    let response = server
+        .client()
+        .await
+        .evaluate_function(EvaluateFunctionRequest {
+            resource_list: input("ranged"),
+            image: "example.com/fns/set-namespace".to_owned(),
+            tag: "~1.2".to_owned(),
+        })
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    let resolved = response.metadata().get("x-krm-resolved-image").unwrap();
+    assert!(
+        resolved
+            .to_str()
+            .unwrap()
+            .starts_with(&format!("{host}/wasm/set-namespace:v1.2.0@sha256:")),
+        "{resolved:?}"
+    );
+    let output = String::from_utf8(response.into_inner().resource_list).unwrap();
+    assert_eq!(output.matches("namespace: ranged").count(), 3, "{output}");
+
+    let (response, evaluator) = server
+        .call("example.com/fns/set-labels:v1", &input("prod"))
+        .await
+        .expect("the binary serves");
+    assert_eq!(evaluator, "exec");
+    assert_eq!(String::from_utf8_lossy(&response.log).trim(), "marker");
 }
 
 /// The compiled modules in `cache`, sorted.

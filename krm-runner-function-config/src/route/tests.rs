@@ -111,9 +111,13 @@ fn executors_are_planned_in_flow_order_for_the_tags_they_list() {
         ),
     ];
     for (tag, plan, left_out) in cases {
+        let mut expected = to_strings(&["wasmExecutor: not configured"]);
+        expected.extend(to_strings(left_out));
+        // In flow order: the go executor's reason before the wasm executor's.
+        expected.sort_by_key(|reason| !reason.starts_with("goExecutor"));
         assert_eq!(
             explain(&table, &image(tag)),
-            (to_strings(plan), to_strings(left_out)),
+            (to_strings(plan), expected),
             "{tag}"
         );
     }
@@ -149,6 +153,7 @@ fn absent_sections_and_pod_tag_lists_are_explained() {
             to_strings(&["podExecutor"]),
             to_strings(&[
                 "goExecutor: not configured",
+                "wasmExecutor: not configured",
                 "binaryExecutor: not configured"
             ])
         )
@@ -159,6 +164,7 @@ fn absent_sections_and_pod_tag_lists_are_explained() {
             vec![],
             to_strings(&[
                 "goExecutor: not configured",
+                "wasmExecutor: not configured",
                 "binaryExecutor: not configured",
                 r#"podExecutor: tag "v2" not among ["v1"]"#,
             ])
@@ -174,6 +180,57 @@ fn absent_sections_and_pod_tag_lists_are_explained() {
         [PlannedExecutor::Binary {
             path: PathBuf::from("/usr/bin/fn"),
             tag: Some("v1".to_owned()),
+            cache: None,
+        }]
+    );
+}
+
+/// A module runs after the built-in and before the binary and the pod (cheaper to start than a
+/// process, sandboxed unlike one); a relative path is under the functions directory, an image
+/// kept as written.
+#[test]
+fn a_wasm_executor_is_planned_between_the_builtin_and_the_binary() {
+    let table = table(vec![
+        file(
+            "fn",
+            json!({
+                "image": "fn",
+                "goExecutor": {"tags": ["v1"]},
+                "wasmExecutor": {"tags": ["v1", "v2"], "path": "fn.wasm"},
+                "binaryExecutor": {"tags": ["v1", "v2", "v3"], "path": "fn"},
+                "podExecutor": {},
+            }),
+        ),
+        file(
+            "pulled",
+            json!({"image": "pulled", "wasmExecutor": {"tags": ["~1.2"], "image": "r.example/wasm/pulled"}}),
+        ),
+    ]);
+    assert_eq!(
+        explain(&table, "fn:v1").0,
+        [
+            "goExecutor: built-in function fn",
+            "wasmExecutor: module /opt/functions/fn.wasm",
+            "binaryExecutor: /opt/functions/fn",
+            "podExecutor",
+        ]
+    );
+    assert_eq!(
+        explain(&table, "fn:v3"),
+        (
+            to_strings(&["binaryExecutor: /opt/functions/fn", "podExecutor"]),
+            to_strings(&[
+                r#"goExecutor: tag "v3" not among ["v1"]"#,
+                r#"wasmExecutor: tag "v3" not among ["v1", "v2"]"#,
+            ])
+        )
+    );
+    assert_eq!(
+        matched(table.route("pulled:v1.2.9")).plan,
+        [PlannedExecutor::Wasm {
+            module: WasmModule::Image("r.example/wasm/pulled".to_owned()),
+            tag: Some("v1.2.9".to_owned()),
+            cache: None,
         }]
     );
 }
@@ -204,6 +261,7 @@ fn a_missing_tag_is_the_empty_tag() {
         (
             to_strings(&["goExecutor: built-in function untagged"]),
             to_strings(&[
+                "wasmExecutor: not configured",
                 "binaryExecutor: not configured",
                 r#"podExecutor: tag "" not among ["v1"]"#
             ])
@@ -482,7 +540,7 @@ fn executor_tags_are_constraints() {
         Vec::<FunctionConfigExecutor>::new()
     );
     let (_, left_out) = explain(&table, "fn:main");
-    assert_eq!(left_out[2], r#"podExecutor: tag "main" not among ["*"]"#);
+    assert_eq!(left_out[3], r#"podExecutor: tag "main" not among ["*"]"#);
 }
 
 #[test]
@@ -510,7 +568,8 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
             },
             PlannedExecutor::Binary {
                 path: PathBuf::from("/opt/functions/fn"),
-                tag: Some("v1.2.7".into())
+                tag: Some("v1.2.7".into()),
+                cache: None,
             },
             PlannedExecutor::Pod {
                 settings: Arc::new(serde_json::from_value(json!({"tags": ["~1.2"]})).unwrap())
@@ -522,7 +581,8 @@ fn requested_constraints_pick_the_highest_named_tag_per_executor() {
         patch.plan[0],
         PlannedExecutor::Binary {
             path: PathBuf::from("/opt/functions/fn"),
-            tag: Some("v1.2.3".into())
+            tag: Some("v1.2.3".into()),
+            cache: None,
         }
     );
     assert_eq!(
@@ -557,7 +617,9 @@ fn a_requested_version_or_range_meets_executor_ranges() {
                 PlannedExecutor::Go { tag, .. } | PlannedExecutor::Binary { tag, .. } => {
                     (step.executor(), tag.clone())
                 }
-                PlannedExecutor::Pod { .. } => panic!("no podExecutor"),
+                PlannedExecutor::Wasm { .. } | PlannedExecutor::Pod { .. } => {
+                    panic!("no wasmExecutor or podExecutor")
+                }
             })
             .collect();
         (tags, planned.left_out)

@@ -265,14 +265,16 @@ pub struct FunctionConfigs {
     pub paths: Vec<PathBuf>,
     /// How often the files are checked for changes.
     pub reload_interval_seconds: f64,
-    /// Where relative `binaryExecutor.path`s resolve (Porch: `--functions`).
+    /// Where relative `binaryExecutor.path`s and `wasmExecutor.path`s resolve (Porch:
+    /// `--functions`).
     pub functions_dir: PathBuf,
     /// Watch FunctionConfigs in a cluster too.
     pub cluster: ClusterSource,
     /// The instances standing for each executor.
     pub executors: ExecutorInstances,
     /// After the FunctionConfigs are read, tell the pod executor to start a pod for each one
-    /// with podExecutor tags (Porch: `--warm-up-pod-cache`).
+    /// with podExecutor tags (Porch: `--warm-up-pod-cache`), and the wasm executor to compile
+    /// each wasmExecutor's module.
     pub warm_up: bool,
     /// How often every executor tag is worked out ahead of calls (constraints resolved, binaries
     /// checked; see `krm-runner functions --status`), besides whenever FunctionConfigs change.
@@ -372,6 +374,7 @@ pub struct ExecutorInstances {
     /// The in-process instances, in order: a goExecutor id runs on the first that implements
     /// the function (the catalog's functions are split between `builtin` and `starlark`).
     pub go_executor: InstanceNames,
+    pub wasm_executor: String,
     pub binary_executor: String,
     pub pod_executor: String,
 }
@@ -380,6 +383,7 @@ impl Default for ExecutorInstances {
     fn default() -> Self {
         Self {
             go_executor: InstanceNames(vec!["builtin".to_owned(), "starlark".to_owned()]),
+            wasm_executor: "wasm".to_owned(),
             binary_executor: "exec".to_owned(),
             pod_executor: "pod".to_owned(),
         }

@@ -328,7 +328,7 @@ impl TypedFunctions {
             tag: "",
             request: received,
         };
-        match cached.cache.decide(&identity, true, true) {
+        match cached.cache.decide(&identity, true, true, None) {
             cache::Decision::Cache(cacheable) => Some((&cached.cache, cacheable)),
             cache::Decision::Bypass => None,
         }

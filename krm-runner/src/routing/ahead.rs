@@ -1,8 +1,9 @@
 //! Ahead of time (the Kubeless build-pipeline idea): when the FunctionConfigs load or change,
 //! and every `resolve_interval_seconds`, each executor's tags are worked out before any call
 //! needs them: constraints resolved to concrete tags and digests (the pod evaluator lists the
-//! registry, fetching image metadata), binaries checked, built-in functions looked up, and, with
-//! warm-up on, a pod started for each podExecutor's first tag as resolved (Porch skips warm-up
+//! registry, fetching image metadata), binaries and module files checked, built-in functions
+//! looked up, and, with warm-up on, each wasmExecutor's module compiled (pulled first, when it
+//! is an image) and a pod started for each podExecutor's first tag as resolved (Porch skips warm-up
 //! for constraint tags). The outcome is logged and kept for `krm-runner functions --status`, so
 //! a broken reference shows before a package is rendered.
 
@@ -10,10 +11,11 @@ use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
 use krm_plugin_api::{ErrorKind, FunctionConfigExecutor, FunctionConfigRoute};
-use krm_runner_function_config::ObjectId;
+use krm_plugin_loader::EvaluatorInstance;
 use krm_runner_function_config::version::TagEntry;
+use krm_runner_function_config::{self as fc, ObjectId};
 
-use super::{Router, is_executable, to_json};
+use super::{Router, is_executable, to_json, wasm_settings};
 use crate::trust::{Decision, Policy};
 
 /// One tag entry of one executor of one FunctionConfig, worked out.
@@ -159,6 +161,45 @@ impl Router {
                     ));
                 }
             }
+            if let Some(wasm) = &spec.wasm_executor
+                && let Some(module) = wasm.module(table.functions_dir())
+            {
+                let evaluator = self.instance_name(FunctionConfigExecutor::WasmExecutor);
+                let found = self.only_instance(FunctionConfigExecutor::WasmExecutor);
+                for (index, tag) in wasm.tags.iter().enumerate() {
+                    let (resolved, digest, state) = match (&found, &module) {
+                        (Err(reason), _) => (None, None, State::Skipped(reason.clone())),
+                        (Ok(_), fc::WasmModule::File(path)) if !path.is_file() => (
+                            None,
+                            None,
+                            State::Failed {
+                                reason: "ModuleMissing",
+                                message: format!("module {} is missing", path.display()),
+                            },
+                        ),
+                        (Ok((_, instance)), module) => {
+                            let route = wasm_route(&object, module, None);
+                            let (resolved, state) = local_tag(tag, |constraint| {
+                                instance.resolve(&image, constraint, Some(&route))
+                            });
+                            if index == 0
+                                && let Some(warmed) = warm
+                            {
+                                warm_module(warmed, instance, &image, &object, module, &resolved);
+                            }
+                            (resolved, None, state)
+                        }
+                    };
+                    reports.push(report(
+                        FunctionConfigExecutor::WasmExecutor,
+                        &evaluator,
+                        Some(tag),
+                        resolved,
+                        digest,
+                        state,
+                    ));
+                }
+            }
             if let Some(binary) = &spec.binary_executor {
                 let path = table.functions_dir().join(&binary.path);
                 let found = self.only_instance(FunctionConfigExecutor::BinaryExecutor);
@@ -274,6 +315,49 @@ impl Router {
     }
 }
 
+/// The route a wasmExecutor's evaluator is told for `module` as the image's `tag`, to resolve
+/// and warm up (`cache` concerns calls only).
+fn wasm_route(
+    object: &ObjectId,
+    module: &fc::WasmModule,
+    tag: Option<&str>,
+) -> FunctionConfigRoute {
+    FunctionConfigRoute {
+        function_config: object.to_string(),
+        executor: FunctionConfigExecutor::WasmExecutor,
+        settings: to_json(&wasm_settings(module, &tag.map(str::to_owned), None)),
+    }
+}
+
+/// Has the wasm evaluator compile `module` (pulled first, for an image) as it will run for the
+/// executor's first tag as resolved, once per module and tag, as pods are started ahead of
+/// calls.
+fn warm_module(
+    warmed: &Warmed,
+    instance: &EvaluatorInstance,
+    image: &str,
+    object: &ObjectId,
+    module: &fc::WasmModule,
+    resolved: &Option<String>,
+) {
+    let target = match resolved.as_deref() {
+        None | Some("") => image.to_owned(),
+        Some(tag) => format!("{image}:{tag}"),
+    };
+    let first = warmed
+        .0
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(format!("{module} {target}"));
+    if first {
+        tracing::info!(image = %target, module = %module, function_config = %object, "warming up");
+        instance.warm_up(
+            &target,
+            Some(&wasm_route(object, module, resolved.as_deref())),
+        );
+    }
+}
+
 /// Logs the failed tags of `reports` (one round's, in FunctionConfig and executor order): one
 /// line per executor of a FunctionConfig, with how many of its tags failed and the first
 /// failure, so that a long tag list cannot flood the log.
@@ -299,8 +383,9 @@ pub fn log_failures(reports: &[Report]) {
     }
 }
 
-/// A go or binary executor's tag: a tag it names exactly stands for itself; a constraint is
-/// resolved by `resolve` when the evaluator can (the builtin, among the tags it reproduces).
+/// A go, wasm or binary executor's tag: a tag it names exactly stands for itself; a constraint
+/// is resolved by `resolve` when the evaluator can (the builtin, among the tags it reproduces;
+/// the wasm evaluator, among a module image's tags in its registry).
 fn local_tag(
     tag: &str,
     resolve: impl FnOnce(&str) -> Option<Result<krm_plugin_api::Resolution, krm_plugin_api::EvalError>>,

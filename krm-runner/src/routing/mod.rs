@@ -1,6 +1,7 @@
 //! FunctionConfig routing: the image's FunctionConfig names the evaluator that runs it (the
-//! PIP's flow: goExecutor, then binaryExecutor, then podExecutor, each for its tags); images no
-//! FunctionConfig claims go to the served chain.
+//! PIP's flow: goExecutor, then binaryExecutor, then podExecutor, each for its tags, with
+//! krm-runner's wasmExecutor between goExecutor and binaryExecutor); images no FunctionConfig
+//! claims go to the served chain.
 
 mod ahead;
 mod cluster;
@@ -82,11 +83,11 @@ pub async fn start_sources(
     Ok(())
 }
 
-/// The evaluator instances standing for the three executors, and the routing table in force.
+/// The evaluator instances standing for the executors, and the routing table in force.
 pub struct Router {
     /// Per executor (indexed by [`FunctionConfigExecutor`]), the instances configured for it in
     /// order: goExecutor may name several, the others at most one.
-    executors: [Vec<Standing>; 3],
+    executors: [Vec<Standing>; 4],
     table: RwLock<Arc<RoutingTable>>,
     /// Signalled when the table is replaced, for the ahead-of-time round.
     changed: tokio::sync::Notify,
@@ -159,7 +160,12 @@ impl Router {
             .map(|name| stand(name, &go_ids))
             .collect();
         Self {
-            executors: [go, one(&names.binary_executor), one(&names.pod_executor)],
+            executors: [
+                go,
+                one(&names.wasm_executor),
+                one(&names.binary_executor),
+                one(&names.pod_executor),
+            ],
             table: RwLock::new(Arc::new(
                 RoutingTable::build(Vec::new(), "", Path::new("")).0,
             )),
@@ -188,6 +194,7 @@ impl Router {
     pub fn missing_instances(&self) -> Vec<(FunctionConfigExecutor, &str)> {
         [
             FunctionConfigExecutor::GoExecutor,
+            FunctionConfigExecutor::WasmExecutor,
             FunctionConfigExecutor::BinaryExecutor,
             FunctionConfigExecutor::PodExecutor,
         ]
@@ -201,7 +208,8 @@ impl Router {
         .collect()
     }
 
-    /// The instance standing for `executor` (binaryExecutor or podExecutor), or why none is.
+    /// The instance standing for `executor` (wasmExecutor, binaryExecutor or podExecutor), or
+    /// why none is.
     fn only_instance(
         &self,
         executor: FunctionConfigExecutor,
@@ -288,6 +296,7 @@ impl Router {
                 let instance = self.runnable(&planned).ok()?;
                 let resolved_tag = match step {
                     fc::PlannedExecutor::Go { tag, .. }
+                    | fc::PlannedExecutor::Wasm { tag, .. }
                     | fc::PlannedExecutor::Binary { tag, .. } => constraint.and(tag.as_ref()),
                     fc::PlannedExecutor::Pod { .. } => None,
                 };
@@ -337,7 +346,9 @@ impl Router {
                 let mut what = unlabelled(step.executor(), step.to_string());
                 if let (
                     Some(_),
-                    fc::PlannedExecutor::Go { tag, .. } | fc::PlannedExecutor::Binary { tag, .. },
+                    fc::PlannedExecutor::Go { tag, .. }
+                    | fc::PlannedExecutor::Wasm { tag, .. }
+                    | fc::PlannedExecutor::Binary { tag, .. },
                 ) = (constraint, step)
                 {
                     what = match tag {
@@ -367,6 +378,15 @@ impl Router {
     fn runnable(&self, planned: &Planned) -> Result<Arc<EvaluatorInstance>, String> {
         let (_, instance) = match planned.step {
             fc::PlannedExecutor::Go { function_id, .. } => self.go_instance(function_id)?,
+            fc::PlannedExecutor::Wasm { module, .. } => {
+                let found = self.only_instance(FunctionConfigExecutor::WasmExecutor)?;
+                if let fc::WasmModule::File(path) = module
+                    && !path.is_file()
+                {
+                    return Err(format!("module {} is missing", path.display()));
+                }
+                found
+            }
             fc::PlannedExecutor::Binary { path, .. } => {
                 let found = self.only_instance(FunctionConfigExecutor::BinaryExecutor)?;
                 if !is_executable(path) {
@@ -419,16 +439,21 @@ struct Planned<'a> {
 
 impl<'a> Planned<'a> {
     /// The executor's section of the spec, narrowed to the tag it runs (none when it runs the
-    /// image untagged), with the builtin's id and the binary's absolute path filled in.
+    /// image untagged), with the builtin's id and the binary's and module's absolute paths
+    /// filled in.
     fn new(matched: &fc::Matched, step: &'a fc::PlannedExecutor) -> Self {
         let settings = match step {
             fc::PlannedExecutor::Go { function_id, tag } => to_json(&fc::GoExecutor {
                 tags: tag.iter().cloned().collect(),
                 id: Some(function_id.clone()),
             }),
-            fc::PlannedExecutor::Binary { path, tag } => to_json(&fc::BinaryExecutor {
+            fc::PlannedExecutor::Wasm { module, tag, cache } => {
+                to_json(&wasm_settings(module, tag, cache.clone()))
+            }
+            fc::PlannedExecutor::Binary { path, tag, cache } => to_json(&fc::BinaryExecutor {
                 tags: tag.iter().cloned().collect(),
                 path: path.display().to_string(),
+                cache: cache.clone(),
             }),
             fc::PlannedExecutor::Pod { settings } => to_json(&**settings),
         };
@@ -440,6 +465,24 @@ impl<'a> Planned<'a> {
                 settings,
             },
         }
+    }
+}
+
+/// A wasmExecutor section as its evaluator is told it: the module, a path absolute.
+fn wasm_settings(
+    module: &fc::WasmModule,
+    tag: &Option<String>,
+    cache: Option<fc::ResultCaching>,
+) -> fc::WasmExecutor {
+    let (path, image) = match module {
+        fc::WasmModule::File(path) => (Some(path.display().to_string()), None),
+        fc::WasmModule::Image(image) => (None, Some(image.clone())),
+    };
+    fc::WasmExecutor {
+        tags: tag.iter().cloned().collect(),
+        path,
+        image,
+        cache,
     }
 }
 

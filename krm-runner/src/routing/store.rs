@@ -201,6 +201,10 @@ impl Store {
                 with(|o| o.object().spec.go_executor.is_some()),
             ),
             (
+                "wasmExecutor",
+                with(|o| o.object().spec.wasm_executor.is_some()),
+            ),
+            (
                 "binaryExecutor",
                 with(|o| o.object().spec.binary_executor.is_some()),
             ),

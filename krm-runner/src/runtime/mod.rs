@@ -10,6 +10,7 @@ mod running;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use krm_plugin_api::{
     Answer, CacheIdentity, EvalError, EvalResponse, FunctionConfigExecutor, FunctionConfigRoute,
@@ -436,6 +437,7 @@ impl Runtime {
                 None if surely => (CacheIdentity::default(), false),
                 None => return cache::Decision::Bypass,
             };
+            let marked = route.and_then(marked_ttl);
             let route = route
                 .and_then(|route: &FunctionConfigRoute| serde_json::to_string(route).ok())
                 .unwrap_or_default();
@@ -452,10 +454,20 @@ impl Runtime {
                 },
                 identity.pure,
                 named,
+                marked,
             );
         }
         cache::Decision::Bypass
     }
+}
+
+/// The time-to-live the route's executor section marks its calls cacheable with
+/// (`cache.timeToLive`); `None` when it marks none. Validation refused unusable values.
+fn marked_ttl(route: &FunctionConfigRoute) -> Option<Duration> {
+    let cache = route.settings.get("cache")?;
+    let caching: krm_runner_function_config::ResultCaching =
+        krm_runner_function_config::config_file::from_json_value(cache.clone()).ok()?;
+    caching.ttl().ok()
 }
 
 /// A call [`Runtime::admit`] let through: the image its evaluators get, and the decision.

@@ -558,7 +558,7 @@ pub fn function_configs_reloaded(problems: usize) {
 }
 
 /// The FunctionConfigs now in force: how many have a section for each executor.
-pub fn function_config_routes(counts: [(&'static str, usize); 3]) {
+pub fn function_config_routes(counts: [(&'static str, usize); 4]) {
     let Some(metrics) = METRICS.get() else {
         return;
     };

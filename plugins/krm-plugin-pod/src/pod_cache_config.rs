@@ -131,6 +131,7 @@ fn settings(
             }),
             ..TemplateOverrides::default()
         }),
+        cache: None,
     }
 }
 

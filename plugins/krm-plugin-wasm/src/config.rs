@@ -150,8 +150,6 @@ pub(crate) struct Pulls {
     pub auth_file: Option<PathBuf>,
     pub refresh: Duration,
     pub timeout: Duration,
-    /// The environment every pulled module is granted (the instance's `env`).
-    pub env: Vec<(String, String)>,
 }
 
 /// The configuration, checked and ready to serve.
@@ -160,6 +158,9 @@ pub(crate) struct Resolved {
     pub limits: Limits,
     pub cache_dir: Option<PathBuf>,
     pub pulls: Pulls,
+    /// The environment every module is granted (`env`): pulled ones and wasmExecutors' get
+    /// this alone.
+    pub env: Vec<(String, String)>,
 }
 
 impl WasmConfig {
@@ -198,7 +199,6 @@ impl WasmConfig {
                 self.pull_timeout_seconds
                     .unwrap_or(DEFAULT_PULL_TIMEOUT_SECONDS),
             ),
-            env: self.env.clone().into_iter().collect(),
             ..Pulls::default()
         };
         if self.pull_timeout_seconds == Some(0) {
@@ -298,6 +298,7 @@ impl WasmConfig {
             },
             cache_dir,
             pulls,
+            env: self.env.into_iter().collect(),
         })
     }
 }

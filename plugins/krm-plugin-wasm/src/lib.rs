@@ -7,7 +7,10 @@
 //! maps executables; a call carrying a tag constraint for an untagged image runs the mapped
 //! image of that repository with the highest version satisfying it. Images under a configured
 //! registry prefix are pulled as OCI artifacts (see [`registry`]), pinned by digest, the
-//! highest version in the registry satisfying a call's tag constraint.
+//! highest version in the registry satisfying a call's tag constraint. A call a FunctionConfig
+//! routes here (its `wasmExecutor`) runs the module the route names instead, whatever the map
+//! says: a file (compiled once per path), or an image under a registry prefix, pulled as the
+//! tag the call runs as unless the image names its own version.
 //!
 //! The sandbox: no preopened directory, no socket, no environment variable but those the
 //! configuration grants; each call a fresh instance in a store of its own, its linear memory
@@ -26,14 +29,17 @@ mod run;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 use krm_plugin_api::{
     BuildContext, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
-    Evaluator, FunctionConfigRoute, FunctionSignature, Plugin, Probe, Resolution, export_plugin,
+    Evaluator, FunctionConfigExecutor, FunctionConfigRoute, FunctionSignature, Plugin, Probe,
+    Resolution, export_plugin,
 };
+use krm_runner_function_config::WasmExecutor;
 use krm_runner_function_config::version::MappedVersions;
 use wasmtime::{Engine, InstancePre, Linker};
 
@@ -49,10 +55,13 @@ const WASM: &str = "wasm";
 /// Why an image is declined: the map is by exact image string.
 const NOT_MAPPED: &str = "no module is mapped to this image (`functions`: exact image names)";
 
+/// A module file as compiled, or why it cannot be.
+type Compiled = Result<InstancePre<CallState>, Arc<CompileError>>;
+
 /// One mapped image: its module file, compiled once.
 struct Function {
     mapped: Mapped,
-    compiled: OnceLock<Result<InstancePre<CallState>, Arc<CompileError>>>,
+    compiled: OnceLock<Compiled>,
 }
 
 /// The state every call of an instance shares; the background warm-up holds it too.
@@ -60,8 +69,13 @@ struct Shared {
     engine: Engine,
     compiler: Compiler,
     functions: HashMap<String, Function>,
+    /// The environment granted to every module (the instance's `env`); a mapped image's
+    /// module gets its own entry's too.
+    env: Vec<(String, String)>,
     /// The registry prefixes served, when any are configured.
     registries: Option<Registries>,
+    /// The module files FunctionConfigs' wasmExecutors name, each compiled once, by path.
+    routed: Mutex<HashMap<PathBuf, Arc<OnceLock<Compiled>>>>,
     /// Pulled modules, compiled, by pinned reference (`repository@digest`).
     pulled: Mutex<HashMap<String, InstancePre<CallState>>>,
     /// Drives the registry requests, made at the first pull.
@@ -72,22 +86,50 @@ impl Shared {
     /// The compiled module of `image`, compiling it at the first need.
     fn compiled(&self, image: &str) -> Option<Result<&InstancePre<CallState>, Arc<CompileError>>> {
         let function = self.functions.get(image)?;
-        let compiled = function.compiled.get_or_init(|| {
-            let started = Instant::now();
-            let loaded = self.compiler.load(&function.mapped.path);
-            match &loaded {
-                Ok((_, origin)) => tracing::debug!(
-                    image,
-                    module = %function.mapped.path.display(),
-                    ?origin,
-                    duration_ms = started.elapsed().as_secs_f64() * 1000.0,
-                    "module ready"
-                ),
-                Err(error) => tracing::warn!(image, "{error}; calls to this image will fail"),
-            }
-            loaded.map(|(pre, _)| pre).map_err(Arc::new)
-        });
+        let compiled = function
+            .compiled
+            .get_or_init(|| self.compile(image, &function.mapped.path));
         Some(compiled.as_ref().map_err(Arc::clone))
+    }
+
+    /// The compiled module at `path` (a wasmExecutor's), compiling it at the first need. A
+    /// failure is not kept: the operator may fix the file a FunctionConfig names while the
+    /// runner serves, and the next call reads it again.
+    fn compiled_file(&self, image: &str, path: &Path) -> Compiled {
+        let slot = self
+            .routed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(path.to_owned())
+            .or_default()
+            .clone();
+        let compiled = slot.get_or_init(|| self.compile(image, path)).clone();
+        if compiled.is_err() {
+            let mut routed = self.routed.lock().unwrap_or_else(PoisonError::into_inner);
+            if routed
+                .get(path)
+                .is_some_and(|kept| Arc::ptr_eq(kept, &slot))
+            {
+                routed.remove(path);
+            }
+        }
+        compiled
+    }
+
+    fn compile(&self, image: &str, path: &Path) -> Compiled {
+        let started = Instant::now();
+        let loaded = self.compiler.load(path);
+        match &loaded {
+            Ok((_, origin)) => tracing::debug!(
+                image,
+                module = %path.display(),
+                ?origin,
+                duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "module ready"
+            ),
+            Err(error) => tracing::warn!(image, "{error}; calls to this module will fail"),
+        }
+        loaded.map(|(pre, _)| pre).map_err(Arc::new)
     }
 
     /// Runs `work` (registry requests for `image`) to its end, its call's cancellation, or
@@ -231,12 +273,7 @@ impl Wasm {
         let Some(compiled) = self.shared.compiled(image) else {
             return Err(EvalError::declined_because(image, NOT_MAPPED));
         };
-        let pre = compiled.map_err(|error| {
-            EvalError::failed(format!(
-                "Failed to execute function {}: {error}",
-                krm_plugin_api::quoted(image)
-            ))
-        })?;
+        let pre = compiled.map_err(|error| compile_failure(image, &error))?;
         self.start_ticker();
         run::run(
             &self.shared.engine,
@@ -247,6 +284,50 @@ impl Wasm {
             &self.limits,
             resource_list,
         )
+    }
+
+    /// Runs the module a FunctionConfig's wasmExecutor names for `image`, with the instance's
+    /// environment.
+    fn run_routed(
+        &self,
+        context: &CallContext<'_>,
+        image: &str,
+        routed: &WasmExecutor,
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError> {
+        match RoutedModule::of(routed) {
+            Some(RoutedModule::File(path)) => {
+                let pre = self
+                    .shared
+                    .compiled_file(image, &path)
+                    .map_err(|error| compile_failure(image, &error))?;
+                self.start_ticker();
+                run::run(
+                    &self.shared.engine,
+                    context,
+                    image,
+                    &pre,
+                    &self.shared.env,
+                    &self.limits,
+                    resource_list,
+                )
+            }
+            Some(RoutedModule::Image(module)) => {
+                if !self.shared.pulls(&module) {
+                    return Err(EvalError::declined_because(image, unpulled(&module)));
+                }
+                // Without a tag of its own or one the route gives, the call's constraint picks
+                // the module's version in its registry.
+                let constraint = (!names_a_version(&module))
+                    .then(|| context.requested_tag())
+                    .flatten();
+                self.run_pulled(context, &module, constraint.as_deref(), resource_list)
+            }
+            None => Err(EvalError::internal(format!(
+                "FunctionConfig wasmExecutor for {} names no module",
+                krm_plugin_api::quoted(image)
+            ))),
+        }
     }
 
     /// Runs the module `image` names in its registry (the highest version satisfying
@@ -268,17 +349,12 @@ impl Wasm {
             context.report_resolved(&resolution.reference());
         }
         self.start_ticker();
-        let env = self
-            .shared
-            .registries
-            .as_ref()
-            .map_or(&[][..], Registries::env);
         run::run(
             &self.shared.engine,
             context,
             image,
             &pre,
-            env,
+            &self.shared.env,
             &self.limits,
             resource_list,
         )
@@ -297,6 +373,13 @@ impl Evaluator for Wasm {
         image: &str,
         resource_list: &[u8],
     ) -> Result<EvalResponse, EvalError> {
+        if let Some(route) = context
+            .route()
+            .filter(|route| route.executor == FunctionConfigExecutor::WasmExecutor)
+        {
+            let routed: WasmExecutor = route.settings()?;
+            return self.run_routed(context, image, &routed, resource_list);
+        }
         if let Some(tag) = context.requested_tag() {
             return match self.versions.resolve(WASM, image, &tag) {
                 Some(resolution) => {
@@ -336,21 +419,32 @@ impl Evaluator for Wasm {
 
     /// Compiles a mapped module, or pulls and compiles a tagged or pinned image of a registry
     /// prefix, in the background.
-    fn warm_up(&self, image: &str, _route: Option<&FunctionConfigRoute>) {
-        let mapped = self.shared.functions.contains_key(image);
-        let names_a_version = image.contains('@')
-            || image
-                .rsplit('/')
-                .next()
-                .is_some_and(|name| name.contains(':'));
-        if !(mapped || names_a_version && self.shared.pulls(image)) {
+    /// A wasmExecutor's module (the route's) likewise.
+    fn warm_up(&self, image: &str, route: Option<&FunctionConfigRoute>) {
+        let routed = route
+            .filter(|route| route.executor == FunctionConfigExecutor::WasmExecutor)
+            .and_then(|route| route.settings::<WasmExecutor>().ok());
+        let (image, file) = match routed.as_ref().and_then(RoutedModule::of) {
+            Some(RoutedModule::File(path)) => (image.to_owned(), Some(path)),
+            Some(RoutedModule::Image(module)) => (module, None),
+            None if routed.is_some() => return,
+            None if self.shared.functions.contains_key(image) => {
+                let shared = self.shared.clone();
+                let image = image.to_owned();
+                std::thread::spawn(move || {
+                    let _ = shared.compiled(&image);
+                });
+                return;
+            }
+            None => (image.to_owned(), None),
+        };
+        if file.is_none() && !(names_a_version(&image) && self.shared.pulls(&image)) {
             return;
         }
         let shared = self.shared.clone();
-        let image = image.to_owned();
         std::thread::spawn(move || {
-            if mapped {
-                let _ = shared.compiled(&image);
+            if let Some(path) = file {
+                let _ = shared.compiled_file(&image, &path);
             } else if let Err(error) =
                 shared.pulled(&image, None, None, None::<std::future::Pending<_>>)
             {
@@ -363,11 +457,24 @@ impl Evaluator for Wasm {
         &self,
         image: &str,
         tag: &str,
-        _route: Option<&FunctionConfigRoute>,
+        route: Option<&FunctionConfigRoute>,
     ) -> Option<Result<Resolution, EvalError>> {
-        if let Some(resolution) = self.versions.resolve(WASM, image, tag) {
-            return Some(resolution);
-        }
+        let routed = route
+            .filter(|route| route.executor == FunctionConfigExecutor::WasmExecutor)
+            .and_then(|route| route.settings::<WasmExecutor>().ok());
+        // A wasmExecutor's module image without a version of its own: the constraint picks
+        // one among its tags; a file or a pinned module has no versions to pick from.
+        let image = match routed.as_ref().and_then(RoutedModule::of) {
+            Some(RoutedModule::Image(module)) if !names_a_version(&module) => module,
+            Some(_) => return None,
+            None => {
+                if let Some(resolution) = self.versions.resolve(WASM, image, tag) {
+                    return Some(resolution);
+                }
+                image.to_owned()
+            }
+        };
+        let image = image.as_str();
         let registries = self.shared.registries.as_ref()?;
         if !registries.serves(image) {
             return None;
@@ -383,7 +490,23 @@ impl Evaluator for Wasm {
         )
     }
 
-    fn serves(&self, image: &str, _route: Option<&FunctionConfigRoute>) -> Probe {
+    fn serves(&self, image: &str, route: Option<&FunctionConfigRoute>) -> Probe {
+        if let Some(route) =
+            route.filter(|route| route.executor == FunctionConfigExecutor::WasmExecutor)
+        {
+            return match route
+                .settings::<WasmExecutor>()
+                .ok()
+                .as_ref()
+                .and_then(RoutedModule::of)
+            {
+                Some(RoutedModule::Image(module)) if !self.shared.pulls(&module) => {
+                    Probe::Declines(unpulled(&module))
+                }
+                Some(_) => Probe::Serves,
+                None => Probe::Declines("the wasmExecutor names no module".to_owned()),
+            };
+        }
         if self.shared.functions.contains_key(image) || self.shared.pulls(image) {
             Probe::Serves
         } else if self.versions.has_repository(image) {
@@ -393,6 +516,53 @@ impl Evaluator for Wasm {
             Probe::Declines(NOT_MAPPED.to_owned())
         }
     }
+}
+
+/// The module a FunctionConfig's wasmExecutor names, as the runner hands it on (a path made
+/// absolute, the tag the call runs as in `tags`).
+enum RoutedModule {
+    File(PathBuf),
+    /// The reference to pull: the section's `image`, with the call's tag when it has none.
+    Image(String),
+}
+
+impl RoutedModule {
+    fn of(routed: &WasmExecutor) -> Option<Self> {
+        match (&routed.path, &routed.image) {
+            (Some(path), _) => Some(Self::File(PathBuf::from(path))),
+            (None, Some(image)) => Some(Self::Image(match routed.tags.first() {
+                Some(tag) if !tag.is_empty() && !names_a_version(image) => {
+                    format!("{image}:{tag}")
+                }
+                _ => image.clone(),
+            })),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Whether `image` carries a tag or a digest (a registry's port is neither).
+fn names_a_version(image: &str) -> bool {
+    image.contains('@')
+        || image
+            .rsplit('/')
+            .next()
+            .is_some_and(|name| name.contains(':'))
+}
+
+/// Why a wasmExecutor's module image is declined.
+fn unpulled(module: &str) -> String {
+    format!(
+        "wasmExecutor image {} is under none of this instance's `registries` prefixes",
+        krm_plugin_api::quoted(module)
+    )
+}
+
+fn compile_failure(image: &str, error: &CompileError) -> EvalError {
+    EvalError::failed(format!(
+        "Failed to execute function {}: {error}",
+        krm_plugin_api::quoted(image)
+    ))
 }
 
 /// Advances an engine's epoch every [`run::EPOCH_TICK`] until dropped, so that a running module
@@ -448,6 +618,7 @@ impl Plugin for WasmPlugin {
             limits,
             cache_dir,
             pulls,
+            env,
         } = config.resolve(context.max_message_bytes())?;
         let registries = if pulls.prefixes.is_empty() {
             None
@@ -479,7 +650,9 @@ impl Plugin for WasmPlugin {
                     (image, function)
                 })
                 .collect(),
+            env,
             registries,
+            routed: Mutex::default(),
             pulled: Mutex::default(),
             runtime: OnceLock::new(),
         });

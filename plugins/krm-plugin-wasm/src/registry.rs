@@ -196,11 +196,6 @@ impl Registries {
         self.settings.timeout
     }
 
-    /// The environment every pulled module is granted.
-    pub(crate) fn env(&self) -> &[(String, String)] {
-        &self.settings.env
-    }
-
     fn auth(&self, reference: &Reference) -> Result<RegistryAuth, PullError> {
         let Some(file) = &self.settings.auth_file else {
             return Ok(RegistryAuth::Anonymous);
