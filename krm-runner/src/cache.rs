@@ -81,9 +81,11 @@ pub struct Cacheable {
     /// The request without the code, to tell why a call missed.
     request: Key,
     ttl: Duration,
+    /// The SHA-256 of the code identity the key names: an answer is kept only when its
+    /// evaluator still names that code after the run.
+    code: Key,
     /// Whether the answer may be kept on disk: only when its evaluator named the code that
-    /// runs. One that names none (the pod evaluator, which learns a tag's digest at its first
-    /// call) may run other code after a restart under the same key.
+    /// runs. One that names none may run other code after a restart under the same key.
     durable: bool,
 }
 
@@ -160,8 +162,9 @@ enum NotStored {
     Cancelled(EvalError),
     /// The function failed: failures are never cached, but the waiters get the same answer.
     Failed(EvalError),
-    /// Too large to keep; the waiters still get it.
-    TooLarge(Arc<Answer>),
+    /// Too large to keep, or its evaluator named other code after the run than the key names
+    /// (a tag that moved to another digest meanwhile); the waiters still get it.
+    Unkept(Arc<Answer>),
 }
 
 /// The in-memory store and the runs in flight.
@@ -290,6 +293,7 @@ impl ResultCache {
                     key,
                     request,
                     ttl: Duration::from_secs(seconds),
+                    code: Sha256::digest(identity.code).into(),
                     durable: named,
                 })
             }
@@ -298,19 +302,22 @@ impl ResultCache {
     }
 
     /// Answers a cacheable call: from the store, from an identical call's run in flight, or
-    /// by `run`, whose success is stored. A waiting call's deadline and cancellation (its
-    /// `context`) end only its own wait; when the call running the function is cancelled, a
-    /// waiting one runs it instead.
-    pub async fn answer<F, R>(
+    /// by `run`, whose success is stored when `code_now`, asked after the run, still names the
+    /// code the key names (`None`: it cannot tell). A waiting call's deadline and
+    /// cancellation (its `context`) end only its own wait; when the call running the function
+    /// is cancelled, a waiting one runs it instead.
+    pub async fn answer<F, R, C>(
         &self,
         context: &Arc<HostCallContext>,
         image: &str,
         cacheable: Cacheable,
         run: F,
+        code_now: C,
     ) -> (Result<EvalResponse, EvalError>, Outcome)
     where
         F: Fn() -> R,
         R: Future<Output = Result<EvalResponse, EvalError>>,
+        C: Fn() -> Option<String>,
     {
         let Cacheable { key, request, .. } = cacheable;
         if let Some(answer) = self.entries.get(&key).await {
@@ -336,7 +343,8 @@ impl ResultCache {
                 Loaded::Corrupt => Some("corrupt"),
                 Loaded::Absent => None,
             };
-            self.run_once(context, image, cacheable, reason, run).await
+            self.run_once(context, image, cacheable, reason, run, code_now)
+                .await
         };
         tokio::select! {
             answered = wait => answered,
@@ -373,22 +381,25 @@ impl ResultCache {
 
     /// Runs the function once for every identical call waiting; `found_on_disk` is why the
     /// disk store did not answer, when it held an entry.
-    async fn run_once<F, R>(
+    async fn run_once<F, R, C>(
         &self,
         context: &Arc<HostCallContext>,
         image: &str,
         cacheable: Cacheable,
         found_on_disk: Option<&'static str>,
         run: F,
+        code_now: C,
     ) -> (Result<EvalResponse, EvalError>, Outcome)
     where
         F: Fn() -> R,
         R: Future<Output = Result<EvalResponse, EvalError>>,
+        C: Fn() -> Option<String>,
     {
         let Cacheable {
             key,
             request,
             ttl,
+            code,
             durable,
         } = cacheable;
         let largest = self.config.max_bytes / MAX_ENTRY_SHARE;
@@ -414,8 +425,12 @@ impl ResultCache {
                     ttl,
                 });
                 let weight = answer.weight();
-                if weight > largest {
-                    return Err(NotStored::TooLarge(answer));
+                // The code may have changed during the run (a tag moved to another digest):
+                // the answer is kept only when the code named before and after it is the same.
+                let same_code =
+                    code_now().is_some_and(|now| Key::from(Sha256::digest(now)) == code);
+                if weight > largest || !same_code {
+                    return Err(NotStored::Unkept(answer));
                 }
                 self.counts.add(weight);
                 self.requests.insert(request, (key, Instant::now() + ttl));
@@ -459,7 +474,7 @@ impl ResultCache {
                         }
                         return (Err(error.clone()), outcome);
                     }
-                    NotStored::TooLarge(answer) => {
+                    NotStored::Unkept(answer) => {
                         if !ran {
                             metrics::cache_lookup(image, "shared", "");
                         }

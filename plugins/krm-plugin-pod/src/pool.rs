@@ -1,4 +1,4 @@
-//! Per image, a pool of warm pods. Calls go to the least-loaded ready pod (round robin among
+//! Per image (pinned to its digest: see `digest.rs`), a pool of warm pods. Calls go to the least-loaded ready pod (round robin among
 //! equals); another pod starts when every pod's load reaches the preferred length, the pods
 //! already starting cannot take the excess, and the image has fewer than its maximum; calls
 //! beyond `max_queued_calls` are refused. Loads are held by a
@@ -25,7 +25,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::Cluster;
 use crate::config::Settings;
-use crate::image::{Registry, pod_stem};
+use crate::image::{Registry, pod_stem, unpinned};
 use crate::limits::Limits;
 use crate::template::{
     self, IMAGE_ANNOTATION, OVERRIDES_ANNOTATION, OWNER_LABEL, OWNER_POD_ANNOTATION,
@@ -210,9 +210,12 @@ impl Pool {
         }
     }
 
-    /// The settings of `image` when no route says otherwise.
+    /// The settings of `image` when no route says otherwise: the pod-cache config file names
+    /// tags, not the digests calls pin them to.
     fn unrouted(&self, image: &str) -> &Arc<Limits> {
-        self.pod_cache.get(image).unwrap_or(&self.defaults)
+        self.pod_cache
+            .get(unpinned(image))
+            .unwrap_or(&self.defaults)
     }
 
     /// The image's settings as `route` (or its absence) has them. Cheap when nothing changed:
@@ -447,9 +450,9 @@ impl Pool {
             ))
         };
         let private = self.settings.private_registries.as_ref();
-        let docker_config = private
-            .map(|private| private.read())
-            .transpose()
+        let docker_config = self
+            .settings
+            .docker_config()
             .map_err(|e| fail(e.to_string()))?;
         let metadata = self
             .registry

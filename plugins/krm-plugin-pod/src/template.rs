@@ -17,6 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use krm_runner_function_config::{ContainerOverrides, TemplateOverrides};
 
+use crate::image::by_digest;
+
 pub const BASE_TEMPLATE_NAME: &str = "base-pod-template";
 pub const INLINE_TEMPLATE_VERSION: &str = "inline-v1";
 pub const WRAPPER_PORT: i32 = 9446;
@@ -155,6 +157,8 @@ pub fn inline_template(wrapper_server_image: &str) -> PodTemplateSpec {
 pub struct PodRequest<'a> {
     pub name: &'a str,
     pub namespace: &'a str,
+    /// The image, pinned to a digest when it is known (`name:tag@digest`): the node pulls it
+    /// by digest alone.
     pub image: &'a str,
     pub entrypoint: &'a [String],
     pub owner: &'a str,
@@ -193,7 +197,7 @@ pub fn pod(base: &PodTemplateSpec, request: &PodRequest<'_>) -> Result<Pod, Stri
         .iter_mut()
         .find(|c| c.name == FUNCTION_CONTAINER)
         .ok_or("the base pod template has no container named \"function\"")?;
-    function.image = Some(request.image.into());
+    function.image = Some(by_digest(request.image));
     let args = function.args.get_or_insert_with(Vec::new);
     args.extend([
         "--port".into(),
