@@ -134,9 +134,17 @@ impl Evaluator for PodEvaluator {
                 ..CacheIdentity::default()
             });
         }
-        let digest = self.runtime.block_on(async {
-            tokio::time::timeout(IDENTITY_WAIT, digest::current(&self.pool, &image)).await
-        });
+        // The warm path (a known digest) stays off the plugin's runtime's scheduler.
+        let known = {
+            let _runtime = self.runtime.enter();
+            digest::known(&self.pool, &image)
+        };
+        let digest = match known {
+            Some(digest) => Ok(Ok(digest)),
+            None => self.runtime.block_on(async {
+                tokio::time::timeout(IDENTITY_WAIT, digest::current(&self.pool, &image)).await
+            }),
+        };
         match digest {
             Ok(Ok(digest)) => Some(CacheIdentity {
                 pure: false,
