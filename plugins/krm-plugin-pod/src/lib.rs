@@ -35,7 +35,7 @@ use tonic::Code;
 
 use cluster::Cluster;
 pub use config::PodConfig;
-use image::{Registry, digest_of, has_tag, pinned, resolve};
+use image::{Registry, digest_of, has_tag, pinned, resolve, unpinned};
 use limits::Limits;
 use pool::{Eviction, Pool};
 
@@ -183,7 +183,7 @@ async fn evaluate(
     call: Call<'_>,
 ) -> Result<EvalResponse, EvalError> {
     let retries = pool.settings.max_grpc_retries;
-    retrying(call.image, retries, call.deadline, || {
+    retrying(unpinned(call.image), retries, call.deadline, || {
         attempt(pool, limits, &call)
     })
     .await
@@ -288,7 +288,7 @@ async fn attempt(pool: &Arc<Pool>, limits: &Arc<Limits>, call: &Call<'_>) -> Att
         }
         Err(status) if unreachable(&status) => status,
         Err(status) => {
-            let error = from_wrapper(image, &status);
+            let error = from_wrapper(unpinned(image), &status);
             call_span.set_error(&error.message);
             return Attempt::Answered(Err(error));
         }

@@ -374,7 +374,8 @@ impl Pool {
                         return Err(EvalError::new(
                             ErrorKind::DeadlineExceeded,
                             format!(
-                                "function evaluation timed out for {image}: no pod was ready before the deadline"
+                                "function evaluation timed out for {}: no pod was ready before the deadline",
+                                unpinned(image)
                             ),
                         ));
                     }
@@ -444,9 +445,11 @@ impl Pool {
         limits: &Limits,
         until: Instant,
     ) -> Result<Arc<PodHandle>, EvalError> {
+        // Messages name the image as calls ask for it.
+        let named = unpinned(image);
         let fail = |message: String| {
             EvalError::failed(format!(
-                "unable to get the grpc client to the pod for {image}: {message}"
+                "unable to get the grpc client to the pod for {named}: {message}"
             ))
         };
         let private = self.settings.private_registries.as_ref();
@@ -512,7 +515,7 @@ impl Pool {
         self.cluster.delete(&name).await;
         Err(EvalError::new(
             kind,
-            format!("unable to get the grpc client to the pod for {image}: {message}"),
+            format!("unable to get the grpc client to the pod for {named}: {message}"),
         ))
     }
 
@@ -840,6 +843,9 @@ impl Eviction {
 fn queue_full(image: &str, limit: usize) -> EvalError {
     EvalError::new(
         ErrorKind::ResourceExhausted,
-        format!("the queue for {image} is full: {limit} calls are already waiting for its pods"),
+        format!(
+            "the queue for {} is full: {limit} calls are already waiting for its pods",
+            unpinned(image)
+        ),
     )
 }
