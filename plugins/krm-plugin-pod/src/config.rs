@@ -317,6 +317,33 @@ mod tests {
     }
 
     #[test]
+    fn the_digest_recheck_interval_is_a_duration_named_when_wrong() {
+        let config = |interval: &str| PodConfig {
+            wrapper_server_image: Some("registry.example/wrapper:v1".into()),
+            digest_recheck_interval: interval.into(),
+            tags_refresh_interval: "often".into(),
+            ..PodConfig::default()
+        };
+        let error = config("soon")
+            .settings(1, String::new())
+            .unwrap_err()
+            .to_string();
+        for expected in [
+            "digest_recheck_interval: \"soon\" is not a duration",
+            "tags_refresh_interval: \"often\" is not a duration",
+        ] {
+            assert!(error.contains(expected), "{expected} in {error}");
+        }
+        let settings = PodConfig {
+            tags_refresh_interval: "1m".into(),
+            ..config("1m30s")
+        }
+        .settings(1, String::new())
+        .unwrap();
+        assert_eq!(settings.digest_recheck_interval, Duration::from_secs(90));
+    }
+
+    #[test]
     fn private_registry_problems_are_reported_together() {
         let dir = tempfile::tempdir().unwrap();
         let config = PodConfig {

@@ -316,6 +316,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_pinned_image_is_pulled_by_digest_and_annotated_as_pinned() {
+        let base = inline_template("registry/wrapper:v1");
+        let pinned = "registry/set-labels:v0.4.1@sha256:0123abcd";
+        let pod = pod(
+            &base,
+            &PodRequest {
+                name: "set-labels-v041-0123abcd-abcde",
+                namespace: "fns",
+                image: pinned,
+                entrypoint: &["/fn".to_owned()],
+                owner: "runner-a",
+                runner: None,
+                template_version: INLINE_TEMPLATE_VERSION,
+                max_message_bytes: 100,
+                wrapper_server_image: "registry/wrapper:v1",
+                image_pull_secret: None,
+                overrides: None,
+                overrides_hash: "",
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            pod.spec.unwrap().containers[0].image.as_deref(),
+            Some("registry/set-labels@sha256:0123abcd")
+        );
+        assert_eq!(pod.metadata.annotations.unwrap()[IMAGE_ANNOTATION], pinned);
+    }
+
+    #[test]
     fn pod_from_the_inline_template() {
         let base = inline_template("registry/wrapper:v1");
         let entrypoint = vec!["/fn".to_owned(), "--flag".to_owned()];
