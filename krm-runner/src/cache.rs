@@ -583,6 +583,37 @@ mod tests {
         }
     }
 
+    /// An answer whose evaluator names other code after the run than before (a tag that moved
+    /// to another digest during the call) is given but not kept; one naming the same code is.
+    #[tokio::test]
+    async fn an_answer_is_kept_only_when_the_same_code_is_named_after_the_run() {
+        let cache = ResultCache::new(&CacheConfig::default()).expect("on by default");
+        let context = HostCallContext::new(None);
+        let Decision::Cache(cacheable) =
+            cache.decide(&identity("sha256:aaaa", b"items: []"), true, true)
+        else {
+            panic!("a pure call is cacheable");
+        };
+        let runs = &AtomicU64::new(0);
+        let run = move || async move {
+            runs.fetch_add(1, Ordering::Relaxed);
+            Ok(EvalResponse::new(b"out".to_vec(), Vec::new()))
+        };
+        let moved = || Some("sha256:bbbb".to_owned());
+        let same = || Some("sha256:aaaa".to_owned());
+        let (answer, outcome) = cache.answer(&context, "fn", cacheable, run, moved).await;
+        assert_eq!(answer.unwrap().resource_list, b"out");
+        assert_eq!(outcome, Outcome::Miss);
+        let (_, outcome) = cache.answer(&context, "fn", cacheable, run, same).await;
+        assert_eq!(outcome, Outcome::Miss, "not kept under another code's key");
+        let (answer, outcome) = cache.answer(&context, "fn", cacheable, run, same).await;
+        assert_eq!(
+            (answer.unwrap().resource_list, outcome),
+            (b"out".to_vec(), Outcome::Hit)
+        );
+        assert_eq!(runs.load(Ordering::Relaxed), 2);
+    }
+
     #[test]
     fn every_part_of_the_identity_changes_the_key() {
         let (key, request) = identity("set-namespace", b"items: []").keys();
