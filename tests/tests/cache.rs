@@ -559,7 +559,7 @@ fn function_images(cluster: &krm_kube_standin::fixture::Cluster) -> Vec<String> 
 /// A pod image marked cacheable is keyed by its digest: answered again, kept on disk across a
 /// restart, until its tag is pushed to another image; then, once the pod evaluator has asked
 /// the registry again, the call misses (`new_digest`), runs in a pod of the new digest and
-/// answers as the new image does.
+/// answers as the new image does. A call by tag constraint is never cached.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_marked_pod_image_is_keyed_by_its_digest_and_a_moved_tag_misses() {
     if !require_podman("the pod image's digest in the result cache's key") {
@@ -591,7 +591,7 @@ async fn a_marked_pod_image_is_keyed_by_its_digest_and_a_moved_tag_misses() {
         ),
         with_disk(
             store.path(),
-            &format!("  images: [{{prefix: \"{image}\", ttl_seconds: 600}}]\n")
+            &format!("  images: [{{prefix: \"{repository}\", ttl_seconds: 600}}]\n")
         )
     );
     let input = resource_list(&["marker"]);
@@ -672,4 +672,21 @@ async fn a_marked_pod_image_is_keyed_by_its_digest_and_a_moved_tag_misses() {
     );
     let (header, again) = call(&server, &image, &input).await.unwrap();
     assert_eq!((header.as_str(), &again), ("hit", &output));
+
+    // Untagged, with a tag constraint only the call resolves: no digest to key it by before
+    // the call, so never cached, although its repository is marked.
+    for _ in 0..2 {
+        let response = server
+            .client()
+            .await
+            .evaluate_function(EvaluateFunctionRequest {
+                resource_list: input.clone(),
+                image: repository.to_owned(),
+                tag: "v1".to_owned(),
+            })
+            .await
+            .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+        assert_eq!(response.metadata().get("x-krm-cache").unwrap(), "bypass");
+        assert_eq!(response.into_inner().resource_list, output);
+    }
 }
