@@ -264,7 +264,8 @@ async fn attempt(pool: &Arc<Pool>, limits: &Arc<Limits>, call: &Call<'_>) -> Att
     let handed_on = call_span.trace_context();
     let mut request = tonic::Request::new(EvaluateFunctionRequest {
         resource_list: resource_list.to_vec(),
-        image: image.to_owned(),
+        // As the caller named it, as Porch sends it.
+        image: unpinned(image).to_owned(),
         tag: String::new(),
     });
     if let Some(deadline) = deadline {
