@@ -402,6 +402,7 @@ impl Evaluator for Catalog {
         Some(CacheIdentity {
             pure: function.pure,
             code: function.name.to_owned(),
+            unnamed: false,
         })
     }
 

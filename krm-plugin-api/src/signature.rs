@@ -45,6 +45,11 @@ pub struct CacheIdentity {
     /// A change of the code must change it, so that a cached answer is never served for code
     /// that did not produce it.
     pub code: String,
+    /// The evaluator serves the image but cannot tell before the call what code runs (an
+    /// untagged image, whose tag constraint only the call resolves): its calls are never
+    /// cached, whatever the operator marks. A runner from before it ignores it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unnamed: bool,
 }
 
 impl FunctionSignature {

@@ -92,7 +92,7 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         }
 
         // Warm calls over gRPC, alternating.
-        let mut server = BenchServer::start_with(base, &[], &evaluators(&warm_cache), false).await?;
+        let mut server = BenchServer::start_with(base, &[], &evaluators(&warm_cache), "{enabled: false}").await?;
         let calls = async {
             let mut native_calls = Vec::with_capacity(args.calls);
             let mut module_calls = Vec::with_capacity(args.calls);

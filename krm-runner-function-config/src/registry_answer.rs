@@ -180,10 +180,12 @@ impl RegistryClient {
     ) -> Result<ImageConfig, BoundedReadError> {
         let mut reference = reference.clone();
         let mut followed = false;
+        let mut listed = None;
         loop {
             let body = self
                 .manifest(&reference, auth, MANIFEST_MEDIA_TYPES, limit)
                 .await?;
+            let listed = listed.get_or_insert_with(|| sha256_digest(&body)).clone();
             let manifest: OciManifest =
                 serde_json::from_slice(&body).map_err(OciDistributionError::from)?;
             let image = match manifest {
@@ -225,6 +227,7 @@ impl RegistryClient {
             }
             return Ok(ImageConfig {
                 digest: sha256_digest(&body),
+                listed,
                 config,
             });
         }
@@ -337,6 +340,9 @@ impl RegistryClient {
 pub struct ImageConfig {
     /// The digest of the image manifest (the platform's, when an index was followed).
     pub digest: String,
+    /// The digest of the manifest the reference names (the index's, when it is one), which a
+    /// `HEAD` request answers.
+    pub listed: String,
     pub config: Vec<u8>,
 }
 

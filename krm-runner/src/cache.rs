@@ -83,9 +83,11 @@ pub struct Cacheable {
     /// The request without the code, to tell why a call missed.
     request: Key,
     ttl: Duration,
+    /// The SHA-256 of the code identity the key names: an answer is kept only when its
+    /// evaluator still names that code after the run.
+    code: Key,
     /// Whether the answer may be kept on disk: only when its evaluator named the code that
-    /// runs. One that names none (the pod evaluator, which learns a tag's digest at its first
-    /// call) may run other code after a restart under the same key.
+    /// runs. One that names none may run other code after a restart under the same key.
     durable: bool,
 }
 
@@ -162,8 +164,9 @@ enum NotStored {
     Cancelled(EvalError),
     /// The function failed: failures are never cached, but the waiters get the same answer.
     Failed(EvalError),
-    /// Too large to keep; the waiters still get it.
-    TooLarge(Arc<Answer>),
+    /// Too large to keep, or its evaluator named other code after the run than the key names
+    /// (a tag that moved to another digest meanwhile); the waiters still get it.
+    Unkept(Arc<Answer>),
 }
 
 /// The in-memory store and the runs in flight.
@@ -303,6 +306,7 @@ impl ResultCache {
                     key,
                     request,
                     ttl,
+                    code: Sha256::digest(identity.code).into(),
                     durable: named,
                 })
             }
@@ -311,20 +315,23 @@ impl ResultCache {
     }
 
     /// Answers a cacheable call: from the store, from an identical call's run in flight, or
-    /// by `run`, whose success is stored. A waiting call's deadline and cancellation (its
-    /// `context`) end only its own wait; when the call running the function is cancelled, a
-    /// waiting one runs it instead. The call running it answers, once cancelled, what its run
-    /// does (which stops at the cancellation, saying where).
-    pub async fn answer<F, R>(
+    /// by `run`, whose success is stored when `code_now`, asked after the run, still names the
+    /// code the key names (`None`: it cannot tell). A waiting call's deadline and
+    /// cancellation (its `context`) end only its own wait; when the call running the function
+    /// is cancelled, a waiting one runs it instead. The call running it answers, once
+    /// cancelled, what its run does (which stops at the cancellation, saying where).
+    pub async fn answer<F, R, C>(
         &self,
         context: &Arc<HostCallContext>,
         image: &str,
         cacheable: Cacheable,
         run: F,
+        code_now: C,
     ) -> (Result<EvalResponse, EvalError>, Outcome)
     where
         F: Fn() -> R,
         R: Future<Output = Result<EvalResponse, EvalError>>,
+        C: Fn() -> Option<String>,
     {
         let Cacheable { key, request, .. } = cacheable;
         if let Some(answer) = self.entries.get(&key).await {
@@ -351,7 +358,7 @@ impl ResultCache {
                 Loaded::Corrupt => Some("corrupt"),
                 Loaded::Absent => None,
             };
-            self.run_once(context, image, cacheable, reason, &running, run)
+            self.run_once(context, image, cacheable, reason, &running, run, code_now)
                 .await
         };
         tokio::pin!(wait);
@@ -395,7 +402,8 @@ impl ResultCache {
     /// Runs the function once for every identical call waiting; `found_on_disk` is why the
     /// disk store did not answer, when it held an entry. `running` is set while this call runs
     /// the function.
-    async fn run_once<F, R>(
+    #[allow(clippy::too_many_arguments)]
+    async fn run_once<F, R, C>(
         &self,
         context: &Arc<HostCallContext>,
         image: &str,
@@ -403,15 +411,18 @@ impl ResultCache {
         found_on_disk: Option<&'static str>,
         running: &AtomicBool,
         run: F,
+        code_now: C,
     ) -> (Result<EvalResponse, EvalError>, Outcome)
     where
         F: Fn() -> R,
         R: Future<Output = Result<EvalResponse, EvalError>>,
+        C: Fn() -> Option<String>,
     {
         let Cacheable {
             key,
             request,
             ttl,
+            code,
             durable,
         } = cacheable;
         let largest = self.config.max_bytes / MAX_ENTRY_SHARE;
@@ -439,8 +450,12 @@ impl ResultCache {
                     ttl,
                 });
                 let weight = answer.weight();
-                if weight > largest {
-                    return Err(NotStored::TooLarge(answer));
+                // The code may have changed during the run (a tag moved to another digest):
+                // the answer is kept only when the code named before and after it is the same.
+                let same_code =
+                    code_now().is_some_and(|now| Key::from(Sha256::digest(now)) == code);
+                if weight > largest || !same_code {
+                    return Err(NotStored::Unkept(answer));
                 }
                 self.counts.add(weight);
                 self.requests.insert(request, (key, Instant::now() + ttl));
@@ -484,7 +499,7 @@ impl ResultCache {
                         }
                         return (Err(error.clone()), outcome);
                     }
-                    NotStored::TooLarge(answer) => {
+                    NotStored::Unkept(answer) => {
                         if !ran {
                             metrics::cache_lookup(image, "shared", "");
                         }
@@ -591,6 +606,37 @@ mod tests {
             tag: "",
             request,
         }
+    }
+
+    /// An answer whose evaluator names other code after the run than before (a tag that moved
+    /// to another digest during the call) is given but not kept; one naming the same code is.
+    #[tokio::test]
+    async fn an_answer_is_kept_only_when_the_same_code_is_named_after_the_run() {
+        let cache = ResultCache::new(&CacheConfig::default()).expect("on by default");
+        let context = HostCallContext::new(None);
+        let Decision::Cache(cacheable) =
+            cache.decide(&identity("sha256:aaaa", b"items: []"), true, true, None)
+        else {
+            panic!("a pure call is cacheable");
+        };
+        let runs = &AtomicU64::new(0);
+        let run = move || async move {
+            runs.fetch_add(1, Ordering::Relaxed);
+            Ok(EvalResponse::new(b"out".to_vec(), Vec::new()))
+        };
+        let moved = || Some("sha256:bbbb".to_owned());
+        let same = || Some("sha256:aaaa".to_owned());
+        let (answer, outcome) = cache.answer(&context, "fn", cacheable, run, moved).await;
+        assert_eq!(answer.unwrap().resource_list, b"out");
+        assert_eq!(outcome, Outcome::Miss);
+        let (_, outcome) = cache.answer(&context, "fn", cacheable, run, same).await;
+        assert_eq!(outcome, Outcome::Miss, "not kept under another code's key");
+        let (answer, outcome) = cache.answer(&context, "fn", cacheable, run, same).await;
+        assert_eq!(
+            (answer.unwrap().resource_list, outcome),
+            (b"out".to_vec(), Outcome::Hit)
+        );
+        assert_eq!(runs.load(Ordering::Relaxed), 2);
     }
 
     #[test]

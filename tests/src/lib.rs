@@ -17,6 +17,8 @@ use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
+pub use krm_kube_standin::fixture::static_wrapper_server_context;
+
 /// The cargo target folder holding this build's binary and plugin libraries.
 pub fn build_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
@@ -699,24 +701,6 @@ pub fn assert_deadline_answer(status: &tonic::Status) {
         tonic::Code::DeadlineExceeded,
         "expected DEADLINE_EXCEEDED, got {status:?}"
     );
-}
-
-/// The image build context holding the static `wrapper-server` and `grpc-health-probe`, built by
-/// the crate's own script (release, in its own target folder; cached after the first build).
-pub fn static_wrapper_server_context() -> PathBuf {
-    let repo = repo_root();
-    let output = Command::new("sh")
-        .arg(repo.join("plugins/krm-plugin-pod/krm-wrapper-server/build-static.sh"))
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .output()
-        .expect("run build-static.sh");
-    assert!(
-        output.status.success(),
-        "build-static.sh failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let stdout = String::from_utf8(output.stdout).expect("UTF-8 path");
-    PathBuf::from(stdout.lines().last().expect("context dir").trim())
 }
 
 /// Builds the WASI test function `tests/wasm/NAME.c` into `dir/NAME.wasm` with Debian's clang

@@ -1,10 +1,15 @@
 //! The result cache, through the real binary over gRPC: which calls it answers again, which it
-//! never does, concurrent twins running once, a cancelled first caller, expiry and the bound;
-//! and ConfigHub's FunctionExecutor requests over HTTP and gRPC.
+//! never does, concurrent twins running once, a cancelled first caller, expiry and the bound,
+//! a pod image keyed by its digest; and ConfigHub's FunctionExecutor requests over HTTP and
+//! gRPC.
+
+#[path = "support/pod_world.rs"]
+mod pod_world;
 
 use std::time::{Duration, Instant};
 
 use base64::{Engine, engine::general_purpose::STANDARD};
+use krm_kube_standin::fixture::require_podman;
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_client::FunctionExecutorClient;
@@ -920,5 +925,159 @@ async fn a_confighub_answer_survives_a_restart_unless_what_decides_it_changed() 
             "miss",
             "{changed}"
         );
+    }
+}
+
+/// The function images the stand-in's pods run (their `function` containers), sorted.
+fn function_images(cluster: &krm_kube_standin::fixture::Cluster) -> Vec<String> {
+    let pods: serde_json::Value = serde_json::from_str(&pod_world::kubectl(
+        cluster,
+        &["get", "pods", "-n", pod_world::NAMESPACE, "-o", "json"],
+    ))
+    .unwrap();
+    let mut images: Vec<String> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|pod| pod["spec"]["containers"].as_array().unwrap())
+        .filter(|container| container["name"] == "function")
+        .filter_map(|container| container["image"].as_str().map(str::to_owned))
+        .collect();
+    images.sort();
+    images
+}
+
+/// A pod image marked cacheable is keyed by its digest: answered again, kept on disk across a
+/// restart, until its tag is pushed to another image; then, once the pod evaluator has asked
+/// the registry again, the call misses (`new_digest`), runs in a pod of the new digest and
+/// answers as the new image does. A call by tag constraint is never cached.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_marked_pod_image_is_keyed_by_its_digest_and_a_moved_tag_misses() {
+    if !require_podman("the pod image's digest in the result cache's key") {
+        return;
+    }
+    let world = tokio::task::spawn_blocking(pod_world::pod_world)
+        .await
+        .unwrap();
+    let cluster = &world.cluster;
+    // The image's answer says which image it is: `marker` becomes its version.
+    let push = |version: &str| {
+        let script = format!("sed s/marker/{version}/; echo {version} >&2");
+        let image = pod_world::function_image(&["/bin/sh", "-c", &script]);
+        let reference = cluster
+            .push(&image, "krm/moving:v1")
+            .expect("function image");
+        let digest = cluster.registry.digest_of(&reference).expect("its digest");
+        (reference, digest)
+    };
+    let (image, first) = tokio::task::block_in_place(|| push("one"));
+    let repository = image.trim_end_matches(":v1");
+    let store = scratch();
+    let config = format!(
+        "{}{}",
+        pod_world::runner_config(
+            cluster,
+            &world.wrapper,
+            "      digest_recheck_interval: 1s\n"
+        ),
+        with_disk(
+            store.path(),
+            &format!("  images: [{{prefix: \"{repository}\", ttl_seconds: 600}}]\n")
+        )
+    );
+    let input = resource_list(&["marker"]);
+    let (server, metrics) = with_metrics(&config);
+    let (cold, output) = call(&server, &image, &input)
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+    assert_eq!(cold, "miss");
+    assert!(String::from_utf8_lossy(&output).contains("name: one"));
+    let (warm, again) = call(&server, &image, &input).await.unwrap();
+    assert_eq!((warm.as_str(), &again), ("hit", &output));
+    assert_eq!(function_images(cluster), [format!("{repository}@{first}")]);
+    assert_eq!(
+        disk_entries(store.path()).len(),
+        1,
+        "a pod answer named by its digest"
+    );
+    assert_eq!(
+        metric(
+            metrics,
+            &format!("krm_cache_misses_total{{image=\"{image}\",reason=\"new\"}}")
+        ),
+        1.0
+    );
+    drop(server);
+
+    // Restarted: the digest asked of the registry again names the same key, on disk.
+    let (server, metrics_after) = with_metrics(&config);
+    let (restarted, kept) = call(&server, &image, &input).await.unwrap();
+    assert_eq!(
+        (restarted.as_str(), &kept),
+        ("hit", &output),
+        "{}",
+        server.stderr()
+    );
+
+    let (moved, second) = tokio::task::block_in_place(|| push("two"));
+    assert_eq!(moved, image);
+    assert_ne!(second, first);
+    // Calls go on with the known digest until the evaluator's check (every second, in the
+    // background) has seen the tag move.
+    let started = Instant::now();
+    let (header, output) = loop {
+        let (header, output) = call(&server, &image, &input)
+            .await
+            .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+        if header != "hit" {
+            break (header, output);
+        }
+        assert_eq!(output, kept);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the moved tag was never seen:\n{}",
+            server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(header, "miss");
+    assert!(
+        String::from_utf8_lossy(&output).contains("name: two"),
+        "{}",
+        String::from_utf8_lossy(&output)
+    );
+    assert_ne!(output, kept);
+    assert_eq!(
+        metric(
+            metrics_after,
+            &format!("krm_cache_misses_total{{image=\"{image}\",reason=\"new_digest\"}}")
+        ),
+        1.0
+    );
+    // A pod of the new digest ran it; the old digest's pod takes no more calls and goes once
+    // idle past its TTL.
+    let images = function_images(cluster);
+    assert!(
+        images.contains(&format!("{repository}@{second}")),
+        "{images:?}"
+    );
+    let (header, again) = call(&server, &image, &input).await.unwrap();
+    assert_eq!((header.as_str(), &again), ("hit", &output));
+
+    // Untagged, with a tag constraint only the call resolves: no digest to key it by before
+    // the call, so never cached, although its repository is marked.
+    for _ in 0..2 {
+        let response = server
+            .client()
+            .await
+            .evaluate_function(EvaluateFunctionRequest {
+                resource_list: input.clone(),
+                image: repository.to_owned(),
+                tag: "v1".to_owned(),
+            })
+            .await
+            .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+        assert_eq!(response.metadata().get("x-krm-cache").unwrap(), "bypass");
+        assert_eq!(response.into_inner().resource_list, output);
     }
 }

@@ -957,7 +957,10 @@ async fn pod_cache_config_settings_and_warm_up() {
     // Warmed up: a pod for the image, with the file's resources, before any call.
     eventually("the warm-up pod", Duration::from_secs(60), || {
         pods_json(cluster).iter().any(|pod| {
-            pod["metadata"]["annotations"]["krm-runner.dev/image"] == cached.as_str()
+            // The image pinned to its digest, as calls for it run.
+            pod["metadata"]["annotations"]["krm-runner.dev/image"]
+                .as_str()
+                .is_some_and(|image| image.starts_with(&format!("{cached}@sha256:")))
                 && is_ready(pod)
         })
     })

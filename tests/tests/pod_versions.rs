@@ -79,7 +79,7 @@ async fn pods_run_the_highest_registry_version_satisfying_the_constraint() {
 
     // Pages of two tags, so that the listing follows `last` (Debian's docker-registry may
     // answer with every tag at once: then the second request finds no more).
-    let extra = "      tags_page_size: 2\n      tags_refresh_interval: 1h\n";
+    let extra = "      tags_page_size: 2\n      tags_refresh_interval: 1h\n      digest_recheck_interval: 1h\n";
     let server = Server::start(&runner_config(cluster, &world.wrapper, extra), &[]);
     let (version, resolved) = call(&server, &repository, "~1.1")
         .await

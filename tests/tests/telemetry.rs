@@ -482,7 +482,12 @@ async fn pod_leases_are_spans_and_the_pool_is_measured() {
     );
 
     let metrics = format!("127.0.0.1:{metrics_port}");
-    let image = format!("evaluator=\"pod\",image=\"{function}\"");
+    // The pool is the image's pinned to its digest.
+    let digest = cluster
+        .registry
+        .digest_of(&function)
+        .expect("the function's digest");
+    let image = format!("evaluator=\"pod\",image=\"{function}@{digest}\"");
     let exposed = http_get(&metrics, "/metrics");
     for (series, value) in [
         (

@@ -272,7 +272,12 @@ impl TypedFunctions {
         };
         let label = cache_label(toolchain);
         let (answered, outcome) = match cacheable {
-            Some((cache, cacheable)) => cache.answer(&call, &label, cacheable, run).await,
+            // The executors' code is the runner's own: it is the same after the run.
+            Some((cache, cacheable, code)) => {
+                cache
+                    .answer(&call, &label, cacheable, run, || Some(code.to_owned()))
+                    .await
+            }
             None => {
                 if self.cached.is_some() {
                     ResultCache::bypassed(&label);
@@ -291,16 +296,16 @@ impl TypedFunctions {
         (answered, outcome)
     }
 
-    /// The result cache and how it keeps `request`'s answer; `None` when it may not: the cache is
-    /// off, or an invocation names a function that is not both hermetic and idempotent (or
-    /// none at all).
+    /// The result cache, how it keeps `request`'s answer and the code it keys it by; `None`
+    /// when it may not: the cache is off, or an invocation names a function that is not both
+    /// hermetic and idempotent (or none at all).
     fn cacheable(
         &self,
         toolchain: Toolchain,
         request: &FunctionInvocationRequest,
         service: Service,
         received: &[u8],
-    ) -> Option<(&Arc<ResultCache>, Cacheable)> {
+    ) -> Option<(&Arc<ResultCache>, Cacheable, &str)> {
         let cached = self.cached.as_ref()?;
         let executor = self.executor(toolchain);
         let pure = request.function_invocations.iter().all(|invocation| {
@@ -329,7 +334,7 @@ impl TypedFunctions {
             request: received,
         };
         match cached.cache.decide(&identity, true, true, None) {
-            cache::Decision::Cache(cacheable) => Some((&cached.cache, cacheable)),
+            cache::Decision::Cache(cacheable) => Some((&cached.cache, cacheable, code)),
             cache::Decision::Bypass => None,
         }
     }

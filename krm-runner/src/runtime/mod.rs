@@ -25,7 +25,7 @@ pub use self::discovery::{locate_plugin, search_dirs};
 pub use self::instances::function_instance;
 use self::instances::{Instances, chain_positions, find_cycle, functions_of, lock};
 pub use self::running::{cancel_running_calls, running_call_count, track_call};
-use crate::cache::{self, Identity, ResultCache};
+use crate::cache::{self, Cacheable, Identity, ResultCache};
 use crate::config::Config;
 use crate::routing::{Plan, Router, Store};
 use crate::telemetry::metrics;
@@ -383,7 +383,7 @@ impl Runtime {
             );
         };
         let decision = self.cache_decision(cache, &plan, &image, context.tag(), &resource_list);
-        let cache::Decision::Cache(cacheable) = decision else {
+        let Some((cacheable, named)) = decision else {
             ResultCache::bypassed(&image);
             let call = call(plan, context);
             return (
@@ -398,20 +398,23 @@ impl Runtime {
                 resource_list.clone(),
             )
         };
-        cache.answer(&context, &image, cacheable, run).await
+        cache
+            .answer(&context, &image, cacheable, run, || named.code())
+            .await
     }
 
     /// Whether the result cache may answer a call for `image`: the instance that would serve
     /// it (found as [`Runtime::probe`] finds it) says whether the function is pure and what
-    /// code runs; an instance that cannot tell before the call leaves it uncached.
-    fn cache_decision(
-        &self,
+    /// code runs; an instance that cannot tell before the call leaves it uncached. `None`:
+    /// run it uncached.
+    fn cache_decision<'a>(
+        &'a self,
         cache: &ResultCache,
-        plan: &Plan,
-        image: &str,
+        plan: &'a Plan,
+        image: &'a str,
         tag: &str,
         request: &[u8],
-    ) -> cache::Decision {
+    ) -> Option<(Cacheable, Named<'a>)> {
         let routed = plan
             .steps
             .iter()
@@ -428,20 +431,20 @@ impl Runtime {
                 self.built.get(&name),
                 self.instances.iter().find(|report| report.name == name),
             ) else {
-                return cache::Decision::Bypass;
+                return None;
             };
-            // An instance that cannot tell whether it serves claims the call by naming the
-            // code it would run.
-            let (identity, named) = match serving.cache_identity(asked, route) {
-                Some(identity) => (identity, true),
-                None if surely => (CacheIdentity::default(), false),
-                None => return cache::Decision::Bypass,
+            let named = Named {
+                instance: serving,
+                image: asked,
+                route,
+                surely,
             };
             let marked = route.and_then(marked_ttl);
+            let (identity, durable) = named.identity()?;
             let route = route
                 .and_then(|route: &FunctionConfigRoute| serde_json::to_string(route).ok())
                 .unwrap_or_default();
-            return cache.decide(
+            let decision = cache.decide(
                 &Identity {
                     instance: &name,
                     plugin: &report.plugin_name,
@@ -453,11 +456,45 @@ impl Runtime {
                     request,
                 },
                 identity.pure,
-                named,
+                durable,
                 marked,
             );
+            return match decision {
+                cache::Decision::Cache(cacheable) => Some((cacheable, named)),
+                cache::Decision::Bypass => None,
+            };
         }
-        cache::Decision::Bypass
+        None
+    }
+}
+
+/// The instance that would serve a call, as the result cache asks it what code runs: before
+/// the call, and again after it.
+struct Named<'a> {
+    instance: &'a EvaluatorInstance,
+    image: &'a str,
+    route: Option<&'a FunctionConfigRoute>,
+    /// Whether it surely serves the image (its probe said so).
+    surely: bool,
+}
+
+impl Named<'_> {
+    /// Its code identity, and whether it named one. An instance that cannot tell whether it
+    /// serves claims the call by naming the code it would run; one that surely serves and
+    /// names none is known by its plugin's name and version alone. `None`: not cacheable
+    /// (also when it says it cannot tell what code runs).
+    fn identity(&self) -> Option<(CacheIdentity, bool)> {
+        match self.instance.cache_identity(self.image, self.route) {
+            Some(identity) if identity.unnamed => None,
+            Some(identity) => Some((identity, true)),
+            None if self.surely => Some((CacheIdentity::default(), false)),
+            None => None,
+        }
+    }
+
+    /// The code it names now.
+    fn code(&self) -> Option<String> {
+        self.identity().map(|(identity, _)| identity.code)
     }
 }
 

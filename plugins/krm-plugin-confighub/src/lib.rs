@@ -118,6 +118,7 @@ impl Evaluator for Confighub {
         Some(CacheIdentity {
             pure: self.typed().is_pure(name),
             code: name.to_owned(),
+            unnamed: false,
         })
     }
 

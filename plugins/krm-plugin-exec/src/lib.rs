@@ -138,6 +138,7 @@ impl Evaluator for Exec {
                 "working_dir": working_dir,
             })
             .to_string(),
+            unnamed: false,
         })
     }
 

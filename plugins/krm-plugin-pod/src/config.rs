@@ -9,7 +9,7 @@ use krm_plugin_api::ConfigError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::docker_config::PrivateRegistries;
+use crate::docker_config::{DockerConfig, DockerConfigError, PrivateRegistries};
 use crate::pod_cache_config::{self, ImageSettings};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -71,6 +71,10 @@ pub struct PodConfig {
     pub tags_refresh_interval: String,
     /// Tags asked for per page of a tag list (registries may cap it).
     pub tags_page_size: usize,
+    /// How long a tag's digest is used before the registry is asked again (one HEAD request,
+    /// in the background, while calls go on with the known digest); a tag pushed to another
+    /// image runs in new pods from the call after the answer (see `digest.rs`).
+    pub digest_recheck_interval: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -108,6 +112,7 @@ impl Default for PodConfig {
             function_pod_template: None,
             tags_refresh_interval: "1m".into(),
             tags_page_size: 1000,
+            digest_recheck_interval: "10s".into(),
         }
     }
 }
@@ -135,6 +140,7 @@ pub struct Settings {
     pub pod_cache: ImageSettings,
     pub tags_refresh_interval: Duration,
     pub tags_page_size: usize,
+    pub digest_recheck_interval: Duration,
 }
 
 impl PodConfig {
@@ -157,6 +163,8 @@ impl PodConfig {
         let scan_interval = duration("scan_interval", &self.scan_interval);
         let readiness_timeout = duration("readiness_timeout", &self.readiness_timeout);
         let tags_refresh_interval = duration("tags_refresh_interval", &self.tags_refresh_interval);
+        let digest_recheck_interval =
+            duration("digest_recheck_interval", &self.digest_recheck_interval);
         let wrapper_server_image = self
             .wrapper_server_image
             .clone()
@@ -253,7 +261,19 @@ impl PodConfig {
             pod_cache,
             tags_refresh_interval,
             tags_page_size: self.tags_page_size,
+            digest_recheck_interval,
         })
+    }
+}
+
+impl Settings {
+    /// The private registries' docker config file as it is now; `None` without private
+    /// registries.
+    pub fn docker_config(&self) -> Result<Option<DockerConfig>, DockerConfigError> {
+        self.private_registries
+            .as_ref()
+            .map(PrivateRegistries::read)
+            .transpose()
     }
 }
 
@@ -294,6 +314,33 @@ mod tests {
     fn label_values() {
         assert_eq!(label_safe("runner-7f9c/abc"), "runner-7f9c-abc");
         assert_eq!(label_safe("-x-"), "x");
+    }
+
+    #[test]
+    fn the_digest_recheck_interval_is_a_duration_named_when_wrong() {
+        let config = |interval: &str| PodConfig {
+            wrapper_server_image: Some("registry.example/wrapper:v1".into()),
+            digest_recheck_interval: interval.into(),
+            tags_refresh_interval: "often".into(),
+            ..PodConfig::default()
+        };
+        let error = config("soon")
+            .settings(1, String::new())
+            .unwrap_err()
+            .to_string();
+        for expected in [
+            "digest_recheck_interval: \"soon\" is not a duration",
+            "tags_refresh_interval: \"often\" is not a duration",
+        ] {
+            assert!(error.contains(expected), "{expected} in {error}");
+        }
+        let settings = PodConfig {
+            tags_refresh_interval: "1m".into(),
+            ..config("1m30s")
+        }
+        .settings(1, String::new())
+        .unwrap();
+        assert_eq!(settings.digest_recheck_interval, Duration::from_secs(90));
     }
 
     #[test]

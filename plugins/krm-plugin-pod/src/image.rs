@@ -1,12 +1,15 @@
-//! Image references, their registry metadata (manifest digest, entrypoint), cached per image,
-//! and repositories' tag lists, cached per repository.
+//! Image references, their registry metadata (manifest digest, entrypoint), cached per image
+//! and checked again ([`Registry::recheck`]), and repositories' tag lists, cached per
+//! repository.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use krm_runner_function_config::registry_answer::{RegistryClient, TagListError, list_all_tags};
+use krm_runner_function_config::registry_answer::{
+    ImageConfig, RegistryClient, TagListError, list_all_tags,
+};
 use krm_runner_proto::serving::with_causes;
 use oci_client::Reference;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
@@ -21,6 +24,51 @@ pub fn resolve(image: &str, default_prefix: &str) -> String {
     } else {
         format!("{}/{image}", default_prefix.trim_end_matches('/'))
     }
+}
+
+/// The digest `image` names (`name[:tag]@digest`), if it names one.
+pub fn digest_of(image: &str) -> Option<&str> {
+    image.split_once('@').map(|(_, digest)| digest)
+}
+
+/// `image` (with its tag, if any) pinned to `digest`: `name[:tag]@digest`.
+pub fn pinned(image: &str, digest: &str) -> String {
+    let name = image.split_once('@').map_or(image, |(name, _)| name);
+    format!("{name}@{digest}")
+}
+
+/// The tag `image` was pinned from (`name:tag` of `name:tag@digest`), as the pod-cache config
+/// file names it; `image` itself when it has no tag or no digest.
+pub fn unpinned(image: &str) -> &str {
+    match image.split_once('@') {
+        Some((name, _)) if tag_start(name).is_some() => name,
+        _ => image,
+    }
+}
+
+/// Whether `image` names a tag (`name:tag`, perhaps pinned to a digest too).
+pub fn has_tag(image: &str) -> bool {
+    let name = image.split_once('@').map_or(image, |(name, _)| name);
+    tag_start(name).is_some()
+}
+
+/// `image` as a node pulls it: by digest alone when it has one (`name@digest`), so that a
+/// tag that moved since is not pulled, nor an image cached under the tag run.
+pub fn by_digest(image: &str) -> String {
+    match image.split_once('@') {
+        Some((name, digest)) => {
+            let name = tag_start(name).map_or(name, |start| &name[..start]);
+            format!("{name}@{digest}")
+        }
+        None => image.to_owned(),
+    }
+}
+
+/// Where the `:tag` of the digest-less `name` starts: a `:` after the last `/` (one before it
+/// is a registry's port).
+fn tag_start(name: &str) -> Option<usize> {
+    let last = name.rfind('/').map_or(0, |slash| slash + 1);
+    name[last..].find(':').map(|colon| last + colon)
 }
 
 /// A readable stem for pod names: `<name>-<tag without dots>-<digest[:8]>` (Porch's pod ID,
@@ -67,18 +115,30 @@ pub struct Metadata {
     pub entrypoint: Vec<String>,
 }
 
-/// Fetches and caches image metadata. A tag's first digest is kept until restart, as in Porch.
+/// Fetches and caches image metadata. A tag's digest is kept until [`Registry::recheck`]
+/// finds it moved (Porch keeps the first until it restarts).
 pub struct Registry {
     /// The client and the docker config content it was given credentials from: it keeps the
     /// first credentials it sees per registry, so new credentials need a new client.
     client: Mutex<(Vec<u8>, Arc<RegistryClient>)>,
     plain_http: Vec<String>,
     extra_ca: Option<Vec<u8>>,
-    cache: Mutex<HashMap<String, Metadata>>,
+    cache: Mutex<HashMap<String, Fetched>>,
+    /// Tags whose digest is being checked again in the background.
+    rechecking: Mutex<HashSet<String>>,
     /// Tag lists by repository (`registry/path`).
     tags: Mutex<HashMap<String, ListedTags>>,
     /// Repositories whose tags are being listed again in the background.
     refreshing: Mutex<HashSet<String>>,
+}
+
+/// An image's metadata, and what the registry answered for its manifest and when.
+struct Fetched {
+    metadata: Metadata,
+    /// The manifest digest a HEAD request answers: the image index's for a multi-platform
+    /// image, whose platform manifest `metadata.digest` names.
+    listed: String,
+    at: Instant,
 }
 
 /// A repository's tags, and when the registry listed them.
@@ -86,6 +146,10 @@ struct ListedTags {
     tags: Arc<[String]>,
     at: Instant,
 }
+
+/// Most bytes of an image's manifest (or index) and of its config read: Docker's and OCI's
+/// are a few KiB, a large index some hundred.
+const MAX_IMAGE_METADATA_BYTES: usize = 1024 * 1024;
 
 /// Most pages of a tag list read: a repository with more tags than this many pages hold is
 /// refused rather than read without end.
@@ -104,6 +168,7 @@ impl Registry {
             plain_http: plain_http.to_vec(),
             extra_ca,
             cache: Mutex::default(),
+            rechecking: Mutex::default(),
             tags: Mutex::default(),
             refreshing: Mutex::default(),
         })
@@ -191,11 +256,89 @@ impl Registry {
 
     /// The digest of `image` if its metadata was fetched already.
     pub fn cached_digest(&self, image: &str) -> Option<String> {
+        self.known_digest(image, Duration::MAX)
+            .map(|(digest, _)| digest)
+    }
+
+    /// The digest of `image` if its metadata was fetched already, and whether the registry was
+    /// last asked longer than `max_age` ago.
+    pub fn known_digest(&self, image: &str, max_age: Duration) -> Option<(String, bool)> {
         self.cache
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(image)
-            .map(|metadata| metadata.digest.clone())
+            .map(|fetched| {
+                (
+                    fetched.metadata.digest.clone(),
+                    fetched.at.elapsed() >= max_age,
+                )
+            })
+    }
+
+    /// Marks `image` as being checked again; false when a check already runs.
+    pub fn begin_recheck(&self, image: &str) -> bool {
+        self.rechecking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(image.to_owned())
+    }
+
+    /// Asks the registry again which manifest `image`'s tag names (one HEAD request, which
+    /// registries do not count as a pull); when it moved, fetches the new metadata. Ends the
+    /// check [`Registry::begin_recheck`] began.
+    pub async fn recheck(
+        &self,
+        image: &str,
+        docker_config: Option<&DockerConfig>,
+    ) -> Result<(), String> {
+        let outcome = self.compare(image, docker_config).await;
+        self.rechecking
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(image);
+        outcome
+    }
+
+    async fn compare(
+        &self,
+        image: &str,
+        docker_config: Option<&DockerConfig>,
+    ) -> Result<(), String> {
+        let (client, reference, auth) = self.client_and_auth(image, docker_config)?;
+        let listed = client
+            .oci()
+            .fetch_manifest_digest(&reference, &auth)
+            .await
+            .map_err(|e| format!("unable to check the digest of {image}: {}", with_causes(&e)))?;
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(fetched) = cache.get_mut(image)
+                && fetched.listed == listed
+            {
+                fetched.at = Instant::now();
+                return Ok(());
+            }
+        }
+        let before = self.cached_digest(image);
+        let metadata = self.fetch(image, docker_config).await?;
+        tracing::info!(image, before = ?before, now = %metadata.digest, "the image's tag moved to another digest");
+        Ok(())
+    }
+
+    /// The client, the parsed reference and the credentials to ask about `image`.
+    fn client_and_auth(
+        &self,
+        image: &str,
+        docker_config: Option<&DockerConfig>,
+    ) -> Result<(Arc<RegistryClient>, Reference, RegistryAuth), String> {
+        let reference: Reference = image
+            .parse()
+            .map_err(|e| format!("{image:?} is not an image reference: {e}"))?;
+        let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
+            auth_for(config, reference.resolve_registry())
+        });
+        let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content))?;
+        Ok((client, reference, auth))
     }
 
     /// A client that authenticates with `docker_config`'s credentials.
@@ -221,18 +364,30 @@ impl Registry {
             .unwrap_or_else(PoisonError::into_inner)
             .get(image)
         {
-            return Ok(cached.clone());
+            return Ok(cached.metadata.clone());
         }
-        let reference: Reference = image
-            .parse()
-            .map_err(|e| format!("{image:?} is not an image reference: {e}"))?;
-        let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
-            auth_for(config, reference.resolve_registry())
-        });
-        let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content))?;
-        let (_, digest, config) = client
-            .oci()
-            .pull_manifest_and_config(&reference, &auth)
+        self.fetch(image, docker_config).await
+    }
+
+    /// Fetches the metadata of `image` from the registry and caches it, for a tag also under
+    /// the tag pinned to the digest found, which the pods started for it run.
+    async fn fetch(
+        &self,
+        image: &str,
+        docker_config: Option<&DockerConfig>,
+    ) -> Result<Metadata, String> {
+        let (client, reference, auth) = self.client_and_auth(image, docker_config)?;
+        let ImageConfig {
+            digest,
+            listed,
+            config,
+        } = client
+            .image_config(
+                &reference,
+                &auth,
+                oci_client::client::linux_amd64_resolver,
+                MAX_IMAGE_METADATA_BYTES,
+            )
             .await
             .map_err(|e| {
                 format!(
@@ -240,7 +395,7 @@ impl Registry {
                     with_causes(&e)
                 )
             })?;
-        let config: serde_json::Value = serde_json::from_str(&config)
+        let config: serde_json::Value = serde_json::from_slice(&config)
             .map_err(|e| format!("unable to read the image config of {image}: {e}"))?;
         let strings = |key: &str| -> Vec<String> {
             config["config"][key]
@@ -261,10 +416,26 @@ impl Registry {
             return Err(format!("image {image} has neither an Entrypoint nor a Cmd"));
         }
         let metadata = Metadata { digest, entrypoint };
-        self.cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(image.to_owned(), metadata.clone());
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = Instant::now();
+        if digest_of(image).is_none() {
+            cache.insert(
+                pinned(image, &metadata.digest),
+                Fetched {
+                    metadata: metadata.clone(),
+                    listed: metadata.digest.clone(),
+                    at,
+                },
+            );
+        }
+        cache.insert(
+            image.to_owned(),
+            Fetched {
+                metadata: metadata.clone(),
+                listed,
+                at,
+            },
+        );
         Ok(metadata)
     }
 }
@@ -301,6 +472,51 @@ mod tests {
             "ghcr.io/kptdev/krm-functions-catalog/set-labels:v0.2"
         );
         assert_eq!(resolve("example.com/fn:v1", prefix), "example.com/fn:v1");
+    }
+
+    #[test]
+    fn pinning_keeps_the_tag_and_nodes_pull_by_digest_alone() {
+        let digest = "sha256:0123abcd";
+        for (image, pinned_image, pulled) in [
+            (
+                "localhost:5000/krm/fn:v1",
+                "localhost:5000/krm/fn:v1@sha256:0123abcd",
+                "localhost:5000/krm/fn@sha256:0123abcd",
+            ),
+            (
+                "localhost:5000/krm/fn",
+                "localhost:5000/krm/fn@sha256:0123abcd",
+                "localhost:5000/krm/fn@sha256:0123abcd",
+            ),
+            (
+                "example.com/fn:v2@sha256:ffff",
+                "example.com/fn:v2@sha256:0123abcd",
+                "example.com/fn@sha256:0123abcd",
+            ),
+        ] {
+            let pinned_image = pinned_image.to_owned();
+            assert_eq!(pinned(image, digest), pinned_image);
+            assert_eq!(digest_of(&pinned_image), Some(digest));
+            assert_eq!(by_digest(&pinned_image), pulled);
+        }
+        assert_eq!(
+            unpinned("localhost:5000/krm/fn:v1@sha256:0123abcd"),
+            "localhost:5000/krm/fn:v1"
+        );
+        // Asked for by digest alone: that is the image's name.
+        assert_eq!(
+            unpinned("localhost:5000/krm/fn@sha256:0123abcd"),
+            "localhost:5000/krm/fn@sha256:0123abcd"
+        );
+        assert_eq!(
+            unpinned("localhost:5000/krm/fn:v1"),
+            "localhost:5000/krm/fn:v1"
+        );
+        assert_eq!(
+            by_digest("localhost:5000/krm/fn:v1"),
+            "localhost:5000/krm/fn:v1"
+        );
+        assert_eq!(digest_of("localhost:5000/krm/fn:v1"), None);
     }
 
     #[test]

@@ -6,10 +6,14 @@
 //! Per image, the pool follows the call's FunctionConfig `podExecutor` settings, else the
 //! pod-cache config file's, else its own flags (see `limits.rs`).
 //!
+//! A tagged image runs pinned to its digest, checked again against the registry (see
+//! `digest.rs`); the digest is the code identity the runner's result cache keys calls by.
+//!
 //! The plugin runs its own tokio runtime: plugins cannot use the runner's.
 
 mod cluster;
 mod config;
+mod digest;
 mod docker_config;
 mod image;
 mod limits;
@@ -20,20 +24,24 @@ mod versions;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use krm_plugin_api::{
-    BuildContext, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse, Evaluator,
-    FunctionConfigRoute, Plugin, Probe, Resolution, TraceContext, export_plugin,
+    BuildContext, CacheIdentity, CallContext, ConfigError, ErrorKind, EvalError, EvalResponse,
+    Evaluator, FunctionConfigRoute, Plugin, Probe, Resolution, TraceContext, export_plugin,
 };
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use tonic::Code;
 
 use cluster::Cluster;
 pub use config::PodConfig;
-use image::{Registry, resolve};
+use image::{Registry, digest_of, has_tag, pinned, resolve, unpinned};
 use limits::Limits;
 use pool::{Eviction, Pool};
+
+/// Longest wait for a tag's first digest while the runner asks what a call would run: on
+/// that bound the call is keyed by no digest (and its answer is not kept).
+const IDENTITY_WAIT: Duration = Duration::from_secs(10);
 
 pub struct PodEvaluator {
     pool: Arc<Pool>,
@@ -62,6 +70,14 @@ impl Evaluator for PodEvaluator {
                     context.report_resolved(&resolution.reference());
                     image = resolution.image;
                 }
+                let digest = digest::current(&self.pool, &image)
+                    .await
+                    .map_err(|message| {
+                        EvalError::failed(format!(
+                            "unable to get the grpc client to the pod for {image}: {message}"
+                        ))
+                    })?;
+                let image = pinned(&image, &digest);
                 let limits = self.pool.settle(&image, route.as_ref())?;
                 let call = Call {
                     image: &image,
@@ -97,11 +113,58 @@ impl Evaluator for PodEvaluator {
     }
 
     fn warm_up(&self, image: &str, route: Option<&FunctionConfigRoute>) {
-        let _runtime = self.runtime.enter();
-        self.pool.warm_up(
-            &resolve(image, &self.pool.settings.default_image_prefix),
-            route,
-        );
+        let image = resolve(image, &self.pool.settings.default_image_prefix);
+        self.runtime
+            .spawn(warm_up(self.pool.clone(), image, route.cloned()));
+    }
+
+    /// Never pure (an image may do anything): the digest the call will run, so that an
+    /// operator may mark images cacheable (`cache.images`) and a tag moved to another digest
+    /// misses. An image without a tag is unnamed: its call may carry a tag constraint, which
+    /// only the call resolves.
+    fn cache_identity(
+        &self,
+        image: &str,
+        _route: Option<&FunctionConfigRoute>,
+    ) -> Option<CacheIdentity> {
+        let image = resolve(image, &self.pool.settings.default_image_prefix);
+        if !has_tag(&image) && digest_of(&image).is_none() {
+            return Some(CacheIdentity {
+                unnamed: true,
+                ..CacheIdentity::default()
+            });
+        }
+        // The warm path (a known digest) stays off the plugin's runtime's scheduler.
+        let known = {
+            let _runtime = self.runtime.enter();
+            digest::known(&self.pool, &image)
+        };
+        let digest = match known {
+            Some(digest) => Ok(Ok(digest)),
+            None => self.runtime.block_on(async {
+                tokio::time::timeout(IDENTITY_WAIT, digest::current(&self.pool, &image)).await
+            }),
+        };
+        match digest {
+            Ok(Ok(digest)) => Some(CacheIdentity {
+                pure: false,
+                code: digest,
+                unnamed: false,
+            }),
+            Ok(Err(problem)) => {
+                tracing::debug!(image, "no digest to key the call by: {problem}");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// Starts a pod for `image` pinned to its digest, as calls will ask for it.
+async fn warm_up(pool: Arc<Pool>, image: String, route: Option<FunctionConfigRoute>) {
+    match digest::current(&pool, &image).await {
+        Ok(digest) => pool.warm_up(&pinned(&image, &digest), route.as_ref()),
+        Err(problem) => tracing::warn!(image, "cannot warm up: {problem}"),
     }
 }
 
@@ -120,7 +183,7 @@ async fn evaluate(
     call: Call<'_>,
 ) -> Result<EvalResponse, EvalError> {
     let retries = pool.settings.max_grpc_retries;
-    retrying(call.image, retries, call.deadline, || {
+    retrying(unpinned(call.image), retries, call.deadline, || {
         attempt(pool, limits, &call)
     })
     .await
@@ -201,7 +264,8 @@ async fn attempt(pool: &Arc<Pool>, limits: &Arc<Limits>, call: &Call<'_>) -> Att
     let handed_on = call_span.trace_context();
     let mut request = tonic::Request::new(EvaluateFunctionRequest {
         resource_list: resource_list.to_vec(),
-        image: image.to_owned(),
+        // As the caller named it, as Porch sends it.
+        image: unpinned(image).to_owned(),
         tag: String::new(),
     });
     if let Some(deadline) = deadline {
@@ -225,7 +289,7 @@ async fn attempt(pool: &Arc<Pool>, limits: &Arc<Limits>, call: &Call<'_>) -> Att
         }
         Err(status) if unreachable(&status) => status,
         Err(status) => {
-            let error = from_wrapper(image, &status);
+            let error = from_wrapper(unpinned(image), &status);
             call_span.set_error(&error.message);
             return Attempt::Answered(Err(error));
         }
@@ -331,10 +395,10 @@ impl Plugin for PodPlugin {
             return Ok(PodEvaluator { pool, runtime });
         }
         if config.warm_up_pod_cache {
-            let _guard = runtime.enter();
             let listed = pool.settings.pod_cache.iter().map(|(image, _)| image);
             for image in config.warm_up.iter().chain(listed) {
-                pool.warm_up(&resolve(image, &pool.settings.default_image_prefix), None);
+                let image = resolve(image, &pool.settings.default_image_prefix);
+                runtime.spawn(warm_up(pool.clone(), image, None));
             }
         }
         runtime.spawn(pool.clone().scan_forever());

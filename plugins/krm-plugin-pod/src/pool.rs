@@ -1,4 +1,4 @@
-//! Per image, a pool of warm pods. Calls go to the least-loaded ready pod (round robin among
+//! Per image (pinned to its digest: see `digest.rs`), a pool of warm pods. Calls go to the least-loaded ready pod (round robin among
 //! equals); another pod starts when every pod's load reaches the preferred length, the pods
 //! already starting cannot take the excess, and the image has fewer than its maximum; calls
 //! beyond `max_queued_calls` are refused. Loads are held by a
@@ -25,7 +25,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::cluster::Cluster;
 use crate::config::Settings;
-use crate::image::{Registry, pod_stem};
+use crate::image::{Registry, pod_stem, unpinned};
 use crate::limits::Limits;
 use crate::template::{
     self, IMAGE_ANNOTATION, OVERRIDES_ANNOTATION, OWNER_LABEL, OWNER_POD_ANNOTATION,
@@ -210,9 +210,12 @@ impl Pool {
         }
     }
 
-    /// The settings of `image` when no route says otherwise.
+    /// The settings of `image` when no route says otherwise: the pod-cache config file names
+    /// tags, not the digests calls pin them to.
     fn unrouted(&self, image: &str) -> &Arc<Limits> {
-        self.pod_cache.get(image).unwrap_or(&self.defaults)
+        self.pod_cache
+            .get(unpinned(image))
+            .unwrap_or(&self.defaults)
     }
 
     /// The image's settings as `route` (or its absence) has them. Cheap when nothing changed:
@@ -371,7 +374,8 @@ impl Pool {
                         return Err(EvalError::new(
                             ErrorKind::DeadlineExceeded,
                             format!(
-                                "function evaluation timed out for {image}: no pod was ready before the deadline"
+                                "function evaluation timed out for {}: no pod was ready before the deadline",
+                                unpinned(image)
                             ),
                         ));
                     }
@@ -441,15 +445,17 @@ impl Pool {
         limits: &Limits,
         until: Instant,
     ) -> Result<Arc<PodHandle>, EvalError> {
+        // Messages name the image as calls ask for it.
+        let named = unpinned(image);
         let fail = |message: String| {
             EvalError::failed(format!(
-                "unable to get the grpc client to the pod for {image}: {message}"
+                "unable to get the grpc client to the pod for {named}: {message}"
             ))
         };
         let private = self.settings.private_registries.as_ref();
-        let docker_config = private
-            .map(|private| private.read())
-            .transpose()
+        let docker_config = self
+            .settings
+            .docker_config()
             .map_err(|e| fail(e.to_string()))?;
         let metadata = self
             .registry
@@ -509,7 +515,7 @@ impl Pool {
         self.cluster.delete(&name).await;
         Err(EvalError::new(
             kind,
-            format!("unable to get the grpc client to the pod for {image}: {message}"),
+            format!("unable to get the grpc client to the pod for {named}: {message}"),
         ))
     }
 
@@ -837,6 +843,9 @@ impl Eviction {
 fn queue_full(image: &str, limit: usize) -> EvalError {
     EvalError::new(
         ErrorKind::ResourceExhausted,
-        format!("the queue for {image} is full: {limit} calls are already waiting for its pods"),
+        format!(
+            "the queue for {} is full: {limit} calls are already waiting for its pods",
+            unpinned(image)
+        ),
     )
 }

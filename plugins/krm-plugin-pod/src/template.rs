@@ -17,6 +17,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use krm_runner_function_config::{ContainerOverrides, TemplateOverrides};
 
+use crate::image::by_digest;
+
 pub const BASE_TEMPLATE_NAME: &str = "base-pod-template";
 pub const INLINE_TEMPLATE_VERSION: &str = "inline-v1";
 pub const WRAPPER_PORT: i32 = 9446;
@@ -155,6 +157,8 @@ pub fn inline_template(wrapper_server_image: &str) -> PodTemplateSpec {
 pub struct PodRequest<'a> {
     pub name: &'a str,
     pub namespace: &'a str,
+    /// The image, pinned to a digest when it is known (`name:tag@digest`): the node pulls it
+    /// by digest alone.
     pub image: &'a str,
     pub entrypoint: &'a [String],
     pub owner: &'a str,
@@ -193,7 +197,7 @@ pub fn pod(base: &PodTemplateSpec, request: &PodRequest<'_>) -> Result<Pod, Stri
         .iter_mut()
         .find(|c| c.name == FUNCTION_CONTAINER)
         .ok_or("the base pod template has no container named \"function\"")?;
-    function.image = Some(request.image.into());
+    function.image = Some(by_digest(request.image));
     let args = function.args.get_or_insert_with(Vec::new);
     args.extend([
         "--port".into(),
@@ -310,6 +314,35 @@ pub fn service(name: &str, namespace: &str, owner: &str, pod_uid: &str) -> Servi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pinned_image_is_pulled_by_digest_and_annotated_as_pinned() {
+        let base = inline_template("registry/wrapper:v1");
+        let pinned = "registry/set-labels:v0.4.1@sha256:0123abcd";
+        let pod = pod(
+            &base,
+            &PodRequest {
+                name: "set-labels-v041-0123abcd-abcde",
+                namespace: "fns",
+                image: pinned,
+                entrypoint: &["/fn".to_owned()],
+                owner: "runner-a",
+                runner: None,
+                template_version: INLINE_TEMPLATE_VERSION,
+                max_message_bytes: 100,
+                wrapper_server_image: "registry/wrapper:v1",
+                image_pull_secret: None,
+                overrides: None,
+                overrides_hash: "",
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            pod.spec.unwrap().containers[0].image.as_deref(),
+            Some("registry/set-labels@sha256:0123abcd")
+        );
+        assert_eq!(pod.metadata.annotations.unwrap()[IMAGE_ANNOTATION], pinned);
+    }
 
     #[test]
     fn pod_from_the_inline_template() {

@@ -71,11 +71,7 @@ pub async fn resolve_tag(
         Some(digest) => Some(digest),
         // The pod about to start needs the same metadata: fetched once, then cached.
         None => {
-            let docker_config = pool
-                .settings
-                .private_registries
-                .as_ref()
-                .and_then(|private| private.read().ok());
+            let docker_config = pool.settings.docker_config().ok().flatten();
             pool.registry
                 .metadata(&image, docker_config.as_ref())
                 .await
@@ -116,10 +112,7 @@ async fn repository_tags(pool: &Arc<Pool>, repository: &str) -> Result<Arc<[Stri
 async fn list(pool: &Pool, repository: &str) -> Result<Arc<[String]>, String> {
     let docker_config = pool
         .settings
-        .private_registries
-        .as_ref()
-        .map(|private| private.read())
-        .transpose()
+        .docker_config()
         .map_err(|error| error.to_string())?;
     pool.registry
         .list_tags(

@@ -103,3 +103,25 @@ impl Cluster {
         image.build_and_push(&self.builder, &self.dir.join("build"), registry, name_tag)
     }
 }
+
+/// The image build context holding the static `wrapper-server` and `grpc-health-probe`, built by
+/// the crate's own script (release, in its own target folder; cached after the first build).
+pub fn static_wrapper_server_context() -> PathBuf {
+    // This crate is tests/krm-kube-standin of the workspace.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the workspace root");
+    let output = std::process::Command::new("sh")
+        .arg(repo.join("plugins/krm-plugin-pod/krm-wrapper-server/build-static.sh"))
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .output()
+        .expect("run build-static.sh");
+    assert!(
+        output.status.success(),
+        "build-static.sh failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).expect("UTF-8 path");
+    PathBuf::from(stdout.lines().last().expect("context dir").trim())
+}

@@ -315,6 +315,24 @@ impl LocalRegistry {
         )
     }
 
+    /// The manifest digest `reference` (`<host>/<name>:<tag>` of this registry) names now;
+    /// `None` when the registry has no such manifest.
+    pub fn digest_of(&self, reference: &str) -> Option<String> {
+        let (name, tag) = reference
+            .strip_prefix(&format!("{}/", self.host))?
+            .rsplit_once(':')?;
+        match http_get_as(
+            self.addr,
+            &format!("/v2/{name}/manifests/{tag}"),
+            "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json",
+            self.login.as_ref(),
+            Duration::from_secs(5),
+        ) {
+            Ok((200, manifest)) => Some(sha256_digest(&manifest)),
+            _ => None,
+        }
+    }
+
     /// How many requests it has answered whose path contains `fragment` (from its access
     /// log, which it writes as it answers; `""` counts every request).
     pub fn requests(&self, fragment: &str) -> usize {

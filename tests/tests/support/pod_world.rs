@@ -1,6 +1,7 @@
 //! The world the pod evaluator's end-to-end tests and benchmark run in: the stand-in cluster
 //! with its registry, the function namespace, the static wrapper-server image, and runner
-//! configs for the `pod` evaluator. Shared by `tests/pod.rs` and `benches/pod.rs`.
+//! configs for the `pod` evaluator. Shared by the pod tests, `benches/pod.rs` and
+//! `krm-runner-bench`'s result cache measurement.
 #![allow(dead_code)] // each user takes what it needs
 
 use std::path::Path;
@@ -121,7 +122,7 @@ pub struct PodWorld {
 pub fn pod_world() -> PodWorld {
     // Short: podman refuses a run root longer than 50 characters.
     let dir = tempfile::Builder::new().prefix("kp").tempdir().unwrap();
-    let context = krm_runner_tests::static_wrapper_server_context();
+    let context = krm_kube_standin::fixture::static_wrapper_server_context();
     let cluster = Cluster::start(dir.path()).expect("stand-in cluster");
     let namespace = dir.path().join("namespace.yaml");
     std::fs::write(

@@ -154,6 +154,7 @@ impl Evaluator for Testkit {
         pure.then(|| CacheIdentity {
             pure: true,
             code: image.to_owned(),
+            unnamed: false,
         })
     }
 
