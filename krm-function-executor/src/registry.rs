@@ -391,6 +391,8 @@ pub mod attribute {
     }
     /// What `get-details` reports: the descriptive facts of a unit.
     pub const DETAIL: &str = "detail";
+    /// What `set-container-resources` sets; no path is registered under it.
+    pub const CONTAINER_RESOURCES: &str = "container-resources";
 }
 
 /// How `set-default-names` makes a name: ConfigHub's template over the unit's and the space's

@@ -107,10 +107,11 @@ fn read_cli_output(stdout: &str, input: &str) -> Expected {
 }
 
 /// The command line that runs an executor golden case, or `None` when the CLI cannot express
-/// it (a validation list, approvers).
+/// it (a validation list, approvers, a live state).
 fn command_line(case: &Value, input: &Path) -> Option<Vec<String>> {
     if case.get("combine_validation_results") == Some(&Value::Bool(false))
         || case.get("approved_by").is_some_and(|v| !v.is_null())
+        || case.get("live_state").is_some_and(|v| !v.is_null())
     {
         return None;
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use base64::{Engine, engine::general_purpose::STANDARD};
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_client::FunctionExecutorClient;
-use krm_runner_tests::{Server, free_port, http_exchange};
+use krm_runner_tests::{Server, free_port, http_exchange, repo_root};
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -107,6 +107,92 @@ fn functionsrv_routes_over_http() {
         "Update"
     );
     server.terminate();
+}
+
+/// The data of a served signature that `expected` holds: what ConfigHub's registrations
+/// declare, without the descriptions and examples (krm-runner's own words). An omitted
+/// `Regexp`, `Min`, `Max`, `EnumValues` or `AttributeName` is Go's omitempty of an empty one.
+fn signature_data(served: &Value, expected: &Value) -> Value {
+    let parameters: Vec<Value> = served["Parameters"]
+        .as_array()
+        .map(|parameters| {
+            parameters
+                .iter()
+                .map(|parameter| {
+                    let mut data = serde_json::Map::new();
+                    for key in [
+                        "ParameterName",
+                        "Required",
+                        "DataType",
+                        "Regexp",
+                        "Min",
+                        "Max",
+                        "EnumValues",
+                    ] {
+                        if let Some(value) = parameter.get(key) {
+                            data.insert(key.to_owned(), value.clone());
+                        }
+                    }
+                    Value::Object(data)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let output = match &served["OutputInfo"] {
+        Value::Null => Value::Null,
+        output => json!({"ResultName": output["ResultName"], "OutputType": output["OutputType"]}),
+    };
+    let mut data = json!({
+        "Parameters": parameters,
+        "RequiredParameters": served["RequiredParameters"],
+        "VarArgs": served["VarArgs"],
+        "OutputInfo": output,
+        "Mutating": served["Mutating"],
+        "Validating": served["Validating"],
+        "Hermetic": served["Hermetic"],
+        "Idempotent": served["Idempotent"],
+        "FunctionType": served["FunctionType"],
+        "AttributeName": served.get("AttributeName").cloned().unwrap_or(json!("")),
+    });
+    // Where ConfigHub computes the affected types from its path registry, the file has none.
+    if expected.get("AffectedResourceTypes").is_some() {
+        data["AffectedResourceTypes"] = served["AffectedResourceTypes"].clone();
+    }
+    data
+}
+
+/// Every function of each toolchain, as ConfigHub's own registrations declare it
+/// (confighub/sdk a4a979a, `function/internal/handlers/{generic,kubernetes,properties}`, with
+/// the regular expressions they build resolved): `confighub/signatures.json` was written from
+/// that code, not from krm-runner's answers, so no update mechanism rewrites it.
+#[test]
+fn signatures_carry_confighubs_data() {
+    let file = repo_root().join("tests/tests/confighub/signatures.json");
+    let expected: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let (_server, port) = start();
+    let mut failures = Vec::new();
+    for (toolchain, route) in [
+        ("Kubernetes/YAML", "kubernetes"),
+        ("AppConfig/Properties", "properties"),
+    ] {
+        let (status, body) = http(port, "GET", &format!("/function/{route}"), b"");
+        assert_eq!(status, 200, "{body}");
+        let served: Value = serde_json::from_str(&body).unwrap();
+        let expected = expected[toolchain].as_object().unwrap();
+        let served_names: std::collections::BTreeSet<&String> =
+            served.as_object().unwrap().keys().collect();
+        let expected_names: std::collections::BTreeSet<&String> = expected.keys().collect();
+        assert_eq!(served_names, expected_names, "{toolchain}: the functions");
+        for (name, want) in expected {
+            let got = signature_data(&served[name], want);
+            if &got != want {
+                failures.push(format!(
+                    "{toolchain} {name}:\n  ConfigHub  {want}\n  served     {got}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

@@ -6,7 +6,8 @@ use crate::api::{DataType, ResourceInfo};
 use crate::args::ArgValue;
 use crate::functions::definition::{Definition, FunctionKind, KUBERNETES, Options};
 use crate::functions::path_visitor::{
-    CONTAINER_NAME_PATTERN, IMAGE_REFERENCE_PATTERN, fill_missing, get, write,
+    CONTAINER_NAME_PATTERN, IMAGE_REFERENCE_PATTERN, REPOSITORY_URI_PATTERN, fill_missing, get,
+    write,
 };
 use crate::functions::resources::identified;
 use crate::functions::{Call, FunctionError, Outcome};
@@ -496,7 +497,10 @@ pub static SET_CONTAINER_RESOURCES: Definition = Definition {
     kind: FunctionKind::Mutating,
     toolchains: KUBERNETES,
     run: set_container_resources,
-    options: Options::DEFAULT,
+    options: Options {
+        attribute_name: attribute::CONTAINER_RESOURCES,
+        ..Options::DEFAULT
+    },
 };
 
 pub static SET_IMAGE_REFERENCE_BY_URI: Definition = Definition {
@@ -509,7 +513,8 @@ pub static SET_IMAGE_REFERENCE_BY_URI: Definition = Definition {
                 DataType::String,
                 "Image repository, without tag or digest",
             )
-            .example("ghcr.io/example/app"),
+            .example("ghcr.io/example/app")
+            .pattern(REPOSITORY_URI_PATTERN),
             ParameterBuilder::new(
                 "image-reference",
                 DataType::String,
@@ -522,7 +527,10 @@ pub static SET_IMAGE_REFERENCE_BY_URI: Definition = Definition {
     kind: FunctionKind::Mutating,
     toolchains: KUBERNETES,
     run: set_image_reference_by_uri,
-    options: Options::DEFAULT,
+    options: Options {
+        attribute_name: attribute::CONTAINER_IMAGES,
+        ..Options::DEFAULT
+    },
 };
 
 pub static SET_ENV: Definition = Definition {
@@ -543,7 +551,7 @@ pub static SET_ENV: Definition = Definition {
                 "KEY=value; repeat for more",
             )
             .example("LOG_LEVEL=debug")
-            .pattern(r"^[A-Za-z_][-._A-Za-z0-9]*="),
+            .pattern(r"^[-._a-zA-Z][-._a-zA-Z0-9]*=.*$"),
         ]
     },
     kind: FunctionKind::Mutating,

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::api::{FunctionOutput, OutputType};
+use crate::api::{FunctionOutput, FunctionType, OutputType};
 use crate::args::Arguments;
 use crate::functions::{Call, FunctionError, Outcome, TypedFunction};
 use crate::signature::{ParameterBuilder, TypedFacet, TypedSignature};
@@ -56,14 +56,21 @@ pub struct Options {
     /// Problems with checked arguments that only the function can see (an expression that
     /// does not compile), each naming its parameter; asked before the function runs.
     pub check: Option<fn(&Arguments) -> Vec<String>>,
+    /// ConfigHub's implementation pattern for it: a few functions written by hand are
+    /// registered as path visitors.
+    pub function_type: FunctionType,
+    /// The registered attribute it reads or writes, as ConfigHub names it; empty if none.
+    pub attribute_name: &'static str,
 }
 
 impl Options {
-    /// Idempotent, no repeated parameter, no check of its own.
+    /// Idempotent, no repeated parameter, no check of its own, custom, no attribute.
     pub const DEFAULT: Options = Options {
         idempotent: true,
         var_args: false,
         check: None,
+        function_type: FunctionType::Custom,
+        attribute_name: "",
     };
 }
 
@@ -102,6 +109,8 @@ impl Definition {
         );
         signature.typed.idempotent = self.options.idempotent;
         signature.typed.var_args = self.options.var_args;
+        signature.typed.function_type = self.options.function_type;
+        signature.typed.attribute_name = self.options.attribute_name.to_owned();
         signature
     }
 

@@ -780,12 +780,18 @@ impl TypedFunction for ArbitraryPath {
     }
 }
 
-pub const CONTAINER_NAME_PATTERN: &str = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$";
-const IMAGE_PATTERN: &str = r"^[^\s@:/][^\s]*$";
-pub const IMAGE_REFERENCE_PATTERN: &str =
-    r"^(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z0-9_+.-]+:[A-Fa-f0-9]+)?$";
-
-const DNS_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+// ConfigHub's patterns, character for character, so that an argument is refused exactly where
+// ConfigHub's handler refuses it (its check is an unanchored match, as `Regex::is_match`). The
+// container name's alternation is not grouped in ConfigHub's: it takes what starts with `*` or
+// ends with a name character.
+pub const CONTAINER_NAME_PATTERN: &str = r"^\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
+const IMAGE_PATTERN: &str = r"^(?P<uri>(?:(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*(?:\:[0-9]+)?)/)?(?:[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*))(?P<reference>\:(?:[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})|@(?:[a-z0-9]+(?:[+._-][a-z0-9]+)*\:[a-zA-Z0-9=_-]+))?$";
+pub const REPOSITORY_URI_PATTERN: &str = r"^(?P<uri>(?:(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*(?:\:[0-9]+)?)/)?(?:[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*))$";
+pub const IMAGE_REFERENCE_PATTERN: &str = r"^(?P<reference>\:(?:[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})|@(?:[a-z0-9]+(?:[+._-][a-z0-9]+)*\:[a-zA-Z0-9=_-]+))$";
+const ENV_VAR_PATTERN: &str = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$";
+const HOSTNAME_PATTERN: &str = r"^^(?P<subdomain>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)\.(?P<domain>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?){0,9})$$";
+const SUBDOMAIN_PATTERN: &str = r"^(?P<subdomain>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)$";
+const DOMAIN_PATTERN: &str = r"^(?P<domain>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?){0,9})$";
 
 fn container_name() -> ParameterBuilder {
     ParameterBuilder::new(
@@ -850,7 +856,7 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
                     "Image repository, without tag or digest",
                 )
                 .example("ghcr.io/example/app")
-                .pattern(IMAGE_PATTERN),
+                .pattern(REPOSITORY_URI_PATTERN),
             ],
             description: " the repository of the container image",
             setter: true,
@@ -878,7 +884,8 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
             attribute: ENV_VALUE,
             parameters: vec![
                 container_name(),
-                ParameterBuilder::new("env-var", string, "Name of the environment variable to "),
+                ParameterBuilder::new("env-var", string, "Name of the environment variable to ")
+                    .pattern(ENV_VAR_PATTERN),
                 ParameterBuilder::new("env-value", string, "Value of the environment variable"),
             ],
             description: " an environment variable of a container",
@@ -924,15 +931,14 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
             upsert: false,
         },
     ];
-    let dns_name = |name: &str, description: &str| {
-        ParameterBuilder::new(name, string, description).pattern(DNS_NAME_PATTERN)
-    };
     let pairs = pairs.into_iter().chain([
         AttributeFunctions {
             stem: "hostname",
             attribute: HOSTNAME,
             parameters: vec![
-                dns_name("hostname", "Fully qualified host name").example("shop.example.com"),
+                ParameterBuilder::new("hostname", string, "Fully qualified host name")
+                    .pattern(HOSTNAME_PATTERN)
+                    .example("shop.example.com"),
             ],
             description: " the host names of Ingresses and Services",
             setter: true,
@@ -942,7 +948,9 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
             stem: "hostname-subdomain",
             attribute: SUBDOMAIN,
             parameters: vec![
-                dns_name("subdomain", "First label of the host names").example("shop"),
+                ParameterBuilder::new("subdomain", string, "First label of the host names")
+                    .pattern(SUBDOMAIN_PATTERN)
+                    .example("shop"),
             ],
             description: " the first label of the host names",
             setter: true,
@@ -952,7 +960,9 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
             stem: "hostname-domain",
             attribute: DOMAIN,
             parameters: vec![
-                dns_name("domain", "Host names without their first label").example("example.com"),
+                ParameterBuilder::new("domain", string, "Host names without their first label")
+                    .pattern(DOMAIN_PATTERN)
+                    .example("example.com"),
             ],
             description: " the domain of the host names",
             setter: true,

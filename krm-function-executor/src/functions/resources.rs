@@ -266,7 +266,7 @@ pub static GET_RESOURCES: Definition = Definition {
         ]
     },
     kind: FunctionKind::Readonly {
-        result: "resources",
+        result: "resource",
         description: "Resources",
         output: OutputType::ResourceList,
     },
@@ -280,7 +280,7 @@ pub static GET_RESOURCES_OF_TYPE: Definition = Definition {
     description: "Get the names and types of the resources of one type",
     parameters: |_| vec![resource_type()],
     kind: FunctionKind::Readonly {
-        result: "resources",
+        result: "resource-name",
         description: "Resources of the type",
         output: OutputType::ResourceInfoList,
     },
@@ -326,8 +326,7 @@ pub static REPLICATE: Definition = Definition {
                         DataType::Int,
                         "Desired number of copies of the resource",
                     )
-                    .example("3")
-                    .range(Some(0), Some(1000)),
+                    .example("3"),
                     ParameterBuilder::new(
                         "resource-category",
                         DataType::String,

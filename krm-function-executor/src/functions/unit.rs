@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::api::{
-    AttributeDetails, AttributeValue, DataType, FunctionArgument, FunctionInvocation, OutputType,
-    ResourceInfo, ResourceMutation,
+    AttributeDetails, AttributeValue, DataType, FunctionArgument, FunctionInvocation, FunctionType,
+    OutputType, ResourceInfo, ResourceMutation,
 };
 use crate::args::ArgValue;
 use crate::functions::definition::{
@@ -581,7 +581,7 @@ pub static GET_ATTRIBUTES: Definition = Definition {
     description: "Get the attributes registered as general attributes (replicas, images, namespaces, host names) with their getters and setters",
     parameters: no_parameters,
     kind: FunctionKind::Readonly {
-        result: "attribute-value",
+        result: "attribute",
         description: "Attributes",
         output: OutputType::AttributeValueList,
     },
@@ -595,7 +595,7 @@ pub static GET_DETAILS: Definition = Definition {
     description: "Get the descriptive facts of the unit (replicas, image repositories and references, Service types and ports), each with its description",
     parameters: no_parameters,
     kind: FunctionKind::Readonly {
-        result: "detail",
+        result: "attribute",
         description: "Details",
         output: OutputType::AttributeValueList,
     },
@@ -609,7 +609,7 @@ pub static GET_NEEDED: Definition = Definition {
     description: "Get the general attributes (replicas, images, namespaces, host names) that still hold a placeholder, with their setters",
     parameters: no_parameters,
     kind: FunctionKind::Readonly {
-        result: "attribute-value",
+        result: "attribute",
         description: "Attributes that need a value",
         output: OutputType::AttributeValueList,
     },
@@ -629,7 +629,11 @@ pub static GET_NEEDED_NAMESPACES: Definition = Definition {
     },
     toolchains: KUBERNETES,
     run: get_needed_namespaces,
-    options: Options::DEFAULT,
+    options: Options {
+        function_type: FunctionType::PathVisitor,
+        attribute_name: attribute::NAMESPACE_REFERENCE,
+        ..Options::DEFAULT
+    },
 };
 
 pub static GET_PROVIDED: Definition = Definition {
@@ -637,7 +641,7 @@ pub static GET_PROVIDED: Definition = Definition {
     description: "Get the names this unit provides to others (namespaces, service accounts, config maps, secrets, services, ...)",
     parameters: no_parameters,
     kind: FunctionKind::Readonly {
-        result: "attribute-value",
+        result: "attribute",
         description: "Provided values",
         output: OutputType::AttributeValueList,
     },
@@ -669,7 +673,10 @@ pub static SET_DEFAULT_NAMES: Definition = Definition {
     kind: FunctionKind::Mutating,
     toolchains: ALL_TOOLCHAINS,
     run: set_default_names,
-    options: Options::DEFAULT,
+    options: Options {
+        attribute_name: attribute::DEFAULT_NAME,
+        ..Options::DEFAULT
+    },
 };
 
 pub static RESET: Definition = Definition {
@@ -790,8 +797,7 @@ pub static COMPUTE_MUTATIONS: Definition = Definition {
                 "functionIndex",
                 DataType::Int,
                 "Index recorded with the mutations",
-            )
-            .range(Some(0), None),
+            ),
             ParameterBuilder::new(
                 "alreadyConverted",
                 DataType::Bool,

@@ -707,7 +707,7 @@ pub static GET_PLACEHOLDERS: Definition = Definition {
     description: "Get the attributes that still hold a placeholder (confighubplaceholder or 999999999)",
     parameters: no_parameters,
     kind: FunctionKind::Readonly {
-        result: "attribute-value",
+        result: "path",
         description: "Attributes holding placeholders",
         output: OutputType::AttributeValueList,
     },
@@ -735,8 +735,7 @@ pub static IS_APPROVED: Definition = Definition {
     parameters: |_| {
         vec![
             ParameterBuilder::new("num-approvers", DataType::Int, "Approvals required")
-                .example("1")
-                .range(Some(0), None),
+                .example("1"),
         ]
     },
     kind: FunctionKind::Validating {
