@@ -1,9 +1,6 @@
 //! `--only cache`: the result cache, against the same calls run each time and against the
 //! empty gRPC round trip; a pod function's hit against its warm pod call.
 
-#[path = "../../tests/tests/support/pod_world.rs"]
-mod pod_world;
-
 use std::time::Instant;
 
 use anyhow::{Context, bail};
@@ -12,6 +9,7 @@ use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_proto::krmrunner::v1 as pb;
 use krm_runner_proto::krmrunner::v1::function_executor_client::FunctionExecutorClient;
 
+use super::pod_world;
 use super::{BenchArgs, BenchServer, deployments, indent_items, ms, percentiles, resource_list_of};
 
 /// The result cache: a Porch-like re-render (the same six-step pipeline over an unchanged

@@ -47,6 +47,9 @@
 //!   against one that does not).
 
 mod cache;
+/// The pod evaluator's world in the Kubernetes API stand-in, as the pod tests build it.
+#[path = "../../tests/tests/support/pod_world.rs"]
+mod pod_world;
 mod policy;
 mod schema;
 mod wasm;

@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use krm_runner::Config;
 
+use krm_kube_standin::image::ScratchImage;
+
+use super::pod_world;
 use super::{
     BenchArgs, BenchServer, PROCESS_RUNS, beside_this, ms, percentiles, spawn_with_input,
     timed_call,
@@ -21,7 +24,13 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
     let outcome = async {
         let native = dir.join("set-namespace");
         let module = dir.join("set-namespace.wasm");
-        for (target, output) in [(None, &native), (Some("--target=wasm32-wasi"), &module)] {
+        // For a pod's scratch image, which has no C library to link against.
+        let linked_in = dir.join("set-namespace-static");
+        for (target, output) in [
+            (None, &native),
+            (Some("--target=wasm32-wasi"), &module),
+            (Some("-static"), &linked_in),
+        ] {
             let mut clang = Command::new("clang");
             clang.args(target).arg("-O2").arg("-o").arg(output).arg(&source);
             let built = clang
@@ -91,24 +100,54 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
             spawned.push(started.elapsed());
         }
 
-        // Warm calls over gRPC, alternating.
-        let mut server = BenchServer::start_with(base, &[], &evaluators(&warm_cache), "{enabled: false}").await?;
+        // Warm calls over gRPC, alternating; with the static executable in a warm pod of the
+        // Kubernetes API stand-in too, when podman can run one.
+        let world = if krm_kube_standin::fixture::require_podman("the warm pod of the wasm measurement") {
+            Some(tokio::task::spawn_blocking(pod_world::pod_world).await?)
+        } else {
+            None
+        };
+        let pod_image = match &world {
+            Some(world) => {
+                let image = ScratchImage {
+                    files: vec![(linked_in.clone(), "/set-namespace".to_owned())],
+                    entrypoint: vec!["/set-namespace".to_owned()],
+                    ..ScratchImage::default()
+                };
+                let pushed = tokio::task::block_in_place(|| {
+                    world.cluster.push(&image, "krm/set-namespace:v1")
+                })?;
+                Some(pushed)
+            }
+            None => None,
+        };
+        let mut evaluators = evaluators(&warm_cache);
+        if let Some(world) = &world {
+            evaluators = evaluators.replace("{chain: [exec, wasm]}", "{chain: [exec, wasm, pod]}");
+            evaluators.push_str(&pod_world::pod_evaluator(&world.cluster, &world.wrapper, ""));
+        }
+        let mut server = BenchServer::start_with(base, &[], &evaluators, "{enabled: false}").await?;
         let calls = async {
-            let mut native_calls = Vec::with_capacity(args.calls);
-            let mut module_calls = Vec::with_capacity(args.calls);
+            let mut images = vec!["bench/set-namespace-native", "bench/set-namespace-wasm"];
+            images.extend(pod_image.as_deref());
+            let mut timings = vec![Vec::with_capacity(args.calls); images.len()];
             for _ in 0..50 {
-                server.call("bench/set-namespace-native", &input).await?;
-                server.call("bench/set-namespace-wasm", &input).await?;
+                for image in &images {
+                    server.call(image, &input).await?;
+                }
             }
             for _ in 0..args.calls {
-                native_calls.push(timed_call(&mut server, "bench/set-namespace-native", "", &input).await?);
-                module_calls.push(timed_call(&mut server, "bench/set-namespace-wasm", "", &input).await?);
+                for (image, timing) in images.iter().zip(&mut timings) {
+                    timing.push(timed_call(&mut server, image, "", &input).await?);
+                }
             }
-            anyhow::Ok((percentiles(&mut native_calls), percentiles(&mut module_calls)))
+            anyhow::Ok(timings.iter_mut().map(|timing| percentiles(timing)).collect::<Vec<_>>())
         }
         .await;
         server.stop();
-        let ((native_p50, native_p99), (module_p50, module_p99)) = calls?;
+        let figures = calls?;
+        let (native_p50, native_p99) = figures[0];
+        let (module_p50, module_p99) = figures[1];
 
         println!("\n## set-namespace in C, 100 ConfigMaps: native executable (exec) vs WASI module (wasm)");
         println!("| what | native executable | WASI module |\n|---|---|---|");
@@ -123,6 +162,13 @@ pub async fn run(base: &Config, args: &BenchArgs) -> anyhow::Result<()> {
         );
         println!("| warm gRPC call p50 | {} | {} |", ms(native_p50), ms(module_p50));
         println!("| warm gRPC call p99 | {} | {} |", ms(native_p99), ms(module_p99));
+        if let Some(&(pod_p50, pod_p99)) = figures.get(2) {
+            println!(
+                "| the static executable in a warm pod (stand-in), p50 / p99 | {} / {} | |",
+                ms(pod_p50),
+                ms(pod_p99)
+            );
+        }
         anyhow::Ok(())
     }
     .await;
