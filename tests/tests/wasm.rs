@@ -492,6 +492,86 @@ async fn a_module_pushed_to_a_registry_runs_by_tag_constraint_pinned_by_digest()
     assert_eq!(output.matches("namespace: prod").count(), 3, "{output}");
 }
 
+/// A pulled module marked cacheable is keyed by the digest its tag was resolved to: answered
+/// again while the tag stays, never once the tag moves to another module. The first call
+/// (no digest known yet) and the first after `refresh_seconds` (the digest to be asked again)
+/// run uncached.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_marked_pulled_module_is_keyed_by_its_digest() {
+    if let Err(missing) = registry::available() {
+        krm_kube_standin::fixture::skip(&missing);
+        return;
+    }
+    let dir = scratch();
+    let Some(modules) = modules(dir.path(), &["set-namespace", "sandbox"]) else {
+        return;
+    };
+    let registry = LocalRegistry::start(&dir.path().join("registry")).expect("registry");
+    let host = registry.host.clone();
+    let push = |module: &Path| {
+        registry
+            .push_kpt_wasm(
+                "wasm/moving",
+                "v1",
+                "fn.wasm",
+                &std::fs::read(module).unwrap(),
+            )
+            .unwrap()
+    };
+    push(&modules[0].1);
+    let config = format!(
+        "{}cache: {{images: [{{prefix: \"{host}/wasm/\", ttl_seconds: 600}}]}}\n",
+        registry_config(
+            &dir.path().join("cache"),
+            &host,
+            "      refresh_seconds: 1\n"
+        )
+    );
+    let server = Server::start(&config, &[]);
+    let mut client = server.client().await;
+    let image = format!("{host}/wasm/moving:v1");
+    let mut call = async || {
+        let response = client
+            .evaluate_function(EvaluateFunctionRequest {
+                resource_list: input("prod"),
+                image: image.clone(),
+                tag: String::new(),
+            })
+            .await
+            .unwrap_or_else(|status| panic!("{status:?}\n{}", server.stderr()));
+        let said = response
+            .metadata()
+            .get("x-krm-cache")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (said, response.into_inner().resource_list)
+    };
+    let (first, transformed) = call().await;
+    assert_eq!(first, "bypass", "no digest known before the first pull");
+    assert_eq!(
+        String::from_utf8_lossy(&transformed)
+            .matches("namespace: prod")
+            .count(),
+        3
+    );
+    assert_eq!(call().await, ("miss".to_owned(), transformed.clone()));
+    assert_eq!(call().await, ("hit".to_owned(), transformed.clone()));
+
+    push(&modules[1].1);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (stale, moved) = call().await;
+    assert_eq!(stale, "bypass", "the digest is asked again");
+    assert_eq!(
+        moved,
+        input("prod"),
+        "the new module (the identity function) ran"
+    );
+    assert_eq!(call().await, ("miss".to_owned(), moved.clone()));
+    assert_eq!(call().await, ("hit".to_owned(), moved));
+}
+
 /// A registry answering a manifest or a tag list without end: the pull stops at the bound
 /// (RESOURCE_EXHAUSTED naming the image and the bound) instead of reading on, and the runner
 /// serves on.

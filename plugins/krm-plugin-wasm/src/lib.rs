@@ -35,9 +35,9 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
 use krm_plugin_api::{
-    BuildContext, CallContext, CancelReason, ConfigError, ErrorKind, EvalError, EvalResponse,
-    Evaluator, FunctionConfigExecutor, FunctionConfigRoute, FunctionSignature, Plugin, Probe,
-    Resolution, export_plugin,
+    BuildContext, CacheIdentity, CallContext, CancelReason, ConfigError, ErrorKind, EvalError,
+    EvalResponse, Evaluator, FunctionConfigExecutor, FunctionConfigRoute, FunctionSignature,
+    Plugin, Probe, Resolution, export_plugin,
 };
 use krm_runner_function_config::WasmExecutor;
 use krm_runner_function_config::version::MappedVersions;
@@ -397,6 +397,46 @@ impl Evaluator for Wasm {
             return self.run_pulled(context, image, None, resource_list);
         }
         self.run(context, image, resource_list)
+    }
+
+    /// A pulled module is named by its digest, so that a tag moved in its registry misses; the
+    /// digest is the one a call would pin now, else (an untagged image, whose constraint only
+    /// the call resolves, or a tag not resolved within `refresh_seconds`) the call is left
+    /// uncached. A module file names nothing: it is compiled once for the instance's life, so
+    /// the runner keys its calls by instance and keeps them in memory only.
+    fn cache_identity(
+        &self,
+        image: &str,
+        route: Option<&FunctionConfigRoute>,
+    ) -> Option<CacheIdentity> {
+        let module =
+            match route.filter(|route| route.executor == FunctionConfigExecutor::WasmExecutor) {
+                Some(route) => match RoutedModule::of(&route.settings::<WasmExecutor>().ok()?)? {
+                    RoutedModule::File(_) => return None,
+                    RoutedModule::Image(module) => module,
+                },
+                None if !self.shared.functions.contains_key(image) && self.shared.pulls(image) => {
+                    image.to_owned()
+                }
+                None => return None,
+            };
+        let registries = self.shared.registries.as_ref()?;
+        let digest = match module.split_once('@') {
+            Some((_, digest)) => Some(digest.to_owned()),
+            None if names_a_version(&module) => registries.fresh_digest(&module),
+            None => None,
+        };
+        Some(match digest {
+            Some(digest) => CacheIdentity {
+                pure: false,
+                code: serde_json::json!({ "module": module, "digest": digest }).to_string(),
+                unnamed: false,
+            },
+            None => CacheIdentity {
+                unnamed: true,
+                ..CacheIdentity::default()
+            },
+        })
     }
 
     /// Each mapped image, named by itself: what `krm-runner functions` lists, and what

@@ -237,6 +237,17 @@ impl Registries {
         })
     }
 
+    /// The digest the tag of `image` was resolved to within `refresh_seconds`, if it was: the
+    /// module a call of `image` runs now.
+    pub(crate) fn fresh_digest(&self, image: &str) -> Option<String> {
+        self.digests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(image)
+            .filter(|(at, _)| at.elapsed() < self.settings.refresh)
+            .map(|(_, digest)| digest.clone())
+    }
+
     /// For the untagged `image`, the tag of the highest version satisfying `tag` among the
     /// registry's, with its digest.
     pub(crate) async fn resolve(&self, image: &str, tag: &str) -> Result<Resolution, PullError> {
