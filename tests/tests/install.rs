@@ -33,13 +33,13 @@ fn blocks(readme: &str, heading: &str, language: &str) -> Vec<String> {
         .collect()
 }
 
-/// What `deploy/install.sh` may leave in a prefix: 100 MB from a release build (what it makes
+/// What `deploy/install.sh` may leave in a prefix: 115 MB from a release build (what it makes
 /// without `--build-dir`). A debug build's files are larger, their dependencies less optimised.
 fn size_bound(build: &Path) -> u64 {
-    // The wasm plugin carries wasmtime and its Cranelift compiler: about 48 MB of the debug
-    // install.
+    // The wasm plugin carries wasmtime and its Cranelift compiler: 21 MB of the release install
+    // (109.7 MB measured), about 48 MB of the debug one.
     if build.ends_with("release") {
-        100_000_000
+        115_000_000
     } else {
         175_000_000
     }
