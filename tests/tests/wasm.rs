@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use krm_kube_standin::registry::{self, Layer, LocalRegistry};
 use krm_runner_proto::evaluator::EvaluateFunctionRequest;
 use krm_runner_tests::{
-    Server, assert_deadline_answer, call_with_remote_deadline, have_tool, kpt, kpt_package,
-    process_stat, run_cli, runner_binary, scratch, script, wasm_module,
+    Server, assert_deadline_answer, call_with_remote_deadline, have_tool, kpt_eval_exec,
+    kpt_package, process_stat, run_cli, runner_binary, scratch, script, wasm_module,
 };
 use tonic::Code;
 
@@ -792,30 +792,30 @@ fn kpt_runs_a_module_through_krm_runner_fn() {
         config(&modules, &dir.path().join("cache"), ""),
     )
     .unwrap();
+    let written = kpt_through_fn(dir.path(), &config_file, SET_NAMESPACE, "prod");
+    assert!(written.contains("namespace: prod"), "{written}");
+    assert!(!written.contains("namespace: old"), "{written}");
+}
+
+/// `kpt fn eval --exec "krm-runner fn IMAGE"` (with `config_file`) over a package of one
+/// ConfigMap in namespace `old`, asking for `namespace`: the package's `app.yaml` after.
+fn kpt_through_fn(dir: &Path, config_file: &Path, image: &str, namespace: &str) -> String {
     let package = kpt_package(
-        dir.path(),
+        dir,
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  namespace: old\ndata:\n  key: value\n",
     );
-    let command = format!(
-        "{} fn --plugin-dir {} --config-file {} {SET_NAMESPACE}",
-        runner_binary().display(),
+    let function = format!(
+        "--plugin-dir {} --config-file {} {image}",
         runner_binary().parent().unwrap().display(),
         config_file.display()
     );
-    let output = kpt(&[
-        "fn",
-        "eval",
-        package.to_str().unwrap(),
-        "--exec",
-        &command,
-        "--",
-        "namespace=prod",
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let written = std::fs::read_to_string(package.join("app.yaml")).unwrap();
-    assert!(written.contains("namespace: prod"), "{written}\n{stderr}");
-    assert!(!written.contains("namespace: old"), "{written}\n{stderr}");
+    let output = kpt_eval_exec(&package, &function, &[&format!("namespace={namespace}")]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::read_to_string(package.join("app.yaml")).unwrap()
 }
 
 /// A module pulled from a registry as kpt pushes it, by `krm-runner fn` and by the real kpt
@@ -861,32 +861,8 @@ fn fn_and_kpt_run_a_module_pulled_from_a_registry() {
     let compiled = cached_files(&cache);
     assert_eq!(compiled.len(), 1, "one compiled module: {compiled:?}");
 
-    let package = kpt_package(
-        dir.path(),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n  namespace: old\ndata:\n  key: value\n",
-    );
-    let command = format!(
-        "{} fn --plugin-dir {} --config-file {} {image}",
-        runner_binary().display(),
-        runner_binary().parent().unwrap().display(),
-        config_file.display()
-    );
-    let output = kpt(&[
-        "fn",
-        "eval",
-        package.to_str().unwrap(),
-        "--exec",
-        &command,
-        "--",
-        "namespace=staging",
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let written = std::fs::read_to_string(package.join("app.yaml")).unwrap();
-    assert!(
-        written.contains("namespace: staging"),
-        "{written}\n{stderr}"
-    );
+    let written = kpt_through_fn(dir.path(), &config_file, &image, "staging");
+    assert!(written.contains("namespace: staging"), "{written}");
     assert_eq!(
         cached_files(&cache),
         compiled,
