@@ -182,19 +182,7 @@ async fn exec_is_cached_only_when_marked_and_a_replaced_binary_misses() {
         1.0
     );
     assert_eq!(cache_header(&server, "example/fn", &input).await, "hit");
-    let started = Instant::now();
-    loop {
-        let header = cache_header(&server, "example/fn", &input).await;
-        if header == "miss" {
-            break;
-        }
-        assert_eq!(header, "hit");
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the answer outlived its 3 s TTL"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    hits_until_expired(&server, "example/fn", &input, Instant::now(), "3 s TTL").await;
     assert_eq!(
         metric(
             metrics,
@@ -259,18 +247,7 @@ function_configs:
     assert_eq!(first, "miss");
     let (second, again) = call(&server, marked, &input).await.unwrap();
     assert_eq!((second.as_str(), again), ("hit", output));
-    loop {
-        let header = cache_header(&server, marked, &input).await;
-        if header == "miss" {
-            break;
-        }
-        assert_eq!(header, "hit");
-        assert!(
-            stored_at.elapsed() < Duration::from_secs(30),
-            "the answer outlived its 2 s timeToLive"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    hits_until_expired(&server, marked, &input, stored_at, "2 s timeToLive").await;
     assert!(
         stored_at.elapsed() >= Duration::from_secs(2),
         "expired before its timeToLive"
@@ -925,6 +902,23 @@ async fn a_confighub_answer_survives_a_restart_unless_what_decides_it_changed() 
             "miss",
             "{changed}"
         );
+    }
+}
+
+/// Calls `image` until its answer expires: each call a hit until one misses, which must come
+/// within 30 s of `since`; `ttl` names the time-to-live in the failure.
+async fn hits_until_expired(server: &Server, image: &str, input: &[u8], since: Instant, ttl: &str) {
+    loop {
+        let header = cache_header(server, image, input).await;
+        if header == "miss" {
+            return;
+        }
+        assert_eq!(header, "hit");
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the answer outlived its {ttl}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -274,14 +274,11 @@ impl Wasm {
             return Err(EvalError::declined_because(image, NOT_MAPPED));
         };
         let pre = compiled.map_err(|error| compile_failure(image, &error))?;
-        self.start_ticker();
-        run::run(
-            &self.shared.engine,
+        self.execute(
             context,
             image,
             pre,
             &self.shared.functions[image].mapped.env,
-            &self.limits,
             resource_list,
         )
     }
@@ -301,16 +298,7 @@ impl Wasm {
                     .shared
                     .compiled_file(image, &path)
                     .map_err(|error| compile_failure(image, &error))?;
-                self.start_ticker();
-                run::run(
-                    &self.shared.engine,
-                    context,
-                    image,
-                    &pre,
-                    &self.shared.env,
-                    &self.limits,
-                    resource_list,
-                )
+                self.execute(context, image, &pre, &self.shared.env, resource_list)
             }
             Some(RoutedModule::Image(module)) => {
                 if !self.shared.pulls(&module) {
@@ -348,21 +336,30 @@ impl Wasm {
         if let Some(resolution) = &pinned.resolution {
             context.report_resolved(&resolution.reference());
         }
-        self.start_ticker();
+        self.execute(context, image, &pre, &self.shared.env, resource_list)
+    }
+
+    /// Runs a compiled module for one call, under the instance's limits, the engine's epoch
+    /// ticking.
+    fn execute(
+        &self,
+        context: &CallContext<'_>,
+        image: &str,
+        pre: &InstancePre<CallState>,
+        env: &[(String, String)],
+        resource_list: &[u8],
+    ) -> Result<EvalResponse, EvalError> {
+        self.ticker
+            .get_or_init(|| Ticker::start(self.shared.engine.clone()));
         run::run(
             &self.shared.engine,
             context,
             image,
-            &pre,
-            &self.shared.env,
+            pre,
+            env,
             &self.limits,
             resource_list,
         )
-    }
-
-    fn start_ticker(&self) {
-        self.ticker
-            .get_or_init(|| Ticker::start(self.shared.engine.clone()));
     }
 }
 
