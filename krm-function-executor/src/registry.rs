@@ -525,11 +525,16 @@ fn references_of_type(path: &str, referenced: &str) -> PathVisitorInfo {
     entry
 }
 
-/// An image: `[registry/]repository` then `:tag` and/or `@digest`.
-pub const IMAGE_ACCESSOR: &str = r"^(?P<uri>[^@:]+(?::[0-9]+/[^@:]+)?)(?P<reference>(?::[^@/]+)?(?:@[A-Za-z0-9_+.-]+:[A-Fa-f0-9]+)?)$";
+/// An image, ConfigHub's imageURIReferenceRegexpString character for character (container
+/// functions' `set-image` checks its argument with it, and listpaths shows it): a lower-case
+/// `[host[:port]/]repository` as `uri`, then an optional `:tag` or `@digest` as `reference`.
+/// An image it does not match (both a tag and a digest, capitals) has no parts, and an
+/// untagged one no `reference`, as in ConfigHub.
+pub const IMAGE_ACCESSOR: &str = r"^(?P<uri>(?:(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*(?:\:[0-9]+)?)/)?(?:[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*))(?P<reference>\:(?:[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})|@(?:[a-z0-9]+(?:[+._-][a-z0-9]+)*\:[a-zA-Z0-9=_-]+))?$";
 
-/// A DNS name: its first label, and the rest.
-pub const HOSTNAME_ACCESSOR: &str = r"^(?P<subdomain>[^.]+)\.(?P<domain>.+)$";
+/// A DNS name, ConfigHub's dnsSubdomainDomainRegexpString character for character: its first
+/// label as `subdomain`, and up to ten more as `domain`, lower case.
+pub const HOSTNAME_ACCESSOR: &str = r"^(?P<subdomain>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?)\.(?P<domain>[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?){0,9})$";
 
 /// The annotation external-dns reads a Service's hostname from.
 pub const EXTERNAL_DNS_HOSTNAME: &str =
@@ -1104,19 +1109,30 @@ mod tests {
     fn the_image_accessor_splits_uri_and_reference() {
         let re = Regex::new(IMAGE_ACCESSOR).unwrap();
         for (image, uri, reference) in [
-            ("nginx", "nginx", ""),
-            ("nginx:1.25", "nginx", ":1.25"),
-            ("registry:5000/team/app:v2", "registry:5000/team/app", ":v2"),
-            ("ghcr.io/a/b@sha256:abcd", "ghcr.io/a/b", "@sha256:abcd"),
+            ("nginx", "nginx", None),
+            ("nginx:1.25", "nginx", Some(":1.25")),
             (
-                "ghcr.io/a/b:v1@sha256:abcd",
+                "registry:5000/team/app:v2",
+                "registry:5000/team/app",
+                Some(":v2"),
+            ),
+            (
+                "ghcr.io/a/b@sha256:abcd",
                 "ghcr.io/a/b",
-                ":v1@sha256:abcd",
+                Some("@sha256:abcd"),
             ),
         ] {
             let caps = re.captures(image).unwrap();
             assert_eq!(&caps["uri"], uri, "{image}");
-            assert_eq!(&caps["reference"], reference, "{image}");
+            assert_eq!(
+                caps.name("reference").map(|m| m.as_str()),
+                reference,
+                "{image}"
+            );
+        }
+        // As ConfigHub's pattern: neither both a tag and a digest nor capitals.
+        for image in ["ghcr.io/a/b:v1@sha256:abcd", "Team/App:v1"] {
+            assert!(!re.is_match(image), "{image}");
         }
     }
 }

@@ -18,7 +18,9 @@ use crate::api::{
 use crate::args::ArgValue;
 use crate::functions::{Call, FunctionError, Outcome, Output, TypedFunction};
 use crate::path::{self, UnresolvedPath};
-use crate::registry::{ANY_RESOURCE_TYPE, PathRegistry, PathVisitorInfo, attribute};
+use crate::registry::{
+    ANY_RESOURCE_TYPE, IMAGE_ACCESSOR, PathRegistry, PathVisitorInfo, attribute,
+};
 use crate::signature::{ParameterBuilder, TypedFacet, TypedSignature};
 use crate::yaml::{Doc, Editor, Kind, New, NodeId};
 
@@ -135,16 +137,20 @@ pub(crate) fn scalar(doc: &Doc, node: NodeId) -> Result<(Value, DataType), Strin
     Ok((value, data_type))
 }
 
-/// The `#part` of a string, when the accessor matches it.
-fn extract(regexp: &Regex, part: &str, text: &str) -> Option<String> {
-    let captures = regexp.captures(text)?;
-    Some(captures.name(part).map_or("", |m| m.as_str()).to_owned())
+/// The `#part` of a string: empty when the accessor does not match it or the part takes no
+/// part in the match, as yamlkit's RegexpAccessor.Extract answers.
+fn extract(regexp: &Regex, part: &str, text: &str) -> String {
+    regexp
+        .captures(text)
+        .and_then(|captures| captures.name(part))
+        .map_or_else(String::new, |m| m.as_str().to_owned())
 }
 
-/// `text` with its `#part` replaced by `value`.
+/// `text` with its `#part` replaced by `value`; `None` where the part is empty or missing,
+/// which yamlkit's UpdateStringPaths refuses ("embedded field ... not found").
 fn replace_part(regexp: &Regex, part: &str, text: &str, value: &str) -> Option<String> {
     let captures = regexp.captures(text)?;
-    let span = captures.name(part)?;
+    let span = captures.name(part).filter(|m| !m.is_empty())?;
     Some(format!(
         "{}{value}{}",
         &text[..span.start()],
@@ -195,9 +201,7 @@ pub fn get<'r>(
                 let mut resolved_path = found.path.clone();
                 if let Some((part, regexp)) = &target.part {
                     let Some(text) = value.as_str() else { continue };
-                    let Some(extracted) = extract(regexp, part, text) else {
-                        continue;
-                    };
+                    let extracted = extract(regexp, part, text);
                     value = Value::String(extracted);
                     data_type = DataType::String;
                     resolved_path = format!("{resolved_path}#{part}");
@@ -395,6 +399,10 @@ pub fn write<'r>(
                             continue;
                         };
                         let Some(replaced) = replace_part(regexp, part, text, new_part) else {
+                            problems.push(format!(
+                                "{}: embedded field {part} not found",
+                                at(&found.path)
+                            ));
                             continue;
                         };
                         if replaced != text {
@@ -785,7 +793,6 @@ impl TypedFunction for ArbitraryPath {
 // container name's alternation is not grouped in ConfigHub's: it takes what starts with `*` or
 // ends with a name character.
 pub const CONTAINER_NAME_PATTERN: &str = r"^\*|[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
-const IMAGE_PATTERN: &str = r"^(?P<uri>(?:(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*(?:\:[0-9]+)?)/)?(?:[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*))(?P<reference>\:(?:[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})|@(?:[a-z0-9]+(?:[+._-][a-z0-9]+)*\:[a-zA-Z0-9=_-]+))?$";
 pub const REPOSITORY_URI_PATTERN: &str = r"^(?P<uri>(?:(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*(?:\:[0-9]+)?)/)?(?:[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*))$";
 pub const IMAGE_REFERENCE_PATTERN: &str = r"^(?P<reference>\:(?:[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127})|@(?:[a-z0-9]+(?:[+._-][a-z0-9]+)*\:[a-zA-Z0-9=_-]+))$";
 const ENV_VAR_PATTERN: &str = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$";
@@ -839,7 +846,7 @@ pub fn kubernetes(registry: &PathRegistry) -> Vec<Arc<dyn TypedFunction>> {
                 container_name(),
                 ParameterBuilder::new("container-image", string, "Container image")
                     .example("nginx:1.27")
-                    .pattern(IMAGE_PATTERN),
+                    .pattern(IMAGE_ACCESSOR),
             ],
             description: " the container image",
             setter: true,
