@@ -13,6 +13,7 @@ use std::io::Read;
 use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
+use time::format_description::well_known::Rfc3339;
 
 /// The Kubernetes version whose schema this is (`1.37`), as k8s-openapi's version feature
 /// selects it.
@@ -89,6 +90,17 @@ impl std::fmt::Display for Violation {
         }
     }
 }
+
+/// A value as a message quotes it: at most [`SHOWN_CHARS`] characters of it.
+fn shown(text: &str) -> String {
+    match text.char_indices().nth(SHOWN_CHARS) {
+        Some((end, _)) => format!("'{}...'", &text[..end]),
+        None => format!("'{text}'"),
+    }
+}
+
+/// The most of a value a violation quotes.
+const SHOWN_CHARS: usize = 64;
 
 fn kind_of(value: &Value) -> &'static str {
     match value {
@@ -310,6 +322,16 @@ impl Schema {
             ));
             return;
         }
+        if let Some(text) = value.as_str()
+            && schema.get("format").and_then(Value::as_str) == Some("date-time")
+            && time::OffsetDateTime::parse(text, &Rfc3339).is_err()
+        {
+            out.push(Violation::new(
+                path,
+                format!("{} is not valid 'date-time'", shown(text)),
+            ));
+            return;
+        }
         let len = path.len();
         if let Some(map) = value.as_object() {
             let properties = schema.get("properties").and_then(Value::as_object);
@@ -403,6 +425,38 @@ mod tests {
             ]
         );
         assert_eq!(schema.validate("example.com/v1/Widget", &bad), None);
+    }
+
+    #[test]
+    fn times_are_rfc_3339_date_times() {
+        let schema = schema().expect("the built-in schema loads");
+        let namespace = |created: &str| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "a", "creationTimestamp": created}})
+        };
+        for good in ["2026-12-06T06:05:50Z", "2026-12-06T06:05:50.123+01:00"] {
+            assert_eq!(
+                schema.validate("v1/Namespace", &namespace(good)),
+                Some(vec![])
+            );
+        }
+        let long = "9".repeat(100);
+        for (bad, shown) in [
+            ("yesterday", "'yesterday'"),
+            ("2026-13-06T06:05:50Z", "'2026-13-06T06:05:50Z'"),
+            ("2026-12-06 06:05:50", "'2026-12-06 06:05:50'"),
+            (long.as_str(), &format!("'{}...'", &long[..64])),
+        ] {
+            let found = schema.validate("v1/Namespace", &namespace(bad));
+            assert_eq!(
+                found,
+                Some(vec![Violation::new(
+                    "metadata.creationTimestamp",
+                    format!("{shown} is not valid 'date-time'")
+                )]),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
