@@ -309,6 +309,39 @@ fn listpaths_prints_the_registry_as_json() {
     assert_eq!(replicas["AttributeName"], "replicas", "{replicas}");
     assert_eq!(replicas["DataType"], "int", "{replicas}");
     assert!(text(&output.stdout).starts_with("{\n  \""));
+
+    // The embedded accessors are ConfigHub's patterns, which its set-image and set-hostname
+    // also check their arguments with: signatures.json has them from ConfigHub's code.
+    let signatures: Value = serde_json::from_slice(
+        &std::fs::read(repo_root().join("tests/tests/confighub/signatures.json")).unwrap(),
+    )
+    .unwrap();
+    let pattern = |function: &str, parameter: usize| {
+        signatures["Kubernetes/YAML"][function]["Parameters"][parameter]["Regexp"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let accessor = |attribute: &str, resource_type: &str, path: &str| {
+        let entry = &registry[attribute][resource_type][path];
+        assert_eq!(entry["EmbeddedAccessorType"], "Regexp", "{entry}");
+        entry["EmbeddedAccessorConfig"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(
+        accessor(
+            "container-image-reference",
+            "apps/v1/Deployment",
+            "spec.template.spec.containers.?name:container-name=%s.image#reference"
+        ),
+        pattern("set-image", 1)
+    );
+    // set-hostname's argument pattern is the accessor anchored once more.
+    let hostname = accessor(
+        "subdomain",
+        "networking.k8s.io/v1/Ingress",
+        "spec.rules.*.host#subdomain",
+    );
+    assert_eq!(format!("^{hostname}$"), pattern("set-hostname", 0));
 }
 
 #[test]
