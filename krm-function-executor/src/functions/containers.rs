@@ -5,6 +5,7 @@ use regex::Regex;
 use crate::api::{DataType, ResourceInfo};
 use crate::args::ArgValue;
 use crate::functions::definition::{Definition, FunctionKind, KUBERNETES, Options};
+use crate::functions::patch::item_lines;
 use crate::functions::path_visitor::{
     CONTAINER_NAME_PATTERN, IMAGE_REFERENCE_PATTERN, REPOSITORY_URI_PATTERN, fill_missing, get,
     write,
@@ -103,17 +104,22 @@ fn containers<'u>(
     Ok(containers)
 }
 
+/// ConfigHub's k8sFnSetEnv: each existing variable named gets the value, an empty value
+/// removes the variable, and the others are appended in the order first named. A variable
+/// named twice takes its last value and is appended once (ConfigHub appends it once per
+/// mention).
 fn set_env(call: &Call) -> Result<Outcome, FunctionError> {
     let container = call.arguments.str("container-name").unwrap_or_default();
-    // Later pairs for one variable win.
     let mut pairs: Vec<(String, String)> = Vec::new();
     for value in call.arguments.all("env-key-value") {
         let text = value.as_str().unwrap_or_default();
         let Some((key, value)) = text.split_once('=') else {
             return Err(format!("env-key-value {text:?} is not KEY=value").into());
         };
-        pairs.retain(|(k, _)| k != key);
-        pairs.push((key.to_owned(), value.to_owned()));
+        match pairs.iter_mut().find(|(k, _)| k == key) {
+            Some(pair) => value.clone_into(&mut pair.1),
+            None => pairs.push((key.to_owned(), value.to_owned())),
+        }
     }
     let doc = &call.unit.doc;
     let mut editor = Editor::default();
@@ -122,24 +128,30 @@ fn set_env(call: &Call) -> Result<Outcome, FunctionError> {
         if !doc.is_map(node) {
             continue;
         }
-        if found.through_alias {
-            return Err(format!(
-                "{} {}: {} goes through an alias; not edited",
+        let at = || {
+            format!(
+                "{} {}: {}",
                 info.resource_type, info.resource_name, found.path
             )
-            .into());
+        };
+        if found.through_alias {
+            return Err(format!("{}: goes through an alias; not edited", at()).into());
         }
         let env = doc.get(node, "env");
+        let items = env.map(|env| doc.items(env)).unwrap_or_default();
+        let named = |key: &str| {
+            items
+                .iter()
+                .copied()
+                .find(|&item| doc.get_str(item, &["name"]) == Some(key))
+        };
         let mut missing = Vec::new();
+        let mut removed = Vec::new();
         for (key, value) in &pairs {
-            let item = env.and_then(|env| {
-                doc.items(env)
-                    .iter()
-                    .copied()
-                    .find(|&item| doc.get_str(item, &["name"]) == Some(key.as_str()))
-            });
-            match item {
-                Some(item) => match doc.get(item, "value") {
+            match (named(key), value.is_empty()) {
+                (Some(item), true) => removed.push(item),
+                (None, true) => {}
+                (Some(item), false) => match doc.get(item, "value") {
                     Some(current) if doc.str(current) == Some(value.as_str()) => {}
                     Some(current) if doc.str(current).is_some() => {
                         editor.set_scalar(doc, current, value, true);
@@ -147,19 +159,32 @@ fn set_env(call: &Call) -> Result<Outcome, FunctionError> {
                     }
                     Some(_) => {
                         return Err(format!(
-                            "{} {}: env {key} of container {}: its value is not a scalar (valueFrom?)",
-                            info.resource_type, info.resource_name, found.path
-                        ).into());
+                            "{}: env {key}: its value is not a scalar (valueFrom?)",
+                            at()
+                        )
+                        .into());
                     }
                     None => {
                         editor.insert(doc, item, "value", New::str(value.clone()));
                         edits += 1;
                     }
                 },
-                None => missing.push(New::Map(vec![
+                (None, false) => missing.push(New::Map(vec![
                     ("name".to_owned(), New::str(key.clone())),
                     ("value".to_owned(), New::str(value.clone())),
                 ])),
+            }
+        }
+        if let Some(env) = env.filter(|_| !removed.is_empty()) {
+            edits += removed.len();
+            if removed.len() == items.len() && missing.is_empty() {
+                editor.replace_node(doc, env, &New::Seq(Vec::new()));
+                continue;
+            }
+            for item in removed {
+                let (start, end) = item_lines(doc, item)
+                    .ok_or_else(|| format!("{}.env: not written one item per line", at()))?;
+                editor.replace(start, end, String::new());
             }
         }
         if missing.is_empty() {
@@ -173,13 +198,7 @@ fn set_env(call: &Call) -> Result<Outcome, FunctionError> {
                 }
             }
             Some(env) if doc.is_null(env) => editor.replace_node(doc, env, &New::Seq(missing)),
-            Some(_) => {
-                return Err(format!(
-                    "{} {}: {}.env is not a list",
-                    info.resource_type, info.resource_name, found.path
-                )
-                .into());
-            }
+            Some(_) => return Err(format!("{}.env is not a list", at()).into()),
             None => editor.insert(doc, node, "env", New::Seq(missing)),
         }
     }

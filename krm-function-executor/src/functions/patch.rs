@@ -121,7 +121,7 @@ fn walk(doc: &Doc, root: NodeId, segments: &[String]) -> Walked {
 }
 
 /// The span of a block-sequence item's lines, when the item starts its own line after `- `.
-fn item_lines(doc: &Doc, item: NodeId) -> Option<(usize, usize)> {
+pub(crate) fn item_lines(doc: &Doc, item: NodeId) -> Option<(usize, usize)> {
     let node = doc.node(item);
     let start = doc.line_start(node.start());
     let lead = doc.src[start..node.start()].trim_start_matches(' ');
