@@ -28,6 +28,7 @@ pub mod go_json;
 pub mod mutations;
 pub mod path;
 pub mod plugin;
+mod quantity;
 pub mod registry;
 pub mod resource;
 pub mod signature;

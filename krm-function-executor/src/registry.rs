@@ -391,7 +391,7 @@ pub mod attribute {
     }
     /// What `get-details` reports: the descriptive facts of a unit.
     pub const DETAIL: &str = "detail";
-    /// What `set-container-resources` sets; no path is registered under it.
+    /// Each container's `resources`, what `set-container-resources` sets.
     pub const CONTAINER_RESOURCES: &str = "container-resources";
 }
 
@@ -407,6 +407,9 @@ pub const POD_TEMPLATE_TYPES: &[&str] = &[
     "apps/v1/DaemonSet",
     "batch/v1/Job",
 ];
+
+/// The container lists of a pod spec, in ConfigHub's order (containersPaths).
+pub const CONTAINER_LISTS: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
 
 /// Controllers with a `spec.replicas`.
 pub const REPLICATED_TYPES: &[&str] = &[
@@ -623,7 +626,7 @@ impl PathRegistry {
         }
         for (resource_type, pod_spec) in pod_spec_prefixes() {
             let types = &[resource_type];
-            for list in ["containers", "initContainers", "ephemeralContainers"] {
+            for list in CONTAINER_LISTS {
                 let each = format!("{pod_spec}.{list}.*?name:container-name");
                 let one = format!("{pod_spec}.{list}.?name:container-name=%s");
                 let name = PathVisitorInfo::new(
@@ -700,6 +703,17 @@ impl PathRegistry {
                         DataType::String,
                         "get-env-var",
                         "set-env-var",
+                    ),
+                    false,
+                );
+                // With no getter nor setter: set-container-resources visits them.
+                add(
+                    CONTAINER_RESOURCES,
+                    types,
+                    PathVisitorInfo::new(
+                        CONTAINER_RESOURCES,
+                        &format!("{one}.resources"),
+                        DataType::Yaml,
                     ),
                     false,
                 );
@@ -960,7 +974,7 @@ impl PathRegistry {
                 .expect("no accessor to compile");
         }
         for (resource_type, pod_spec) in pod_spec_prefixes() {
-            for list in ["containers", "initContainers", "ephemeralContainers"] {
+            for list in CONTAINER_LISTS {
                 let image = format!("{pod_spec}.{list}.*?name:container-name.image");
                 let uri = PathVisitorInfo::new(
                     CONTAINER_REPOSITORY_URI,

@@ -8,14 +8,19 @@ use crate::functions::definition::{Definition, FunctionKind, KUBERNETES, Options
 use crate::functions::patch::item_lines;
 use crate::functions::path_visitor::{
     CONTAINER_NAME_PATTERN, IMAGE_REFERENCE_PATTERN, REPOSITORY_URI_PATTERN, fill_missing, get,
-    write,
+    scalar, write,
 };
 use crate::functions::resources::identified;
+use crate::functions::unit::entry_lines;
+use crate::functions::validation::PLACEHOLDER_STRING;
 use crate::functions::{Call, FunctionError, Outcome};
 use crate::path::{self, UnresolvedPath};
-use crate::registry::{IMAGE_ACCESSOR, PathVisitorInfo, attribute, pod_spec_prefixes};
+use crate::quantity::Quantity;
+use crate::registry::{
+    CONTAINER_LISTS, IMAGE_ACCESSOR, PathVisitorInfo, attribute, pod_spec_prefixes,
+};
 use crate::signature::ParameterBuilder;
-use crate::yaml::{Editor, New};
+use crate::yaml::{Doc, Editor, Kind, New, NodeId};
 
 fn set_image_reference_by_uri(call: &Call) -> Result<Outcome, FunctionError> {
     let uri = call.arguments.str("repository-uri").unwrap_or_default();
@@ -76,23 +81,28 @@ fn containers<'u>(
     } else {
         path::escape(container).into_owned()
     };
-    let prefixes = pod_spec_prefixes();
+    let prefixes: Vec<(&str, String)> = pod_spec_prefixes()
+        .into_iter()
+        .flat_map(|(resource_type, pod_spec)| {
+            let name = &name;
+            CONTAINER_LISTS
+                .iter()
+                .map(move |list| (resource_type, format!("{pod_spec}.{list}.?name={name}")))
+        })
+        .collect();
     // Each lookup is parsed once per call (a unit holds many resources of few types), and
     // only for the types the unit holds.
     let mut lookups: Vec<Option<UnresolvedPath>> = vec![None; prefixes.len()];
     let mut containers = Vec::new();
     for (element, info) in identified(call)? {
         call.stop_if_cancelled()?;
-        for (&(resource_type, pod_spec), lookup) in prefixes.iter().zip(&mut lookups) {
-            if info.resource_type != resource_type {
+        for ((resource_type, path), lookup) in prefixes.iter().zip(&mut lookups) {
+            if info.resource_type != *resource_type {
                 continue;
             }
             let lookup = match lookup {
                 Some(lookup) => lookup,
-                None => lookup.insert(
-                    UnresolvedPath::parse(&format!("{pod_spec}.containers.?name={name}"))
-                        .map_err(|e| e.to_string())?,
-                ),
+                None => lookup.insert(UnresolvedPath::parse(path).map_err(|e| e.to_string())?),
             };
             for found in path::resolve(&call.unit.doc, element.root, lookup, false) {
                 if let Some(node) = found.node {
@@ -208,62 +218,187 @@ fn set_env(call: &Call) -> Result<Outcome, FunctionError> {
     })
 }
 
-/// A Kubernetes quantity: a decimal number and its suffix (`500m`, `1.5`, `256Mi`, `2G`).
-#[derive(Debug, Clone, PartialEq)]
-struct Quantity {
-    number: f64,
-    suffix: &'static str,
+/// What `set-container-resources` asks of one resource (`cpu` or `memory`): the request as
+/// given, and the limit (the request times the factor, in canonical form) unless the factor
+/// is 0.
+struct Wanted {
+    resource: &'static str,
+    request: (String, Quantity),
+    limit: Option<(String, Quantity)>,
 }
 
-const SUFFIXES: &[(&str, f64)] = &[
-    ("Ki", 1024.0),
-    ("Mi", 1_048_576.0),
-    ("Gi", 1_073_741_824.0),
-    ("Ti", 1_099_511_627_776.0),
-    ("Pi", 1_125_899_906_842_624.0),
-    ("Ei", 1_152_921_504_606_846_976.0),
-    ("m", 0.001),
-    ("k", 1e3),
-    ("M", 1e6),
-    ("G", 1e9),
-    ("T", 1e12),
-    ("P", 1e15),
-    ("E", 1e18),
-    ("", 1.0),
-];
-
-impl Quantity {
-    fn parse(text: &str) -> Option<Self> {
-        let (suffix, _) = SUFFIXES.iter().find(|(suffix, _)| text.ends_with(suffix))?;
-        let number: f64 = text[..text.len() - suffix.len()].parse().ok()?;
-        (number.is_finite() && number >= 0.0).then_some(Self { number, suffix })
+impl Wanted {
+    fn new(resource: &'static str, text: &str, factor: i64) -> Result<Self, FunctionError> {
+        let quantity =
+            Quantity::parse(text).map_err(|e| format!("invalid {resource} {text}: {e}"))?;
+        let limit = if factor == 0 {
+            None
+        } else {
+            let limit = quantity
+                .times(factor)
+                .map_err(|e| format!("invalid {resource} {text}: {e}"))?;
+            Some((limit.to_string(), limit))
+        };
+        Ok(Self {
+            resource,
+            request: (text.to_owned(), quantity),
+            limit,
+        })
     }
+}
 
-    fn value(&self) -> f64 {
-        let scale = SUFFIXES
-            .iter()
-            .find(|(s, _)| *s == self.suffix)
-            .map_or(1.0, |(_, scale)| *scale);
-        self.number * scale
+/// ConfigHub's k8sSetResources over one container's `resources` (`None` when it has none):
+/// the values to write, as `(requests|limits, resource, value)`, and whether `limits` goes
+/// (a factor of 0). `cap` keeps a current value below the wanted one, `floor` one above;
+/// a current value is compared only when it is a string that reads as a quantity.
+fn resource_values(
+    doc: &Doc,
+    resources: Option<NodeId>,
+    operation: &str,
+    wanted: &[Wanted],
+) -> Vec<(&'static str, &'static str, String)> {
+    let kept = |kind: &str, resource: &str, (text, quantity): &(String, Quantity)| {
+        let current = resources
+            .and_then(|node| doc.get_path(node, &[kind, resource]))
+            .filter(|&node| matches!(scalar(doc, node), Ok((_, DataType::String))))
+            .and_then(|node| doc.str(node))
+            .and_then(|text| Some((text, Quantity::parse(text).ok()?)));
+        match (operation, current) {
+            ("cap", Some((current, q))) if q < *quantity => current.to_owned(),
+            ("floor", Some((current, q))) if q > *quantity => current.to_owned(),
+            _ => text.clone(),
+        }
+    };
+    let mut values = Vec::new();
+    for want in wanted {
+        values.push((
+            "requests",
+            want.resource,
+            kept("requests", want.resource, &want.request),
+        ));
     }
-
-    fn times(&self, factor: i64) -> Self {
-        Self {
-            number: self.number * factor as f64,
-            suffix: self.suffix,
+    for want in wanted {
+        if let Some(limit) = &want.limit {
+            values.push((
+                "limits",
+                want.resource,
+                kept("limits", want.resource, limit),
+            ));
         }
     }
-
-    fn render(&self) -> String {
-        let number = if self.number.fract() == 0.0 {
-            format!("{}", self.number as u64)
-        } else {
-            format!("{}", self.number)
-        };
-        format!("{number}{}", self.suffix)
-    }
+    values
 }
 
+/// Edits a unit in passes, each over the text the previous one left, so that values sharing
+/// a new parent (`securityContext`) create it once. `pass` gets the pass number and the unit
+/// as it stands, and answers how many edits it queued.
+fn in_passes(
+    call: &Call,
+    passes: usize,
+    mut pass: impl FnMut(usize, &Call, &mut Editor) -> Result<usize, FunctionError>,
+) -> Result<Option<String>, FunctionError> {
+    let mut text: Option<String> = None;
+    for number in 0..passes {
+        let current = text.as_deref().unwrap_or(call.unit.doc.src);
+        let unit = crate::Toolchain::KubernetesYaml.parse(current)?;
+        let this = Call {
+            unit: &unit,
+            ..*call
+        };
+        let mut editor = Editor::default();
+        if pass(number, &this, &mut editor)? > 0 {
+            text = Some(editor.finish(&unit.doc));
+        }
+    }
+    Ok(text)
+}
+
+/// Sets `value` at the concrete `path` of the resource `info` whatever is there, creating
+/// missing keys, as gaby's Set does (a scalar keeps its quoting style where it can).
+fn set_at(
+    call: &Call,
+    editor: &mut Editor,
+    info: &ResourceInfo,
+    path: &str,
+    value: &New,
+) -> Result<usize, FunctionError> {
+    let doc = &call.unit.doc;
+    let parsed = UnresolvedPath::parse(path).map_err(|e| e.to_string())?;
+    let mut edits = 0;
+    for element in &call.unit.elements {
+        if element.checked_info().ok() != Some(info) {
+            continue;
+        }
+        for found in path::resolve(doc, element.root, &parsed, false) {
+            let Some(node) = found.node else { continue };
+            if found.through_alias || matches!(doc.node(node).kind, Kind::Alias(_)) {
+                return Err(format!(
+                    "{} {}: path {}: goes through an alias; not edited",
+                    info.resource_type, info.resource_name, found.path
+                )
+                .into());
+            }
+            let unchanged = match value {
+                New::Str(text) => {
+                    doc.str(node) == Some(text.as_str())
+                        && scalar(doc, node)
+                            .is_ok_and(|(_, data_type)| data_type == DataType::String)
+                }
+                New::Plain(text) => doc.to_new_keeping_flow(node) == New::Plain(text.clone()),
+                New::Map(_) | New::Seq(_) => false,
+            };
+            if unchanged {
+                continue;
+            }
+            match value {
+                New::Str(text) if !doc.is_map(node) && !doc.is_seq(node) => {
+                    editor.set_scalar(doc, node, text, true)
+                }
+                New::Plain(text) if !doc.is_map(node) && !doc.is_seq(node) => {
+                    editor.set_scalar(doc, node, text, false)
+                }
+                value => editor.replace_node(doc, node, value),
+            }
+            edits += 1;
+        }
+    }
+    Ok(edits + fill_at(call, editor, info, path, value)?)
+}
+
+/// Creates `value` at the concrete `path` of the resource `info` where it is missing.
+fn fill_at(
+    call: &Call,
+    editor: &mut Editor,
+    info: &ResourceInfo,
+    path: &str,
+    value: &New,
+) -> Result<usize, FunctionError> {
+    let entry = PathVisitorInfo::new(attribute::GENERAL, path, DataType::None);
+    let only_this = |i: &ResourceInfo| if i == info { vec![&entry] } else { Vec::new() };
+    fill_missing(call, editor, &only_this, value)
+}
+
+/// Removes a container's `resources.limits`, when there is one.
+fn remove_limits(
+    doc: &Doc,
+    editor: &mut Editor,
+    resources: NodeId,
+    at: &str,
+) -> Result<usize, FunctionError> {
+    let Some((key, value)) = doc.entry(resources, "limits") else {
+        return Ok(0);
+    };
+    let (start, end) = entry_lines(doc, key, value)
+        .ok_or_else(|| format!("{at}.resources.limits: not written one entry per line"))?;
+    editor.replace(start, end, String::new());
+    Ok(1)
+}
+
+/// ConfigHub's k8sFnSetContainerResources: over the `resources` of each container named
+/// (every list of every pod-owning type) that has them, the requests given (an empty
+/// argument is left out), and limits the requests times `limit-factor`; a factor of 0
+/// removes the limits. Requests are written as given, limits in canonical form (`1` for
+/// 2 x `500m`).
 fn set_container_resources(call: &Call) -> Result<Outcome, FunctionError> {
     let container = call.arguments.str("container-name").unwrap_or_default();
     let operation = call.arguments.str("operation").unwrap_or("all");
@@ -275,179 +410,344 @@ fn set_container_resources(call: &Call) -> Result<Outcome, FunctionError> {
     let mut wanted = Vec::new();
     for resource in ["cpu", "memory"] {
         let text = call.arguments.str(resource).unwrap_or_default();
-        let quantity = Quantity::parse(text).ok_or_else(|| {
-            format!("{resource} {text:?} is not a quantity (e.g. 500m, 1, 256Mi)")
-        })?;
-        wanted.push((resource, quantity));
+        if !text.is_empty() {
+            wanted.push(Wanted::new(resource, text, factor)?);
+        }
     }
-    let doc = &call.unit.doc;
-    let mut editor = Editor::default();
-    let mut edits = 0;
-    for (info, found, node) in containers(call, container)? {
-        for (resource, quantity) in &wanted {
-            let current = doc
-                .get_path(node, &["resources", "requests", resource])
-                .and_then(|n| doc.str(n))
-                .and_then(Quantity::parse);
-            let request = match (operation, &current) {
-                ("cap", Some(current)) if current.value() <= quantity.value() => current.clone(),
-                ("floor", Some(current)) if current.value() >= quantity.value() => current.clone(),
-                _ => quantity.clone(),
+    if wanted.is_empty() {
+        return Err("must specify at least one of cpu and memory".into());
+    }
+    let text = in_passes(call, 2, |number, call, editor| {
+        let doc = &call.unit.doc;
+        let mut edits = 0;
+        for (info, found, node) in containers(call, container)? {
+            let Some(resources) = doc.get(node, "resources") else {
+                continue;
             };
-            let mut values = vec![("requests", request.render())];
-            let limit = doc
-                .get_path(node, &["resources", "limits", resource])
-                .and_then(|n| doc.str(n))
-                .and_then(Quantity::parse);
-            if factor > 0 {
-                values.push(("limits", request.times(factor).render()));
-            } else if limit.is_some_and(|limit| limit.value() < request.value()) {
-                // A limit below the request would be refused by Kubernetes.
-                values.push(("limits", request.render()));
+            if !doc.is_map(resources) {
+                return Err(format!(
+                    "{} {}: {}.resources is not a mapping",
+                    info.resource_type, info.resource_name, found.path
+                )
+                .into());
             }
-            for (kind, value) in values {
-                let path = format!("{}.resources.{kind}.{resource}", found.path);
-                let entry = PathVisitorInfo::new(attribute::GENERAL, &path, DataType::String);
-                let only_this =
-                    |i: &ResourceInfo| if i == info { vec![&entry] } else { Vec::new() };
-                edits += write(
-                    call,
-                    &mut editor,
-                    &only_this,
-                    &[],
-                    &ArgValue::String(value),
-                    true,
-                )?;
+            if number == 0 {
+                for (kind, resource, value) in
+                    resource_values(doc, Some(resources), operation, &wanted)
+                {
+                    let path = format!("{}.resources.{kind}.{resource}", found.path);
+                    edits += set_at(call, editor, info, &path, &New::Str(value))?;
+                }
+            } else if factor == 0 {
+                edits += remove_limits(doc, editor, resources, &found.path)?;
+            }
+        }
+        Ok(edits)
+    })?;
+    Ok(Outcome { text, output: None })
+}
+
+/// The pod-owning types and where their pod spec is (container_functions.go's
+/// resourceTypeToPodSpecPaths).
+fn pod_specs<'u>(call: &'u Call) -> Result<Vec<(&'u ResourceInfo, String)>, FunctionError> {
+    let prefixes = pod_spec_prefixes();
+    let mut found = Vec::new();
+    for (element, info) in identified(call)? {
+        for (_, pod_spec) in prefixes.iter().filter(|(t, _)| *t == info.resource_type) {
+            let path = UnresolvedPath::parse(pod_spec).map_err(|e| e.to_string())?;
+            if path::resolve(&call.unit.doc, element.root, &path, false)
+                .iter()
+                .any(|r| r.node.is_some_and(|n| call.unit.doc.is_map(n)))
+            {
+                found.push((info, (*pod_spec).to_owned()));
             }
         }
     }
-    Ok(Outcome {
-        text: (edits > 0).then(|| editor.finish(doc)),
-        output: None,
-    })
+    Ok(found)
 }
 
-/// One default: a value for a path relative to the pod spec (or, for `at_root`, to the
-/// resource), of the given types.
-struct PodDefault {
-    path: &'static str,
-    value: ArgValue,
+/// The Namespace labels `pod-security=true` sets, in order.
+const POD_SECURITY_LABELS: [(&str, &str); 4] = [
+    ("pod-security.kubernetes.io/enforce", "baseline"),
+    ("pod-security.kubernetes.io/enforce-version", "latest"),
+    ("pod-security.kubernetes.io/warn", "restricted"),
+    ("pod-security.kubernetes.io/warn-version", "latest"),
+];
+
+/// What one pass of set-pod-defaults does to a pod spec or to each of its containers.
+enum PodDefault {
+    /// Set at this path below the pod spec, whatever is there.
+    PodSpec(&'static str, New),
+    /// Created at this path below the pod spec where missing.
+    PodSpecIfMissing(&'static str, New),
+    /// Set at this path below each container, whatever is there.
+    Container(&'static str, New),
+    /// Created at this path below each container where missing.
+    ContainerIfMissing(&'static str, New),
+    /// Minimum requests of 128m CPU and 128Mi memory for each container, no limits.
+    Resources,
+    /// Probes for each container of `containers`.
+    Probes,
 }
 
-/// The defaults each `set-pod-defaults` switch adds where they are missing.
-fn pod_defaults(switch: &str) -> Vec<PodDefault> {
-    let default = |path, value| PodDefault { path, value };
-    match switch {
-        "automount-service-account-token" => vec![default(
-            "automountServiceAccountToken",
-            ArgValue::Bool(false),
-        )],
-        "security-context" => vec![
-            default("securityContext.runAsNonRoot", ArgValue::Bool(true)),
-            default(
-                "securityContext.seccompProfile.type",
-                ArgValue::String("RuntimeDefault".into()),
-            ),
-            default(
-                "containers.*.securityContext.allowPrivilegeEscalation",
-                ArgValue::Bool(false),
-            ),
-            default(
-                "containers.*.securityContext.readOnlyRootFilesystem",
-                ArgValue::Bool(true),
-            ),
-        ],
-        "resources" => vec![
-            default(
-                "containers.*.resources.requests.cpu",
-                ArgValue::String("100m".into()),
-            ),
-            default(
-                "containers.*.resources.requests.memory",
-                ArgValue::String("128Mi".into()),
-            ),
-        ],
-        _ => Vec::new(),
-    }
-}
-
-/// The label that makes a namespace's pods meet the restricted Pod Security Standard.
-const POD_SECURITY_LABEL: &str = "metadata.labels.pod-security~1kubernetes~1io/enforce";
-
-/// Opinionated hardening, added only where a value is missing (what is set is kept): the
-/// restricted Pod Security label on namespaces, no service account token automounted,
-/// non-root pods with the runtime's seccomp profile and containers that cannot escalate
-/// privileges nor write their root filesystem, and minimum CPU and memory requests. Each
-/// switch defaults to true, but probes: they cannot be added yet, as no port is known to probe.
+/// ConfigHub's k8sFnSetPodDefaults, pass by pass in its order: `pod-security` labels
+/// namespaces; every pod spec gets terminationGracePeriodSeconds 60 where it has none;
+/// `automount-service-account-token` sets automountServiceAccountToken false;
+/// `security-context` the RuntimeDefault seccomp profile and, in every container, a
+/// read-only root filesystem, non-root, no privilege (escalation), all capabilities dropped
+/// and imagePullPolicy Always (these two where missing); `resources` raises requests to
+/// 128m and 128Mi and removes limits; `probes` adds readiness (and, where a container has
+/// none, startup and liveness) probes. Every switch is off unless given.
 fn set_pod_defaults(call: &Call) -> Result<Outcome, FunctionError> {
-    let switched_on = |name: &str| {
+    let on = |name: &str| {
         call.arguments
             .get(name)
             .and_then(ArgValue::as_bool)
-            .unwrap_or(true)
+            .unwrap_or(false)
     };
-    if call.arguments.get("probes").is_some() && switched_on("probes") {
-        return Err(
-            "probes cannot be added yet (no port is known to probe); pass probes=false".into(),
-        );
-    }
-    let mut edits: Vec<(Vec<(&str, String)>, ArgValue)> = Vec::new();
-    if switched_on("pod-security") {
-        edits.push((
-            vec![("v1/Namespace", POD_SECURITY_LABEL.to_owned())],
-            ArgValue::String("restricted".into()),
+    let mut defaults = Vec::new();
+    if on("automount-service-account-token") {
+        defaults.push(PodDefault::PodSpec(
+            "automountServiceAccountToken",
+            New::Plain("false".into()),
         ));
     }
-    for switch in [
-        "automount-service-account-token",
-        "security-context",
-        "resources",
-    ] {
-        if !switched_on(switch) {
-            continue;
+    defaults.push(PodDefault::PodSpecIfMissing(
+        "terminationGracePeriodSeconds",
+        New::Plain("60".into()),
+    ));
+    if on("security-context") {
+        defaults.push(PodDefault::PodSpec(
+            "securityContext.seccompProfile.type",
+            New::str("RuntimeDefault"),
+        ));
+        for (path, value) in [
+            ("securityContext.readOnlyRootFilesystem", true),
+            ("securityContext.runAsNonRoot", true),
+            ("securityContext.allowPrivilegeEscalation", false),
+            ("securityContext.privileged", false),
+        ] {
+            defaults.push(PodDefault::Container(path, New::Plain(value.to_string())));
         }
-        for default in pod_defaults(switch) {
-            let paths = pod_spec_prefixes()
-                .into_iter()
-                .map(|(resource_type, pod_spec)| {
-                    (resource_type, format!("{pod_spec}.{}", default.path))
-                })
-                .collect();
-            edits.push((paths, default.value));
+        defaults.push(PodDefault::ContainerIfMissing(
+            "securityContext.capabilities.drop",
+            New::Seq(vec![New::str("ALL")]),
+        ));
+        defaults.push(PodDefault::ContainerIfMissing(
+            "imagePullPolicy",
+            New::str("Always"),
+        ));
+    }
+    if on("resources") {
+        defaults.push(PodDefault::Resources);
+    }
+    if on("probes") {
+        defaults.push(PodDefault::Probes);
+    }
+    let pod_security = on("pod-security");
+    let floor = [
+        Wanted::new("cpu", "128m", 0)?,
+        Wanted::new("memory", "128Mi", 0)?,
+    ];
+    // The namespaces' labels, then each default; resources take two passes (values, then
+    // the limits removed).
+    let mut steps: Vec<(Option<&PodDefault>, usize)> = vec![(None, 0)];
+    for default in &defaults {
+        steps.push((Some(default), 0));
+        if matches!(default, PodDefault::Resources) {
+            steps.push((Some(default), 1));
         }
     }
-    // One pass per default over the text the previous one left, so that defaults sharing a
-    // new parent (securityContext) create it once.
-    let mut text: Option<String> = None;
-    for (paths, value) in edits {
-        let current = text.as_deref().unwrap_or(call.unit.doc.src);
-        let unit = crate::Toolchain::KubernetesYaml.parse(current)?;
-        let pass = Call {
-            unit: &unit,
-            ..*call
+    let text = in_passes(call, steps.len(), |number, call, editor| {
+        let doc = &call.unit.doc;
+        let mut edits = 0;
+        let (default, step) = steps[number];
+        let Some(default) = default else {
+            if !pod_security {
+                return Ok(0);
+            }
+            for (_, info) in identified(call)? {
+                if info.resource_type != "v1/Namespace" {
+                    continue;
+                }
+                for (label, value) in POD_SECURITY_LABELS {
+                    let path = format!("metadata.labels.{}", path::escape(label));
+                    edits += set_at(call, editor, info, &path, &New::str(value))?;
+                }
+            }
+            return Ok(edits);
         };
-        let entries: Vec<(&str, PathVisitorInfo)> = paths
-            .iter()
-            .map(|(resource_type, path)| {
-                (
-                    *resource_type,
-                    PathVisitorInfo::new(attribute::GENERAL, path, DataType::None),
-                )
-            })
-            .collect();
-        let entries_for = |info: &ResourceInfo| {
-            entries
-                .iter()
-                .filter(|(resource_type, _)| *resource_type == info.resource_type)
-                .map(|(_, entry)| entry)
-                .collect()
-        };
-        let mut editor = Editor::default();
-        if fill_missing(&pass, &mut editor, &entries_for, &value)? > 0 {
-            text = Some(editor.finish(&unit.doc));
+        for (info, pod_spec) in pod_specs(call)? {
+            match default {
+                PodDefault::PodSpec(path, value) => {
+                    edits += set_at(call, editor, info, &format!("{pod_spec}.{path}"), value)?;
+                }
+                PodDefault::PodSpecIfMissing(path, value) => {
+                    edits += fill_at(call, editor, info, &format!("{pod_spec}.{path}"), value)?;
+                }
+                PodDefault::Container(path, value) => {
+                    for list in CONTAINER_LISTS {
+                        let path = format!("{pod_spec}.{list}.*.{path}");
+                        edits += set_at(call, editor, info, &path, value)?;
+                    }
+                }
+                PodDefault::ContainerIfMissing(path, value) => {
+                    for list in CONTAINER_LISTS {
+                        let path = format!("{pod_spec}.{list}.*.{path}");
+                        edits += fill_at(call, editor, info, &path, value)?;
+                    }
+                }
+                PodDefault::Resources => {
+                    for (container, node) in pod_containers(call, info, &pod_spec, &CONTAINER_LISTS)
+                    {
+                        let resources = doc.get(node, "resources");
+                        if resources.is_some_and(|r| !doc.is_map(r) && !doc.is_null(r)) {
+                            return Err(format!(
+                                "{} {}: {container}.resources is not a mapping",
+                                info.resource_type, info.resource_name
+                            )
+                            .into());
+                        }
+                        if step == 0 {
+                            for (kind, resource, value) in
+                                resource_values(doc, resources, "floor", &floor)
+                            {
+                                let path = format!("{container}.resources.{kind}.{resource}");
+                                edits += set_at(call, editor, info, &path, &New::Str(value))?;
+                            }
+                        } else if let Some(resources) = resources {
+                            edits += remove_limits(doc, editor, resources, &container)?;
+                        }
+                    }
+                }
+                PodDefault::Probes => {
+                    for (_, node) in pod_containers(call, info, &pod_spec, &["containers"]) {
+                        if let Some(probe) = readiness_probe(doc, node) {
+                            editor.insert(doc, node, "startupProbe", probe.startup);
+                            editor.insert(doc, node, "livenessProbe", probe.liveness);
+                            editor.insert(doc, node, "readinessProbe", probe.readiness);
+                        } else if let Some(readiness) = copied_probe(doc, node) {
+                            editor.insert(doc, node, "readinessProbe", readiness);
+                        } else {
+                            continue;
+                        }
+                        edits += 1;
+                    }
+                }
+            }
         }
-    }
+        Ok(edits)
+    })?;
     Ok(Outcome { text, output: None })
+}
+
+/// The containers of the given lists in one resource's pod spec: each one's path and node.
+fn pod_containers(
+    call: &Call,
+    info: &ResourceInfo,
+    pod_spec: &str,
+    lists: &[&str],
+) -> Vec<(String, NodeId)> {
+    let doc = &call.unit.doc;
+    let Some(element) = call
+        .unit
+        .elements
+        .iter()
+        .find(|e| e.checked_info().is_ok_and(|i| i == info))
+    else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for list in lists {
+        let Ok(path) = UnresolvedPath::parse(&format!("{pod_spec}.{list}.*")) else {
+            continue;
+        };
+        for resolved in path::resolve(doc, element.root, &path, false) {
+            if let Some(node) = resolved.node.filter(|&n| doc.is_map(n)) {
+                found.push((resolved.path, node));
+            }
+        }
+    }
+    found
+}
+
+/// The three probes ConfigHub adds to a container that has none.
+struct NewProbes {
+    startup: New,
+    liveness: New,
+    readiness: New,
+}
+
+/// The probes for a container without any: an HTTP GET of the placeholder path on the
+/// container's first port (8080 without one), with ConfigHub's timings. `None` when the
+/// container has a readiness, liveness or startup probe.
+fn readiness_probe(doc: &Doc, container: NodeId) -> Option<NewProbes> {
+    if ["readinessProbe", "livenessProbe", "startupProbe"]
+        .iter()
+        .any(|probe| doc.get(container, probe).is_some())
+    {
+        return None;
+    }
+    let port = doc
+        .get(container, "ports")
+        .and_then(|ports| doc.items(ports).first().copied())
+        .and_then(|first| doc.get(first, "containerPort"))
+        .and_then(|port| match scalar(doc, port) {
+            Ok((value, DataType::Int)) => value.as_i64(),
+            _ => None,
+        })
+        .unwrap_or(8080);
+    let probe = |timings: [(&str, i64); 5]| {
+        let mut entries = vec![(
+            "httpGet".to_owned(),
+            New::Map(vec![
+                ("path".to_owned(), New::str(PLACEHOLDER_STRING)),
+                ("port".to_owned(), New::Plain(port.to_string())),
+            ]),
+        )];
+        entries.extend(
+            timings
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), New::Plain(value.to_string()))),
+        );
+        New::Map(entries)
+    };
+    let timings = |initial: i64, failures: i64| {
+        [
+            ("initialDelaySeconds", initial),
+            ("periodSeconds", 10),
+            ("timeoutSeconds", 1),
+            ("failureThreshold", failures),
+            ("successThreshold", 1),
+        ]
+    };
+    Some(NewProbes {
+        startup: probe(timings(10, 30)),
+        liveness: probe(timings(30, 3)),
+        readiness: probe(timings(5, 3)),
+    })
+}
+
+/// A readiness probe for a container without one that has a liveness (or else a startup)
+/// probe: a copy of it with initialDelaySeconds 5 and periodSeconds 10.
+fn copied_probe(doc: &Doc, container: NodeId) -> Option<New> {
+    if doc.get(container, "readinessProbe").is_some() {
+        return None;
+    }
+    let source = doc
+        .get(container, "livenessProbe")
+        .or_else(|| doc.get(container, "startupProbe"))?;
+    let New::Map(mut entries) = doc.to_new_keeping_flow(source) else {
+        return None;
+    };
+    for (key, value) in [("initialDelaySeconds", 5), ("periodSeconds", 10)] {
+        let value = New::Plain(value.to_string());
+        match entries.iter_mut().find(|(k, _)| k == key) {
+            Some(entry) => entry.1 = value,
+            None => entries.push((key.to_owned(), value)),
+        }
+    }
+    Some(New::Map(entries))
 }
 
 /// An optional boolean parameter of set-pod-defaults.
@@ -459,23 +759,29 @@ fn switch(name: &str, description: &str) -> ParameterBuilder {
 
 pub static SET_POD_DEFAULTS: Definition = Definition {
     name: "set-pod-defaults",
-    description: "Add hardening defaults where missing: the restricted Pod Security label on namespaces, no automounted service account token, non-root pods with the RuntimeDefault seccomp profile, containers without privilege escalation and with a read-only root filesystem, minimum CPU and memory requests",
+    description: "Apply pod defaults: a 60s termination grace period where none is set, and, each when switched on, Pod Security labels on namespaces, no automounted service account token, restrictive security contexts, minimum resource requests, probes",
     parameters: |_| {
         vec![
             switch(
                 "pod-security",
-                "Label namespaces pod-security.kubernetes.io/enforce: restricted",
+                "Label namespaces to enforce the baseline and warn of the restricted Pod Security Standard (default false)",
             ),
             switch(
                 "automount-service-account-token",
-                "Set automountServiceAccountToken: false",
+                "Set automountServiceAccountToken: false (default false)",
             ),
             switch(
                 "security-context",
-                "Add pod and container security contexts",
+                "Set the RuntimeDefault seccomp profile and non-root, read-only, unprivileged containers without capabilities (default false)",
             ),
-            switch("resources", "Add CPU (100m) and memory (128Mi) requests"),
-            switch("probes", "Add probes (not supported yet: pass false)"),
+            switch(
+                "resources",
+                "Request at least 128m CPU and 128Mi memory per container, without limits (default false)",
+            ),
+            switch(
+                "probes",
+                "Add HTTP probes on each container's first port, or a readiness probe copied from its liveness or startup probe (default false)",
+            ),
         ]
     },
     kind: FunctionKind::Mutating,
@@ -486,7 +792,7 @@ pub static SET_POD_DEFAULTS: Definition = Definition {
 
 pub static SET_CONTAINER_RESOURCES: Definition = Definition {
     name: "set-container-resources",
-    description: "Set the CPU and memory requests of a container (* for every container), and limits as a multiple of them",
+    description: "Set the CPU and memory requests of a container (* for every container) that has resources, and limits as a multiple of them",
     parameters: |_| {
         vec![
             ParameterBuilder::new(
@@ -499,15 +805,21 @@ pub static SET_CONTAINER_RESOURCES: Definition = Definition {
             ParameterBuilder::new(
                 "operation",
                 DataType::Enum,
-                "all: set; cap: only lower; floor: only raise",
+                "all: set; cap: only lower what is set; floor: only raise it",
             )
             .allowed(&["all", "cap", "floor"]),
-            ParameterBuilder::new("cpu", DataType::String, "CPU request").example("500m"),
-            ParameterBuilder::new("memory", DataType::String, "Memory request").example("256Mi"),
+            ParameterBuilder::new("cpu", DataType::String, "CPU request; empty leaves it")
+                .example("500m"),
+            ParameterBuilder::new(
+                "memory",
+                DataType::String,
+                "Memory request; empty leaves it",
+            )
+            .example("256Mi"),
             ParameterBuilder::new(
                 "limit-factor",
                 DataType::Int,
-                "Limits = requests x factor; 0 leaves limits alone unless below the request",
+                "Limits = requests x factor; 0 removes the limits",
             )
             .example("2")
             .range(Some(0), Some(10)),
@@ -581,21 +893,3 @@ pub static SET_ENV: Definition = Definition {
         ..Options::DEFAULT
     },
 };
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quantities_parse_compare_and_scale() {
-        let q = |t: &str| Quantity::parse(t).unwrap();
-        assert_eq!(q("500m").value(), 0.5);
-        assert!(q("1Gi").value() > q("1G").value());
-        assert_eq!(q("256Mi").times(2).render(), "512Mi");
-        assert_eq!(q("0.5").times(3).render(), "1.5");
-        assert_eq!(q("250m").times(4).render(), "1000m");
-        for bad in ["", "abc", "-1", "1Q", "NaN"] {
-            assert!(Quantity::parse(bad).is_none(), "{bad}");
-        }
-    }
-}

@@ -355,7 +355,13 @@ pub fn write<'r>(
                 }
                 let Some(node) = found.node else {
                     grow(&found.missing)?;
-                    match create_missing(editor, doc, found.existing, &found.missing, value) {
+                    match create_missing(
+                        editor,
+                        doc,
+                        found.existing,
+                        &found.missing,
+                        &new_value(value),
+                    ) {
                         Ok(()) => edits += 1,
                         Err(problem) => problems.push(format!("{}: {problem}", at(&found.path))),
                     }
@@ -442,7 +448,7 @@ pub fn fill_missing<'r>(
     call: &Call,
     editor: &mut Editor,
     entries_for: EntriesFor<'_, 'r>,
-    value: &ArgValue,
+    value: &New,
 ) -> Result<usize, FunctionError> {
     let doc = &call.unit.doc;
     let mut edits = 0;
@@ -480,12 +486,12 @@ fn create_missing(
     doc: &Doc,
     existing: NodeId,
     missing: &[String],
-    value: &ArgValue,
+    value: &New,
 ) -> Result<(), String> {
     let Some((first, rest)) = missing.split_first() else {
         return Err("nothing to create".into());
     };
-    let nested = rest.iter().rev().fold(new_value(value), |inner, key| {
+    let nested = rest.iter().rev().fold(value.clone(), |inner, key| {
         New::Map(vec![(key.clone(), inner)])
     });
     if is_alias(doc, existing) {
