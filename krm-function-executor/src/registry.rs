@@ -852,16 +852,13 @@ impl PathRegistry {
             }
         }
         for ((referrer, path), types) in fields {
-            let all = references_of_types(path, &types);
-            add(NEEDED, &[referrer], all.clone(), false);
-            for (i, referenced) in types.iter().enumerate() {
-                let entry = if i == 0 {
-                    all.clone()
-                } else {
-                    references_of_types(path, &[*referenced])
-                };
+            for referenced in &types[1..] {
+                let entry = references_of_types(path, &[referenced]);
                 add(&references_to(referenced), &[referrer], entry, false);
             }
+            let all = references_of_types(path, &types);
+            add(&references_to(types[0]), &[referrer], all.clone(), false);
+            add(NEEDED, &[referrer], all, false);
         }
         // The facts `get-details` reports, filed under `detail` with their own attribute names,
         // as ConfigHub files them (container_functions.go initContainerFunctions,
