@@ -18,7 +18,7 @@ const UNIT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: we
 fn start() -> (Server, u16) {
     let http = free_port();
     let server = Server::start(
-        &format!("confighub_listen: \"127.0.0.1:{http}\"\nmax_message_bytes: 262144\n"),
+        &format!("confighub_listen: \"127.0.0.1:{http}\"\nmax_message_bytes: 524288\n"),
         &[],
     );
     (server, http)
@@ -216,9 +216,9 @@ fn http_refuses_bad_requests_clearly_and_keeps_serving() {
         (
             "POST",
             "/function/kubernetes",
-            vec![b' '; 270_000],
+            vec![b' '; 540_000],
             413,
-            "over max_message_bytes 262144",
+            "over max_message_bytes 524288",
         ),
         ("POST", "/function/shutdown", Vec::new(), 403, "SIGTERM"),
         (
@@ -388,7 +388,7 @@ async fn function_executor_over_grpc() {
         ..request.clone()
     };
     large.num_filters = 0;
-    for i in 0..1500 {
+    for i in 0..3000 {
         large.config_data.extend(
             format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n---\n").bytes(),
         );
@@ -396,7 +396,7 @@ async fn function_executor_over_grpc() {
     let status = client.invoke(large).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     assert!(
-        status.message().contains("over max_message_bytes 262144"),
+        status.message().contains("over max_message_bytes 524288"),
         "{status:?}"
     );
     let mut bad_context = request.clone();
