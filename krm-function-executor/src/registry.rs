@@ -6,6 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+mod name_references;
+
+use name_references::NAME_REFERENCES;
+
 use crate::api::{AttributeDetails, DataType, Description, FunctionArgument, FunctionInvocation};
 
 /// Matches every resource type.
@@ -453,27 +457,6 @@ pub const CLUSTER_SCOPED_TYPES: &[&str] = &[
     "trident.netapp.io/v1/TridentConfigurator",
 ];
 
-/// The types whose names other resources refer to (kustomize's name references, as
-/// ConfigHub reads them, and Namespaces): each one's `metadata.name` is a provided value.
-pub const PROVIDED_NAME_TYPES: &[&str] = &[
-    "apps/v1/Deployment",
-    "v1/ReplicationController",
-    "apps/v1/ReplicaSet",
-    "apps/v1/StatefulSet",
-    "v1/ConfigMap",
-    "v1/Secret",
-    "v1/Service",
-    "rbac.authorization.k8s.io/v1/Role",
-    "rbac.authorization.k8s.io/v1/ClusterRole",
-    "v1/ServiceAccount",
-    "v1/PersistentVolumeClaim",
-    "v1/PersistentVolume",
-    "storage.k8s.io/v1/StorageClass",
-    "scheduling.k8s.io/v1/PriorityClass",
-    "networking.k8s.io/v1/IngressClass",
-    "v1/Namespace",
-];
-
 /// Where app labels sit, by type (ConfigHub's resourceTypeToLabelPrefixPaths; not Jobs).
 pub const APP_LABEL_PREFIXES: &[(&str, &[&str])] = &[
     (
@@ -511,20 +494,22 @@ pub const APP_LABEL_PREFIXES: &[(&str, &[&str])] = &[
     ("v1/Pod", &["metadata.labels."]),
 ];
 
-/// A field naming a resource of `referenced` type: ConfigHub's `resource-name` attribute,
-/// set by `set-references-of-type` with that type.
-fn references_of_type(path: &str, referenced: &str) -> PathVisitorInfo {
-    let mut entry = PathVisitorInfo::new(attribute::RESOURCE_NAME, path, DataType::String)
-        .with_functions(None, &["set-references-of-type"]);
-    if let Some(setter) = entry
-        .info
-        .as_mut()
-        .and_then(|info| info.setter_invocations.first_mut())
-    {
-        setter
-            .arguments
-            .push(FunctionArgument::named("resource-type", referenced));
-    }
+/// A field naming a resource of one of the `referenced` types: ConfigHub's `resource-name`
+/// attribute, set by `set-references-of-type` with each type in turn.
+fn references_of_types(path: &str, referenced: &[&str]) -> PathVisitorInfo {
+    let mut entry = PathVisitorInfo::new(attribute::RESOURCE_NAME, path, DataType::String);
+    entry.info = Some(AttributeDetails {
+        setter_invocations: referenced
+            .iter()
+            .map(|resource_type| {
+                FunctionInvocation::new(
+                    "set-references-of-type",
+                    vec![FunctionArgument::named("resource-type", *resource_type)],
+                )
+            })
+            .collect(),
+        ..AttributeDetails::default()
+    });
     entry
 }
 
@@ -571,7 +556,7 @@ impl PathRegistry {
             DataType::String,
         )
         .generated_by("set-default-names", DEFAULT_NAME_TEMPLATE);
-        let namespace = references_of_type("configHub.kubernetes.namespace", "v1/Namespace");
+        let namespace = references_of_types("configHub.kubernetes.namespace", &["v1/Namespace"]);
         for (attribute, entry, normalized) in [
             (attribute::DEFAULT_NAME, name.clone(), false),
             (attribute::GENERAL, name, true),
@@ -773,7 +758,7 @@ impl PathRegistry {
             ),
         ];
         for (resource_type, path) in namespace_fields {
-            let mut entry = references_of_type(path, "v1/Namespace");
+            let mut entry = references_of_types(path, &["v1/Namespace"]);
             if resource_type == ANY_RESOURCE_TYPE {
                 entry = entry.except(CLUSTER_SCOPED_TYPES);
             }
@@ -787,19 +772,19 @@ impl PathRegistry {
             }
         }
         // Names other resources refer to: what `get-provided` offers for needed values, each
-        // read again by `get-resources-of-type` of its type.
-        for resource_type in PROVIDED_NAME_TYPES {
-            let mut entry = PathVisitorInfo::new(RESOURCE_NAME, "metadata.name", DataType::String)
-                .with_functions(Some("get-resources-of-type"), &[]);
-            if let Some(getter) = entry
-                .info
-                .as_mut()
-                .and_then(|info| info.getter_invocation.as_mut())
-            {
-                getter
-                    .arguments
-                    .push(FunctionArgument::named("resource-type", *resource_type));
-            }
+        // read again by `get-resources-of-type` of its type. ConfigHub provides the Namespaces'
+        // (metadata_functions.go initMetadataFunctions) and those of every type kustomize's
+        // name references refer to (standard_functions.go initStandardFunctions).
+        let referenced = NAME_REFERENCES.iter().map(|(referenced, _)| *referenced);
+        for resource_type in std::iter::once("v1/Namespace").chain(referenced) {
+            let mut entry = PathVisitorInfo::new(RESOURCE_NAME, "metadata.name", DataType::String);
+            entry.info = Some(AttributeDetails {
+                getter_invocation: Some(FunctionInvocation::new(
+                    "get-resources-of-type",
+                    vec![FunctionArgument::named("resource-type", resource_type)],
+                )),
+                ..AttributeDetails::default()
+            });
             add(PROVIDED, &[resource_type], entry, false);
         }
         // Identifying names and the app labels that follow them: what `set-default-names`
@@ -865,101 +850,34 @@ impl PathRegistry {
                 }
             }
         }
-        // Where resources refer to others by name (what `set-references-of-type` sets).
-        let mut references: Vec<(&str, Vec<&str>, String)> = Vec::new();
-        for (resource_type, pod_spec) in pod_spec_prefixes() {
-            let pod = |path: &str| format!("{pod_spec}.{path}");
-            for list in ["containers", "initContainers"] {
-                references.push((
-                    "v1/ConfigMap",
-                    vec![resource_type],
-                    pod(&format!("{list}.*.env.*.valueFrom.configMapKeyRef.name")),
-                ));
-                references.push((
-                    "v1/ConfigMap",
-                    vec![resource_type],
-                    pod(&format!("{list}.*.envFrom.*.configMapRef.name")),
-                ));
-                references.push((
-                    "v1/Secret",
-                    vec![resource_type],
-                    pod(&format!("{list}.*.env.*.valueFrom.secretKeyRef.name")),
-                ));
-                references.push((
-                    "v1/Secret",
-                    vec![resource_type],
-                    pod(&format!("{list}.*.envFrom.*.secretRef.name")),
-                ));
+        // Where resources refer to others by name (what `set-references-of-type` sets): each
+        // field is a needed value and a reference to its type. A field naming resources of
+        // several types (a Role's resourceNames) is one needed value whose setters are each
+        // type's, in the table's order; ConfigHub's registry shares that entry with the first
+        // type's references (registerPaths keeps the entry first registered and adds each
+        // later setter to it), while each later type's references have its setter alone.
+        let mut fields: Vec<((&str, &str), Vec<&str>)> = Vec::new();
+        let mut index: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+        for (referenced, referrers) in NAME_REFERENCES {
+            for field in *referrers {
+                let at = *index.entry(*field).or_insert_with(|| {
+                    fields.push((*field, Vec::new()));
+                    fields.len() - 1
+                });
+                let types = &mut fields[at].1;
+                if !types.contains(referenced) {
+                    types.push(*referenced);
+                }
             }
-            references.push((
-                "v1/ConfigMap",
-                vec![resource_type],
-                pod("volumes.*.configMap.name"),
-            ));
-            references.push((
-                "v1/Secret",
-                vec![resource_type],
-                pod("volumes.*.secret.secretName"),
-            ));
-            references.push((
-                "v1/Secret",
-                vec![resource_type],
-                pod("imagePullSecrets.*.name"),
-            ));
-            references.push((
-                "v1/PersistentVolumeClaim",
-                vec![resource_type],
-                pod("volumes.*.persistentVolumeClaim.claimName"),
-            ));
-            references.push((
-                "v1/ServiceAccount",
-                vec![resource_type],
-                pod("serviceAccountName"),
-            ));
         }
-        let bindings = vec![
-            "rbac.authorization.k8s.io/v1/RoleBinding",
-            "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
-        ];
-        references.extend([
-            (
-                "v1/ServiceAccount",
-                bindings,
-                "subjects.?kind=ServiceAccount.name".to_owned(),
-            ),
-            (
-                "v1/Secret",
-                vec!["v1/ServiceAccount"],
-                "imagePullSecrets.*.name".to_owned(),
-            ),
-            (
-                "v1/Secret",
-                vec!["networking.k8s.io/v1/Ingress"],
-                "spec.tls.*.secretName".to_owned(),
-            ),
-            (
-                "v1/Service",
-                vec!["networking.k8s.io/v1/Ingress"],
-                "spec.rules.*.http.paths.*.backend.service.name".to_owned(),
-            ),
-            (
-                "v1/Service",
-                vec!["networking.k8s.io/v1/Ingress"],
-                "spec.defaultBackend.service.name".to_owned(),
-            ),
-            (
-                "v1/Service",
-                vec!["apps/v1/StatefulSet"],
-                "spec.serviceName".to_owned(),
-            ),
-        ]);
-        for (referenced, referrers, path) in references {
-            let entry = references_of_type(&path, referenced);
-            for attribute in [attribute::references_to(referenced), NEEDED.to_owned()] {
-                registry
-                    .register_as(&attribute, &referrers, entry.clone())
-                    .expect("built-in accessors compile");
+        for ((referrer, path), types) in fields {
+            for referenced in &types[1..] {
+                let entry = references_of_types(path, &[referenced]);
+                add(&references_to(referenced), &[referrer], entry, false);
             }
+            let all = references_of_types(path, &types);
+            add(&references_to(types[0]), &[referrer], all.clone(), false);
+            add(NEEDED, &[referrer], all, false);
         }
         // The facts `get-details` reports, filed under `detail` with their own attribute names,
         // as ConfigHub files them (container_functions.go initContainerFunctions,
@@ -1104,6 +1022,29 @@ mod tests {
         assert_eq!(
             paths("rbac.authorization.k8s.io/v1/RoleBinding"),
             ["subjects.*.namespace", "metadata.namespace"]
+        );
+    }
+
+    #[test]
+    fn a_field_naming_several_types_is_one_needed_value_with_each_types_setter() {
+        let registry = PathRegistry::kubernetes();
+        let setters = |attribute: &str| -> Vec<String> {
+            registry
+                .paths_for(attribute, "rbac.authorization.k8s.io/v1/ClusterRole")
+                .iter()
+                .filter(|entry| entry.path == "rules.*.resourceNames.*")
+                .flat_map(|entry| entry.info.iter())
+                .flat_map(|info| info.setter_invocations.iter())
+                .map(|setter| setter.arguments[0].value.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let all = ["v1/ConfigMap", "v1/Secret", "v1/PersistentVolume"];
+        assert_eq!(setters(attribute::NEEDED), all);
+        assert_eq!(setters("resource-name/v1/ConfigMap"), all);
+        assert_eq!(setters("resource-name/v1/Secret"), ["v1/Secret"]);
+        assert_eq!(
+            setters("resource-name/v1/PersistentVolume"),
+            ["v1/PersistentVolume"]
         );
     }
 

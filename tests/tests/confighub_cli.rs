@@ -308,6 +308,34 @@ fn listpaths_prints_the_registry_as_json() {
     let replicas = &registry["replicas"]["apps/v1/Deployment"]["spec.replicas"];
     assert_eq!(replicas["AttributeName"], "replicas", "{replicas}");
     assert_eq!(replicas["DataType"], "int", "{replicas}");
+    // kustomize's name references, filed as ConfigHub's initStandardFunctions files them: a
+    // RoleBinding's roleRef names a Role or a ClusterRole; the Role's entry is the needed
+    // value's, with both setters, the ClusterRole's has its own alone.
+    let binding = "rbac.authorization.k8s.io/v1/RoleBinding";
+    let setters = |attribute: &str| -> Vec<Value> {
+        let entry = &registry[attribute][binding]["roleRef.name"];
+        let setters = entry["Info"]["SetterInvocations"].as_array();
+        let setters = setters.unwrap_or_else(|| panic!("{attribute}: {entry}"));
+        setters
+            .iter()
+            .map(|setter| setter["Arguments"][0]["Value"].clone())
+            .collect()
+    };
+    let role = "rbac.authorization.k8s.io/v1/Role";
+    let cluster_role = "rbac.authorization.k8s.io/v1/ClusterRole";
+    assert_eq!(setters("needed-value"), [role, cluster_role]);
+    assert_eq!(
+        setters(&format!("resource-name/{role}")),
+        [role, cluster_role]
+    );
+    assert_eq!(
+        setters(&format!("resource-name/{cluster_role}")),
+        [cluster_role]
+    );
+    let policy_type = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
+    let policy = &registry["provided-value"][policy_type]["metadata.name"];
+    let getter = &policy["Info"]["GetterInvocation"];
+    assert_eq!(getter["FunctionName"], "get-resources-of-type", "{policy}");
     assert!(text(&output.stdout).starts_with("{\n  \""));
 
     // The embedded accessors are ConfigHub's patterns, which its set-image and set-hostname
