@@ -2,6 +2,7 @@
 //! is-approved; and get-placeholders, which lists what no-placeholders fails on.
 
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
 
 use krm_plugin_api::quoted;
 use regex::{Regex, RegexBuilder};
@@ -15,6 +16,7 @@ use crate::functions::path_visitor::get;
 use crate::functions::resources::identified;
 use crate::functions::{Call, FunctionError, Outcome, Output};
 use crate::path::{self, UnresolvedPath};
+use crate::quantity::Quantity;
 use crate::registry::{PathVisitorInfo, attribute};
 use crate::resource::scalars;
 use crate::signature::ParameterBuilder;
@@ -85,6 +87,35 @@ struct Relation {
     literals: Vec<Literal>,
     /// The pattern of LIKE and regular-expression operators, compiled once for every value.
     pattern: Option<Regex>,
+    /// Strings here are resource quantities (Kubernetes, [`RESOURCE_QUANTITY_PATH`]).
+    quantities: bool,
+}
+
+/// Where ConfigHub's Kubernetes where-filter compares strings as resource quantities
+/// (standard_functions.go resourcesPathRegexpString).
+static RESOURCE_QUANTITY_PATH: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\.resources\.(requests|limits)\.[a-z]+$").expect("the pattern compiles")
+});
+
+/// ConfigHub's evaluateResourceQuantityComparison: `value` and the literal compared as
+/// quantities; a literal that is not one, or an operator other than =, !=, <, <=, > and >=,
+/// never holds; a value that is not one is an error.
+fn compare_quantities(relation: &Relation, value: &str, literal: &str) -> Result<bool, String> {
+    use Operator::*;
+    let left =
+        Quantity::parse(value).map_err(|e| format!("invalid resource quantity {value}: {e}"))?;
+    let Ok(right) = Quantity::parse(literal) else {
+        return Ok(false);
+    };
+    Ok(match relation.operator {
+        Eq => left == right,
+        Ne => left != right,
+        Lt => left < right,
+        Le => left <= right,
+        Gt => left > right,
+        Ge => left >= right,
+        _ => false,
+    })
 }
 
 /// Parses `path op literal [AND ...]`; tokens are separated by spaces.
@@ -177,6 +208,7 @@ fn parse_where(expression: &str) -> Result<Vec<Relation>, String> {
             operator,
             literals,
             pattern,
+            quantities: false,
         });
         match tokens.word() {
             None => return Ok(relations),
@@ -311,6 +343,12 @@ fn compile_pattern(operator: Operator, pattern: &str, path: &str) -> Result<Rege
 fn evaluate(relation: &Relation, value: &Value) -> Result<bool, String> {
     use Operator::*;
     let first = &relation.literals[0];
+    if let (true, Literal::String(literal), Some(text)) =
+        (relation.quantities, first, value.as_str())
+        && !matches!(relation.operator, In | NotIn)
+    {
+        return compare_quantities(relation, text, literal);
+    }
     let ordering = || {
         first.matches_value(value).ok_or_else(|| {
             format!(
@@ -455,7 +493,9 @@ fn where_filter(call: &Call) -> Result<Outcome, FunctionError> {
             .collect()
     } else {
         let mut matched: Option<BTreeSet<Key>> = None;
-        for relation in parse_where(expression)? {
+        for mut relation in parse_where(expression)? {
+            relation.quantities = call.toolchain == Toolchain::KubernetesYaml
+                && RESOURCE_QUANTITY_PATH.is_match(&relation.path);
             let these = matching(call, resource_type, &relation)?;
             matched = Some(match matched {
                 None => these,
