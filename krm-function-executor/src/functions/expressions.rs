@@ -181,9 +181,10 @@ fn check_cel(arguments: &Arguments) -> Vec<String> {
 }
 
 /// `cel-validate`: true when the expression holds for every resource (bound to `r`); the
-/// details name each resource that fails it or on which it cannot be evaluated, as
-/// ConfigHub's do. An expression that evaluates to something other than a boolean is an
-/// error.
+/// details name each resource that fails it, as ConfigHub's do. As in ConfigHub's
+/// genericFnCELValidate, a resource on which the expression cannot be evaluated (a missing
+/// key, a type error) fails the invocation, every such resource named; so does an expression
+/// that evaluates to something other than a boolean.
 fn cel_validate(call: &Call) -> Result<Outcome, FunctionError> {
     let source = call.arguments.str(CEL_PARAMETER).unwrap_or_default();
     let expression =
@@ -191,6 +192,7 @@ fn cel_validate(call: &Call) -> Result<Outcome, FunctionError> {
     let root = cel::Context::default();
     let started = Instant::now();
     let mut details = Vec::new();
+    let mut unevaluated = Vec::new();
     let source = quoted(source).bounded();
     for element in &call.unit.elements {
         over_budget(started)?;
@@ -214,10 +216,13 @@ fn cel_validate(call: &Call) -> Result<Outcome, FunctionError> {
                 )
                 .into());
             }
-            Err(e) => details.push(format!(
-                "validation expression {source} could not be evaluated on resource {name}: {e}"
+            Err(e) => unevaluated.push(format!(
+                "validation expression {source} resulted in error on resource {name}: {e}"
             )),
         }
+    }
+    if !unevaluated.is_empty() {
+        return Err(unevaluated.join("; ").into());
     }
     let result = if details.is_empty() {
         ValidationResult::passed()
