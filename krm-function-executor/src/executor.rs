@@ -335,6 +335,7 @@ impl Executor {
                 cancellation: call,
                 max_message_bytes: self.max_message_bytes,
                 live_state: &request.live_state,
+                native: &native,
             };
             let ran = function.run(&invocation_call);
             // What a function did while the call was being cancelled is not answered.
