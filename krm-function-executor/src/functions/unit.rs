@@ -147,7 +147,9 @@ fn normalized(name: &str) -> String {
 
 /// Fills the placeholders of the identifying names and app labels with
 /// `<unit>-<space>` (see [`crate::registry::DEFAULT_NAME_TEMPLATE`]); values that do not hold
-/// a placeholder are kept.
+/// a placeholder are kept. For AppConfig/Properties the name is `<unit><space>`, the names as
+/// they are ([`crate::registry::PROPERTIES_DEFAULT_NAME_TEMPLATE`]): propkit's NormalizeName
+/// keeps every character and its name separator is empty.
 fn set_default_names(call: &Call) -> Result<Outcome, FunctionError> {
     let context = call.context;
     let unit = if context.unit_slug.is_empty() {
@@ -155,11 +157,14 @@ fn set_default_names(call: &Call) -> Result<Outcome, FunctionError> {
     } else {
         &context.unit_slug
     };
-    let (unit, space) = (normalized(unit), normalized(&context.space_slug));
+    let (unit, space, separator) = match call.toolchain {
+        Toolchain::KubernetesYaml => (normalized(unit), normalized(&context.space_slug), "-"),
+        Toolchain::AppConfigProperties => (unit.clone(), context.space_slug.clone(), ""),
+    };
     if unit.is_empty() || space.is_empty() {
         return Err(format!(
-            "the default name is <unit>-<space>, but the context has no usable {} (UnitSlug or \
-             UnitDisplayName, SpaceSlug)",
+            "the default name is <unit>{separator}<space>, but the context has no usable {} \
+             (UnitSlug or UnitDisplayName, SpaceSlug)",
             if unit.is_empty() {
                 "unit name"
             } else {
@@ -168,7 +173,7 @@ fn set_default_names(call: &Call) -> Result<Outcome, FunctionError> {
         )
         .into());
     }
-    let name = format!("{unit}-{space}");
+    let name = format!("{unit}{separator}{space}");
     let entries_for = |info: &ResourceInfo| {
         call.registry
             .paths_for(attribute::DEFAULT_NAME, &info.resource_type)
