@@ -332,10 +332,6 @@ mod tests {
                 "where-filter",
                 vec![json!("*"), json!("metadata.name LIKE 'c%'")],
             ),
-            (
-                "where-filter",
-                vec![json!("*"), json!("ConfigHub.ResourceName = 'x'")],
-            ),
             ("cel-validate", vec![json!("r.kind == 'ConfigMap'")]),
             ("yq", vec![json!(".metadata.name")]),
             ("get-placeholders", vec![]),

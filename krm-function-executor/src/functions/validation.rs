@@ -363,27 +363,6 @@ fn matching(
 ) -> Result<BTreeSet<Key>, FunctionError> {
     let of_type = |t: &str| resource_type == "*" || t == resource_type;
     let mut matched = BTreeSet::new();
-    if let Some(field) = relation.path.strip_prefix("ConfigHub.") {
-        for (_, info) in identified(call)? {
-            call.stop_if_cancelled()?;
-            if !of_type(&info.resource_type) {
-                continue;
-            }
-            let value = match field {
-                "ResourceName" => &info.resource_name,
-                "ResourceNameWithoutScope" => &info.resource_name_without_scope,
-                "ResourceType" => &info.resource_type,
-                "ResourceCategory" => &info.resource_category,
-                other => {
-                    return Err(format!("unsupported ConfigHub path: ConfigHub.{other}").into());
-                }
-            };
-            if evaluate(relation, &Value::String(value.clone()))? {
-                matched.insert(key(info));
-            }
-        }
-        return Ok(matched);
-    }
     if let Some((visited, sub_path)) = relation.path.split_once(".|") {
         let visited = UnresolvedPath::parse(visited).map_err(|e| e.to_string())?;
         let keys: Vec<String> = sub_path.split('.').map(path::unescape).collect();
