@@ -471,7 +471,8 @@ fn ensure_context(call: &Call) -> Result<Outcome, FunctionError> {
             )
         };
         if ours.len() == doc.entries(mapping).len() {
-            // Nothing else is in the mapping: the mapping goes too.
+            // Nothing else is in the mapping: it stays, empty, as ConfigHub's DeleteP of each
+            // key leaves it.
             let Some((last, parent_path)) = keys.mapping.split_last() else {
                 return Err(unwritable().into());
             };
@@ -480,7 +481,8 @@ fn ensure_context(call: &Call) -> Result<Outcome, FunctionError> {
                 .unwrap_or(element.root);
             let (key, _) = doc.entry(parent, last).ok_or_else(unwritable)?;
             let (start, end) = entry_lines(doc, key, mapping).ok_or_else(unwritable)?;
-            editor.replace(start, end, String::new());
+            let key_text = &doc.src[start..doc.node(key).end()];
+            editor.replace(start, end, format!("{key_text}: {{}}\n"));
         } else {
             for (key, value) in ours {
                 let (start, end) = entry_lines(doc, key, value).ok_or_else(unwritable)?;
