@@ -411,12 +411,10 @@ impl Executor {
                 mutators.push(index);
                 current = after;
             }
-            // A filter that passed is a guard, not a result: its verdict stays out of the
-            // output so that the guarded invocations' outputs are not discarded as
-            // incompatible with it.
+            // A filter that passed is combined like any output, as ConfigHub's InvokeCore
+            // combines it: a later output of another type is discarded as incompatible.
             if let Some(output) = outcome.output
                 && signature.typed.output.is_some()
-                && !is_filter
             {
                 run.combine(&invocation.function_name, index, output);
             }
