@@ -399,7 +399,8 @@ pub mod attribute {
 /// normalized names, joined by the toolchain's name separator (generic StandardNameTemplate).
 pub const DEFAULT_NAME_TEMPLATE: &str = "{{.NormalizedUnitName}}-{{.NormalizedSpaceName}}";
 /// The same for AppConfig/Properties, whose name separator (propkit's NameSeparator) is empty.
-pub const PROPERTIES_DEFAULT_NAME_TEMPLATE: &str = "{{.NormalizedUnitName}}{{.NormalizedSpaceName}}";
+pub const PROPERTIES_DEFAULT_NAME_TEMPLATE: &str =
+    "{{.NormalizedUnitName}}{{.NormalizedSpaceName}}";
 
 /// Workload controllers whose pods come from `spec.template`.
 pub const POD_TEMPLATE_TYPES: &[&str] = &[

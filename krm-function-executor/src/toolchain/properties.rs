@@ -752,8 +752,7 @@ log.web=DEBUG
     fn writing_an_unchanged_model_gives_the_file_back_byte_for_byte() {
         let file = PropertiesFile::parse(FILE.to_owned()).unwrap();
         assert_eq!(
-            file.write(&model_json(&file), &HashMap::new())
-                .unwrap(),
+            file.write(&model_json(&file), &HashMap::new()).unwrap(),
             FILE
         );
     }
