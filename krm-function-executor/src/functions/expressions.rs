@@ -241,6 +241,10 @@ const YQ_PARAMETER: &str = "yq-expression";
 /// environment or other inputs (`env`, `input`, `inputs`, `input_filename`), write
 /// (`debug`, `stderr`) or stop the process (`halt`, `halt_error`).
 const YQ_BUILTINS: &[&str] = &[
+    // jaq parses the literals as calls.
+    "null",
+    "true",
+    "false",
     "IN",
     "INDEX",
     "abs",
