@@ -429,9 +429,10 @@ fn where_filter(call: &Call) -> Result<Outcome, FunctionError> {
     };
     let expression = call.arguments.str("where-expression").unwrap_or_default();
     let matched = if expression.trim().is_empty() {
+        // ConfigHub's blank filter compares the type as given: `*` is no resource's type.
         identified(call)?
             .into_iter()
-            .filter(|(_, info)| resource_type == "*" || info.resource_type == resource_type)
+            .filter(|(_, info)| info.resource_type == resource_type)
             .map(|(_, info)| key(info))
             .collect()
     } else {
