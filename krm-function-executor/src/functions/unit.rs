@@ -312,6 +312,37 @@ fn set_references_of_type(call: &Call) -> Result<Outcome, FunctionError> {
 /// Writes each attribute's value at its resource and path, creating missing keys when
 /// `upsert`. A path is what the arbitrary-path setters take: a registered one keeps its
 /// accessor (`...image#uri`).
+/// The value an attribute sets, by its DataType as ConfigHub's genericSetAttributesFromList
+/// takes it: a string, a JSON number rounded to an int (half away from zero, math.Round), a
+/// boolean; a value of another kind than its type, or another type, is refused.
+fn attribute_value(attribute: &AttributeValue) -> Result<ArgValue, String> {
+    use serde_json::Value;
+    let wrong = || {
+        format!(
+            "value of attribute {} is not {}: {}",
+            attribute.attribute_name,
+            attribute.data_type.as_str(),
+            attribute.value
+        )
+    };
+    match (&attribute.data_type, &attribute.value) {
+        (DataType::String, Value::String(s)) => Ok(ArgValue::String(s.clone())),
+        (DataType::Bool, Value::Bool(b)) => Ok(ArgValue::Bool(*b)),
+        (DataType::Int, Value::Number(n)) => match n.as_i64() {
+            Some(i) => Ok(ArgValue::Int(i)),
+            None => n
+                .as_f64()
+                .map(f64::round)
+                .filter(|r| (-(2f64.powi(63))..2f64.powi(63)).contains(r))
+                // In range, checked just above.
+                .map(|r| ArgValue::Int(r as i64))
+                .ok_or_else(|| format!("{}: out of the range of an int", wrong())),
+        },
+        (DataType::String | DataType::Bool | DataType::Int, _) => Err(wrong()),
+        (other, _) => Err(format!("unsupported data type {}", other.as_str())),
+    }
+}
+
 fn write_attributes(
     call: &Call,
     attributes: &[AttributeValue],
@@ -321,17 +352,10 @@ fn write_attributes(
     let mut edits = 0;
     let mut problems = Vec::new();
     for (i, attribute) in attributes.iter().enumerate() {
-        let value = match &attribute.value {
-            serde_json::Value::String(s) => ArgValue::String(s.clone()),
-            serde_json::Value::Bool(b) => ArgValue::Bool(*b),
-            serde_json::Value::Number(n) if n.is_i64() => {
-                ArgValue::Int(n.as_i64().unwrap_or_default())
-            }
-            other => {
-                problems.push(format!(
-                    "attribute {i} ({}): value {other} is not a string, integer or boolean",
-                    attribute.path
-                ));
+        let value = match attribute_value(attribute) {
+            Ok(value) => value,
+            Err(problem) => {
+                problems.push(format!("attribute {i} ({}): {problem}", attribute.path));
                 continue;
             }
         };
