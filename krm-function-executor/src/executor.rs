@@ -511,11 +511,13 @@ impl Run {
             }
             (None, other) => self.output = Some(Combined::Single(other)),
             (Some(Combined::Validation(mut before)), Output::Validation(result)) => {
+                // ConfigHub's CombineOutputs keeps the newer result with the details of both
+                // (newer first) and the newer failed attributes only.
                 before.passed = before.passed && result.passed;
                 let mut details = result.details;
                 details.append(&mut before.details);
                 before.details = details;
-                before.failed_attributes.extend(result.failed_attributes);
+                before.failed_attributes = result.failed_attributes;
                 self.output = Some(Combined::Validation(before));
             }
             (Some(Combined::Validations(mut list)), Output::Validation(mut result)) => {
