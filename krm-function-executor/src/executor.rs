@@ -549,8 +549,9 @@ impl Run {
                         } else {
                             "incompatible"
                         };
+                        // ConfigHub's words: the unit, not the function, is named.
                         self.messages.push(format!(
-                            "functions with {kind} output types; output of {function} at {index} on {} discarded",
+                            "functions with {kind} output types; output of {} discarded",
                             self.instance
                         ));
                         self.output = Some(Combined::Single(before));
@@ -559,7 +560,7 @@ impl Run {
             }
             (Some(before), _) => {
                 self.messages.push(format!(
-                    "functions with incompatible output types; output of {function} at {index} on {} discarded",
+                    "functions with incompatible output types; output of {} discarded",
                     self.instance
                 ));
                 self.output = Some(before);

@@ -348,7 +348,7 @@ async fn function_executor_over_grpc() {
     assert_eq!(response.error_messages.len(), 1);
     assert!(
         response.error_messages[0]
-            .starts_with("functions with incompatible output types; output of get-replicas at 2"),
+            .starts_with("functions with incompatible output types; output of "),
         "{:?}",
         response.error_messages
     );
