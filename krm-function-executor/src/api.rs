@@ -293,6 +293,12 @@ impl Default for FunctionContext {
 
 /// The toolchain of Kubernetes resources in YAML.
 pub const KUBERNETES_YAML: &str = "Kubernetes/YAML";
+
+/// ConfigHub's HashConfigData: the CRC-32 (IEEE) of the data, as its `RevisionHash`, an
+/// int32 (`PreviousContentHash`). fctl fills an unset `PreviousContentHash` with it.
+pub fn hash_config_data(data: &[u8]) -> i32 {
+    i32::from_ne_bytes(crc32fast::hash(data).to_ne_bytes())
+}
 /// The toolchain of Java `.properties` files.
 pub const APPCONFIG_PROPERTIES: &str = "AppConfig/Properties";
 

@@ -335,6 +335,7 @@ impl Executor {
                 cancellation: call,
                 max_message_bytes: self.max_message_bytes,
                 live_state: &request.live_state,
+                native: &native,
             };
             let ran = function.run(&invocation_call);
             // What a function did while the call was being cancelled is not answered.
@@ -410,12 +411,10 @@ impl Executor {
                 mutators.push(index);
                 current = after;
             }
-            // A filter that passed is a guard, not a result: its verdict stays out of the
-            // output so that the guarded invocations' outputs are not discarded as
-            // incompatible with it.
+            // A filter that passed is combined like any output, as ConfigHub's InvokeCore
+            // combines it: a later output of another type is discarded as incompatible.
             if let Some(output) = outcome.output
                 && signature.typed.output.is_some()
-                && !is_filter
             {
                 run.combine(&invocation.function_name, index, output);
             }
@@ -512,11 +511,13 @@ impl Run {
             }
             (None, other) => self.output = Some(Combined::Single(other)),
             (Some(Combined::Validation(mut before)), Output::Validation(result)) => {
+                // ConfigHub's CombineOutputs keeps the newer result with the details of both
+                // (newer first) and the newer failed attributes only.
                 before.passed = before.passed && result.passed;
                 let mut details = result.details;
                 details.append(&mut before.details);
                 before.details = details;
-                before.failed_attributes.extend(result.failed_attributes);
+                before.failed_attributes = result.failed_attributes;
                 self.output = Some(Combined::Validation(before));
             }
             (Some(Combined::Validations(mut list)), Output::Validation(mut result)) => {
@@ -548,8 +549,9 @@ impl Run {
                         } else {
                             "incompatible"
                         };
+                        // ConfigHub's words: the unit, not the function, is named.
                         self.messages.push(format!(
-                            "functions with {kind} output types; output of {function} at {index} on {} discarded",
+                            "functions with {kind} output types; output of {} discarded",
                             self.instance
                         ));
                         self.output = Some(Combined::Single(before));
@@ -558,7 +560,7 @@ impl Run {
             }
             (Some(before), _) => {
                 self.messages.push(format!(
-                    "functions with incompatible output types; output of {function} at {index} on {} discarded",
+                    "functions with incompatible output types; output of {} discarded",
                     self.instance
                 ));
                 self.output = Some(before);

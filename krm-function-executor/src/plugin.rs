@@ -112,6 +112,7 @@ impl TypedFunctionSet for PluginFunctions {
             cancellation: context,
             max_message_bytes: self.executor.max_message_bytes(),
             live_state: &request.live_state,
+            native: &crate::toolchain::NativeData::Yaml,
         };
         match typed.run(&call) {
             Ok(outcome) => {

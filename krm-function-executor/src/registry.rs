@@ -400,8 +400,11 @@ pub mod attribute {
 }
 
 /// How `set-default-names` makes a name: ConfigHub's template over the unit's and the space's
-/// normalized names.
+/// normalized names, joined by the toolchain's name separator (generic StandardNameTemplate).
 pub const DEFAULT_NAME_TEMPLATE: &str = "{{.NormalizedUnitName}}-{{.NormalizedSpaceName}}";
+/// The same for AppConfig/Properties, whose name separator (propkit's NameSeparator) is empty.
+pub const PROPERTIES_DEFAULT_NAME_TEMPLATE: &str =
+    "{{.NormalizedUnitName}}{{.NormalizedSpaceName}}";
 
 /// Workload controllers whose pods come from `spec.template`.
 pub const POD_TEMPLATE_TYPES: &[&str] = &[
@@ -555,7 +558,7 @@ impl PathRegistry {
             "configHub.configName",
             DataType::String,
         )
-        .generated_by("set-default-names", DEFAULT_NAME_TEMPLATE);
+        .generated_by("set-default-names", PROPERTIES_DEFAULT_NAME_TEMPLATE);
         let namespace = references_of_types("configHub.kubernetes.namespace", &["v1/Namespace"]);
         for (attribute, entry, normalized) in [
             (attribute::DEFAULT_NAME, name.clone(), false),

@@ -10,7 +10,9 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use krm_function_executor::api::{FunctionInvocation, FunctionInvocationRequest, render_output};
+use krm_function_executor::api::{
+    FunctionInvocation, FunctionInvocationRequest, hash_config_data, render_output,
+};
 use krm_function_executor::{Executor, Toolchain};
 use serde::Deserialize;
 
@@ -75,6 +77,8 @@ fn request(case: &Case) -> FunctionInvocationRequest {
     request.context.space_slug = "DeepSpace".into();
     request.context.revision_num = 1;
     request.context.new = true;
+    // fctl fills PreviousContentHash with the hash of the data it sends.
+    request.context.previous_content_hash = hash_config_data(&request.config_data);
     request.context.approved_by = case.approved_by.clone();
     request
 }

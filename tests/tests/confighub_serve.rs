@@ -340,9 +340,18 @@ async fn function_executor_over_grpc() {
     let response = client.invoke(request.clone()).await.unwrap().into_inner();
     assert!(response.success, "{:?}", response.error_messages);
     assert_eq!(response.mutators, [1]);
-    assert_eq!(response.output_type, "AttributeValueList");
+    // The filter's verdict is the first output, as ConfigHub combines it; get-replicas'
+    // list is of another type and discarded.
+    assert_eq!(response.output_type, "ValidationResult");
     let output: Value = serde_json::from_str(&response.output_json).unwrap();
-    assert_eq!(output[0]["Value"], 7, "{output}");
+    assert_eq!(output["Passed"], true, "{output}");
+    assert_eq!(response.error_messages.len(), 1);
+    assert!(
+        response.error_messages[0]
+            .starts_with("functions with incompatible output types; output of "),
+        "{:?}",
+        response.error_messages
+    );
     assert_eq!(
         String::from_utf8(response.config_data).unwrap(),
         UNIT.replace("replicas: 1", "replicas: 7")

@@ -91,7 +91,59 @@ fn cel_expression(expression: &str) -> Result<cel::IdedExpr, String> {
             quoted(expression)
         ));
     }
+    if not_boolean(&parsed) {
+        return Err(format!(
+            "expression {} does not evaluate to a boolean",
+            quoted(expression)
+        ));
+    }
     Ok(parsed)
+}
+
+/// Whether ConfigHub's CEL type checker, with `r` declared dynamic, gives `expr` a type that
+/// is not exactly bool, which its genericFnCELValidate refuses before evaluating: `r` or a
+/// field or item reached from it (dyn), `dyn()`, a literal other than a boolean, a list or
+/// map, arithmetic and the functions of other types, `map`/`filter`, or a conditional with
+/// such a branch. Anything this cannot tell is left to the evaluation, which refuses a value
+/// that is not a boolean.
+fn not_boolean(expr: &cel::IdedExpr) -> bool {
+    use cel::common::ast::{Expr, LiteralValue, operators};
+    let from_r = |mut expr: &cel::IdedExpr| loop {
+        match &expr.expr {
+            Expr::Ident(name) => return name == "r",
+            Expr::Select(select) if !select.test => expr = &select.operand,
+            Expr::Call(call) if call.func_name == operators::INDEX => match call.args.first() {
+                Some(operand) => expr = operand,
+                None => return false,
+            },
+            _ => return false,
+        }
+    };
+    match &expr.expr {
+        Expr::Literal(literal) => !matches!(literal, LiteralValue::Boolean(_)),
+        Expr::List(_) | Expr::Map(_) => true,
+        Expr::Comprehension(c) => matches!(c.accu_init.expr, Expr::List(_)),
+        Expr::Call(call) => match call.func_name.as_str() {
+            operators::CONDITIONAL => call.args.iter().skip(1).any(not_boolean),
+            operators::ADD
+            | operators::SUBSTRACT
+            | operators::MULTIPLY
+            | operators::DIVIDE
+            | operators::MODULO
+            | operators::NEGATE
+            | "size"
+            | "int"
+            | "uint"
+            | "double"
+            | "string"
+            | "bytes"
+            | "type"
+            | "dyn" => true,
+            _ => from_r(expr),
+        },
+        Expr::Ident(_) | Expr::Select(_) => from_r(expr),
+        Expr::Struct(_) | Expr::Unspecified => false,
+    }
 }
 
 /// The parser's errors on one line each joined by `; `, without the source excerpt it
@@ -181,9 +233,10 @@ fn check_cel(arguments: &Arguments) -> Vec<String> {
 }
 
 /// `cel-validate`: true when the expression holds for every resource (bound to `r`); the
-/// details name each resource that fails it or on which it cannot be evaluated, as
-/// ConfigHub's do. An expression that evaluates to something other than a boolean is an
-/// error.
+/// details name each resource that fails it, as ConfigHub's do. As in ConfigHub's
+/// genericFnCELValidate, a resource on which the expression cannot be evaluated (a missing
+/// key, a type error) fails the invocation, every such resource named; so does an expression
+/// that evaluates to something other than a boolean.
 fn cel_validate(call: &Call) -> Result<Outcome, FunctionError> {
     let source = call.arguments.str(CEL_PARAMETER).unwrap_or_default();
     let expression =
@@ -191,6 +244,7 @@ fn cel_validate(call: &Call) -> Result<Outcome, FunctionError> {
     let root = cel::Context::default();
     let started = Instant::now();
     let mut details = Vec::new();
+    let mut unevaluated = Vec::new();
     let source = quoted(source).bounded();
     for element in &call.unit.elements {
         over_budget(started)?;
@@ -214,10 +268,13 @@ fn cel_validate(call: &Call) -> Result<Outcome, FunctionError> {
                 )
                 .into());
             }
-            Err(e) => details.push(format!(
-                "validation expression {source} could not be evaluated on resource {name}: {e}"
+            Err(e) => unevaluated.push(format!(
+                "validation expression {source} resulted in error on resource {name}: {e}"
             )),
         }
+    }
+    if !unevaluated.is_empty() {
+        return Err(unevaluated.join("; ").into());
     }
     let result = if details.is_empty() {
         ValidationResult::passed()
@@ -236,6 +293,10 @@ const YQ_PARAMETER: &str = "yq-expression";
 /// environment or other inputs (`env`, `input`, `inputs`, `input_filename`), write
 /// (`debug`, `stderr`) or stop the process (`halt`, `halt_error`).
 const YQ_BUILTINS: &[&str] = &[
+    // jaq parses the literals as calls.
+    "null",
+    "true",
+    "false",
     "IN",
     "INDEX",
     "abs",
@@ -759,6 +820,43 @@ mod tests {
         let problem =
             cel_expression("r.a.all(x, r.b.exists(y, [y].map(z, z == x).size() > 0))").unwrap_err();
         assert!(problem.contains("nests 3 comprehensions"), "{problem}");
+    }
+
+    #[test]
+    fn cel_expressions_typed_other_than_bool_are_refused_before_evaluating() {
+        for accepted in [
+            "r.spec.replicas > 1",
+            "r.kind != 'Deployment' || r.spec.replicas >= 2",
+            "has(r.spec)",
+            "!has(r.spec) ? true : r.spec.replicas > 0",
+            "r.metadata.name.startsWith('w')",
+            "'web' in r.metadata.labels",
+            "r.spec.template.spec.containers.all(c, c.image != '')",
+            "r.a.exists_one(x, x == 1)",
+            "[1, 2].map(x, x > 1)[0]",
+            "bool(r.flag)",
+            "true",
+        ] {
+            assert!(cel_expression(accepted).is_ok(), "{accepted}");
+        }
+        for refused in [
+            "r",
+            "r.spec.paused",
+            "r.spec.containers[0]",
+            "dyn(r.spec.paused)",
+            "has(r.spec) ? r.spec.paused : false",
+            "r.a.map(x, x > 1)",
+            "size(r.a)",
+            "r.a + 1",
+            "'x'",
+            "[true]",
+        ] {
+            let problem = cel_expression(refused).expect_err(refused);
+            assert!(
+                problem.contains("does not evaluate to a boolean"),
+                "{refused}: {problem}"
+            );
+        }
     }
 
     #[test]

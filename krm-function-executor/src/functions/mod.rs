@@ -13,7 +13,7 @@ use crate::go_json;
 use crate::registry::PathRegistry;
 use crate::resource::Unit;
 use crate::signature::TypedSignature;
-use crate::toolchain::Toolchain;
+use crate::toolchain::{NativeData, Toolchain};
 use crate::yaml::ParseError;
 pub use definition::Definition;
 // What a function's work stopped by the call's end fails with ([`FunctionError::Stopped`]).
@@ -47,6 +47,9 @@ pub struct Call<'c, 'a, 'k> {
     pub max_message_bytes: usize,
     /// The unit's live state as the request carries it (`LiveState`), empty without one.
     pub live_state: &'c [u8],
+    /// The data in its toolchain's own format, which `unit` is the model of: what writes
+    /// the model back as the data stands.
+    pub native: &'c NativeData,
 }
 
 /// Why a typed function gave no outcome.
@@ -309,6 +312,7 @@ mod tests {
             cancellation: call,
             max_message_bytes,
             live_state: &[],
+            native: &NativeData::Yaml,
         })
     }
 
@@ -327,10 +331,6 @@ mod tests {
             (
                 "where-filter",
                 vec![json!("*"), json!("metadata.name LIKE 'c%'")],
-            ),
-            (
-                "where-filter",
-                vec![json!("*"), json!("ConfigHub.ResourceName = 'x'")],
             ),
             ("cel-validate", vec![json!("r.kind == 'ConfigMap'")]),
             ("yq", vec![json!(".metadata.name")]),

@@ -46,8 +46,10 @@ fn identity(info: &ResourceInfo) -> Identity {
 }
 
 fn mutation_list(call: &Call, parameter: &str) -> Result<Vec<ResourceMutation>, String> {
+    // `null` is Go's nil list, which ConfigHub's PatchMutations accepts; an empty text is
+    // not JSON, and json.Unmarshal refuses it there too.
     let text = call.arguments.str(parameter).unwrap_or_default().trim();
-    if text.is_empty() || text == "null" {
+    if text == "null" {
         return Ok(Vec::new());
     }
     serde_json::from_str(text)
@@ -621,7 +623,7 @@ data:
         let (success, errors, patched, _) = invoke(
             BEFORE,
             "patch-mutations",
-            vec![json!(""), json!(patch.to_string())],
+            vec![json!("null"), json!(patch.to_string())],
         );
         assert!(success, "{errors:?}");
         assert_eq!(
@@ -670,7 +672,7 @@ data:
         let (success, errors, patched, _) = invoke(
             BEFORE,
             "patch-mutations",
-            vec![json!(""), json!(patch.to_string())],
+            vec![json!("null"), json!(patch.to_string())],
         );
         assert!(!success);
         assert!(errors[0].contains("data.mode.deeper"), "{errors:?}");

@@ -34,7 +34,9 @@ fn get_resources(call: &Call) -> Result<Outcome, FunctionError> {
         call.stop_if_cancelled()?;
         let resource_body = match body {
             "none" => String::new(),
-            "json" => serde_json::to_string(&call.unit.doc.to_json(element.root))
+            // kyaml's MarshalJSON, which ConfigHub's body is, goes through json.Marshal.
+            "json" => crate::go_json::to_vec(&call.unit.doc.to_json(element.root))
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
                 .map_err(|e| format!("{}: cannot render as JSON: {e}", info.resource_name))?,
             "native" => call
                 .toolchain

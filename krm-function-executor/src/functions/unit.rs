@@ -147,7 +147,9 @@ fn normalized(name: &str) -> String {
 
 /// Fills the placeholders of the identifying names and app labels with
 /// `<unit>-<space>` (see [`crate::registry::DEFAULT_NAME_TEMPLATE`]); values that do not hold
-/// a placeholder are kept.
+/// a placeholder are kept. For AppConfig/Properties the name is `<unit><space>`, the names as
+/// they are ([`crate::registry::PROPERTIES_DEFAULT_NAME_TEMPLATE`]): propkit's NormalizeName
+/// keeps every character and its name separator is empty.
 fn set_default_names(call: &Call) -> Result<Outcome, FunctionError> {
     let context = call.context;
     let unit = if context.unit_slug.is_empty() {
@@ -155,11 +157,14 @@ fn set_default_names(call: &Call) -> Result<Outcome, FunctionError> {
     } else {
         &context.unit_slug
     };
-    let (unit, space) = (normalized(unit), normalized(&context.space_slug));
+    let (unit, space, separator) = match call.toolchain {
+        Toolchain::KubernetesYaml => (normalized(unit), normalized(&context.space_slug), "-"),
+        Toolchain::AppConfigProperties => (unit.clone(), context.space_slug.clone(), ""),
+    };
     if unit.is_empty() || space.is_empty() {
         return Err(format!(
-            "the default name is <unit>-<space>, but the context has no usable {} (UnitSlug or \
-             UnitDisplayName, SpaceSlug)",
+            "the default name is <unit>{separator}<space>, but the context has no usable {} \
+             (UnitSlug or UnitDisplayName, SpaceSlug)",
             if unit.is_empty() {
                 "unit name"
             } else {
@@ -168,7 +173,7 @@ fn set_default_names(call: &Call) -> Result<Outcome, FunctionError> {
         )
         .into());
     }
-    let name = format!("{unit}-{space}");
+    let name = format!("{unit}{separator}{space}");
     let entries_for = |info: &ResourceInfo| {
         call.registry
             .paths_for(attribute::DEFAULT_NAME, &info.resource_type)
@@ -307,6 +312,37 @@ fn set_references_of_type(call: &Call) -> Result<Outcome, FunctionError> {
 /// Writes each attribute's value at its resource and path, creating missing keys when
 /// `upsert`. A path is what the arbitrary-path setters take: a registered one keeps its
 /// accessor (`...image#uri`).
+/// The value an attribute sets, by its DataType as ConfigHub's genericSetAttributesFromList
+/// takes it: a string, a JSON number rounded to an int (half away from zero, math.Round), a
+/// boolean; a value of another kind than its type, or another type, is refused.
+fn attribute_value(attribute: &AttributeValue) -> Result<ArgValue, String> {
+    use serde_json::Value;
+    let wrong = || {
+        format!(
+            "value of attribute {} is not {}: {}",
+            attribute.attribute_name,
+            attribute.data_type.as_str(),
+            attribute.value
+        )
+    };
+    match (&attribute.data_type, &attribute.value) {
+        (DataType::String, Value::String(s)) => Ok(ArgValue::String(s.clone())),
+        (DataType::Bool, Value::Bool(b)) => Ok(ArgValue::Bool(*b)),
+        (DataType::Int, Value::Number(n)) => match n.as_i64() {
+            Some(i) => Ok(ArgValue::Int(i)),
+            None => n
+                .as_f64()
+                .map(f64::round)
+                .filter(|r| (-(2f64.powi(63))..2f64.powi(63)).contains(r))
+                // In range, checked just above.
+                .map(|r| ArgValue::Int(r as i64))
+                .ok_or_else(|| format!("{}: out of the range of an int", wrong())),
+        },
+        (DataType::String | DataType::Bool | DataType::Int, _) => Err(wrong()),
+        (other, _) => Err(format!("unsupported data type {}", other.as_str())),
+    }
+}
+
 fn write_attributes(
     call: &Call,
     attributes: &[AttributeValue],
@@ -316,17 +352,10 @@ fn write_attributes(
     let mut edits = 0;
     let mut problems = Vec::new();
     for (i, attribute) in attributes.iter().enumerate() {
-        let value = match &attribute.value {
-            serde_json::Value::String(s) => ArgValue::String(s.clone()),
-            serde_json::Value::Bool(b) => ArgValue::Bool(*b),
-            serde_json::Value::Number(n) if n.is_i64() => {
-                ArgValue::Int(n.as_i64().unwrap_or_default())
-            }
-            other => {
-                problems.push(format!(
-                    "attribute {i} ({}): value {other} is not a string, integer or boolean",
-                    attribute.path
-                ));
+        let value = match attribute_value(attribute) {
+            Ok(value) => value,
+            Err(problem) => {
+                problems.push(format!("attribute {i} ({}): {problem}", attribute.path));
                 continue;
             }
         };
@@ -466,7 +495,8 @@ fn ensure_context(call: &Call) -> Result<Outcome, FunctionError> {
             )
         };
         if ours.len() == doc.entries(mapping).len() {
-            // Nothing else is in the mapping: the mapping goes too.
+            // Nothing else is in the mapping: it stays, empty, as ConfigHub's DeleteP of each
+            // key leaves it.
             let Some((last, parent_path)) = keys.mapping.split_last() else {
                 return Err(unwritable().into());
             };
@@ -475,7 +505,8 @@ fn ensure_context(call: &Call) -> Result<Outcome, FunctionError> {
                 .unwrap_or(element.root);
             let (key, _) = doc.entry(parent, last).ok_or_else(unwritable)?;
             let (start, end) = entry_lines(doc, key, mapping).ok_or_else(unwritable)?;
-            editor.replace(start, end, String::new());
+            let key_text = &doc.src[start..doc.node(key).end()];
+            editor.replace(start, end, format!("{key_text}: {{}}\n"));
         } else {
             for (key, value) in ours {
                 let (start, end) = entry_lines(doc, key, value).ok_or_else(unwritable)?;

@@ -8,7 +8,9 @@ use krm_plugin_api::quoted;
 use regex::{Regex, RegexBuilder};
 use serde_json::Value;
 
-use crate::api::{AttributeValue, DataType, OutputType, ResourceInfo, ValidationResult};
+use crate::api::{
+    AttributeValue, DataType, OutputType, ResourceInfo, ValidationResult, hash_config_data,
+};
 use crate::functions::definition::{
     ALL_TOOLCHAINS, Definition, FunctionKind, KUBERNETES, Options, PROPERTIES, no_parameters,
 };
@@ -399,27 +401,6 @@ fn matching(
 ) -> Result<BTreeSet<Key>, FunctionError> {
     let of_type = |t: &str| resource_type == "*" || t == resource_type;
     let mut matched = BTreeSet::new();
-    if let Some(field) = relation.path.strip_prefix("ConfigHub.") {
-        for (_, info) in identified(call)? {
-            call.stop_if_cancelled()?;
-            if !of_type(&info.resource_type) {
-                continue;
-            }
-            let value = match field {
-                "ResourceName" => &info.resource_name,
-                "ResourceNameWithoutScope" => &info.resource_name_without_scope,
-                "ResourceType" => &info.resource_type,
-                "ResourceCategory" => &info.resource_category,
-                other => {
-                    return Err(format!("unsupported ConfigHub path: ConfigHub.{other}").into());
-                }
-            };
-            if evaluate(relation, &Value::String(value.clone()))? {
-                matched.insert(key(info));
-            }
-        }
-        return Ok(matched);
-    }
     if let Some((visited, sub_path)) = relation.path.split_once(".|") {
         let visited = UnresolvedPath::parse(visited).map_err(|e| e.to_string())?;
         let keys: Vec<String> = sub_path.split('.').map(path::unescape).collect();
@@ -486,9 +467,10 @@ fn where_filter(call: &Call) -> Result<Outcome, FunctionError> {
     };
     let expression = call.arguments.str("where-expression").unwrap_or_default();
     let matched = if expression.trim().is_empty() {
+        // ConfigHub's blank filter compares the type as given: `*` is no resource's type.
         identified(call)?
             .into_iter()
-            .filter(|(_, info)| resource_type == "*" || info.resource_type == resource_type)
+            .filter(|(_, info)| info.resource_type == resource_type)
             .map(|(_, info)| key(info))
             .collect()
     } else {
@@ -667,17 +649,27 @@ fn no_placeholders(call: &Call) -> Result<Outcome, FunctionError> {
     Ok(Outcome::output(Output::Validation(result)))
 }
 
+/// Passes when the data is still what `PreviousContentHash` hashes and has as many approvers
+/// as asked, as ConfigHub's genericFnIsApproved (approvals count for the data they were given
+/// to). Like it, no details. ConfigHub hashes its YAML model, which for AppConfig/Properties
+/// never is the properties text the hash was taken of; krm-runner hashes the data in the
+/// toolchain's own format, so that a properties unit can pass.
 fn is_approved(call: &Call) -> Result<Outcome, FunctionError> {
     let wanted = call
         .arguments
         .get("num-approvers")
         .and_then(|v| v.as_int())
         .unwrap_or(1);
+    let data = call
+        .native
+        .write(call.unit)
+        .map_err(|e| format!("the data cannot be written as {}: {e}", call.toolchain))?;
+    let unchanged = hash_config_data(data.as_bytes()) == call.context.previous_content_hash;
     let approvers = call.context.approved_by.as_ref().map_or(0, Vec::len);
-    let result = if i64::try_from(approvers).unwrap_or(i64::MAX) >= wanted {
+    let result = if unchanged && i64::try_from(approvers).unwrap_or(i64::MAX) >= wanted {
         ValidationResult::passed()
     } else {
-        ValidationResult::failed(vec![format!("{approvers} approval(s), {wanted} required")])
+        ValidationResult::failed(Vec::new())
     };
     Ok(Outcome::output(Output::Validation(result)))
 }

@@ -216,7 +216,7 @@ impl Toolchain {
         match self {
             Toolchain::KubernetesYaml => Ok(unit.element_text(element).to_owned()),
             Toolchain::AppConfigProperties => PropertiesFile::parse(String::new())?.write(
-                Some(&unit.doc.to_json(element.root)),
+                &unit.doc.to_json(element.root),
                 &properties::comments(&unit.doc, element.root),
             ),
         }
@@ -225,11 +225,15 @@ impl Toolchain {
 
 impl NativeData {
     /// Whether the toolchain's format can hold `unit`: a properties file holds one mapping.
+    /// None is not held either: an empty file reads as one resource (NoName), and ConfigHub's
+    /// propkit cannot write an empty unit (its YAMLToNative fails on it).
     pub fn check(&self, unit: &Unit) -> Result<(), PropertiesError> {
         match self {
             NativeData::Yaml => Ok(()),
             NativeData::Properties(_) => match unit.elements.as_slice() {
-                [] => Ok(()),
+                [] => Err(PropertiesError::NotAMapping(
+                    "no resource; a properties file holds one".into(),
+                )),
                 [element] if unit.doc.is_map(element.root) => {
                     properties::check_keys(&unit.doc.to_json(element.root))
                 }
@@ -250,13 +254,13 @@ impl NativeData {
             return Ok(unit.doc.src.to_owned());
         };
         self.check(unit)?;
-        match unit.elements.first() {
-            None => file.write(None, &Default::default()),
-            Some(element) => file.write(
-                Some(&unit.doc.to_json(element.root)),
-                &properties::comments(&unit.doc, element.root),
-            ),
-        }
+        let [element] = unit.elements.as_slice() else {
+            unreachable!("check holds a properties unit to one resource");
+        };
+        file.write(
+            &unit.doc.to_json(element.root),
+            &properties::comments(&unit.doc, element.root),
+        )
     }
 }
 

@@ -256,20 +256,20 @@ impl PropertiesFile {
     }
 
     /// The file after the functions left the model as `model` (the JSON form of its one
-    /// document; `None` when it has none): changed values rewritten in place, removed
+    /// document): changed values rewritten in place, removed
     /// properties dropped, new ones appended, everything else as it was. A property with a
     /// comment in `comments` (the model's line comments, by key) gets it as a `#` line just
     /// above it, in place of the comment line that was there, if any.
     pub fn write(
         &self,
-        model: Option<&Value>,
+        model: &Value,
         comments: &HashMap<String, String>,
     ) -> Result<String, PropertiesError> {
         let mut now = Vec::new();
         match model {
-            None | Some(Value::Null) => {}
-            Some(value @ Value::Object(_)) => flatten(value, String::new(), &mut now),
-            Some(other) => {
+            Value::Null => {}
+            value @ Value::Object(_) => flatten(value, String::new(), &mut now),
+            other => {
                 return Err(PropertiesError::NotAMapping(format!(
                     "the document is {}",
                     kind_of(other)
@@ -752,8 +752,7 @@ log.web=DEBUG
     fn writing_an_unchanged_model_gives_the_file_back_byte_for_byte() {
         let file = PropertiesFile::parse(FILE.to_owned()).unwrap();
         assert_eq!(
-            file.write(Some(&model_json(&file)), &HashMap::new())
-                .unwrap(),
+            file.write(&model_json(&file), &HashMap::new()).unwrap(),
             FILE
         );
     }
@@ -768,7 +767,7 @@ log.web=DEBUG
         json["database"].as_object_mut().unwrap().remove("host");
         json["new"] = serde_json::json!({"key": " x#"});
         assert_eq!(
-            file.write(Some(&json), &HashMap::new()).unwrap(),
+            file.write(&json, &HashMap::new()).unwrap(),
             "\
 # Database settings
 database.port: 5432
@@ -789,10 +788,10 @@ new.key=\\ x#
         let file = PropertiesFile::parse(text.to_owned()).unwrap();
         let mut json = model_json(&file);
         assert_eq!(json["port"], 7);
-        assert_eq!(file.write(Some(&json), &HashMap::new()).unwrap(), text);
+        assert_eq!(file.write(&json, &HashMap::new()).unwrap(), text);
         json["ratio"] = Value::from(2.25);
         assert_eq!(
-            file.write(Some(&json), &HashMap::new()).unwrap(),
+            file.write(&json, &HashMap::new()).unwrap(),
             "port=007\nratio=2.25\nbig=1.0\n"
         );
     }
@@ -806,12 +805,12 @@ new.key=\\ x#
         json["a"] = Value::from(3);
         json["c"] = Value::from("new");
         assert_eq!(
-            file.write(Some(&json), &HashMap::new()).unwrap(),
+            file.write(&json, &HashMap::new()).unwrap(),
             "a=1\r\nb=x\r\na=3\r\nc=new\r\n"
         );
         json.as_object_mut().unwrap().remove("a");
         assert_eq!(
-            file.write(Some(&json), &HashMap::new()).unwrap(),
+            file.write(&json, &HashMap::new()).unwrap(),
             "b=x\r\nc=new\r\n"
         );
     }
@@ -945,7 +944,7 @@ new.key=\\ x#
         let mut json = json;
         json["added"] = Value::from(1);
         assert_eq!(
-            file.write(Some(&json), &comments).unwrap(),
+            file.write(&json, &comments).unwrap(),
             "\
 # the primary
 database.host = localhost
@@ -976,7 +975,7 @@ added=1
             ("d".to_owned(), "after a blank line".to_owned()),
         ]);
         assert_eq!(
-            file.write(Some(&model_json(&file)), &comments).unwrap(),
+            file.write(&model_json(&file), &comments).unwrap(),
             "a=x\\\n#y\n# note\nb=1\n#c\n\n# after a blank line\nd=2\n"
         );
     }
@@ -986,7 +985,7 @@ added=1
         let file = PropertiesFile::parse("# nothing\n".to_owned()).unwrap();
         assert_eq!(file.model().unwrap(), "{}\n");
         assert_eq!(
-            file.write(Some(&serde_json::json!({"a": true})), &HashMap::new())
+            file.write(&serde_json::json!({"a": true}), &HashMap::new())
                 .unwrap(),
             "# nothing\na=true\n"
         );

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use krm_function_executor::api::{
     FunctionArgument, FunctionInvocation, FunctionInvocationRequest, FunctionInvocationResponse,
-    FunctionSignature, render_output,
+    FunctionSignature, hash_config_data, render_output,
 };
 use krm_function_executor::executor::MAX_CONFIG_BYTES;
 use krm_function_executor::{Executor, ExecutorError, Toolchain};
@@ -275,6 +275,9 @@ fn invoke(
     context.organization_id = ORGANIZATION_ID.to_owned();
     context.revision_num = 1;
     context.new = true;
+    // fctl (function/client/do.go InvokeFunctions) hashes the data it sends, so that
+    // is-approved sees it unchanged.
+    context.previous_content_hash = hash_config_data(&input);
     let call = HostCallContext::new(deadline);
     if let Some(deadline) = deadline {
         let expiring = call.clone();
