@@ -208,11 +208,9 @@ fn to_cel(value: &Value) -> cel::Value {
     match value {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => cel::Value::Int(i),
-            (None, Some(u)) => cel::Value::UInt(u),
-            (None, None) => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
+        // Every number is a double, as in ConfigHub's genericFnCELValidate, which reads each
+        // resource through sigs.k8s.io/yaml into Go's float64.
+        Value::Number(n) => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         Value::String(s) => cel::Value::String(Arc::new(s.clone())),
         Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
         Value::Object(entries) => entries
@@ -860,19 +858,19 @@ mod tests {
     }
 
     #[test]
-    fn resources_reach_cel_with_their_types() {
-        let resource =
-            serde_json::json!({"n": 2, "big": u64::MAX, "f": 1.5, "s": "x", "l": [true, null]});
+    fn resources_reach_cel_as_confighub_reads_them() {
+        let resource = serde_json::json!({"n": 2, "f": 1.5, "s": "x", "l": [true, null]});
         let mut context = cel::Context::default();
         context.add_variable_from_value("r", to_cel(&resource));
-        let expression = cel_expression(
-            "r.n == 2 && r.big == 18446744073709551615u && r.f == 1.5 && r.s == 'x' && r.l[0] && r.l[1] == null",
-        )
-        .unwrap();
+        let holds = |text: &str| cel::Value::resolve(&cel_expression(text).unwrap(), &context);
+        // Numbers are doubles (Go's float64 behind sigs.k8s.io/yaml), compared across types.
         assert_eq!(
-            cel::Value::resolve(&expression, &context),
+            holds(
+                "type(r.n) == double && r.n == 2 && r.n < 3 && r.f == 1.5 && r.s == 'x' && r.l[0] && r.l[1] == null"
+            ),
             Ok(cel::Value::Bool(true))
         );
+        assert!(holds("r.n % 2 == 0").is_err());
     }
 
     #[test]
