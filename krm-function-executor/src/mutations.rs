@@ -9,9 +9,7 @@ use crate::api::{MutationInfo, MutationType, ResourceInfo, ResourceMutation};
 use crate::path::escape;
 use crate::resource::{Element, Unit};
 use crate::toolchain::Toolchain;
-use crate::yaml::{
-    Doc, Kind, MAX_DEPTH, New, NodeId, Style, block_entries, block_items, push_rendered,
-};
+use crate::yaml::{Doc, Kind, MAX_DEPTH, NodeId, Style};
 
 /// A record as ConfigHub's yamlkit writes it: every one with its predicate set, so that a
 /// later patch or reset takes it.
@@ -22,47 +20,6 @@ fn info(mutation_type: MutationType, index: i64, value: String) -> MutationInfo 
         predicate: true,
         value,
     }
-}
-
-/// The text of a scalar or alias written on one line, which is how kyaml writes it again.
-fn one_line_text<'a>(doc: &Doc<'a>, id: NodeId) -> Option<&'a str> {
-    let node = doc.node(id);
-    let text = &doc.src[node.start().min(node.end())..node.end()];
-    let scalar = match node.kind {
-        Kind::Alias(_) => true,
-        Kind::Scalar { style, .. } => style != Style::Block,
-        Kind::Map(_) | Kind::Seq(_) => false,
-    };
-    (scalar && !text.contains('\n')).then_some(text)
-}
-
-/// A node as ConfigHub records it: kyaml's `RNode.String()`, the node encoded alone (indent 2,
-/// sequences not indented under their key, scalars and one-line flow collections as written)
-/// and ending in a newline: `10` is "10\n", a mapping "runAsNonRoot: true\n". Comments are
-/// not kept, and what spans lines otherwise (block scalars, flow collections) is written as
-/// the block renderer writes new content.
-fn render(doc: &Doc, id: NodeId) -> String {
-    let mut out = String::new();
-    if let Some(text) = one_line_text(doc, id) {
-        out.push_str(text);
-    } else {
-        match doc.to_new_keeping_flow(id) {
-            New::Map(entries) if entries.is_empty() => out.push_str("{}"),
-            New::Seq(items) if items.is_empty() => out.push_str("[]"),
-            New::Map(entries) => {
-                block_entries(&entries, 0, &mut out);
-                return out;
-            }
-            New::Seq(items) => {
-                block_items(&items, 0, &mut out);
-                return out;
-            }
-            New::Str(s) => push_rendered(&mut out, &s, false),
-            New::Plain(s) => out.push_str(&s),
-        }
-    }
-    out.push('\n');
-    out
 }
 
 /// How many entries or items a node has (none for a scalar): gaby's `Children`.
@@ -163,7 +120,7 @@ impl<'d> TreeDiff<'d> {
         if !self.full() {
             self.out.insert(
                 self.path.join("."),
-                info(mutation_type, self.index, render(doc, node)),
+                info(mutation_type, self.index, doc.encode(node)),
             );
         }
     }
@@ -248,11 +205,8 @@ impl<'d> TreeDiff<'d> {
                 }
             }
             Kind::Scalar { .. } | Kind::Alias(_) => {
-                let same = match (one_line_text(old, before), one_line_text(new, after)) {
-                    (Some(a), Some(b)) => a == b,
-                    _ => render(old, before) == render(new, after),
-                };
-                if !same {
+                // Compared as ConfigHub compares them: by kyaml's text, comments included.
+                if old.encode(before) != new.encode(after) {
                     self.record(MutationType::Update, new, after);
                 }
             }

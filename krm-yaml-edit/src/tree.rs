@@ -500,26 +500,14 @@ impl<'a> Doc<'a> {
     /// The subtree as new content to write elsewhere: scalars keep their written form (quoting
     /// included) where it fits on one line; block scalars become quoted strings; comments go.
     pub fn to_new(&self, id: NodeId) -> New {
-        self.to_new_depth(id, 0, false)
+        self.to_new_depth(id, 0)
     }
 
-    /// Like [`Doc::to_new`], but a flow collection written on one line keeps its text (as
-    /// [`New::Plain`]), as a YAML encoder keeps the style of the nodes it parsed.
-    pub fn to_new_keeping_flow(&self, id: NodeId) -> New {
-        self.to_new_depth(id, 0, true)
-    }
-
-    fn to_new_depth(&self, id: NodeId, depth: usize, keep_flow: bool) -> New {
+    fn to_new_depth(&self, id: NodeId, depth: usize) -> New {
         let id = self.deref(id);
         let node = &self.nodes[id];
         if depth > MAX_DEPTH {
             return New::Plain("null".into());
-        }
-        if keep_flow && node.flow() {
-            let text = &self.src[node.start()..node.end()];
-            if !text.contains('\n') {
-                return New::Plain(text.to_owned());
-            }
         }
         match node.kind {
             Kind::Scalar { value, style, .. } => {
@@ -537,7 +525,7 @@ impl<'a> Doc<'a> {
                     .map(|&(k, v)| {
                         (
                             self.str(k).unwrap_or_default().to_owned(),
-                            self.to_new_depth(v, depth + 1, keep_flow),
+                            self.to_new_depth(v, depth + 1),
                         )
                     })
                     .collect(),
@@ -545,7 +533,7 @@ impl<'a> Doc<'a> {
             Kind::Seq(_) => New::Seq(
                 self.items(id)
                     .iter()
-                    .map(|&i| self.to_new_depth(i, depth + 1, keep_flow))
+                    .map(|&i| self.to_new_depth(i, depth + 1))
                     .collect(),
             ),
             Kind::Alias(_) => New::Plain("null".into()),

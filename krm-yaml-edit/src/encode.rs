@@ -1,0 +1,701 @@
+//! A node encoded alone as kyaml writes it (`RNode.String()`: yaml.v3's encoder, indent 2,
+//! sequences not indented under their key), from the tree and its text: scalars in their
+//! written style, anchors, tags and aliases kept, block scalars re-emitted with yaml.v3's
+//! indicators, flow collections joined to one line, and the comments yaml.v3's parser
+//! attaches to the node and the nodes below it.
+
+use crate::{Doc, Kind, MAX_DEPTH, NodeId, Style};
+
+/// Where a node is written: alone, after `key:`, or after `- `.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Root,
+    Value,
+    Item,
+}
+
+/// A line of the text between nodes.
+#[derive(Clone, Copy)]
+enum Line<'a> {
+    Blank,
+    /// A comment (from its `#`, trailing blanks cut) starting at this column.
+    Comment(usize, &'a str),
+    Content,
+}
+
+/// The head and foot comments yaml.v3 attaches to a key or item: lines, `""` for a blank
+/// line inside a head.
+#[derive(Default)]
+struct Around<'a> {
+    head: Vec<&'a str>,
+    foot: Vec<&'a str>,
+}
+
+impl<'a> Doc<'a> {
+    /// The node encoded alone as kyaml's `RNode.String()` writes it, ending in a newline.
+    ///
+    /// Comments are placed as yaml.v3's scanner places them (scannerc.go
+    /// yaml_parser_scan_comments): a run of comments right after a node and followed by a
+    /// blank line, or by a line indented less than the collection it closes, is that node's
+    /// foot; other comments are the head of the key or item after them; a comment on a
+    /// scalar's or flow collection's line is its line comment, one on a key's line whose
+    /// value is a block collection the key's. The emitter (emitterc.go) writes them at the
+    /// node's indentation, a line comment one space after the node, and a blank line after
+    /// a foot comment when the next line is at the same indentation.
+    pub fn encode(&self, id: NodeId) -> String {
+        let mut encoder = Encoder {
+            doc: self,
+            out: String::new(),
+            foot_indent: None,
+        };
+        let own = self.own_comments(id);
+        encoder.comments(&own.head, 0);
+        if !encoder.out.is_empty() {
+            encoder.out.push('\n');
+        }
+        encoder.node(id, 0, Place::Root, 0);
+        encoder.foot(&own.foot, 0);
+        if !encoder.out.ends_with('\n') {
+            encoder.out.push('\n');
+        }
+        encoder.out
+    }
+
+    /// The lines of the text from byte `from` (a line start) up to `to`.
+    fn lines(&self, from: usize, to: usize) -> Vec<Line<'a>> {
+        let src = self.src;
+        let text = src.get(from.min(to)..to).unwrap_or_default();
+        text.split_inclusive('\n')
+            .map(|line| {
+                let body = line.trim_end();
+                let trimmed = body.trim_start();
+                if trimmed.is_empty() {
+                    Line::Blank
+                } else if trimmed.starts_with('#') {
+                    Line::Comment(body.len() - trimmed.len(), trimmed)
+                } else {
+                    Line::Content
+                }
+            })
+            .collect()
+    }
+
+    /// The comment and blank lines right after the node (from the next line on), up to the
+    /// next content line.
+    fn lines_after(&self, id: NodeId) -> Vec<Line<'a>> {
+        let from = self.line_end(self.text_end(id));
+        let mut lines = self.lines(from, self.src.len());
+        if let Some(content) = lines.iter().position(|l| matches!(l, Line::Content)) {
+            lines.truncate(content);
+        }
+        lines
+    }
+
+    /// The indentation a block collection opens for yaml.v3's scanner: none for a flow
+    /// collection, a scalar, or a sequence written at its key's column.
+    fn level(&self, id: NodeId) -> Option<usize> {
+        let node = self.node(id);
+        if node.flow() {
+            return None;
+        }
+        match node.kind {
+            Kind::Map(children) if !children.is_empty() => Some(node.col()),
+            Kind::Seq(children) if !children.is_empty() => {
+                let indentless = node.parent().is_some_and(|parent| {
+                    matches!(self.node(parent).kind, Kind::Map(_))
+                        && self.node(parent).col() == node.col()
+                        && !self.node(parent).flow()
+                });
+                (!indentless).then_some(node.col())
+            }
+            _ => None,
+        }
+    }
+
+    /// The value below a key or item whose trailing comments it may take: a block
+    /// collection's last child's, through sequences that open no indentation.
+    fn last_value(&self, id: NodeId) -> Option<NodeId> {
+        match self.node(id).kind {
+            Kind::Map(_) => self.entries(id).last().map(|&(_, v)| v),
+            Kind::Seq(_) => self.items(id).last().copied(),
+            _ => None,
+        }
+    }
+
+    /// How many of `lines` (those after node `value`) the collections ending with `value`
+    /// take as foot comments: the leading comment lines at or beyond each one's indentation.
+    fn taken_below(&self, value: NodeId, lines: &[Line], depth: usize) -> usize {
+        if depth > MAX_DEPTH || self.node(value).flow() {
+            return 0;
+        }
+        let deeper = self
+            .last_value(value)
+            .map_or(0, |last| self.taken_below(last, lines, depth + 1));
+        match self.level(value) {
+            Some(level) => {
+                let run = lines
+                    .iter()
+                    .take_while(|l| matches!(l, Line::Comment(col, _) if *col >= level))
+                    .count();
+                run.max(deeper)
+            }
+            None => deeper,
+        }
+    }
+
+    /// The node of key or item `child` whose subtree ends a sibling: the value for a key.
+    fn subtree(&self, parent: NodeId, index: usize) -> NodeId {
+        match self.node(parent).kind {
+            Kind::Map(_) => self.entries(parent)[index].1,
+            _ => self.items(parent)[index],
+        }
+    }
+
+    /// Where child `index` of a block collection is written first: its key, or its item's
+    /// line for an item (the dash).
+    fn child_start(&self, parent: NodeId, index: usize) -> usize {
+        match self.node(parent).kind {
+            Kind::Map(_) => self.node(self.entries(parent)[index].0).start(),
+            _ => {
+                let item = self.items(parent)[index];
+                let start = self.node(item).start();
+                let line = self.line_start(start);
+                match self.src[line..start].trim_start().strip_prefix('-') {
+                    Some(_) => line + self.src[line..start].find('-').unwrap_or(0),
+                    None => start,
+                }
+            }
+        }
+    }
+
+    /// The head and foot comments of child `index` of block collection `parent`.
+    fn around(&self, parent: NodeId, index: usize) -> Around<'a> {
+        let mut around = Around::default();
+        let start = self.child_start(parent, index);
+        let line = self.line_start(start);
+        if index == 0 {
+            // Only a child that leads its line has a head (else it is its parent's).
+            if self.src[line..start].trim().is_empty() {
+                let above = self.lines(self.comment_block_start(line), line);
+                around.head = head_of(&above);
+            }
+        } else {
+            let before = self.subtree(parent, index - 1);
+            let lines = self.lines(self.line_end(self.text_end(before)), line);
+            let rest = &lines[self.taken_below(before, &lines, 0).min(lines.len())..];
+            around.head = head_of(&rest[foot_len(rest)..]);
+        }
+        let count = match self.node(parent).kind {
+            Kind::Map(children) | Kind::Seq(children) => children.len(),
+            _ => 0,
+        };
+        let own = self.subtree(parent, index);
+        let after = self.lines_after(own);
+        let taken = self.taken_below(own, &after, 0).min(after.len());
+        let rest = &after[taken..];
+        if index + 1 < count {
+            around.foot = comment_texts(&rest[..foot_len(rest)]);
+        } else if let Some(level) = self.level(parent) {
+            let run = rest
+                .iter()
+                .take_while(|l| matches!(l, Line::Comment(col, _) if *col >= level))
+                .count();
+            around.foot = comment_texts(&rest[..run]);
+        }
+        around
+    }
+
+    /// Where the comment and blank lines just above line `line` start.
+    fn comment_block_start(&self, line: usize) -> usize {
+        let mut start = line;
+        while start > 0 {
+            let previous = self.line_start(start - 1);
+            let text = self.src[previous..start].trim();
+            if !text.is_empty() && !text.starts_with('#') {
+                break;
+            }
+            start = previous;
+        }
+        start
+    }
+
+    /// A node's own head and foot comments: an item's, which the encoder writes with it.
+    fn own_comments(&self, id: NodeId) -> Around<'a> {
+        match self.node(id).parent() {
+            Some(parent)
+                if matches!(self.node(parent).kind, Kind::Seq(_)) && !self.node(parent).flow() =>
+            {
+                let index = self.items(parent).iter().position(|&i| i == id);
+                index.map_or_else(Around::default, |i| self.around(parent, i))
+            }
+            _ => Around::default(),
+        }
+    }
+
+    /// The comment on the rest of the line after byte `pos`, from its `#`.
+    fn comment_after(&self, pos: usize) -> Option<&'a str> {
+        let rest = self.rest_of_line(pos).trim();
+        rest.starts_with('#').then_some(rest)
+    }
+
+    /// A block scalar's header (`|`, `>-`, `|2+`) and the comment on its line: the line
+    /// above its content (its span starts at the content).
+    fn block_header(&self, id: NodeId) -> (&'a str, Option<&'a str>) {
+        let mut line = self.line_start(self.node(id).start());
+        while line > 0 {
+            line = self.line_start(line - 1);
+            let text = self.rest_of_line(line);
+            if text.trim().is_empty() {
+                continue;
+            }
+            let (code, comment) = match text.find(" #") {
+                Some(cut) => (&text[..cut], Some(text[cut + 1..].trim_end())),
+                None => (text, None),
+            };
+            let indicator = code.split_whitespace().next_back().unwrap_or_default();
+            return (indicator, comment);
+        }
+        ("|", None)
+    }
+
+    /// Where a node's text ends: a block scalar's span runs on over the indentation of the
+    /// line after it.
+    fn text_end(&self, id: NodeId) -> usize {
+        let node = self.node(id);
+        match node.kind {
+            Kind::Scalar {
+                style: Style::Block,
+                ..
+            } => {
+                let text = &self.src[node.start()..node.end()];
+                node.start() + text.trim_end_matches([' ', '\t']).len()
+            }
+            _ => node.end(),
+        }
+    }
+
+    /// The anchor and tag written before a node (`&a`, `!!str`), as written.
+    fn properties(&self, id: NodeId) -> (Option<&'a str>, Option<&'a str>) {
+        let node = self.node(id);
+        let start = node.start();
+        let line = self.line_start(start);
+        let block = !node.flow() && matches!(node.kind, Kind::Map(_) | Kind::Seq(_));
+        if matches!(node.kind, Kind::Scalar { .. }) {
+            let (anchor, tag, _) = split_properties(&self.src[start..node.end()]);
+            return (anchor, tag);
+        }
+        let before = if block {
+            if !self.src[line..start].trim().is_empty() {
+                // A mapping starting after `- ` on its line: what is written before is its
+                // first key's.
+                return (None, None);
+            }
+            // A block collection's properties end the line above it that holds content.
+            let mut above = line;
+            loop {
+                if above == 0 {
+                    return (None, None);
+                }
+                above = self.line_start(above - 1);
+                let text = self.rest_of_line(above);
+                let code = text.find(" #").map_or(text, |cut| &text[..cut]).trim();
+                if !code.is_empty() && !code.starts_with('#') {
+                    break code;
+                }
+            }
+        } else {
+            &self.src[line..start]
+        };
+        let (mut anchor, mut tag) = (None, None);
+        for token in before.split_whitespace().rev() {
+            if token.starts_with('&') && anchor.is_none() {
+                anchor = Some(token);
+            } else if token.starts_with('!') && tag.is_none() {
+                tag = Some(token);
+            } else {
+                break;
+            }
+        }
+        (anchor, tag)
+    }
+}
+
+/// How many of `lines` (between two siblings, after what the earlier one's collections took)
+/// are the earlier sibling's foot: the comments right after it when a blank line follows.
+fn foot_len(lines: &[Line]) -> usize {
+    let run = lines
+        .iter()
+        .take_while(|l| matches!(l, Line::Comment(..)))
+        .count();
+    if run > 0 && matches!(lines.get(run), Some(Line::Blank)) {
+        run
+    } else {
+        0
+    }
+}
+
+/// The comments of `lines` as a head: blank lines at its ends dropped, one kept between.
+fn head_of<'a>(lines: &[Line<'a>]) -> Vec<&'a str> {
+    let mut head = Vec::new();
+    for line in lines {
+        match line {
+            Line::Comment(_, text) => head.push(*text),
+            Line::Blank if head.last().is_some_and(|last: &&str| !last.is_empty()) => {
+                head.push("");
+            }
+            _ => {}
+        }
+    }
+    if head.last() == Some(&"") {
+        head.pop();
+    }
+    head
+}
+
+fn comment_texts<'a>(lines: &[Line<'a>]) -> Vec<&'a str> {
+    lines
+        .iter()
+        .filter_map(|l| match l {
+            Line::Comment(_, text) => Some(*text),
+            _ => None,
+        })
+        .collect()
+}
+
+struct Encoder<'d, 'a> {
+    doc: &'d Doc<'a>,
+    out: String,
+    /// After a foot comment, its indentation: yaml.v3's emitter writes a blank line before
+    /// the next line at that indentation.
+    foot_indent: Option<usize>,
+}
+
+impl Encoder<'_, '_> {
+    /// Starts a line at `indent`.
+    fn line(&mut self, indent: usize) {
+        if !self.out.is_empty() && !self.out.ends_with('\n') {
+            self.out.push('\n');
+        }
+        if self.foot_indent.take() == Some(indent) {
+            self.out.push('\n');
+        }
+        self.out.extend(std::iter::repeat_n(' ', indent));
+    }
+
+    fn comments(&mut self, lines: &[&str], indent: usize) {
+        for text in lines {
+            if text.is_empty() {
+                self.out.push('\n');
+            } else {
+                self.line(indent);
+                self.out.push_str(text);
+            }
+        }
+    }
+
+    fn foot(&mut self, lines: &[&str], indent: usize) {
+        if !lines.is_empty() {
+            self.comments(lines, indent);
+            self.foot_indent = Some(indent);
+        }
+    }
+
+    fn line_comment(&mut self, comment: Option<&str>) {
+        if let Some(comment) = comment {
+            self.out.push(' ');
+            self.out.push_str(comment);
+        }
+    }
+
+    /// Writes node `id` at `place`; `indent` is the column of the key or dash before it.
+    fn node(&mut self, id: NodeId, indent: usize, place: Place, depth: usize) {
+        let doc = self.doc;
+        if depth > MAX_DEPTH {
+            return;
+        }
+        let node = doc.node(id);
+        let (anchor, tag) = doc.properties(id);
+        let block_collection = !node.flow() && matches!(node.kind, Kind::Map(_) | Kind::Seq(_));
+        let mut props = String::new();
+        for prop in [anchor, tag].into_iter().flatten() {
+            if !props.is_empty() {
+                props.push(' ');
+            }
+            props.push_str(prop);
+        }
+        if place == Place::Value && !(block_collection && props.is_empty()) {
+            self.out.push(' ');
+        }
+        if !props.is_empty() {
+            self.out.push_str(&props);
+            if !block_collection {
+                self.out.push(' ');
+            }
+        }
+        match node.kind {
+            Kind::Alias(_) => {
+                self.out.push_str(&doc.src[node.start()..node.end()]);
+                self.line_comment(doc.comment_after(node.end()));
+            }
+            Kind::Scalar {
+                style: Style::Block,
+                ..
+            } => self.block_scalar(id, indent + 2),
+            // yaml.v3 writes an empty value below a key or dash as nothing.
+            Kind::Scalar { .. } if place != Place::Root && node.start() == node.end() => {
+                if place == Place::Value || self.out.ends_with(' ') {
+                    self.out.pop();
+                }
+            }
+            Kind::Scalar { .. } => {
+                self.out.push_str(&scalar_text(doc, id));
+                self.line_comment(doc.comment_after(node.end()));
+            }
+            _ if node.flow() => {
+                self.flow(id, depth);
+                self.line_comment(doc.comment_after(node.end()));
+            }
+            Kind::Map(_) => {
+                let entries_indent = match place {
+                    Place::Root => 0,
+                    Place::Value | Place::Item => indent + 2,
+                };
+                let inline = place == Place::Item && props.is_empty();
+                self.entries(id, entries_indent, inline, depth);
+            }
+            Kind::Seq(_) => {
+                let (items_indent, inline) = match place {
+                    Place::Root => (0, false),
+                    Place::Value => (indent, false),
+                    Place::Item => (indent + 2, props.is_empty()),
+                };
+                self.items(id, items_indent, inline, depth);
+            }
+        }
+    }
+
+    fn entries(&mut self, map: NodeId, indent: usize, inline: bool, depth: usize) {
+        let doc = self.doc;
+        for (i, &(key, value)) in doc.entries(map).iter().enumerate() {
+            let around = doc.around(map, i);
+            if !(inline && i == 0) {
+                self.comments(&around.head, indent);
+                self.line(indent);
+            }
+            self.out.push_str(&scalar_text(doc, key));
+            self.out.push(':');
+            let value_node = doc.node(value);
+            if !value_node.flow() && matches!(value_node.kind, Kind::Map(_) | Kind::Seq(_)) {
+                let key_end = doc.node(key).end();
+                let line = doc.rest_of_line(key_end);
+                // The comment on the key's line, after `:` and any properties.
+                // The comment on the key's line, right after `:` (yaml.v3 gives one after an
+                // anchor or tag to the first node below).
+                let comment = line
+                    .find('#')
+                    .filter(|&at| line[..at].trim() == ":")
+                    .map(|at| line[at..].trim_end());
+                self.line_comment(comment);
+            }
+            self.node(value, indent, Place::Value, depth + 1);
+            self.foot(&around.foot, indent);
+        }
+    }
+
+    fn items(&mut self, seq: NodeId, indent: usize, inline: bool, depth: usize) {
+        let doc = self.doc;
+        for (i, &item) in doc.items(seq).iter().enumerate() {
+            let around = doc.around(seq, i);
+            if !(inline && i == 0) {
+                self.comments(&around.head, indent);
+                self.line(indent);
+            }
+            self.out.push_str("- ");
+            self.node(item, indent, Place::Item, depth + 1);
+            self.foot(&around.foot, indent);
+        }
+    }
+
+    /// A flow collection on one line, as yaml.v3 writes one: `{a: b, c: d}`, `[1, 2]`.
+    fn flow(&mut self, id: NodeId, depth: usize) {
+        let doc = self.doc;
+        if depth > MAX_DEPTH {
+            return;
+        }
+        let flow_node = |encoder: &mut Self, node: NodeId| {
+            let (anchor, tag) = doc.properties(node);
+            for prop in [anchor, tag].into_iter().flatten() {
+                encoder.out.push_str(prop);
+                encoder.out.push(' ');
+            }
+            match doc.node(node).kind {
+                Kind::Map(_) | Kind::Seq(_) => encoder.flow(node, depth + 1),
+                Kind::Alias(_) => {
+                    let n = doc.node(node);
+                    encoder.out.push_str(&doc.src[n.start()..n.end()]);
+                }
+                Kind::Scalar { .. } => encoder.out.push_str(&scalar_text(doc, node)),
+            }
+        };
+        match doc.node(id).kind {
+            Kind::Map(_) => {
+                self.out.push('{');
+                for (i, &(key, value)) in doc.entries(id).iter().enumerate() {
+                    if i > 0 {
+                        self.out.push_str(", ");
+                    }
+                    flow_node(self, key);
+                    self.out.push_str(": ");
+                    flow_node(self, value);
+                }
+                self.out.push('}');
+            }
+            Kind::Seq(_) => {
+                self.out.push('[');
+                for (i, &item) in doc.items(id).iter().enumerate() {
+                    if i > 0 {
+                        self.out.push_str(", ");
+                    }
+                    flow_node(self, item);
+                }
+                self.out.push(']');
+            }
+            Kind::Scalar { .. } | Kind::Alias(_) => flow_node(self, id),
+        }
+    }
+
+    /// A literal or folded block scalar as yaml.v3's emitter writes it (emitterc.go
+    /// yaml_emitter_write_block_scalar_hints, _write_literal_scalar, _write_folded_scalar),
+    /// its content at `indent`.
+    fn block_scalar(&mut self, id: NodeId, indent: usize) {
+        let doc = self.doc;
+        let value = doc.str(id).unwrap_or_default();
+        let (indicator, comment) = doc.block_header(id);
+        let folded = indicator.starts_with('>');
+        self.out.push(if folded { '>' } else { '|' });
+        if value.starts_with([' ', '\n']) {
+            self.out.push('2');
+        }
+        let bytes = value.as_bytes();
+        let keep = bytes.len() >= 2 && bytes.ends_with(b"\n\n") || value == "\n";
+        if !value.ends_with('\n') {
+            self.out.push('-');
+        } else if keep {
+            self.out.push('+');
+        }
+        self.line_comment(comment);
+        // yaml.v3 writes an extra line break after each content line of a folded scalar
+        // (its lookahead starts at the value's first byte rather than at the break).
+        let extra_breaks = folded
+            && value
+                .trim_start_matches('\n')
+                .chars()
+                .next()
+                .is_some_and(|c| c != ' ' && c != '\t');
+        self.out.push('\n');
+        let mut at_line_start = true;
+        let mut leading_spaces = true;
+        for c in value.chars() {
+            if c == '\n' {
+                if extra_breaks && !at_line_start && !leading_spaces {
+                    self.out.push('\n');
+                }
+                self.out.push('\n');
+                at_line_start = true;
+            } else {
+                if at_line_start {
+                    self.out.extend(std::iter::repeat_n(' ', indent));
+                    leading_spaces = c == ' ' || c == '\t';
+                }
+                self.out.push(c);
+                at_line_start = false;
+            }
+        }
+    }
+}
+
+/// The anchor and tag at the start of a scalar's span (the general parser's spans hold them),
+/// and the offset of the scalar's own text.
+fn split_properties(text: &str) -> (Option<&str>, Option<&str>, usize) {
+    let (mut anchor, mut tag) = (None, None);
+    let mut rest = text;
+    while rest.starts_with(['&', '!']) {
+        let token = &rest[..rest.find(char::is_whitespace).unwrap_or(rest.len())];
+        if token.starts_with('&') {
+            anchor = Some(token);
+        } else {
+            tag = Some(token);
+        }
+        rest = rest[token.len()..].trim_start();
+    }
+    (anchor, tag, text.len() - rest.len())
+}
+
+/// A scalar (not a block one) as yaml.v3 writes it again: as written when on one line; else
+/// from its value, in its style.
+fn scalar_text(doc: &Doc, id: NodeId) -> String {
+    let node = doc.node(id);
+    let text = &doc.src[node.start().min(node.end())..node.end()];
+    let Kind::Scalar { style, .. } = node.kind else {
+        return text.to_owned();
+    };
+    let text = &text[split_properties(text).2..];
+    if node.start() == node.end() {
+        return "null".to_owned();
+    }
+    if !text.contains('\n') && style != Style::Double {
+        return text.to_owned();
+    }
+    let value = doc.str(id).unwrap_or_default();
+    match style {
+        Style::Plain if !value.contains('\n') => value.to_owned(),
+        Style::Single if !value.contains('\n') => format!("'{}'", value.replace('\'', "''")),
+        _ => double_quoted(value),
+    }
+}
+
+/// `value` double-quoted as yaml.v3's emitter writes it (emitterc.go
+/// yaml_emitter_write_double_quoted_scalar, with unicode output): printable characters as
+/// they are, the others escaped.
+fn double_quoted(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        let printable = matches!(c, ' '..='~' | '\u{A0}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}')
+            && c != '\u{FEFF}';
+        let escape = match c {
+            '\0' => "\\0",
+            '\u{7}' => "\\a",
+            '\u{8}' => "\\b",
+            '\t' => "\\t",
+            '\n' => "\\n",
+            '\u{B}' => "\\v",
+            '\u{C}' => "\\f",
+            '\r' => "\\r",
+            '\u{1B}' => "\\e",
+            '"' => "\\\"",
+            '\\' => "\\\\",
+            '\u{85}' => "\\N",
+            '\u{2028}' => "\\L",
+            '\u{2029}' => "\\P",
+            _ if printable => {
+                out.push(c);
+                continue;
+            }
+            _ => {
+                let code = u32::from(c);
+                if code <= 0xFF {
+                    out.push_str(&format!("\\x{code:02X}"));
+                } else if code <= 0xFFFF {
+                    out.push_str(&format!("\\u{code:04X}"));
+                } else {
+                    out.push_str(&format!("\\U{code:08X}"));
+                }
+                continue;
+            }
+        };
+        out.push_str(escape);
+    }
+    out.push('"');
+    out
+}
