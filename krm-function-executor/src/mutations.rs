@@ -104,11 +104,14 @@ fn verbatim(doc: &Doc) -> bool {
 }
 
 impl<'d> TreeDiff<'d> {
+    /// Whether two nodes are written alike, up to the end of their last lines (where the
+    /// line comment that kyaml's text of their last scalar holds is).
     fn written_alike(&self, before: NodeId, after: NodeId) -> bool {
         let (a, b) = (self.old.node(before), self.new.node(after));
         self.verbatim
             && a.col() == b.col()
-            && self.old.src[a.start()..a.end()] == self.new.src[b.start()..b.end()]
+            && self.old.src[a.start()..self.old.line_end(a.end())]
+                == self.new.src[b.start()..self.new.line_end(b.end())]
     }
 
     fn full(&self) -> bool {
@@ -214,6 +217,17 @@ impl<'d> TreeDiff<'d> {
     }
 }
 
+/// The lines of the unit as ConfigHub encodes it: each resource as kyaml writes it, with a
+/// `---` line between resources.
+fn encoded_lines(unit: &Unit) -> usize {
+    let documents: usize = unit
+        .elements
+        .iter()
+        .map(|element| unit.doc.encode(element.root).matches('\n').count())
+        .sum();
+    documents + unit.elements.len().saturating_sub(1)
+}
+
 /// The path records of `after` compared with `before`, at most `limit` of them.
 fn compare(
     before: (&Unit, &Element),
@@ -296,8 +310,9 @@ pub fn diff(
             .or_default()
             .push(i);
     }
-    // ConfigHub divides by the lines of its own encoding of the data; these are the lines as
-    // written, counted when a resource is not found by name.
+    // ConfigHub divides by the lines of its own encoding of the data (gaby's Container
+    // String: each document as kyaml writes it, joined by `---`), counted when a resource is
+    // not found by name.
     let mut lines = None;
     let mut matched = vec![false; before.elements.len()];
     // yamlkit searches from here, matched resources after it included.
@@ -337,8 +352,7 @@ pub fn diff(
                     }
                 }
                 // ConfigHub's score, records per line, at most 1.0 (and 0/0 taken too).
-                let lines = *lines
-                    .get_or_insert_with(|| after.doc.src.bytes().filter(|&b| b == b'\n').count());
+                let lines = *lines.get_or_insert_with(|| encoded_lines(after));
                 best.filter(|(_, paths)| paths.len() <= lines)
             }
         };

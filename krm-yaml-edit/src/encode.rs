@@ -441,9 +441,9 @@ impl Encoder<'_, '_> {
                 style: Style::Block,
                 ..
             } => self.block_scalar(id, indent + 2),
-            // yaml.v3 writes an empty value below a key or dash as nothing.
-            Kind::Scalar { .. } if place != Place::Root && node.start() == node.end() => {
-                if place == Place::Value || self.out.ends_with(' ') {
+            // yaml.v3 writes an empty value as nothing, without the space after `:` or `-`.
+            Kind::Scalar { .. } if node.start() == node.end() => {
+                if place != Place::Root && self.out.ends_with(' ') {
                     self.out.pop();
                 }
             }
@@ -533,6 +533,9 @@ impl Encoder<'_, '_> {
                 Kind::Alias(_) => {
                     let n = doc.node(node);
                     encoder.out.push_str(&doc.src[n.start()..n.end()]);
+                }
+                Kind::Scalar { .. } if doc.node(node).start() == doc.node(node).end() => {
+                    encoder.out.push_str("''");
                 }
                 Kind::Scalar { .. } => encoder.out.push_str(&scalar_text(doc, node)),
             }
@@ -640,8 +643,10 @@ fn scalar_text(doc: &Doc, id: NodeId) -> String {
         return text.to_owned();
     };
     let text = &text[split_properties(text).2..];
+    // An empty value: nothing in block context (the emitter writes an empty plain scalar),
+    // `''` in a flow collection, where a plain scalar may not be empty.
     if node.start() == node.end() {
-        return "null".to_owned();
+        return String::new();
     }
     if !text.contains('\n') && style != Style::Double {
         return text.to_owned();

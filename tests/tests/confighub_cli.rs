@@ -732,6 +732,20 @@ data:
     - items
   - |
     literal item
+  wide:
+    # head of the first item
+    - name: a # c
+      image: x
+      env:
+        - name: A
+          value: \"1\"
+          # after the last env entry
+    # head of b
+    - b
+    -
+  withEmpty:
+    a:
+    b: 1
   \"quoted key\": 1
   ? complex
   : 2
