@@ -159,10 +159,25 @@ impl<'a> Doc<'a> {
             _ => {
                 let item = self.items(parent)[index];
                 let start = self.node(item).start();
-                let line = self.line_start(start);
-                match self.src[line..start].trim_start().strip_prefix('-') {
-                    Some(_) => line + self.src[line..start].find('-').unwrap_or(0),
-                    None => start,
+                let mut line = self.line_start(start);
+                let mut before = &self.src[line..start];
+                // An item may start below its dash, past comments.
+                while before.trim().is_empty() && line > 0 {
+                    line = self.line_start(line - 1);
+                    let text = self.rest_of_line(line);
+                    before = text.find(" #").map_or(text, |cut| &text[..cut]);
+                    if !before.trim().is_empty() && !before.trim_start().starts_with('#') {
+                        break;
+                    }
+                }
+                // The item's own dash is the last one before it (`- - item`).
+                let bytes = before.as_bytes();
+                let dash = (0..bytes.len()).rev().find(|&i| {
+                    bytes[i] == b'-' && bytes.get(i + 1).is_none_or(|b| b.is_ascii_whitespace())
+                });
+                match dash {
+                    Some(dash) if before.trim_start().starts_with('-') => line + dash,
+                    _ => start,
                 }
             }
         }
@@ -423,7 +438,15 @@ impl Encoder<'_, '_> {
             }
             props.push_str(prop);
         }
-        if place == Place::Value && !(block_collection && props.is_empty()) {
+        // A block collection below a key, or below a dash on a line of its own, starts on
+        // the next line.
+        let own_lines = block_collection
+            && (place == Place::Value
+                || place == Place::Item
+                    && doc.src[doc.line_start(node.start())..node.start()]
+                        .trim()
+                        .is_empty());
+        if place != Place::Root && !(own_lines && props.is_empty()) {
             self.out.push(' ');
         }
         if !props.is_empty() {
@@ -460,14 +483,14 @@ impl Encoder<'_, '_> {
                     Place::Root => 0,
                     Place::Value | Place::Item => indent + 2,
                 };
-                let inline = place == Place::Item && props.is_empty();
+                let inline = place == Place::Item && !own_lines && props.is_empty();
                 self.entries(id, entries_indent, inline, depth);
             }
             Kind::Seq(_) => {
                 let (items_indent, inline) = match place {
                     Place::Root => (0, false),
                     Place::Value => (indent, false),
-                    Place::Item => (indent + 2, props.is_empty()),
+                    Place::Item => (indent + 2, !own_lines && props.is_empty()),
                 };
                 self.items(id, items_indent, inline, depth);
             }
@@ -510,7 +533,13 @@ impl Encoder<'_, '_> {
                 self.comments(&around.head, indent);
                 self.line(indent);
             }
-            self.out.push_str("- ");
+            self.out.push('-');
+            let node = doc.node(item);
+            let dash = doc.child_start(seq, i);
+            if doc.line_start(dash) != doc.line_start(node.start()) {
+                // An item below its dash: the comment on the dash's line is the item's.
+                self.line_comment(doc.comment_after(dash + 1));
+            }
             self.node(item, indent, Place::Item, depth + 1);
             self.foot(&around.foot, indent);
         }

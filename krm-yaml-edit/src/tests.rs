@@ -402,3 +402,77 @@ fn syntax_errors_name_their_kind_and_place() {
         "the alias at line 1 column 8 refers to a node that contains it"
     );
 }
+
+/// `Doc::encode` of the value at `path` (keys, or item indexes) in `src`.
+fn encoded(src: &str, path: &[&str]) -> String {
+    let doc = Doc::parse(src).unwrap();
+    let mut node = doc.roots[0];
+    for step in path {
+        node = match step.parse::<usize>() {
+            Ok(index) => doc.items(node)[index],
+            Err(_) => doc.get(node, step).unwrap(),
+        };
+    }
+    doc.encode(node)
+}
+
+#[test]
+fn nodes_are_encoded_as_kyaml_writes_them_alone() {
+    // The nested forms are what the real kpt writes (confighub_cli's
+    // mutation_values_are_written_as_kyaml_writes_them holds them to it); these are the
+    // forms alone, as yaml.v3's emitter starts a document.
+    let src = "\
+a:
+  folded: >
+    one
+    two
+
+    three
+  keep: |+
+    x
+
+  strip: |-
+    x
+  lead: |2
+      spaced
+    plain
+  anchored: &m
+    k: v # line
+  flow: {a: , b: [1,
+    2]}
+  double: \"caf\\u00e9\\t\\U0001F600\"
+  empty:
+  list:
+  # head
+  - x # line
+  # foot
+
+  - - z
+    - y
+  - # dash
+    k: v
+";
+    assert_eq!(
+        encoded(src, &["a", "folded"]),
+        ">\n  one two\n\n  three\n\n"
+    );
+    assert_eq!(encoded(src, &["a", "keep"]), "|+\n  x\n\n");
+    assert_eq!(encoded(src, &["a", "strip"]), "|-\n  x\n");
+    assert_eq!(encoded(src, &["a", "lead"]), "|2\n    spaced\n  plain\n");
+    assert_eq!(encoded(src, &["a", "anchored"]), "&m\nk: v # line\n");
+    assert_eq!(encoded(src, &["a", "flow"]), "{a: '', b: [1, 2]}\n");
+    assert_eq!(encoded(src, &["a", "double"]), "\"café\\t\\U0001F600\"\n");
+    // An empty plain scalar is written as nothing: the document is its line break.
+    assert_eq!(encoded(src, &["a", "empty"]), "\n");
+    // An item carries its head, line and foot comments.
+    assert_eq!(
+        encoded(src, &["a", "list", "0"]),
+        "# head\nx # line\n# foot\n"
+    );
+    assert_eq!(
+        encoded(src, &["a", "list"]),
+        "# head\n- x # line\n# foot\n\n- - z\n  - y\n- # dash\n  k: v\n"
+    );
+    assert_eq!(encoded(src, &["a", "list", "1"]), "- z\n- y\n");
+    assert_eq!(encoded(src, &["a", "list", "2"]), "k: v\n");
+}

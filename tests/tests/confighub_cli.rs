@@ -732,6 +732,8 @@ data:
     - items
   - |
     literal item
+  - # on the dash
+    k: v
   wide:
     # head of the first item
     - name: a # c
