@@ -597,6 +597,28 @@ metadata:
     }
 
     #[test]
+    fn values_are_kyamls_text_of_the_node() {
+        let before = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n\
+            c: 1 # one\nb: |\n  x\nf: {a: 1}\nn: &n 1\nl:\n# first\n- x\n";
+        let after = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n\
+            c: 1 # uno\nb: |-\n  x\n  y\nf: {a: 2,\n  b: [1,\n  2]}\nn: &n 2\nl:\n# first\n- y  # why\n";
+        let mutations = diff_texts(before, after, 0);
+        assert_eq!(
+            summary(&mutations[0]),
+            [
+                "b Update \"|-\\n  x\\n  y\\n\" @0",
+                // A comment is part of the text: changing it alone is an Update.
+                "c Update \"1 # uno\\n\" @0",
+                "f.a Update \"2\\n\" @0",
+                "f.b Add \"[1, 2]\\n\" @0",
+                // An item carries its head comment.
+                "l.0 Update \"# first\\ny # why\\n\" @0",
+                "n Update \"&n 2\\n\" @0",
+            ]
+        );
+    }
+
+    #[test]
     fn aliases_are_compared_as_written() {
         let before = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\nx: &v 1\ny: *v\nz:\n  w: 1\n";
         let after = before.replace("&v 1", "&v 2").replace("w: 1", "w: 3");

@@ -191,8 +191,25 @@ impl<'a> Doc<'a> {
         if index == 0 {
             // Only a child that leads its line has a head (else it is its parent's).
             if self.src[line..start].trim().is_empty() {
-                let above = self.lines(self.comment_block_start(line), line);
-                around.head = head_of(&above);
+                let from = self.comment_block_start(line);
+                let above = self.lines(from, line);
+                // Below a dash on a line of its own, the comment on the dash's line heads the
+                // collection's first child (yaml.v3's parser gives it that head).
+                let dash_comment = (from > 0)
+                    .then(|| self.line_start(from - 1))
+                    .filter(|&dash_line| {
+                        self.rest_of_line(dash_line).trim_start().starts_with('-')
+                            && self
+                                .node(parent)
+                                .parent()
+                                .is_some_and(|seq| matches!(self.node(seq).kind, Kind::Seq(_)))
+                    })
+                    .and_then(|dash_line| {
+                        let text = self.rest_of_line(dash_line);
+                        text.find(" #").map(|at| text[at + 1..].trim_end())
+                    });
+                around.head.extend(dash_comment);
+                around.head.extend(head_of(&above));
             }
         } else {
             let before = self.subtree(parent, index - 1);
@@ -408,6 +425,23 @@ impl Encoder<'_, '_> {
         }
     }
 
+    /// Starts a key or item at `indent` after its head comments; `inline`, right after the
+    /// `- ` of the item holding it, where yaml.v3 also writes the first head comment line.
+    fn head(&mut self, lines: &[&str], indent: usize, inline: bool) {
+        match lines.split_first() {
+            Some((first, rest)) if inline => {
+                self.out.push_str(first);
+                self.comments(rest, indent);
+                self.line(indent);
+            }
+            _ if inline => {}
+            _ => {
+                self.comments(lines, indent);
+                self.line(indent);
+            }
+        }
+    }
+
     fn foot(&mut self, lines: &[&str], indent: usize) {
         if !lines.is_empty() {
             self.comments(lines, indent);
@@ -440,12 +474,9 @@ impl Encoder<'_, '_> {
         }
         // A block collection below a key, or below a dash on a line of its own, starts on
         // the next line.
-        let own_lines = block_collection
-            && (place == Place::Value
-                || place == Place::Item
-                    && doc.src[doc.line_start(node.start())..node.start()]
-                        .trim()
-                        .is_empty());
+        // A block collection below a key starts on the next line; below a dash, yaml.v3
+        // writes its first entry on the dash's line, wherever it was written.
+        let own_lines = block_collection && place == Place::Value;
         if place != Place::Root && !(own_lines && props.is_empty()) {
             self.out.push(' ');
         }
@@ -483,14 +514,14 @@ impl Encoder<'_, '_> {
                     Place::Root => 0,
                     Place::Value | Place::Item => indent + 2,
                 };
-                let inline = place == Place::Item && !own_lines && props.is_empty();
+                let inline = place == Place::Item && props.is_empty();
                 self.entries(id, entries_indent, inline, depth);
             }
             Kind::Seq(_) => {
                 let (items_indent, inline) = match place {
                     Place::Root => (0, false),
                     Place::Value => (indent, false),
-                    Place::Item => (indent + 2, !own_lines && props.is_empty()),
+                    Place::Item => (indent + 2, props.is_empty()),
                 };
                 self.items(id, items_indent, inline, depth);
             }
@@ -501,10 +532,7 @@ impl Encoder<'_, '_> {
         let doc = self.doc;
         for (i, &(key, value)) in doc.entries(map).iter().enumerate() {
             let around = doc.around(map, i);
-            if !(inline && i == 0) {
-                self.comments(&around.head, indent);
-                self.line(indent);
-            }
+            self.head(&around.head, indent, inline && i == 0);
             self.out.push_str(&scalar_text(doc, key));
             self.out.push(':');
             let value_node = doc.node(value);
@@ -529,17 +557,8 @@ impl Encoder<'_, '_> {
         let doc = self.doc;
         for (i, &item) in doc.items(seq).iter().enumerate() {
             let around = doc.around(seq, i);
-            if !(inline && i == 0) {
-                self.comments(&around.head, indent);
-                self.line(indent);
-            }
+            self.head(&around.head, indent, inline && i == 0);
             self.out.push('-');
-            let node = doc.node(item);
-            let dash = doc.child_start(seq, i);
-            if doc.line_start(dash) != doc.line_start(node.start()) {
-                // An item below its dash: the comment on the dash's line is the item's.
-                self.line_comment(doc.comment_after(dash + 1));
-            }
             self.node(item, indent, Place::Item, depth + 1);
             self.foot(&around.foot, indent);
         }

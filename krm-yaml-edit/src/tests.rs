@@ -474,5 +474,6 @@ a:
         "# head\n- x # line\n# foot\n\n- - z\n  - y\n- # dash\n  k: v\n"
     );
     assert_eq!(encoded(src, &["a", "list", "1"]), "- z\n- y\n");
-    assert_eq!(encoded(src, &["a", "list", "2"]), "k: v\n");
+    // The comment on a dash's own line heads the first key below it.
+    assert_eq!(encoded(src, &["a", "list", "2"]), "# dash\nk: v\n");
 }

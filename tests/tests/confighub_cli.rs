@@ -733,7 +733,10 @@ data:
   - |
     literal item
   - # on the dash
+    # below the dash
     k: v
+  -
+    below: dash
   wide:
     # head of the first item
     - name: a # c
