@@ -209,12 +209,38 @@ impl<'d> TreeDiff<'d> {
             }
             Kind::Scalar { .. } | Kind::Alias(_) => {
                 // Compared as ConfigHub compares them: by kyaml's text, comments included.
-                if old.encode(before) != new.encode(after) {
+                if !same_scalar_text(old, before, new, after)
+                    && old.encode(before) != new.encode(after)
+                {
                     self.record(MutationType::Update, new, after);
                 }
             }
         }
     }
+}
+
+/// Whether two scalars or aliases are written alike up to the end of their lines, their
+/// line comments included, as values of mappings (an item's text also holds the comments
+/// around it) and not as block scalars (whose content depends on their indentation): then
+/// kyaml writes them alike, and they need not be encoded to tell.
+fn same_scalar_text(old: &Doc, before: NodeId, new: &Doc, after: NodeId) -> bool {
+    let plain_value = |doc: &Doc, id: NodeId| {
+        let node = doc.node(id);
+        !matches!(
+            node.kind,
+            Kind::Scalar {
+                style: Style::Block,
+                ..
+            }
+        ) && node.parent().is_some_and(|parent| doc.is_map(parent))
+    };
+    fn to_line_end<'a>(doc: &Doc<'a>, id: NodeId) -> &'a str {
+        let node = doc.node(id);
+        &doc.src[node.start()..doc.line_end(node.end())]
+    }
+    plain_value(old, before)
+        && plain_value(new, after)
+        && to_line_end(old, before) == to_line_end(new, after)
 }
 
 /// The lines of the unit as ConfigHub encodes it: each resource as kyaml writes it, with a

@@ -63,32 +63,19 @@ impl<'a> Doc<'a> {
 
     /// The lines of the text from byte `from` (a line start) up to `to`.
     fn lines(&self, from: usize, to: usize) -> Vec<Line<'a>> {
-        let src = self.src;
-        let text = src.get(from.min(to)..to).unwrap_or_default();
-        text.split_inclusive('\n')
-            .map(|line| {
-                let body = line.trim_end();
-                let trimmed = body.trim_start();
-                if trimmed.is_empty() {
-                    Line::Blank
-                } else if trimmed.starts_with('#') {
-                    Line::Comment(body.len() - trimmed.len(), trimmed)
-                } else {
-                    Line::Content
-                }
-            })
-            .collect()
+        let text = self.src.get(from.min(to)..to).unwrap_or_default();
+        text.split_inclusive('\n').map(line_kind).collect()
     }
 
     /// The comment and blank lines right after the node (from the next line on), up to the
-    /// next content line.
+    /// next content line: read no further, as every key and item asks.
     fn lines_after(&self, id: NodeId) -> Vec<Line<'a>> {
         let from = self.line_end(self.text_end(id));
-        let mut lines = self.lines(from, self.src.len());
-        if let Some(content) = lines.iter().position(|l| matches!(l, Line::Content)) {
-            lines.truncate(content);
-        }
-        lines
+        self.src[from..]
+            .split_inclusive('\n')
+            .map(line_kind)
+            .take_while(|line| !matches!(line, Line::Content))
+            .collect()
     }
 
     /// The indentation a block collection opens for yaml.v3's scanner: none for a flow
@@ -349,6 +336,18 @@ impl<'a> Doc<'a> {
             }
         }
         (anchor, tag)
+    }
+}
+
+fn line_kind(line: &str) -> Line<'_> {
+    let body = line.trim_end();
+    let trimmed = body.trim_start();
+    if trimmed.is_empty() {
+        Line::Blank
+    } else if trimmed.starts_with('#') {
+        Line::Comment(body.len() - trimmed.len(), trimmed)
+    } else {
+        Line::Content
     }
 }
 
