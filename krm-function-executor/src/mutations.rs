@@ -121,10 +121,15 @@ impl<'d> TreeDiff<'d> {
     /// Records `node` of `doc` (the new one, or the old one for a Delete) at the current path.
     fn record(&mut self, mutation_type: MutationType, doc: &Doc, node: NodeId) {
         if !self.full() {
-            self.out.insert(
-                self.path.join("."),
-                info(mutation_type, self.index, doc.encode(node)),
-            );
+            self.record_text(mutation_type, doc.encode(node));
+        }
+    }
+
+    /// Records `text` (kyaml's text of the node) at the current path.
+    fn record_text(&mut self, mutation_type: MutationType, text: String) {
+        if !self.full() {
+            self.out
+                .insert(self.path.join("."), info(mutation_type, self.index, text));
         }
     }
 
@@ -209,10 +214,11 @@ impl<'d> TreeDiff<'d> {
             }
             Kind::Scalar { .. } | Kind::Alias(_) => {
                 // Compared as ConfigHub compares them: by kyaml's text, comments included.
-                if !same_scalar_text(old, before, new, after)
-                    && old.encode(before) != new.encode(after)
-                {
-                    self.record(MutationType::Update, new, after);
+                if !same_scalar_text(old, before, new, after) {
+                    let now = new.encode(after);
+                    if scalars_differ(old, before, new, after) || old.encode(before) != now {
+                        self.record_text(MutationType::Update, now);
+                    }
                 }
             }
         }
@@ -241,6 +247,27 @@ fn same_scalar_text(old: &Doc, before: NodeId, new: &Doc, after: NodeId) -> bool
     plain_value(old, before)
         && plain_value(new, after)
         && to_line_end(old, before) == to_line_end(new, after)
+}
+
+/// Whether two scalars' kyaml texts are known to differ without encoding them: plain or
+/// single-quoted, on one line and without an anchor or tag, kyaml writes each as written, so
+/// different texts differ.
+fn scalars_differ(old: &Doc, before: NodeId, new: &Doc, after: NodeId) -> bool {
+    fn as_written<'a>(doc: &Doc<'a>, id: NodeId) -> Option<&'a str> {
+        let node = doc.node(id);
+        let text = &doc.src[node.start()..node.end()];
+        let verbatim = matches!(
+            node.kind,
+            Kind::Scalar {
+                style: Style::Plain | Style::Single,
+                tagged: false,
+                ..
+            }
+        );
+        (verbatim && !text.is_empty() && !text.contains('\n') && !text.starts_with(['&', '!']))
+            .then_some(text)
+    }
+    matches!((as_written(old, before), as_written(new, after)), (Some(a), Some(b)) if a != b)
 }
 
 /// The lines of the unit as ConfigHub encodes it: each resource as kyaml writes it, with a

@@ -4,6 +4,8 @@
 //! indicators, flow collections joined to one line, and the comments yaml.v3's parser
 //! attaches to the node and the nodes below it.
 
+use std::borrow::Cow;
+
 use crate::{Doc, Kind, MAX_DEPTH, NodeId, Style};
 
 /// Where a node is written: alone, after `key:`, or after `- `.
@@ -683,27 +685,22 @@ fn split_properties(text: &str) -> (Option<&str>, Option<&str>, usize) {
 
 /// A scalar (not a block one) as yaml.v3 writes it again: as written when on one line; else
 /// from its value, in its style.
-fn scalar_text(doc: &Doc, id: NodeId) -> String {
+fn scalar_text<'a>(doc: &Doc<'a>, id: NodeId) -> Cow<'a, str> {
     let node = doc.node(id);
     let text = &doc.src[node.start().min(node.end())..node.end()];
     let Kind::Scalar { style, .. } = node.kind else {
-        return text.to_owned();
+        return Cow::Borrowed(text);
     };
     let text = &text[split_properties(text).2..];
-    // An empty value: nothing in block context (the emitter writes an empty plain scalar),
-    // `''` in a flow collection, where a plain scalar may not be empty.
-    if node.start() == node.end() {
-        return String::new();
-    }
     if !text.contains('\n') && style != Style::Double {
-        return text.to_owned();
+        return Cow::Borrowed(text);
     }
     let value = doc.str(id).unwrap_or_default();
-    match style {
+    Cow::Owned(match style {
         Style::Plain if !value.contains('\n') => value.to_owned(),
         Style::Single if !value.contains('\n') => format!("'{}'", value.replace('\'', "''")),
         _ => double_quoted(value),
-    }
+    })
 }
 
 /// `value` double-quoted as yaml.v3's emitter writes it (emitterc.go
