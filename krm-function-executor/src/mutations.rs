@@ -104,14 +104,12 @@ fn verbatim(doc: &Doc) -> bool {
 }
 
 impl<'d> TreeDiff<'d> {
-    /// Whether two nodes are written alike, up to the end of their last lines (where the
-    /// line comment that kyaml's text of their last scalar holds is).
+    /// Whether two nodes are written alike with the comments around them (which kyaml's text
+    /// of them, or of their items, holds).
     fn written_alike(&self, before: NodeId, after: NodeId) -> bool {
-        let (a, b) = (self.old.node(before), self.new.node(after));
         self.verbatim
-            && a.col() == b.col()
-            && self.old.src[a.start()..self.old.line_end(a.end())]
-                == self.new.src[b.start()..self.new.line_end(b.end())]
+            && self.old.node(before).col() == self.new.node(after).col()
+            && self.old.text_with_comments(before) == self.new.text_with_comments(after)
     }
 
     fn full(&self) -> bool {
@@ -667,6 +665,30 @@ metadata:
                 // An item carries its head comment.
                 "l.0 Update \"# first\\ny # why\\n\" @0",
                 "n Update \"&n 2\\n\" @0",
+            ]
+        );
+    }
+
+    #[test]
+    fn comments_count_where_kyamls_text_holds_them() {
+        let before = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n\
+            m:\n  # about k\n  k: v\nl:\n  # first\n  - x\n  - y\n  # last\nz: 1\n";
+        // A key's head comment is no value's text: no record.
+        let rekeyed = before.replace("# about k", "# about the key");
+        assert!(
+            diff_texts(before, &rekeyed, 0)[0]
+                .path_mutation_map
+                .is_empty()
+        );
+        // An item's head and foot comments are its text: the item is updated.
+        let after = before
+            .replace("# first", "# one")
+            .replace("# last", "# end");
+        assert_eq!(
+            summary(&diff_texts(before, &after, 0)[0]),
+            [
+                "l.0 Update \"# one\\nx\\n\" @0",
+                "l.1 Update \"y\\n# end\\n\" @0",
             ]
         );
     }

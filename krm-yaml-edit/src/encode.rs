@@ -63,6 +63,21 @@ impl<'a> Doc<'a> {
         encoder.out
     }
 
+    /// The node's text in whole lines with the comment lines around it, from those above its
+    /// first line to those after its last: all that kyaml's text of it and of the nodes
+    /// below it is made of. Two nodes taken so alike, at the same column, kyaml writes alike.
+    pub fn text_with_comments(&self, id: NodeId) -> &'a str {
+        let from = self.comment_block_start(self.line_start(self.node(id).start()));
+        let mut to = self.line_end(self.text_end(id));
+        for line in self.src[to..].split_inclusive('\n') {
+            if matches!(line_kind(line), Line::Content) {
+                break;
+            }
+            to += line.len();
+        }
+        &self.src[from..to]
+    }
+
     /// The lines of the text from byte `from` (a line start) up to `to`.
     fn lines(&self, from: usize, to: usize) -> Vec<Line<'a>> {
         let text = self.src.get(from.min(to)..to).unwrap_or_default();
@@ -259,22 +274,40 @@ impl<'a> Doc<'a> {
         rest.starts_with('#').then_some(rest)
     }
 
-    /// A block scalar's header (`|`, `>-`, `|2+`) and the comment on its line: the line
-    /// above its content (its span starts at the content).
+    /// The line holding a block scalar's header (`key: &a |2-`), up to the comment on it, and
+    /// that comment: the line above its content (its span starts at the content).
     fn block_header(&self, id: NodeId) -> (&'a str, Option<&'a str>) {
-        let mut line = self.line_start(self.node(id).start());
+        let start = self.node(id).start();
+        let split = |text: &'a str| match text.find(" #") {
+            Some(cut) => (&text[..cut], Some(text[cut + 1..].trim_end())),
+            None => (text, None),
+        };
+        // With an anchor or tag, the span starts at them, on the header's line.
+        let (first, comment) = split(self.rest_of_line(start));
+        let header_token = |token: &str| {
+            token.starts_with(['&', '!'])
+                || token.starts_with(['|', '>'])
+                    && token[1..]
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || b == b'+' || b == b'-')
+        };
+        if first
+            .split_whitespace()
+            .next_back()
+            .is_some_and(|t| t.starts_with(['|', '>']))
+            && first.split_whitespace().all(header_token)
+        {
+            let line = self.line_start(start);
+            return (&self.src[line..start + first.len()], comment);
+        }
+        let mut line = self.line_start(start);
         while line > 0 {
             line = self.line_start(line - 1);
             let text = self.rest_of_line(line);
             if text.trim().is_empty() {
                 continue;
             }
-            let (code, comment) = match text.find(" #") {
-                Some(cut) => (&text[..cut], Some(text[cut + 1..].trim_end())),
-                None => (text, None),
-            };
-            let indicator = code.split_whitespace().next_back().unwrap_or_default();
-            return (indicator, comment);
+            return split(text);
         }
         ("|", None)
     }
@@ -301,7 +334,12 @@ impl<'a> Doc<'a> {
         let start = node.start();
         let line = self.line_start(start);
         let block = !node.flow() && matches!(node.kind, Kind::Map(_) | Kind::Seq(_));
-        if matches!(node.kind, Kind::Scalar { .. }) {
+        if let Kind::Scalar { style, .. } = node.kind {
+            if style == Style::Block {
+                // Written before the indicator on the header's line.
+                let (code, _) = self.block_header(id);
+                return tokens_properties(code.split_whitespace().rev().skip(1));
+            }
             let (anchor, tag, _) = split_properties(&self.src[start..node.end()]);
             return (anchor, tag);
         }
@@ -327,17 +365,7 @@ impl<'a> Doc<'a> {
         } else {
             &self.src[line..start]
         };
-        let (mut anchor, mut tag) = (None, None);
-        for token in before.split_whitespace().rev() {
-            if token.starts_with('&') && anchor.is_none() {
-                anchor = Some(token);
-            } else if token.starts_with('!') && tag.is_none() {
-                tag = Some(token);
-            } else {
-                break;
-            }
-        }
-        (anchor, tag)
+        tokens_properties(before.split_whitespace().rev())
     }
 }
 
@@ -534,7 +562,7 @@ impl Encoder<'_, '_> {
         for (i, &(key, value)) in doc.entries(map).iter().enumerate() {
             let around = doc.around(map, i);
             self.head(&around.head, indent, inline && i == 0);
-            self.out.push_str(&scalar_text(doc, key));
+            self.scalar_with_properties(key);
             self.out.push(':');
             let value_node = doc.node(value);
             if !value_node.flow() && matches!(value_node.kind, Kind::Map(_) | Kind::Seq(_)) {
@@ -565,29 +593,37 @@ impl Encoder<'_, '_> {
         }
     }
 
+    /// A scalar or alias in the middle of a line (a key, a flow collection's entry), with its
+    /// anchor and tag.
+    fn scalar_with_properties(&mut self, id: NodeId) {
+        let doc = self.doc;
+        let (anchor, tag) = doc.properties(id);
+        for prop in [anchor, tag].into_iter().flatten() {
+            self.out.push_str(prop);
+            self.out.push(' ');
+        }
+        self.out.push_str(&scalar_text(doc, id));
+    }
+
     /// A flow collection on one line, as yaml.v3 writes one: `{a: b, c: d}`, `[1, 2]`.
     fn flow(&mut self, id: NodeId, depth: usize) {
         let doc = self.doc;
         if depth > MAX_DEPTH {
             return;
         }
-        let flow_node = |encoder: &mut Self, node: NodeId| {
-            let (anchor, tag) = doc.properties(node);
-            for prop in [anchor, tag].into_iter().flatten() {
-                encoder.out.push_str(prop);
-                encoder.out.push(' ');
-            }
-            match doc.node(node).kind {
-                Kind::Map(_) | Kind::Seq(_) => encoder.flow(node, depth + 1),
-                Kind::Alias(_) => {
-                    let n = doc.node(node);
-                    encoder.out.push_str(&doc.src[n.start()..n.end()]);
+        let flow_node = |encoder: &mut Self, node: NodeId| match doc.node(node).kind {
+            Kind::Map(_) | Kind::Seq(_) => {
+                let (anchor, tag) = doc.properties(node);
+                for prop in [anchor, tag].into_iter().flatten() {
+                    encoder.out.push_str(prop);
+                    encoder.out.push(' ');
                 }
-                Kind::Scalar { .. } if doc.node(node).start() == doc.node(node).end() => {
-                    encoder.out.push_str("''");
-                }
-                Kind::Scalar { .. } => encoder.out.push_str(&scalar_text(doc, node)),
+                encoder.flow(node, depth + 1);
             }
+            Kind::Scalar { .. } if doc.node(node).start() == doc.node(node).end() => {
+                encoder.out.push_str("''");
+            }
+            Kind::Scalar { .. } | Kind::Alias(_) => encoder.scalar_with_properties(node),
         };
         match doc.node(id).kind {
             Kind::Map(_) => {
@@ -622,7 +658,8 @@ impl Encoder<'_, '_> {
     fn block_scalar(&mut self, id: NodeId, indent: usize) {
         let doc = self.doc;
         let value = doc.str(id).unwrap_or_default();
-        let (indicator, comment) = doc.block_header(id);
+        let (code, comment) = doc.block_header(id);
+        let indicator = code.split_whitespace().next_back().unwrap_or_default();
         let folded = indicator.starts_with('>');
         self.out.push(if folded { '>' } else { '|' });
         if value.starts_with([' ', '\n']) {
@@ -664,6 +701,23 @@ impl Encoder<'_, '_> {
             }
         }
     }
+}
+
+/// The anchor and tag among `tokens` (read backwards from a node), up to the first other one.
+fn tokens_properties<'a>(
+    tokens: impl Iterator<Item = &'a str>,
+) -> (Option<&'a str>, Option<&'a str>) {
+    let (mut anchor, mut tag) = (None, None);
+    for token in tokens {
+        if token.starts_with('&') && anchor.is_none() {
+            anchor = Some(token);
+        } else if token.starts_with('!') && tag.is_none() {
+            tag = Some(token);
+        } else {
+            break;
+        }
+    }
+    (anchor, tag)
 }
 
 /// The anchor and tag at the start of a scalar's span (the general parser's spans hold them),

@@ -442,6 +442,9 @@ a:
     2]}
   double: \"caf\\u00e9\\t\\U0001F600\"
   empty:
+  &key anchoredKey: !!str &v 1
+  tagged: &t |-
+    x
   list:
   # head
   - x # line
@@ -464,6 +467,9 @@ a:
     assert_eq!(encoded(src, &["a", "double"]), "\"café\\t\\U0001F600\"\n");
     // An empty plain scalar is written as nothing: the document is its line break.
     assert_eq!(encoded(src, &["a", "empty"]), "\n");
+    assert_eq!(encoded(src, &["a", "anchoredKey"]), "&v !!str 1\n");
+    assert_eq!(encoded(src, &["a", "tagged"]), "&t |-\n  x\n");
+    assert!(encoded(src, &["a"]).contains("\n&key anchoredKey: &v !!str 1\n"));
     // An item carries its head, line and foot comments.
     assert_eq!(
         encoded(src, &["a", "list", "0"]),

@@ -695,6 +695,9 @@ data:
   anchored: &a 1
   alias: *a
   tagged: !!str 5
+  anchoredLiteral: &lit |-
+    x
+    y
   anchoredMap: &m
     k: v
     'q': \"w\"
@@ -792,7 +795,11 @@ fn kpt_value(encoded: &str, key: &str) -> String {
     {
         below.pop();
     }
-    let block_scalar = rest.starts_with(['|', '>']);
+    let code = rest.split(" #").next().unwrap_or_default();
+    let block_scalar = code
+        .split_whitespace()
+        .next_back()
+        .is_some_and(|indicator| indicator.starts_with(['|', '>']));
     let sequence = below
         .iter()
         .find(|l| !l.trim_start().starts_with('#'))
