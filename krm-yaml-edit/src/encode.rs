@@ -230,7 +230,10 @@ impl<'a> Doc<'a> {
         let taken = self.taken_below(own, &after, 0).min(after.len());
         let rest = &after[taken..];
         if index + 1 < count {
-            around.foot = comment_texts(&rest[..foot_len(rest)]);
+            let foot = &rest[..foot_len(rest)];
+            if !self.dedented(parent, own, foot) {
+                around.foot = comment_texts(foot);
+            }
         } else if let Some(level) = self.level(parent) {
             let run = rest
                 .iter()
@@ -238,7 +241,73 @@ impl<'a> Doc<'a> {
                 .count();
             around.foot = comment_texts(&rest[..run]);
         }
+        // A foot carried over from before this item, or before the item holding this map.
+        let carried = match self.node(parent).kind {
+            Kind::Seq(_) if !self.is_block_map(own) => self.carried(parent, index),
+            Kind::Map(_) if index == 0 => self
+                .node(parent)
+                .parent()
+                .filter(|&seq| matches!(self.node(seq).kind, Kind::Seq(_)))
+                .and_then(|seq| {
+                    let item = self.items(seq).binary_search(&parent).ok()?;
+                    Some(self.carried(seq, item))
+                })
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        if !carried.is_empty() {
+            around.foot.splice(0..0, carried);
+        }
         around
+    }
+
+    fn is_block_map(&self, id: NodeId) -> bool {
+        let node = self.node(id);
+        matches!(node.kind, Kind::Map(children) if !children.is_empty()) && !node.flow()
+    }
+
+    /// Whether `foot`, comments right after item `item` of sequence `seq` (then a blank
+    /// line), are indented less than the innermost collection that item ends in: yaml.v3's
+    /// scanner then ties them to no node before them, and its parser gives them to the next
+    /// node it reads (the next item, or that item's first key).
+    fn dedented(&self, seq: NodeId, item: NodeId, foot: &[Line]) -> bool {
+        let Some(Line::Comment(col, _)) = foot.first() else {
+            return false;
+        };
+        if !matches!(self.node(seq).kind, Kind::Seq(_)) {
+            return false;
+        }
+        let mut innermost = self.level(seq).or_else(|| {
+            let parent = self.node(seq).parent()?;
+            Some(self.node(parent).col())
+        });
+        let mut node = Some(item);
+        for _ in 0..=MAX_DEPTH {
+            let Some(id) = node else { break };
+            if let Some(level) = self.level(id) {
+                innermost = Some(level);
+            }
+            node = self.last_value(id);
+        }
+        innermost.is_some_and(|innermost| *col < innermost)
+    }
+
+    /// The comments right after item `index - 1` of sequence `seq` that yaml.v3 carries over
+    /// to item `index` (see [`Doc::dedented`]).
+    fn carried(&self, seq: NodeId, index: usize) -> Vec<&'a str> {
+        if index == 0 {
+            return Vec::new();
+        }
+        let before = self.items(seq)[index - 1];
+        let line = self.line_start(self.child_start(seq, index));
+        let lines = self.lines(self.line_end(self.text_end(before)), line);
+        let rest = &lines[self.taken_below(before, &lines, 0).min(lines.len())..];
+        let foot = &rest[..foot_len(rest)];
+        if self.dedented(seq, before, foot) {
+            comment_texts(foot)
+        } else {
+            Vec::new()
+        }
     }
 
     /// Where the comment and blank lines just above line `line` start.
@@ -312,20 +381,72 @@ impl<'a> Doc<'a> {
         ("|", None)
     }
 
-    /// Where a node's text ends: a block scalar's span runs on over the indentation of the
-    /// line after it.
-    fn text_end(&self, id: NodeId) -> usize {
-        let node = self.node(id);
+    /// Whether yaml.v3 writes `key` as a simple key (emitterc.go
+    /// yaml_emitter_check_simple_key): an alias, an empty collection, or a scalar on one line
+    /// whose value, anchor and tag take at most 128 bytes.
+    fn simple_key(&self, key: NodeId) -> bool {
+        let node = self.node(key);
+        let (anchor, tag) = self.properties(key);
+        let properties = anchor.map_or(0, |a| a.len() - 1) + tag.map_or(0, str::len);
         match node.kind {
+            Kind::Alias(_) => true,
+            Kind::Map(children) | Kind::Seq(children) => children.is_empty(),
             Kind::Scalar {
                 style: Style::Block,
                 ..
-            } => {
-                let text = &self.src[node.start()..node.end()];
-                node.start() + text.trim_end_matches([' ', '\t']).len()
+            } => false,
+            Kind::Scalar { .. } => {
+                let value = self.str(key).unwrap_or_default();
+                !value.contains('\n') && properties + value.len() <= 128
             }
-            _ => node.end(),
         }
+    }
+
+    /// Where a node's text ends: a block scalar's span runs on over the comment and blank
+    /// lines after it, up to the next node; so does a block collection's that ends with one.
+    fn text_end(&self, mut id: NodeId) -> usize {
+        for _ in 0..=MAX_DEPTH {
+            let node = self.node(id);
+            match node.kind {
+                Kind::Scalar {
+                    style: Style::Block,
+                    ..
+                } => return self.block_scalar_end(id),
+                Kind::Map(_) | Kind::Seq(_) if !node.flow() => match self.last_value(id) {
+                    Some(last) => id = last,
+                    None => return node.end(),
+                },
+                _ => return node.end(),
+            }
+        }
+        self.node(id).end()
+    }
+
+    /// The end of a block scalar's last content line: the lines of its span indented at
+    /// least as its first content line, blank lines aside.
+    fn block_scalar_end(&self, id: NodeId) -> usize {
+        let node = self.node(id);
+        let mut pos = self.line_start(node.start());
+        // With an anchor or tag, the span starts on the header's line.
+        let on_header = !self.src[pos..node.start()].trim().is_empty();
+        let mut content_indent = None;
+        let mut last = node.start();
+        for (i, line) in self.src[pos..node.end()].split_inclusive('\n').enumerate() {
+            let at = pos;
+            pos += line.len();
+            let body = line.trim_end();
+            if (i == 0 && on_header) || body.trim().is_empty() {
+                continue;
+            }
+            let indent = body.len() - body.trim_start().len();
+            match content_indent {
+                Some(content) if indent < content => break,
+                Some(_) => {}
+                None => content_indent = Some(indent),
+            }
+            last = at + body.len();
+        }
+        last
     }
 
     /// The anchor and tag written before a node (`&a`, `!!str`), as written.
@@ -562,13 +683,20 @@ impl Encoder<'_, '_> {
         for (i, &(key, value)) in doc.entries(map).iter().enumerate() {
             let around = doc.around(map, i);
             self.head(&around.head, indent, inline && i == 0);
-            self.scalar_with_properties(key);
+            if doc.simple_key(key) {
+                self.scalar_with_properties(key);
+            } else {
+                // yaml_emitter_check_simple_key: a collection, or a scalar on several lines
+                // or longer than 128 bytes, is written as an explicit `? key` line.
+                self.out.push('?');
+                self.node(key, indent, Place::Item, depth + 1);
+                self.line(indent);
+            }
             self.out.push(':');
             let value_node = doc.node(value);
             if !value_node.flow() && matches!(value_node.kind, Kind::Map(_) | Kind::Seq(_)) {
                 let key_end = doc.node(key).end();
                 let line = doc.rest_of_line(key_end);
-                // The comment on the key's line, after `:` and any properties.
                 // The comment on the key's line, right after `:` (yaml.v3 gives one after an
                 // anchor or tag to the first node below).
                 let comment = line

@@ -754,6 +754,23 @@ data:
   withEmpty:
     a:
     b: 1
+  complexKeys:
+    ? [complex, key]
+    : flow key
+    \"multi\\nline\": escaped key
+  containers:
+    - name: b
+      value: >-
+        folded
+        text
+    # after the folded value, carried to the next item's first key
+
+    - name: c
+      image: y
+    # after a mapping item, before a scalar one
+
+    # head of d
+    - d
   \"quoted key\": 1
   ? complex
   : 2
@@ -804,6 +821,11 @@ fn kpt_value(encoded: &str, key: &str) -> String {
         .iter()
         .find(|l| !l.trim_start().starts_with('#'))
         .is_some_and(|l| indent_of(l) == indent && l.trim_start().starts_with('-'));
+    // A blank line after a foot comment belongs to what follows at its indentation; only a
+    // block scalar's trailing lines are its own.
+    while !block_scalar && below.last().is_some_and(|l| l.trim().is_empty()) {
+        below.pop();
+    }
     let strip = if block_scalar || sequence {
         indent
     } else {
