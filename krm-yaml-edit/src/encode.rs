@@ -261,6 +261,18 @@ impl<'a> Doc<'a> {
         around
     }
 
+    /// An empty plain scalar (a key or dash with nothing after it).
+    fn is_empty_value(&self, id: NodeId) -> bool {
+        matches!(
+            self.node(id).kind,
+            Kind::Scalar {
+                style: Style::Plain,
+                tagged: false,
+                ..
+            }
+        ) && self.str(id) == Some("")
+    }
+
     fn is_block_map(&self, id: NodeId) -> bool {
         let node = self.node(id);
         matches!(node.kind, Kind::Map(children) if !children.is_empty()) && !node.flow()
@@ -644,15 +656,17 @@ impl Encoder<'_, '_> {
             Kind::Scalar {
                 style: Style::Block,
                 ..
-            } => self.block_scalar(id, indent + 2),
+            } if analyze(doc.str(id).unwrap_or_default()).block => {
+                self.block_scalar(id, indent + 2);
+            }
             // yaml.v3 writes an empty value as nothing, without the space after `:` or `-`.
-            Kind::Scalar { .. } if node.start() == node.end() => {
+            Kind::Scalar { .. } if doc.is_empty_value(id) => {
                 if place != Place::Root && self.out.ends_with(' ') {
                     self.out.pop();
                 }
             }
             Kind::Scalar { .. } => {
-                self.out.push_str(&scalar_text(doc, id));
+                self.out.push_str(&scalar_text(doc, id, false, false));
                 self.line_comment(doc.comment_after(node.end()));
             }
             _ if node.flow() => {
@@ -684,7 +698,7 @@ impl Encoder<'_, '_> {
             let around = doc.around(map, i);
             self.head(&around.head, indent, inline && i == 0);
             if doc.simple_key(key) {
-                self.scalar_with_properties(key);
+                self.scalar_with_properties(key, false, true);
             } else {
                 // yaml_emitter_check_simple_key: a collection, or a scalar on several lines
                 // or longer than 128 bytes, is written as an explicit `? key` line.
@@ -723,14 +737,14 @@ impl Encoder<'_, '_> {
 
     /// A scalar or alias in the middle of a line (a key, a flow collection's entry), with its
     /// anchor and tag.
-    fn scalar_with_properties(&mut self, id: NodeId) {
+    fn scalar_with_properties(&mut self, id: NodeId, flow: bool, key: bool) {
         let doc = self.doc;
         let (anchor, tag) = doc.properties(id);
         for prop in [anchor, tag].into_iter().flatten() {
             self.out.push_str(prop);
             self.out.push(' ');
         }
-        self.out.push_str(&scalar_text(doc, id));
+        self.out.push_str(&scalar_text(doc, id, flow, key));
     }
 
     /// A flow collection on one line, as yaml.v3 writes one: `{a: b, c: d}`, `[1, 2]`.
@@ -739,7 +753,7 @@ impl Encoder<'_, '_> {
         if depth > MAX_DEPTH {
             return;
         }
-        let flow_node = |encoder: &mut Self, node: NodeId| match doc.node(node).kind {
+        let flow_node = |encoder: &mut Self, node: NodeId, key: bool| match doc.node(node).kind {
             Kind::Map(_) | Kind::Seq(_) => {
                 let (anchor, tag) = doc.properties(node);
                 for prop in [anchor, tag].into_iter().flatten() {
@@ -748,10 +762,7 @@ impl Encoder<'_, '_> {
                 }
                 encoder.flow(node, depth + 1);
             }
-            Kind::Scalar { .. } if doc.node(node).start() == doc.node(node).end() => {
-                encoder.out.push_str("''");
-            }
-            Kind::Scalar { .. } | Kind::Alias(_) => encoder.scalar_with_properties(node),
+            Kind::Scalar { .. } | Kind::Alias(_) => encoder.scalar_with_properties(node, true, key),
         };
         match doc.node(id).kind {
             Kind::Map(_) => {
@@ -760,9 +771,15 @@ impl Encoder<'_, '_> {
                     if i > 0 {
                         self.out.push_str(", ");
                     }
-                    flow_node(self, key);
-                    self.out.push_str(": ");
-                    flow_node(self, value);
+                    if doc.simple_key(key) {
+                        flow_node(self, key, true);
+                        self.out.push_str(": ");
+                    } else {
+                        self.out.push_str("? ");
+                        flow_node(self, key, true);
+                        self.out.push_str(" : ");
+                    }
+                    flow_node(self, value, false);
                 }
                 self.out.push('}');
             }
@@ -772,11 +789,11 @@ impl Encoder<'_, '_> {
                     if i > 0 {
                         self.out.push_str(", ");
                     }
-                    flow_node(self, item);
+                    flow_node(self, item, false);
                 }
                 self.out.push(']');
             }
-            Kind::Scalar { .. } | Kind::Alias(_) => flow_node(self, id),
+            Kind::Scalar { .. } | Kind::Alias(_) => flow_node(self, id, false),
         }
     }
 
@@ -865,24 +882,135 @@ fn split_properties(text: &str) -> (Option<&str>, Option<&str>, usize) {
     (anchor, tag, text.len() - rest.len())
 }
 
-/// A scalar (not a block one) as yaml.v3 writes it again: as written when on one line; else
-/// from its value, in its style.
-fn scalar_text<'a>(doc: &Doc<'a>, id: NodeId) -> Cow<'a, str> {
+/// The styles yaml.v3's emitter allows for a value (emitterc.go yaml_emitter_analyze_scalar).
+struct Allowed {
+    flow_plain: bool,
+    block_plain: bool,
+    single_quoted: bool,
+    block: bool,
+    multiline: bool,
+}
+
+fn analyze(value: &str) -> Allowed {
+    if value.is_empty() {
+        return Allowed {
+            flow_plain: false,
+            block_plain: true,
+            single_quoted: true,
+            block: false,
+            multiline: false,
+        };
+    }
+    let is_break = |c: char| matches!(c, '\n' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}');
+    let is_blank = |c: Option<char>| c.is_none_or(|c| c == ' ' || c == '\t' || is_break(c));
+    let (mut flow_indicators, mut block_indicators) = (false, false);
+    if value.starts_with("---") || value.starts_with("...") {
+        (flow_indicators, block_indicators) = (true, true);
+    }
+    let (mut line_breaks, mut special, mut tabs) = (false, false, false);
+    let (mut break_space, mut space_break) = (false, false);
+    let (mut previous_space, mut previous_break) = (false, false);
+    let mut preceded_by_whitespace = true;
+    let mut chars = value.chars().peekable();
+    let mut first = true;
+    while let Some(c) = chars.next() {
+        let followed_by_whitespace = is_blank(chars.peek().copied());
+        if first {
+            match c {
+                '#' | ',' | '[' | ']' | '{' | '}' | '&' | '*' | '!' | '|' | '>' | '\'' | '"'
+                | '%' | '@' | '`' => (flow_indicators, block_indicators) = (true, true),
+                '?' | ':' => {
+                    flow_indicators = true;
+                    block_indicators |= followed_by_whitespace;
+                }
+                '-' if followed_by_whitespace => {
+                    (flow_indicators, block_indicators) = (true, true);
+                }
+                _ => {}
+            }
+        } else {
+            match c {
+                ',' | '?' | '[' | ']' | '{' | '}' => flow_indicators = true,
+                ':' => {
+                    flow_indicators = true;
+                    block_indicators |= followed_by_whitespace;
+                }
+                '#' if preceded_by_whitespace => (flow_indicators, block_indicators) = (true, true),
+                _ => {}
+            }
+        }
+        let printable = matches!(c, '\n' | ' '..='~' | '\u{85}' | '\u{A0}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}')
+            && c != '\u{FEFF}';
+        if c == '\t' {
+            tabs = true;
+        } else if !printable {
+            special = true;
+        }
+        if c == ' ' {
+            break_space |= previous_break;
+            (previous_space, previous_break) = (true, false);
+        } else if is_break(c) {
+            line_breaks = true;
+            space_break |= previous_space;
+            (previous_space, previous_break) = (false, true);
+        } else {
+            (previous_space, previous_break) = (false, false);
+        }
+        preceded_by_whitespace = is_blank(Some(c));
+        first = false;
+    }
+    let edges = value.starts_with(' ')
+        || value.starts_with(is_break)
+        || value.ends_with(' ')
+        || value.ends_with(is_break);
+    let plain = !edges && !break_space && !space_break && !tabs && !special && !line_breaks;
+    Allowed {
+        flow_plain: plain && !flow_indicators,
+        block_plain: plain && !block_indicators,
+        single_quoted: !break_space && !space_break && !tabs && !special,
+        block: !value.ends_with(' ') && !space_break && !special,
+        multiline: line_breaks,
+    }
+}
+
+/// A scalar (not a block one that stays one) as yaml.v3 writes it again in a flow collection
+/// or in block context, as a key or not: in its written style unless yaml.v3 must choose
+/// another for its value (yaml_emitter_select_scalar_style), as written when on one line.
+fn scalar_text<'a>(doc: &Doc<'a>, id: NodeId, flow: bool, key: bool) -> Cow<'a, str> {
     let node = doc.node(id);
     let text = &doc.src[node.start().min(node.end())..node.end()];
-    let Kind::Scalar { style, .. } = node.kind else {
+    let Kind::Scalar { style: written, .. } = node.kind else {
         return Cow::Borrowed(text);
     };
     let text = &text[split_properties(text).2..];
-    if !text.contains('\n') && style != Style::Double {
-        return Cow::Borrowed(text);
-    }
     let value = doc.str(id).unwrap_or_default();
-    Cow::Owned(match style {
-        Style::Plain if !value.contains('\n') => value.to_owned(),
-        Style::Single if !value.contains('\n') => format!("'{}'", value.replace('\'', "''")),
-        _ => double_quoted(value),
-    })
+    let allowed = analyze(value);
+    let mut style = written;
+    if key && allowed.multiline {
+        style = Style::Double;
+    }
+    if style == Style::Plain
+        && ((flow && !allowed.flow_plain)
+            || (!flow && !allowed.block_plain)
+            || (value.is_empty() && (flow || key)))
+    {
+        style = Style::Single;
+    }
+    if style == Style::Single && !allowed.single_quoted {
+        style = Style::Double;
+    }
+    if style == Style::Block && (!allowed.block || flow || key) {
+        style = Style::Double;
+    }
+    let one_line = !text.contains('\n');
+    match style {
+        Style::Plain | Style::Single if style == written && one_line => Cow::Borrowed(text),
+        Style::Plain if !value.contains('\n') => Cow::Owned(value.to_owned()),
+        Style::Single if !value.contains('\n') => {
+            Cow::Owned(format!("'{}'", value.replace('\'', "''")))
+        }
+        _ => Cow::Owned(double_quoted(value)),
+    }
 }
 
 /// `value` double-quoted as yaml.v3's emitter writes it (emitterc.go

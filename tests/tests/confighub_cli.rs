@@ -711,6 +711,11 @@ data:
     caf\\u00e9 \\x41 \\U0001F600\"
   single: 'it''s
     two'
+  emoji: plain 😀 text
+  tabbed: 'single\twith a tab'
+  trailingSpace: |
+    a line ending in a space\x20
+    next
   commented: # on the key
     # head of k
     k: v  # line of v
