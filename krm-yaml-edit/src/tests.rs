@@ -483,3 +483,15 @@ a:
     // The comment on a dash's own line heads the first key below it.
     assert_eq!(encoded(src, &["a", "list", "2"]), "# dash\nk: v\n");
 }
+
+#[test]
+fn flow_collections_with_blanks_inside_their_brackets_are_flow() {
+    let src = "a: [ x, y ]\nb: { c: d }\n";
+    let doc = Doc::parse(src).unwrap();
+    for (key, text, encoded) in [("a", "[ x, y ]", "[x, y]\n"), ("b", "{ c: d }", "{c: d}\n")] {
+        let node = doc.get(doc.roots[0], key).unwrap();
+        assert!(doc.node(node).flow(), "{key}");
+        assert_eq!(&src[doc.node(node).start()..doc.node(node).end()], text);
+        assert_eq!(doc.encode(node), encoded);
+    }
+}
