@@ -495,3 +495,16 @@ fn flow_collections_with_blanks_inside_their_brackets_are_flow() {
         assert_eq!(doc.encode(node), encoded);
     }
 }
+
+#[test]
+fn entries_added_into_flow_mappings_with_blanks_stay_valid() {
+    let src = "m: { k: v }\n";
+    let out = edit(src, |doc, ed| {
+        let m = doc.get(doc.roots[0], "m").unwrap();
+        ed.ensure_map(doc, m, &[], &[("nk".into(), "3".into())], true);
+    });
+    let doc = Doc::parse(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let m = doc.get(doc.roots[0], "m").unwrap();
+    assert_eq!(doc.get_str(m, &["k"]), Some("v"), "{out}");
+    assert_eq!(doc.get_str(m, &["nk"]), Some("3"), "{out}");
+}
