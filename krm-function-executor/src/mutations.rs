@@ -319,7 +319,8 @@ fn names(infos: &[&ResourceInfo]) -> (BTreeSet<String>, BTreeSet<String>) {
     )
 }
 
-/// A resource-level record: Add with the new resource's text, Delete with the removed one's.
+/// A resource-level record: Add with the new resource's text as kyaml writes it, Delete with
+/// the removed one's.
 fn whole(
     mutation_type: MutationType,
     unit: &Unit,
@@ -329,7 +330,7 @@ fn whole(
     let (aliases, aliases_without_scopes) = names(&[&element.info]);
     ResourceMutation {
         resource: element.info.clone(),
-        resource_mutation_info: info(mutation_type, index, unit.element_text(element).to_owned()),
+        resource_mutation_info: info(mutation_type, index, unit.doc.encode(element.root)),
         path_mutation_map: BTreeMap::new(),
         aliases,
         aliases_without_scopes,
@@ -691,6 +692,21 @@ metadata:
                 "l.1 Update \"y\\n# end\\n\" @0",
             ]
         );
+    }
+
+    #[test]
+    fn added_and_deleted_resources_hold_kyamls_text() {
+        let before = "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\n";
+        let after = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n\
+            data:   # the data\n  list:\n    - a\n  flow: {a: 1,\n    b: 2}\n";
+        let mutations = diff_texts(before, after, 0);
+        assert_eq!(kinds(&mutations), ["Add /c", "Delete /s"]);
+        assert_eq!(
+            mutations[0].resource_mutation_info.value,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n\
+            data: # the data\n  list:\n  - a\n  flow: {a: 1, b: 2}\n"
+        );
+        assert_eq!(mutations[1].resource_mutation_info.value, before);
     }
 
     #[test]
