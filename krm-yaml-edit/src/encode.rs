@@ -57,10 +57,32 @@ impl<'a> Doc<'a> {
         }
         encoder.node(id, 0, Place::Root, 0);
         encoder.foot(&own.foot, 0);
+        // A document's own foot comment: after a blank line at its end (emitterc.go
+        // yaml_emitter_emit_document_end writes it set apart by a blank line).
+        let document_foot = self.document_foot(id);
+        if !document_foot.is_empty() {
+            encoder.foot_indent = Some(0);
+            encoder.comments(&document_foot, 0);
+        }
         if !encoder.out.ends_with('\n') {
             encoder.out.push('\n');
         }
         encoder.out
+    }
+
+    /// The comments after a blank line at the end of the document whose root is `id` (a
+    /// collection's last entry takes those before it).
+    fn document_foot(&self, id: NodeId) -> Vec<&'a str> {
+        if self.node(id).parent().is_some() || !self.roots.contains(&id) {
+            return Vec::new();
+        }
+        let after = self.lines_after(id);
+        let taken = self.taken_below(id, &after, 0).min(after.len());
+        let rest = &after[taken..];
+        match rest.iter().position(|l| matches!(l, Line::Comment(..))) {
+            Some(first) if first > 0 => head_of(&rest[first..]),
+            _ => Vec::new(),
+        }
     }
 
     /// The node's text in whole lines with the comment lines around it, from those above its
@@ -214,6 +236,13 @@ impl<'a> Doc<'a> {
                     });
                 around.head.extend(dash_comment);
                 around.head.extend(head_of(&above));
+                // A document's head comment set apart from its first key by a blank line is
+                // the document's, which yaml.v3 writes followed by a blank line.
+                let document = self.node(parent).parent().is_none();
+                if document && matches!(above.last(), Some(Line::Blank)) && !around.head.is_empty()
+                {
+                    around.head.push("");
+                }
             }
         } else {
             let before = self.subtree(parent, index - 1);
@@ -579,6 +608,10 @@ impl Encoder<'_, '_> {
     fn comments(&mut self, lines: &[&str], indent: usize) {
         for text in lines {
             if text.is_empty() {
+                // A blank line between comments: end the comment's line, then an empty one.
+                if !self.out.is_empty() && !self.out.ends_with('\n') {
+                    self.out.push('\n');
+                }
                 self.out.push('\n');
             } else {
                 self.line(indent);

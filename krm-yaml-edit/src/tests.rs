@@ -508,3 +508,14 @@ fn entries_added_into_flow_mappings_with_blanks_stay_valid() {
     assert_eq!(doc.get_str(m, &["k"]), Some("v"), "{out}");
     assert_eq!(doc.get_str(m, &["nk"]), Some("3"), "{out}");
 }
+
+#[test]
+fn documents_keep_their_head_and_foot_comments_apart() {
+    let src =
+        "# about the document\n\n# about a\n\n# still a\na: 1\nb: 2\n# b's foot\n\n# the end\n";
+    let doc = Doc::parse(src).unwrap();
+    assert_eq!(doc.encode(doc.roots[0]), src);
+    let set_apart = "# about the document\n\na: 1\n";
+    let doc = Doc::parse(set_apart).unwrap();
+    assert_eq!(doc.encode(doc.roots[0]), set_apart);
+}
