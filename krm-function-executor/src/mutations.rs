@@ -107,8 +107,11 @@ impl<'d> TreeDiff<'d> {
     /// Whether two nodes are written alike with the comments around them (which kyaml's text
     /// of them, or of their items, holds).
     fn written_alike(&self, before: NodeId, after: NodeId) -> bool {
+        let (a, b) = (self.old.node(before), self.new.node(after));
+        // The nodes' own texts first: most nodes compared differ there.
         self.verbatim
-            && self.old.node(before).col() == self.new.node(after).col()
+            && a.col() == b.col()
+            && self.old.src[a.start()..a.end()] == self.new.src[b.start()..b.end()]
             && self.old.text_with_comments(before) == self.new.text_with_comments(after)
     }
 

@@ -73,7 +73,8 @@ impl<'a> Doc<'a> {
     /// The comments after a blank line at the end of the document whose root is `id` (a
     /// collection's last entry takes those before it).
     fn document_foot(&self, id: NodeId) -> Vec<&'a str> {
-        if self.node(id).parent().is_some() || !self.roots.contains(&id) {
+        // Roots are numbered in the order of their documents.
+        if self.node(id).parent().is_some() || self.roots.binary_search(&id).is_err() {
             return Vec::new();
         }
         let after = self.lines_after(id);
