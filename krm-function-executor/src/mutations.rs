@@ -112,7 +112,7 @@ impl<'d> TreeDiff<'d> {
         self.verbatim
             && a.col() == b.col()
             && self.old.src[a.start()..a.end()] == self.new.src[b.start()..b.end()]
-            && self.old.text_with_comments(before) == self.new.text_with_comments(after)
+            && self.old.comments_around(before) == self.new.comments_around(after)
     }
 
     fn full(&self) -> bool {

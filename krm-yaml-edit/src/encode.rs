@@ -86,19 +86,22 @@ impl<'a> Doc<'a> {
         }
     }
 
-    /// The node's text in whole lines with the comment lines around it, from those above its
-    /// first line to those after its last: all that kyaml's text of it and of the nodes
-    /// below it is made of. Two nodes taken so alike, at the same column, kyaml writes alike.
-    pub fn text_with_comments(&self, id: NodeId) -> &'a str {
-        let from = self.comment_block_start(self.line_start(self.node(id).start()));
-        let mut to = self.line_end(self.text_end(id));
+    /// What surrounds a node's own text up to the comment lines around it: from those above
+    /// its first line to its start, and from its end to the end of those after its last
+    /// line. kyaml's text of it and of the nodes below it is made of these and its own text,
+    /// so two nodes written alike with these alike, at the same column, kyaml writes alike.
+    pub fn comments_around(&self, id: NodeId) -> (&'a str, &'a str) {
+        let node = self.node(id);
+        let from = self.comment_block_start(self.line_start(node.start()));
+        let end = self.text_end(id);
+        let mut to = self.line_end(end);
         for line in self.src[to..].split_inclusive('\n') {
             if matches!(line_kind(line), Line::Content) {
                 break;
             }
             to += line.len();
         }
-        &self.src[from..to]
+        (&self.src[from..node.start()], &self.src[end.min(node.end())..to])
     }
 
     /// The lines of the text from byte `from` (a line start) up to `to`.
