@@ -109,10 +109,28 @@ impl<'d> TreeDiff<'d> {
     fn written_alike(&self, before: NodeId, after: NodeId) -> bool {
         let (a, b) = (self.old.node(before), self.new.node(after));
         // The nodes' own texts first: most nodes compared differ there.
-        self.verbatim
+        if !(self.verbatim
             && a.col() == b.col()
-            && self.old.src[a.start()..a.end()] == self.new.src[b.start()..b.end()]
-            && self.old.comments_around(before) == self.new.comments_around(after)
+            && self.old.src[a.start()..a.end()] == self.new.src[b.start()..b.end()])
+        {
+            return false;
+        }
+        // A mapping's scalar value holds only its line comment; a block mapping, the comments
+        // after it (those above it head its first key, which no value's text holds); the
+        // rest, the comments around them.
+        let (old, new) = (self.old, self.new);
+        match a.kind {
+            Kind::Scalar { .. } | Kind::Alias(_) if old.is_map_value(before) => {
+                same_scalar_text(old, before, new, after)
+            }
+            Kind::Map(_) if !a.flow() && old.is_map_value(before) => {
+                old.comments_after(before) == new.comments_after(after)
+            }
+            _ => {
+                old.comments_before(before) == new.comments_before(after)
+                    && old.comments_after(before) == new.comments_after(after)
+            }
+        }
     }
 
     fn full(&self) -> bool {
@@ -232,14 +250,13 @@ impl<'d> TreeDiff<'d> {
 /// kyaml writes them alike, and they need not be encoded to tell.
 fn same_scalar_text(old: &Doc, before: NodeId, new: &Doc, after: NodeId) -> bool {
     let plain_value = |doc: &Doc, id: NodeId| {
-        let node = doc.node(id);
         !matches!(
-            node.kind,
+            doc.node(id).kind,
             Kind::Scalar {
                 style: Style::Block,
                 ..
             }
-        ) && node.parent().is_some_and(|parent| doc.is_map(parent))
+        ) && doc.is_map_value(id)
     };
     fn to_line_end<'a>(doc: &Doc<'a>, id: NodeId) -> &'a str {
         let node = doc.node(id);

@@ -86,13 +86,18 @@ impl<'a> Doc<'a> {
         }
     }
 
-    /// What surrounds a node's own text up to the comment lines around it: from those above
-    /// its first line to its start, and from its end to the end of those after its last
-    /// line. kyaml's text of it and of the nodes below it is made of these and its own text,
-    /// so two nodes written alike with these alike, at the same column, kyaml writes alike.
-    pub fn comments_around(&self, id: NodeId) -> (&'a str, &'a str) {
-        let node = self.node(id);
-        let from = self.comment_block_start(self.line_start(node.start()));
+    /// The comment and blank lines above a node's first line, and what precedes the node on
+    /// that line: with [`Doc::comments_after`] and its own text, all that kyaml's text of it
+    /// and of the nodes below it is made of; two nodes written alike with these alike, at the
+    /// same column, kyaml writes alike.
+    pub fn comments_before(&self, id: NodeId) -> &'a str {
+        let start = self.node(id).start();
+        &self.src[self.comment_block_start(self.line_start(start))..start]
+    }
+
+    /// From a node's end to the end of the comment and blank lines after its last line (see
+    /// [`Doc::comments_before`]).
+    pub fn comments_after(&self, id: NodeId) -> &'a str {
         let end = self.text_end(id);
         let mut to = self.line_end(end);
         for line in self.src[to..].split_inclusive('\n') {
@@ -101,7 +106,7 @@ impl<'a> Doc<'a> {
             }
             to += line.len();
         }
-        (&self.src[from..node.start()], &self.src[end.min(node.end())..to])
+        &self.src[end.min(self.node(id).end())..to]
     }
 
     /// The lines of the text from byte `from` (a line start) up to `to`.

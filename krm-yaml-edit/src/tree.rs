@@ -343,6 +343,13 @@ impl<'a> Doc<'a> {
         matches!(self.nodes[self.deref(id)].kind, Kind::Map(_))
     }
 
+    /// Whether `id` is held by a mapping (as a key or a value).
+    pub fn is_map_value(&self, id: NodeId) -> bool {
+        self.nodes[id]
+            .parent()
+            .is_some_and(|parent| matches!(self.nodes[parent].kind, Kind::Map(_)))
+    }
+
     /// Whether `id` is a sequence (aliases followed).
     pub fn is_seq(&self, id: NodeId) -> bool {
         matches!(self.nodes[self.deref(id)].kind, Kind::Seq(_))
