@@ -455,6 +455,11 @@ impl<'a> Doc<'a> {
     /// Where a node's text ends: a block scalar's span runs on over the comment and blank
     /// lines after it, up to the next node; so does a block collection's that ends with one.
     fn text_end(&self, mut id: NodeId) -> usize {
+        // Only a block scalar's span ends in blanks: most nodes end where their span does.
+        let end = self.node(id).end();
+        if !self.src[..end].ends_with([' ', '\t', '\n', '\r']) {
+            return end;
+        }
         for _ in 0..=MAX_DEPTH {
             let node = self.node(id);
             match node.kind {
