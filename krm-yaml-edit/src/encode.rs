@@ -106,7 +106,7 @@ impl<'a> Doc<'a> {
             }
             to += line.len();
         }
-        &self.src[end.min(self.node(id).end())..to]
+        &self.src[end..to]
     }
 
     /// The lines of the text from byte `from` (a line start) up to `to`.
@@ -178,7 +178,7 @@ impl<'a> Doc<'a> {
         }
     }
 
-    /// The node of key or item `child` whose subtree ends a sibling: the value for a key.
+    /// The node whose text ends child `index` of a collection: a key's value, or the item.
     fn subtree(&self, parent: NodeId, index: usize) -> NodeId {
         match self.node(parent).kind {
             Kind::Map(_) => self.entries(parent)[index].1,
@@ -380,7 +380,8 @@ impl<'a> Doc<'a> {
             Some(parent)
                 if matches!(self.node(parent).kind, Kind::Seq(_)) && !self.node(parent).flow() =>
             {
-                let index = self.items(parent).iter().position(|&i| i == id);
+                // Items are numbered in the order they are written.
+                let index = self.items(parent).binary_search(&id).ok();
                 index.map_or_else(Around::default, |i| self.around(parent, i))
             }
             _ => Around::default(),
