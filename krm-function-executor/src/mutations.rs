@@ -268,8 +268,8 @@ fn same_scalar_text(old: &Doc, before: NodeId, new: &Doc, after: NodeId) -> bool
 }
 
 /// Whether two scalars' kyaml texts are known to differ without encoding them: plain or
-/// single-quoted, on one line and without an anchor or tag, kyaml writes each as written, so
-/// different texts differ.
+/// single-quoted, on one line, in printable ASCII without a tab and without an anchor or tag,
+/// kyaml writes each as written, so different texts differ.
 fn scalars_differ(old: &Doc, before: NodeId, new: &Doc, after: NodeId) -> bool {
     fn as_written<'a>(doc: &Doc<'a>, id: NodeId) -> Option<&'a str> {
         let node = doc.node(id);
@@ -282,7 +282,8 @@ fn scalars_differ(old: &Doc, before: NodeId, new: &Doc, after: NodeId) -> bool {
                 ..
             }
         );
-        (verbatim && !text.is_empty() && !text.contains('\n') && !text.starts_with(['&', '!']))
+        let plain_ascii = text.bytes().all(|b| (b' '..=b'~').contains(&b));
+        (verbatim && plain_ascii && !text.is_empty() && !text.starts_with(['&', '!']))
             .then_some(text)
     }
     matches!((as_written(old, before), as_written(new, after)), (Some(a), Some(b)) if a != b)
