@@ -48,6 +48,7 @@ impl<'a> Doc<'a> {
         let mut encoder = Encoder {
             doc: self,
             out: String::new(),
+            handed_down: None,
             foot_indent: None,
         };
         let own = self.own_comments(id);
@@ -505,6 +506,45 @@ impl<'a> Doc<'a> {
         last
     }
 
+    /// The line above a block collection that holds content, where its anchor and tag are
+    /// written (`key: &a`): its code and the comment after it. None for a collection that
+    /// starts on a line after other text (`- k: v`), whose properties there are its first
+    /// key's.
+    fn header_line(&self, id: NodeId) -> Option<(&'a str, Option<&'a str>)> {
+        let start = self.node(id).start();
+        let mut above = self.line_start(start);
+        if !self.src[above..start].trim().is_empty() {
+            return None;
+        }
+        loop {
+            if above == 0 {
+                return None;
+            }
+            above = self.line_start(above - 1);
+            let text = self.rest_of_line(above);
+            let (code, comment) = match text.find(" #") {
+                Some(cut) => (&text[..cut], Some(text[cut + 1..].trim_end())),
+                None => (text, None),
+            };
+            let code = code.trim();
+            if !code.is_empty() && !code.starts_with('#') {
+                return Some((code, comment));
+            }
+        }
+    }
+
+    /// The comment after a block collection's anchor or tag (`key: &a # comment`): yaml.v3
+    /// gives it to the first node below, the line comment of its first key or item.
+    fn properties_comment(&self, id: NodeId) -> Option<&'a str> {
+        let node = self.node(id);
+        if node.flow() || !matches!(node.kind, Kind::Map(_) | Kind::Seq(_)) {
+            return None;
+        }
+        let (anchor, tag) = self.properties(id);
+        anchor.or(tag)?;
+        self.header_line(id)?.1
+    }
+
     /// The anchor and tag written before a node (`&a`, `!!str`), as written.
     fn properties(&self, id: NodeId) -> (Option<&'a str>, Option<&'a str>) {
         let node = self.node(id);
@@ -521,23 +561,9 @@ impl<'a> Doc<'a> {
             return (anchor, tag);
         }
         let before = if block {
-            if !self.src[line..start].trim().is_empty() {
-                // A mapping starting after `- ` on its line: what is written before is its
-                // first key's.
-                return (None, None);
-            }
-            // A block collection's properties end the line above it that holds content.
-            let mut above = line;
-            loop {
-                if above == 0 {
-                    return (None, None);
-                }
-                above = self.line_start(above - 1);
-                let text = self.rest_of_line(above);
-                let code = text.find(" #").map_or(text, |cut| &text[..cut]).trim();
-                if !code.is_empty() && !code.starts_with('#') {
-                    break code;
-                }
+            match self.header_line(id) {
+                Some(header) => header.0,
+                None => return (None, None),
             }
         } else {
             &self.src[line..start]
@@ -603,6 +629,9 @@ fn comment_texts<'a>(lines: &[Line<'a>]) -> Vec<&'a str> {
 struct Encoder<'d, 'a> {
     doc: &'d Doc<'a>,
     out: String,
+    /// A line comment handed down to the next key or item written (see
+    /// [`Doc::properties_comment`]), unless that one has its own.
+    handed_down: Option<&'a str>,
     /// After a foot comment, its indentation: yaml.v3's emitter writes a blank line before
     /// the next line at that indentation.
     foot_indent: Option<usize>,
@@ -682,8 +711,6 @@ impl Encoder<'_, '_> {
             }
             props.push_str(prop);
         }
-        // A block collection below a key, or below a dash on a line of its own, starts on
-        // the next line.
         // A block collection below a key starts on the next line; below a dash, yaml.v3
         // writes its first entry on the dash's line, wherever it was written.
         let own_lines = block_collection && place == Place::Value;
@@ -699,7 +726,8 @@ impl Encoder<'_, '_> {
         match node.kind {
             Kind::Alias(_) => {
                 self.out.push_str(&doc.src[node.start()..node.end()]);
-                self.line_comment(doc.comment_after(node.end()));
+                let handed_down = self.handed_down.take();
+                self.line_comment(doc.comment_after(node.end()).or(handed_down));
             }
             Kind::Scalar {
                 style: Style::Block,
@@ -715,13 +743,16 @@ impl Encoder<'_, '_> {
             }
             Kind::Scalar { .. } => {
                 self.out.push_str(&scalar_text(doc, id, false, false));
-                self.line_comment(doc.comment_after(node.end()));
+                let handed_down = self.handed_down.take();
+                self.line_comment(doc.comment_after(node.end()).or(handed_down));
             }
             _ if node.flow() => {
                 self.flow(id, depth);
-                self.line_comment(doc.comment_after(node.end()));
+                let handed_down = self.handed_down.take();
+                self.line_comment(doc.comment_after(node.end()).or(handed_down));
             }
             Kind::Map(_) => {
+                self.handed_down = doc.properties_comment(id).or(self.handed_down.take());
                 let entries_indent = match place {
                     Place::Root => 0,
                     Place::Value | Place::Item => indent + 2,
@@ -730,6 +761,7 @@ impl Encoder<'_, '_> {
                 self.entries(id, entries_indent, inline, depth);
             }
             Kind::Seq(_) => {
+                self.handed_down = doc.properties_comment(id).or(self.handed_down.take());
                 let (items_indent, inline) = match place {
                     Place::Root => (0, false),
                     Place::Value => (indent, false),
@@ -743,6 +775,7 @@ impl Encoder<'_, '_> {
     fn entries(&mut self, map: NodeId, indent: usize, inline: bool, depth: usize) {
         let doc = self.doc;
         for (i, &(key, value)) in doc.entries(map).iter().enumerate() {
+            let handed_down = self.handed_down.take();
             let around = doc.around(map, i);
             self.head(&around.head, indent, inline && i == 0);
             if doc.simple_key(key) {
@@ -765,9 +798,14 @@ impl Encoder<'_, '_> {
                     .find('#')
                     .filter(|&at| line[..at].trim() == ":")
                     .map(|at| line[at..].trim_end());
-                self.line_comment(comment);
+                self.line_comment(comment.or(handed_down));
+            } else if matches!(value_node.kind, Kind::Scalar { .. } | Kind::Alias(_)) {
+                // yaml.v3's emitter writes a key's line comment after a scalar value without
+                // one of its own, and loses it before a flow collection.
+                self.handed_down = handed_down;
             }
             self.node(value, indent, Place::Value, depth + 1);
+            self.handed_down = None;
             self.foot(&around.foot, indent);
         }
     }
@@ -779,6 +817,7 @@ impl Encoder<'_, '_> {
             self.head(&around.head, indent, inline && i == 0);
             self.out.push('-');
             self.node(item, indent, Place::Item, depth + 1);
+            self.handed_down = None;
             self.foot(&around.foot, indent);
         }
     }

@@ -759,6 +759,16 @@ data:
   withEmpty:
     a:
     b: 1
+  anchoredComment: &ac # after the anchor, to the first value below
+    q: 1
+  taggedList: !!seq # after the tag, to the first item
+  - a
+  anchoredNested: &an # to the key below
+    q:
+      r: 1
+  anchoredFlow: &af # lost before a flow collection
+    q: [1,
+      2]
   complexKeys:
     ? [complex, key]
     : flow key
