@@ -9,9 +9,7 @@ use crate::api::{MutationInfo, MutationType, ResourceInfo, ResourceMutation};
 use crate::path::escape;
 use crate::resource::{Element, Unit};
 use crate::toolchain::Toolchain;
-use crate::yaml::{
-    Doc, Kind, MAX_DEPTH, New, NodeId, Style, block_entries, block_items, push_rendered,
-};
+use crate::yaml::{Doc, Kind, MAX_DEPTH, NodeId, Style};
 
 /// A record as ConfigHub's yamlkit writes it: every one with its predicate set, so that a
 /// later patch or reset takes it.
@@ -22,47 +20,6 @@ fn info(mutation_type: MutationType, index: i64, value: String) -> MutationInfo 
         predicate: true,
         value,
     }
-}
-
-/// The text of a scalar or alias written on one line, which is how kyaml writes it again.
-fn one_line_text<'a>(doc: &Doc<'a>, id: NodeId) -> Option<&'a str> {
-    let node = doc.node(id);
-    let text = &doc.src[node.start().min(node.end())..node.end()];
-    let scalar = match node.kind {
-        Kind::Alias(_) => true,
-        Kind::Scalar { style, .. } => style != Style::Block,
-        Kind::Map(_) | Kind::Seq(_) => false,
-    };
-    (scalar && !text.contains('\n')).then_some(text)
-}
-
-/// A node as ConfigHub records it: kyaml's `RNode.String()`, the node encoded alone (indent 2,
-/// sequences not indented under their key, scalars and one-line flow collections as written)
-/// and ending in a newline: `10` is "10\n", a mapping "runAsNonRoot: true\n". Comments are
-/// not kept, and what spans lines otherwise (block scalars, flow collections) is written as
-/// the block renderer writes new content.
-fn render(doc: &Doc, id: NodeId) -> String {
-    let mut out = String::new();
-    if let Some(text) = one_line_text(doc, id) {
-        out.push_str(text);
-    } else {
-        match doc.to_new_keeping_flow(id) {
-            New::Map(entries) if entries.is_empty() => out.push_str("{}"),
-            New::Seq(items) if items.is_empty() => out.push_str("[]"),
-            New::Map(entries) => {
-                block_entries(&entries, 0, &mut out);
-                return out;
-            }
-            New::Seq(items) => {
-                block_items(&items, 0, &mut out);
-                return out;
-            }
-            New::Str(s) => push_rendered(&mut out, &s, false),
-            New::Plain(s) => out.push_str(&s),
-        }
-    }
-    out.push('\n');
-    out
 }
 
 /// How many entries or items a node has (none for a scalar): gaby's `Children`.
@@ -147,11 +104,33 @@ fn verbatim(doc: &Doc) -> bool {
 }
 
 impl<'d> TreeDiff<'d> {
+    /// Whether two nodes are written alike with the comments around them (which kyaml's text
+    /// of them, or of their items, holds).
     fn written_alike(&self, before: NodeId, after: NodeId) -> bool {
         let (a, b) = (self.old.node(before), self.new.node(after));
-        self.verbatim
+        // The nodes' own texts first: most nodes compared differ there.
+        if !(self.verbatim
             && a.col() == b.col()
-            && self.old.src[a.start()..a.end()] == self.new.src[b.start()..b.end()]
+            && self.old.src[a.start()..a.end()] == self.new.src[b.start()..b.end()])
+        {
+            return false;
+        }
+        // A mapping's scalar value holds only its line comment; a block mapping, the comments
+        // after it (those above it head its first key, which no value's text holds); the
+        // rest, the comments around them.
+        let (old, new) = (self.old, self.new);
+        match a.kind {
+            Kind::Scalar { .. } | Kind::Alias(_) if old.is_map_value(before) => {
+                same_scalar_text(old, before, new, after)
+            }
+            Kind::Map(_) if !a.flow() && old.is_map_value(before) => {
+                old.comments_after(before) == new.comments_after(after)
+            }
+            _ => {
+                old.comments_before(before) == new.comments_before(after)
+                    && old.comments_after(before) == new.comments_after(after)
+            }
+        }
     }
 
     fn full(&self) -> bool {
@@ -161,10 +140,15 @@ impl<'d> TreeDiff<'d> {
     /// Records `node` of `doc` (the new one, or the old one for a Delete) at the current path.
     fn record(&mut self, mutation_type: MutationType, doc: &Doc, node: NodeId) {
         if !self.full() {
-            self.out.insert(
-                self.path.join("."),
-                info(mutation_type, self.index, render(doc, node)),
-            );
+            self.record_text(mutation_type, doc.encode(node));
+        }
+    }
+
+    /// Records `text` (kyaml's text of the node) at the current path.
+    fn record_text(&mut self, mutation_type: MutationType, text: String) {
+        if !self.full() {
+            self.out
+                .insert(self.path.join("."), info(mutation_type, self.index, text));
         }
     }
 
@@ -248,16 +232,72 @@ impl<'d> TreeDiff<'d> {
                 }
             }
             Kind::Scalar { .. } | Kind::Alias(_) => {
-                let same = match (one_line_text(old, before), one_line_text(new, after)) {
-                    (Some(a), Some(b)) => a == b,
-                    _ => render(old, before) == render(new, after),
-                };
-                if !same {
-                    self.record(MutationType::Update, new, after);
+                // Compared as ConfigHub compares them: by kyaml's text, comments included.
+                if !same_scalar_text(old, before, new, after) {
+                    let now = new.encode(after);
+                    if scalars_differ(old, before, new, after) || old.encode(before) != now {
+                        self.record_text(MutationType::Update, now);
+                    }
                 }
             }
         }
     }
+}
+
+/// Whether two scalars or aliases are written alike up to the end of their lines, their
+/// line comments included, as values of mappings (an item's text also holds the comments
+/// around it) and not as block scalars (whose content depends on their indentation): then
+/// kyaml writes them alike, and they need not be encoded to tell.
+fn same_scalar_text(old: &Doc, before: NodeId, new: &Doc, after: NodeId) -> bool {
+    let plain_value = |doc: &Doc, id: NodeId| {
+        !matches!(
+            doc.node(id).kind,
+            Kind::Scalar {
+                style: Style::Block,
+                ..
+            }
+        ) && doc.is_map_value(id)
+    };
+    fn to_line_end<'a>(doc: &Doc<'a>, id: NodeId) -> &'a str {
+        let node = doc.node(id);
+        &doc.src[node.start()..doc.line_end(node.end())]
+    }
+    plain_value(old, before)
+        && plain_value(new, after)
+        && to_line_end(old, before) == to_line_end(new, after)
+}
+
+/// Whether two scalars' kyaml texts are known to differ without encoding them: plain or
+/// single-quoted, on one line, in printable ASCII without a tab and without an anchor or tag,
+/// kyaml writes each as written, so different texts differ.
+fn scalars_differ(old: &Doc, before: NodeId, new: &Doc, after: NodeId) -> bool {
+    fn as_written<'a>(doc: &Doc<'a>, id: NodeId) -> Option<&'a str> {
+        let node = doc.node(id);
+        let text = &doc.src[node.start()..node.end()];
+        let verbatim = matches!(
+            node.kind,
+            Kind::Scalar {
+                style: Style::Plain | Style::Single,
+                tagged: false,
+                ..
+            }
+        );
+        let plain_ascii = text.bytes().all(|b| (b' '..=b'~').contains(&b));
+        (verbatim && plain_ascii && !text.is_empty() && !text.starts_with(['&', '!']))
+            .then_some(text)
+    }
+    matches!((as_written(old, before), as_written(new, after)), (Some(a), Some(b)) if a != b)
+}
+
+/// The lines of the unit as ConfigHub encodes it: each resource as kyaml writes it, with a
+/// `---` line between resources.
+fn encoded_lines(unit: &Unit) -> usize {
+    let documents: usize = unit
+        .elements
+        .iter()
+        .map(|element| unit.doc.encode(element.root).matches('\n').count())
+        .sum();
+    documents + unit.elements.len().saturating_sub(1)
 }
 
 /// The path records of `after` compared with `before`, at most `limit` of them.
@@ -300,7 +340,8 @@ fn names(infos: &[&ResourceInfo]) -> (BTreeSet<String>, BTreeSet<String>) {
     )
 }
 
-/// A resource-level record: Add with the new resource's text, Delete with the removed one's.
+/// A resource-level record: Add with the new resource's text as kyaml writes it, Delete with
+/// the removed one's.
 fn whole(
     mutation_type: MutationType,
     unit: &Unit,
@@ -310,7 +351,7 @@ fn whole(
     let (aliases, aliases_without_scopes) = names(&[&element.info]);
     ResourceMutation {
         resource: element.info.clone(),
-        resource_mutation_info: info(mutation_type, index, unit.element_text(element).to_owned()),
+        resource_mutation_info: info(mutation_type, index, unit.doc.encode(element.root)),
         path_mutation_map: BTreeMap::new(),
         aliases,
         aliases_without_scopes,
@@ -342,8 +383,9 @@ pub fn diff(
             .or_default()
             .push(i);
     }
-    // ConfigHub divides by the lines of its own encoding of the data; these are the lines as
-    // written, counted when a resource is not found by name.
+    // ConfigHub divides by the lines of its own encoding of the data (gaby's Container
+    // String: each document as kyaml writes it, joined by `---`), counted when a resource is
+    // not found by name.
     let mut lines = None;
     let mut matched = vec![false; before.elements.len()];
     // yamlkit searches from here, matched resources after it included.
@@ -383,8 +425,7 @@ pub fn diff(
                     }
                 }
                 // ConfigHub's score, records per line, at most 1.0 (and 0/0 taken too).
-                let lines = *lines
-                    .get_or_insert_with(|| after.doc.src.bytes().filter(|&b| b == b'\n').count());
+                let lines = *lines.get_or_insert_with(|| encoded_lines(after));
                 best.filter(|(_, paths)| paths.len() <= lines)
             }
         };
@@ -626,6 +667,67 @@ metadata:
         );
         let emptied = diff_texts(before, &before.replace("l:\n  k: v\n", "l: {}\n"), 0);
         assert_eq!(summary(&emptied[0]), ["l.k Delete \"v\\n\" @0"]);
+    }
+
+    #[test]
+    fn values_are_kyamls_text_of_the_node() {
+        let before = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n\
+            c: 1 # one\nb: |\n  x\nf: {a: 1}\nn: &n 1\nl:\n# first\n- x\n";
+        let after = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n\
+            c: 1 # uno\nb: |-\n  x\n  y\nf: {a: 2,\n  b: [1,\n  2]}\nn: &n 2\nl:\n# first\n- y  # why\n";
+        let mutations = diff_texts(before, after, 0);
+        assert_eq!(
+            summary(&mutations[0]),
+            [
+                "b Update \"|-\\n  x\\n  y\\n\" @0",
+                // A comment is part of the text: changing it alone is an Update.
+                "c Update \"1 # uno\\n\" @0",
+                "f.a Update \"2\\n\" @0",
+                "f.b Add \"[1, 2]\\n\" @0",
+                // An item carries its head comment.
+                "l.0 Update \"# first\\ny # why\\n\" @0",
+                "n Update \"&n 2\\n\" @0",
+            ]
+        );
+    }
+
+    #[test]
+    fn comments_count_where_kyamls_text_holds_them() {
+        let before = "apiVersion: v1\nkind: K\nmetadata:\n  name: a\n\
+            m:\n  # about k\n  k: v\nl:\n  # first\n  - x\n  - y\n  # last\nz: 1\n";
+        // A key's head comment is no value's text: no record.
+        let rekeyed = before.replace("# about k", "# about the key");
+        assert!(
+            diff_texts(before, &rekeyed, 0)[0]
+                .path_mutation_map
+                .is_empty()
+        );
+        // An item's head and foot comments are its text: the item is updated.
+        let after = before
+            .replace("# first", "# one")
+            .replace("# last", "# end");
+        assert_eq!(
+            summary(&diff_texts(before, &after, 0)[0]),
+            [
+                "l.0 Update \"# one\\nx\\n\" @0",
+                "l.1 Update \"y\\n# end\\n\" @0",
+            ]
+        );
+    }
+
+    #[test]
+    fn added_and_deleted_resources_hold_kyamls_text() {
+        let before = "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\n";
+        let after = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n\
+            data:   # the data\n  list:\n    - a\n  flow: {a: 1,\n    b: 2}\n";
+        let mutations = diff_texts(before, after, 0);
+        assert_eq!(kinds(&mutations), ["Add /c", "Delete /s"]);
+        assert_eq!(
+            mutations[0].resource_mutation_info.value,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n\
+            data: # the data\n  list:\n  - a\n  flow: {a: 1, b: 2}\n"
+        );
+        assert_eq!(mutations[1].resource_mutation_info.value, before);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 mod bytes;
 mod edit;
+mod encode;
 mod error;
 // Public for property tests that hold the fast path to the general parser's trees.
 pub mod fast;

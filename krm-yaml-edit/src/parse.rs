@@ -292,11 +292,17 @@ impl<'a> Doc<'a> {
                     }
                     let is_map = matches!(event, Event::MappingStart(..));
                     expansion.open();
-                    let flow = end > start
-                        && matches!(src.as_bytes().get(end - 1), Some(b'{') | Some(b'['));
+                    // The span runs on over the blanks after a flow collection's bracket
+                    // (`[ x ]`).
+                    let opening = src[start..end.max(start)].trim_end();
+                    let flow = opening.ends_with(['{', '[']);
                     // A block collection starts at its first entry; the span may cover an
                     // anchor or tag before it, which belongs to the parent line.
-                    let (start, col) = if flow { (end - 1, col) } else { (end, col) };
+                    let (start, col) = if flow {
+                        (start + opening.len() - 1, col)
+                    } else {
+                        (end, col)
+                    };
                     let kind = if is_map {
                         Kind::Map(Children::default())
                     } else {

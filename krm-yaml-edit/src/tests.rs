@@ -402,3 +402,120 @@ fn syntax_errors_name_their_kind_and_place() {
         "the alias at line 1 column 8 refers to a node that contains it"
     );
 }
+
+/// `Doc::encode` of the value at `path` (keys, or item indexes) in `src`.
+fn encoded(src: &str, path: &[&str]) -> String {
+    let doc = Doc::parse(src).unwrap();
+    let mut node = doc.roots[0];
+    for step in path {
+        node = match step.parse::<usize>() {
+            Ok(index) => doc.items(node)[index],
+            Err(_) => doc.get(node, step).unwrap(),
+        };
+    }
+    doc.encode(node)
+}
+
+#[test]
+fn nodes_are_encoded_as_kyaml_writes_them_alone() {
+    // The nested forms are what the real kpt writes (confighub_cli's
+    // mutation_values_are_written_as_kyaml_writes_them holds them to it); these are the
+    // forms alone, as yaml.v3's emitter starts a document.
+    let src = "\
+a:
+  folded: >
+    one
+    two
+
+    three
+  keep: |+
+    x
+
+  strip: |-
+    x
+  lead: |2
+      spaced
+    plain
+  anchored: &m
+    k: v # line
+  flow: {a: , b: [1,
+    2]}
+  double: \"caf\\u00e9\\t\\U0001F600\"
+  empty:
+  &key anchoredKey: !!str &v 1
+  tagged: &t |-
+    x
+  list:
+  # head
+  - x # line
+  # foot
+
+  - - z
+    - y
+  - # dash
+    k: v
+";
+    assert_eq!(
+        encoded(src, &["a", "folded"]),
+        ">\n  one two\n\n  three\n\n"
+    );
+    assert_eq!(encoded(src, &["a", "keep"]), "|+\n  x\n\n");
+    assert_eq!(encoded(src, &["a", "strip"]), "|-\n  x\n");
+    assert_eq!(encoded(src, &["a", "lead"]), "|2\n    spaced\n  plain\n");
+    assert_eq!(encoded(src, &["a", "anchored"]), "&m\nk: v # line\n");
+    assert_eq!(encoded(src, &["a", "flow"]), "{a: '', b: [1, 2]}\n");
+    assert_eq!(encoded(src, &["a", "double"]), "\"café\\t\\U0001F600\"\n");
+    // An empty plain scalar is written as nothing: the document is its line break.
+    assert_eq!(encoded(src, &["a", "empty"]), "\n");
+    assert_eq!(encoded(src, &["a", "anchoredKey"]), "&v !!str 1\n");
+    assert_eq!(encoded(src, &["a", "tagged"]), "&t |-\n  x\n");
+    assert!(encoded(src, &["a"]).contains("\n&key anchoredKey: &v !!str 1\n"));
+    // An item carries its head, line and foot comments.
+    assert_eq!(
+        encoded(src, &["a", "list", "0"]),
+        "# head\nx # line\n# foot\n"
+    );
+    assert_eq!(
+        encoded(src, &["a", "list"]),
+        "# head\n- x # line\n# foot\n\n- - z\n  - y\n- # dash\n  k: v\n"
+    );
+    assert_eq!(encoded(src, &["a", "list", "1"]), "- z\n- y\n");
+    // The comment on a dash's own line heads the first key below it.
+    assert_eq!(encoded(src, &["a", "list", "2"]), "# dash\nk: v\n");
+}
+
+#[test]
+fn flow_collections_with_blanks_inside_their_brackets_are_flow() {
+    let src = "a: [ x, y ]\nb: { c: d }\n";
+    let doc = Doc::parse(src).unwrap();
+    for (key, text, encoded) in [("a", "[ x, y ]", "[x, y]\n"), ("b", "{ c: d }", "{c: d}\n")] {
+        let node = doc.get(doc.roots[0], key).unwrap();
+        assert!(doc.node(node).flow(), "{key}");
+        assert_eq!(&src[doc.node(node).start()..doc.node(node).end()], text);
+        assert_eq!(doc.encode(node), encoded);
+    }
+}
+
+#[test]
+fn entries_added_into_flow_mappings_with_blanks_stay_valid() {
+    let src = "m: { k: v }\n";
+    let out = edit(src, |doc, ed| {
+        let m = doc.get(doc.roots[0], "m").unwrap();
+        ed.ensure_map(doc, m, &[], &[("nk".into(), "3".into())], true);
+    });
+    let doc = Doc::parse(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let m = doc.get(doc.roots[0], "m").unwrap();
+    assert_eq!(doc.get_str(m, &["k"]), Some("v"), "{out}");
+    assert_eq!(doc.get_str(m, &["nk"]), Some("3"), "{out}");
+}
+
+#[test]
+fn documents_keep_their_head_and_foot_comments_apart() {
+    let src =
+        "# about the document\n\n# about a\n\n# still a\na: 1\nb: 2\n# b's foot\n\n# the end\n";
+    let doc = Doc::parse(src).unwrap();
+    assert_eq!(doc.encode(doc.roots[0]), src);
+    let set_apart = "# about the document\n\na: 1\n";
+    let doc = Doc::parse(set_apart).unwrap();
+    assert_eq!(doc.encode(doc.roots[0]), set_apart);
+}

@@ -343,6 +343,13 @@ impl<'a> Doc<'a> {
         matches!(self.nodes[self.deref(id)].kind, Kind::Map(_))
     }
 
+    /// Whether `id` is held by a mapping (as a key or a value).
+    pub fn is_map_value(&self, id: NodeId) -> bool {
+        self.nodes[id]
+            .parent()
+            .is_some_and(|parent| matches!(self.nodes[parent].kind, Kind::Map(_)))
+    }
+
     /// Whether `id` is a sequence (aliases followed).
     pub fn is_seq(&self, id: NodeId) -> bool {
         matches!(self.nodes[self.deref(id)].kind, Kind::Seq(_))
@@ -500,26 +507,14 @@ impl<'a> Doc<'a> {
     /// The subtree as new content to write elsewhere: scalars keep their written form (quoting
     /// included) where it fits on one line; block scalars become quoted strings; comments go.
     pub fn to_new(&self, id: NodeId) -> New {
-        self.to_new_depth(id, 0, false)
+        self.to_new_depth(id, 0)
     }
 
-    /// Like [`Doc::to_new`], but a flow collection written on one line keeps its text (as
-    /// [`New::Plain`]), as a YAML encoder keeps the style of the nodes it parsed.
-    pub fn to_new_keeping_flow(&self, id: NodeId) -> New {
-        self.to_new_depth(id, 0, true)
-    }
-
-    fn to_new_depth(&self, id: NodeId, depth: usize, keep_flow: bool) -> New {
+    fn to_new_depth(&self, id: NodeId, depth: usize) -> New {
         let id = self.deref(id);
         let node = &self.nodes[id];
         if depth > MAX_DEPTH {
             return New::Plain("null".into());
-        }
-        if keep_flow && node.flow() {
-            let text = &self.src[node.start()..node.end()];
-            if !text.contains('\n') {
-                return New::Plain(text.to_owned());
-            }
         }
         match node.kind {
             Kind::Scalar { value, style, .. } => {
@@ -537,7 +532,7 @@ impl<'a> Doc<'a> {
                     .map(|&(k, v)| {
                         (
                             self.str(k).unwrap_or_default().to_owned(),
-                            self.to_new_depth(v, depth + 1, keep_flow),
+                            self.to_new_depth(v, depth + 1),
                         )
                     })
                     .collect(),
@@ -545,7 +540,7 @@ impl<'a> Doc<'a> {
             Kind::Seq(_) => New::Seq(
                 self.items(id)
                     .iter()
-                    .map(|&i| self.to_new_depth(i, depth + 1, keep_flow))
+                    .map(|&i| self.to_new_depth(i, depth + 1))
                     .collect(),
             ),
             Kind::Alias(_) => New::Plain("null".into()),

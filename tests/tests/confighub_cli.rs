@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use krm_runner_tests::{repo_root, run_cli, scratch};
+use krm_runner_tests::{have_tool, repo_root, run_cli, scratch};
 use serde_json::Value;
 
 fn executor_golden_dir() -> PathBuf {
@@ -724,4 +724,261 @@ executor:
         stderr.contains("executor.attributes") && stderr.contains("float"),
         "{stderr}"
     );
+}
+
+/// Values of every kind kyaml keeps the written form of: comments (line, head, foot, nested),
+/// anchors, aliases and tags, literal and folded block scalars with their indicators, flow
+/// collections written over several lines, quoted and complex keys, escapes.
+const WRITTEN_VALUES: &str = "\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: values
+data:
+  literal: | # kept
+    line one
+      indented
+    last
+  strip: |-
+    x
+    y
+  keep: |+
+    x
+
+  folded: >
+    a folded line
+    continues
+
+    paragraph
+  lead: |2
+      indented first
+    second
+  anchored: &a 1
+  alias: *a
+  tagged: !!str 5
+  anchoredLiteral: &lit |-
+    x
+    y
+  anchoredMap: &m
+    k: v
+    'q': \"w\"
+  flowMap: {a: b,
+    c: [1,   2]}
+  flowSeq: [1, 2,
+     3]   # after the flow
+  plain: this is
+    on two lines
+  double: \"tab\\there
+    caf\\u00e9 \\x41 \\U0001F600\"
+  single: 'it''s
+    two'
+  emoji: plain 😀 text
+  tabbed: 'single\twith a tab'
+  trailingSpace: |
+    a line ending in a space\x20
+    next
+  commented: # on the key
+    # head of k
+    k: v  # line of v
+    # foot of k
+
+    # head of j
+    j: w
+    # after j
+  # head of list
+  list:
+  # head of item 0
+  - a # line a
+  # foot a
+
+  # head b
+  - b
+      # deep comment
+  - k: v  # lc
+    # inner
+    z: y
+  - - nested
+    - items
+  - |
+    literal item
+  - # on the dash
+    # below the dash
+    k: v
+  -
+    below: dash
+  wide:
+    # head of the first item
+    - name: a # c
+      image: x
+      env:
+        - name: A
+          value: \"1\"
+          # after the last env entry
+    # head of b
+    - b
+    -
+  withEmpty:
+    a:
+    b: 1
+  anchoredComment: &ac # after the anchor, to the first value below
+    q: 1
+  taggedList: !!seq # after the tag, to the first item
+  - a
+  anchoredNested: &an # to the key below
+    q:
+      r: 1
+  anchoredFlow: &af # lost before a flow collection
+    q: [1,
+      2]
+  complexKeys:
+    ? [complex, key]
+    : flow key
+    \"multi\\nline\": escaped key
+  containers:
+    - name: b
+      value: >-
+        folded
+        text
+    # after the folded value, carried to the next item's first key
+
+    - name: c
+      image: y
+    # after a mapping item, before a scalar one
+
+    # head of d
+    - d
+  \"quoted key\": 1
+  ? complex
+  : 2
+  last: done
+";
+
+/// The text kpt (kyaml) writes for the value of `key` under `data:` in its re-encoding of a
+/// resource (`kpt fn source`), as the value would be written alone: the lines below the key,
+/// taken back to the indentation of a document's root.
+fn kpt_value(encoded: &str, key: &str) -> String {
+    let lines: Vec<&str> = encoded.lines().collect();
+    let data = lines
+        .iter()
+        .position(|line| line.trim_end() == "  data:")
+        .expect("data in kpt's output");
+    let (at, indent, rest) = lines[data + 1..]
+        .iter()
+        .enumerate()
+        .find_map(|(i, line)| {
+            let indent = line.len() - line.trim_start().len();
+            let rest = line.trim_start().strip_prefix(key)?.strip_prefix(':')?;
+            (indent == 4).then(|| (data + 1 + i, indent, rest.trim_start()))
+        })
+        .unwrap_or_else(|| panic!("{key} in kpt's output:\n{encoded}"));
+    let indent_of = |line: &str| line.len() - line.trim_start().len();
+    let mut below: Vec<&str> = lines[at + 1..]
+        .iter()
+        .copied()
+        .take_while(|line| {
+            line.trim().is_empty()
+                || indent_of(line) > indent
+                || (indent_of(line) == indent && line.trim_start().starts_with(['-', '#']))
+        })
+        .collect();
+    // Comments at the key's indentation after the value are the next key's head.
+    while below
+        .last()
+        .is_some_and(|l| indent_of(l) == indent && l.trim_start().starts_with('#'))
+    {
+        below.pop();
+    }
+    let code = rest.split(" #").next().unwrap_or_default();
+    let block_scalar = code
+        .split_whitespace()
+        .next_back()
+        .is_some_and(|indicator| indicator.starts_with(['|', '>']));
+    let sequence = below
+        .iter()
+        .find(|l| !l.trim_start().starts_with('#'))
+        .is_some_and(|l| indent_of(l) == indent && l.trim_start().starts_with('-'));
+    // A blank line after a foot comment belongs to what follows at its indentation; only a
+    // block scalar's trailing lines are its own.
+    while !block_scalar && below.last().is_some_and(|l| l.trim().is_empty()) {
+        below.pop();
+    }
+    let strip = if block_scalar || sequence {
+        indent
+    } else {
+        indent + 2
+    };
+    let mut value = String::new();
+    if !rest.is_empty() && !rest.starts_with('#') {
+        value.push_str(rest);
+        value.push('\n');
+    }
+    for line in below {
+        value.push_str(line.get(strip..).unwrap_or_default());
+        value.push('\n');
+    }
+    value
+}
+
+#[test]
+fn mutation_values_are_written_as_kyaml_writes_them() {
+    if !have_tool("kpt") {
+        return;
+    }
+    let dir = scratch();
+    let package = dir.path().join("package");
+    std::fs::create_dir(&package).unwrap();
+    std::fs::write(package.join("values.yaml"), WRITTEN_VALUES).unwrap();
+    let source = std::process::Command::new("kpt")
+        .args(["fn", "source"])
+        .arg(&package)
+        .output()
+        .expect("run kpt");
+    assert!(source.status.success(), "{}", text(&source.stderr));
+    let encoded = text(&source.stdout);
+
+    let keys: Vec<&str> = WRITTEN_VALUES
+        .split_once("\ndata:\n")
+        .unwrap()
+        .1
+        .lines()
+        .filter_map(|line| {
+            let key = line.strip_prefix("  ")?.split_once(':')?.0;
+            (!key.is_empty() && !key.starts_with([' ', '#', '-', '?'])).then_some(key)
+        })
+        .chain(["complex"])
+        .collect();
+    // Every value was `0` before: each is one Update holding the new node's text.
+    let mut previous = WRITTEN_VALUES.split_once("\ndata:\n").unwrap().0.to_owned();
+    previous.push_str("\ndata:\n");
+    for key in &keys {
+        previous.push_str(&format!("  {key}: 0\n"));
+    }
+    let output = run_cli(
+        &[
+            "do",
+            "--output-only",
+            package.join("values.yaml").to_str().unwrap(),
+            "values",
+            "--",
+            "compute-mutations",
+            &previous,
+            "0",
+        ],
+        &[],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let mutations: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let paths = &mutations[0]["PathMutationMap"];
+    assert_eq!(
+        paths.as_object().map(|paths| paths.len()),
+        Some(keys.len()),
+        "{paths:#}"
+    );
+    for key in keys {
+        let path = format!("data.{}", key.trim_matches('"'));
+        let recorded = paths[&path]["Value"].as_str().unwrap_or_default();
+        let expected = kpt_value(&encoded, key);
+        assert_eq!(recorded, expected, "{path}; kpt wrote:\n{encoded}");
+    }
 }

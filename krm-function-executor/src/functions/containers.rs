@@ -344,7 +344,7 @@ fn set_at(
                         && scalar(doc, node)
                             .is_ok_and(|(_, data_type)| data_type == DataType::String)
                 }
-                New::Plain(text) => doc.to_new_keeping_flow(node) == New::Plain(text.clone()),
+                New::Plain(text) => doc.to_new(node) == New::Plain(text.clone()),
                 New::Map(_) | New::Seq(_) => false,
             };
             if unchanged {
@@ -737,7 +737,7 @@ fn copied_probe(doc: &Doc, container: NodeId) -> Option<New> {
     let source = doc
         .get(container, "livenessProbe")
         .or_else(|| doc.get(container, "startupProbe"))?;
-    let New::Map(mut entries) = doc.to_new_keeping_flow(source) else {
+    let New::Map(mut entries) = doc.to_new(source) else {
         return None;
     };
     for (key, value) in [("initialDelaySeconds", 5), ("periodSeconds", 10)] {
