@@ -233,13 +233,8 @@ impl Registry {
         docker_config: Option<&DockerConfig>,
         page_size: usize,
     ) -> Result<Vec<String>, String> {
-        let reference: Reference = repository
-            .parse()
-            .map_err(|e| format!("{repository:?} is not an image repository: {e}"))?;
-        let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
-            auth_for(config, reference.resolve_registry())
-        });
-        let client = self.client_for(docker_config.map_or(&[][..], |config| &config.content))?;
+        let (client, reference, auth) =
+            self.client_and_auth(repository, "an image repository", docker_config)?;
         let page_size = page_size.max(1);
         list_all_tags(&client, &reference, &auth, page_size, MAX_TAG_PAGES)
             .await
@@ -304,7 +299,8 @@ impl Registry {
         image: &str,
         docker_config: Option<&DockerConfig>,
     ) -> Result<(), String> {
-        let (client, reference, auth) = self.client_and_auth(image, docker_config)?;
+        let (client, reference, auth) =
+            self.client_and_auth(image, "an image reference", docker_config)?;
         let listed = client
             .oci()
             .fetch_manifest_digest(&reference, &auth)
@@ -325,15 +321,17 @@ impl Registry {
         Ok(())
     }
 
-    /// The client, the parsed reference and the credentials to ask about `image`.
+    /// The client, the parsed reference and the credentials to ask about `image`, which is
+    /// `what` (an image reference, an image repository) in the error when it does not parse.
     fn client_and_auth(
         &self,
         image: &str,
+        what: &str,
         docker_config: Option<&DockerConfig>,
     ) -> Result<(Arc<RegistryClient>, Reference, RegistryAuth), String> {
         let reference: Reference = image
             .parse()
-            .map_err(|e| format!("{image:?} is not an image reference: {e}"))?;
+            .map_err(|e| format!("{image:?} is not {what}: {e}"))?;
         let auth = docker_config.map_or(RegistryAuth::Anonymous, |config| {
             auth_for(config, reference.resolve_registry())
         });
@@ -376,7 +374,8 @@ impl Registry {
         image: &str,
         docker_config: Option<&DockerConfig>,
     ) -> Result<Metadata, String> {
-        let (client, reference, auth) = self.client_and_auth(image, docker_config)?;
+        let (client, reference, auth) =
+            self.client_and_auth(image, "an image reference", docker_config)?;
         let ImageConfig {
             digest,
             listed,
