@@ -2,6 +2,8 @@
 
 use regex::Regex;
 
+use krm_plugin_api::quoted;
+
 use crate::api::{DataType, ResourceInfo};
 use crate::args::ArgValue;
 use crate::functions::definition::{Definition, FunctionKind, KUBERNETES, Options};
@@ -229,14 +231,14 @@ struct Wanted {
 
 impl Wanted {
     fn new(resource: &'static str, text: &str, factor: i64) -> Result<Self, FunctionError> {
-        let quantity =
-            Quantity::parse(text).map_err(|e| format!("invalid {resource} {text}: {e}"))?;
+        let quantity = Quantity::parse(text)
+            .map_err(|e| format!("invalid {resource} {}: {e}", quoted(text).bounded()))?;
         let limit = if factor == 0 {
             None
         } else {
             let limit = quantity
                 .times(factor)
-                .map_err(|e| format!("invalid {resource} {text}: {e}"))?;
+                .map_err(|e| format!("invalid {resource} {}: {e}", quoted(text).bounded()))?;
             Some((limit.to_string(), limit))
         };
         Ok(Self {

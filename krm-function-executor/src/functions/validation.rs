@@ -104,8 +104,8 @@ static RESOURCE_QUANTITY_PATH: LazyLock<Regex> = LazyLock::new(|| {
 /// never holds; a value that is not one is an error.
 fn compare_quantities(relation: &Relation, value: &str, literal: &str) -> Result<bool, String> {
     use Operator::*;
-    let left =
-        Quantity::parse(value).map_err(|e| format!("invalid resource quantity {value}: {e}"))?;
+    let left = Quantity::parse(value)
+        .map_err(|e| format!("invalid resource quantity {}: {e}", quoted(value).bounded()))?;
     let Ok(right) = Quantity::parse(literal) else {
         return Ok(false);
     };
