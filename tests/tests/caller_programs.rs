@@ -434,9 +434,12 @@ fn starlark_scripts() {
     let tokio = tokio::runtime::Runtime::new().unwrap();
     runner()
         .run(&program(STARLARK_PIECES, &["\n"], false), |source| {
+            // The indentation indicator keeps a program whose first line was mutated to start
+            // with a space a valid block scalar; without it YAML takes that line's indentation
+            // for the block's and the request is refused before any program runs.
             let indented: String = source.lines().map(|line| format!("    {line}\n")).collect();
             let resource_list = format!(
-                "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: prog\n  source: |\n{indented}"
+                "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: cm\nfunctionConfig:\n  apiVersion: fn.kpt.dev/v1alpha1\n  kind: StarlarkRun\n  metadata:\n    name: prog\n  source: |2\n{indented}"
             );
             let started = Instant::now();
             let answer = tokio.block_on(call_with_remote_deadline(
