@@ -31,7 +31,10 @@
 //! runner's log; [`BuildContext::evaluator`] reaches other instances by name. Your plugin links
 //! its own copies of its dependencies (tokio, tracing, ...): start your own runtime if you need
 //! one. Plugins and runner must agree on [`ABI_VERSION`]; a mismatched plugin is refused at
-//! start-up with a message naming both versions.
+//! start-up with a message naming both versions. A plugin meant to run `isolated` (its calls in
+//! worker processes under a memory limit) installs [`AbortOnFailedAllocation`] as its global
+//! allocator, so that a failed allocation ends the worker instead of reaching code that does not
+//! check for it.
 //!
 //! To change a ResourceList without reformatting what you did not touch, turn on the `yaml`
 //! feature and edit through its `yaml` module (the builtin functions' lossless editor).
@@ -44,6 +47,7 @@
 #![deny(missing_docs)]
 
 mod abi;
+mod allocator;
 mod call;
 mod decline;
 // The runner's side of a call, for krm-plugin-loader and the test kit: plugin authors never
@@ -65,6 +69,7 @@ pub mod testing;
 #[cfg(feature = "yaml")]
 pub use krm_yaml_edit as yaml;
 
+pub use allocator::AbortOnFailedAllocation;
 pub use call::{
     CallContext, CancelReason, ErrorKind, EvalError, EvalResponse, FunctionConfigExecutor,
     FunctionConfigRoute, Resolution,

@@ -526,6 +526,8 @@ impl Worker {
             Some(_) if log.contains("memory allocation of") => WorkerError::OutOfMemory {
                 limit: limits.memory_bytes,
                 detail: log
+                    .strip_prefix(": ")
+                    .unwrap_or(&log)
                     .lines()
                     .find(|line| line.contains("memory allocation of"))
                     .unwrap_or_default()

@@ -44,6 +44,11 @@ impl Plugin for ConfighubPlugin {
 
 krm_plugin_api::export_plugin!(ConfighubPlugin);
 
+/// Its calls run the caller's yq programs, CEL expressions and patterns in workers at their
+/// memory limit: a failed allocation there ends the worker, whichever crate asked.
+#[global_allocator]
+static ALLOCATOR: krm_plugin_api::AbortOnFailedAllocation = krm_plugin_api::AbortOnFailedAllocation;
+
 /// The evaluator: one per configured instance.
 pub struct Confighub {
     /// How calls are bounded and routed, and the reasons they are declined for.

@@ -64,6 +64,11 @@ impl Plugin for StarlarkPlugin {
 
 krm_plugin_api::export_plugin!(StarlarkPlugin);
 
+/// Its calls run in workers at their memory limit, where starlark-rust's maps (starlark_map's
+/// `Vec2`) would write through the null pointer of a failed allocation.
+#[global_allocator]
+static ALLOCATOR: krm_plugin_api::AbortOnFailedAllocation = krm_plugin_api::AbortOnFailedAllocation;
+
 /// The functions this plugin serves.
 const FUNCTIONS: &[&Function] = &[&FUNCTION];
 
@@ -213,9 +218,9 @@ fn run(ctx: &mut Ctx) -> Exit {
     });
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        // The interpreter's arena panics when the process may not grow (a worker's
-        // address-space limit), and its thread cannot start when its stack does not fit: a
-        // limit reached, not a failure of the program.
+        // The interpreter's arena panics when the program passes the heap budget (a failed
+        // allocation ends the process instead, see `ALLOCATOR`), and its thread cannot start
+        // when its stack does not fit: a limit reached, not a failure of the program.
         Err(Unfinished::Panicked(panic)) if panic.contains("out of memory") => {
             return Exit::Interrupted(Interruption::OutOfMemory("the program"));
         }
