@@ -25,9 +25,13 @@ use crate::yaml::ParseError;
 pub const MAX_CONFIG_BYTES: usize = 64 * 1024 * 1024;
 /// Requests with more invocations than this are refused.
 pub const MAX_INVOCATIONS: usize = 1024;
-/// An error message longer than this is cut, saying how much was left out: messages name
-/// resources and quote arguments, and a unit of many resources can fail on each.
+/// An error message longer than this is cut, saying how much was left out (the saying
+/// included): messages name resources and quote arguments, and a unit of many resources can
+/// fail on each.
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 8 * 1024;
+
+/// Room kept at the end of a cut message for "... (N more bytes)", N of up to 20 digits.
+const LEFT_OUT_NOTE_BYTES: usize = 40;
 
 /// A request that cannot run at all (ConfigHub answers these with HTTP 400). Problems of one
 /// invocation are not errors: they are the response's `ErrorMessages`.
@@ -476,10 +480,10 @@ struct Run {
 }
 
 impl Run {
-    /// Adds an error message, cut at [`MAX_ERROR_MESSAGE_BYTES`].
+    /// Adds an error message, cut to at most [`MAX_ERROR_MESSAGE_BYTES`].
     fn push(&mut self, mut message: String) {
         if message.len() > MAX_ERROR_MESSAGE_BYTES {
-            let cut = (0..=MAX_ERROR_MESSAGE_BYTES)
+            let cut = (0..=MAX_ERROR_MESSAGE_BYTES - LEFT_OUT_NOTE_BYTES)
                 .rev()
                 .find(|&at| message.is_char_boundary(at))
                 .unwrap_or(0);

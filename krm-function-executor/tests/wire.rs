@@ -255,3 +255,36 @@ fn an_unrecorded_run_differs_only_by_its_mutation_records() {
         unrecorded
     );
 }
+
+/// A unit of many resources that an expression fails on, each time printing the resource:
+/// every message stays within the limit, the note of what was left out included.
+#[test]
+fn error_messages_are_cut_within_their_limit() {
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: NAME\ndata:\n  text: {}\n",
+        "x".repeat(2_000)
+    );
+    let unit: Vec<String> = (0..200)
+        .map(|n| big.replace("NAME", &format!("cm{n}")))
+        .collect();
+    for (function, argument) in [("cel-validate", "r + 1 == r"), ("yq", ".data.text | error")] {
+        let response = invoke(json!({
+            "ConfigData": STANDARD.encode(unit.join("---\n")),
+            "FunctionInvocations": [{"FunctionName": function, "Arguments": [
+                {"Value": argument}
+            ]}]
+        }));
+        let messages = response["ErrorMessages"].as_array().unwrap();
+        assert!(!messages.is_empty(), "{function}: {response}");
+        for message in messages {
+            let message = message.as_str().unwrap();
+            assert!(
+                message.len() <= krm_function_executor::executor::MAX_ERROR_MESSAGE_BYTES,
+                "{function}: {} bytes",
+                message.len()
+            );
+            // Each resource's error is cut too, so that more than one is named.
+            assert!(message.contains("more bytes)"), "{function}: {message}");
+        }
+    }
+}

@@ -266,8 +266,10 @@ fn cel_validate(call: &Call) -> Result<Outcome, FunctionError> {
                 )
                 .into());
             }
+            // The interpreter's error may print the whole resource.
             Err(e) => unevaluated.push(format!(
-                "validation expression {source} resulted in error on resource {name}: {e}"
+                "validation expression {source} resulted in error on resource {name}: {}",
+                quoted(&e.to_string()).bounded()
             )),
         }
     }
@@ -650,7 +652,13 @@ fn yq(call: &Call) -> Result<Outcome, FunctionError> {
         for result in filter.id.run((context, input)).map(jaq_core::unwrap_valr) {
             over_budget(started)?;
             call.stop_if_cancelled()?;
-            let value = result.map_err(|e| format!("yq expression evaluation failed: {e}"))?;
+            // jaq's error prints the value it failed on, which may be the whole document.
+            let value = result.map_err(|e| {
+                format!(
+                    "yq expression evaluation failed: {}",
+                    quoted(&e.to_string()).bounded()
+                )
+            })?;
             results += 1;
             if results > MAX_YQ_RESULTS {
                 return Err(format!("more than {MAX_YQ_RESULTS} results; stopped").into());
