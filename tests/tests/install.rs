@@ -113,7 +113,7 @@ fn shipped_function_configs() -> usize {
         .sum()
 }
 
-/// The environment a fresh shell of a user with `home` would have, with the prefix on PATH.
+/// The environment a fresh shell of a user with `home` would have.
 struct UserShell {
     home: PathBuf,
     cwd: PathBuf,
@@ -165,12 +165,9 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&cwd).unwrap();
     let port = free_port();
+    // A fresh machine's PATH: the prefix's bin folder is not on it until the README puts it.
     let shell = UserShell {
-        path: format!(
-            "{}:{}",
-            home.join(".local/bin").display(),
-            std::env::var("PATH").unwrap_or_default()
-        ),
+        path: std::env::var("PATH").unwrap_or_default(),
         home: home.clone(),
         cwd,
         listen: format!("127.0.0.1:{port}"),
@@ -191,7 +188,7 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
         .next()
         .and_then(|line| line.split_once(" && "))
         .expect("the install && serve line");
-    assert!(install.starts_with("deploy/install.sh "), "{install}");
+    assert_eq!(install, "deploy/install.sh");
     assert_eq!(commands.next(), Some("tests/run.sh"));
     assert!(repo().join("tests/run.sh").is_file());
     // As written, but from this test's build instead of a new release build.
@@ -231,7 +228,7 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
 
     // The shipped FunctionConfigs are installed beside the plugins, and the installed runner
     // finds them from any folder.
-    let check = shell.run("krm-runner config check");
+    let check = shell.run(&format!("{} config check", installed.display()));
     assert_eq!(
         String::from_utf8_lossy(&check.stdout).trim(),
         format!(
@@ -244,7 +241,12 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
-    let plugins = String::from_utf8(shell.run("krm-runner plugins").stdout).unwrap();
+    let plugins = String::from_utf8(
+        shell
+            .run(&format!("{} plugins", installed.display()))
+            .stdout,
+    )
+    .unwrap();
     assert!(
         plugins.contains(&format!(
             "{}/.local/lib/krm-runner/libkrm_plugin_builtin.so",
@@ -253,7 +255,7 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
         "plugins found beside the installed binary: {plugins}"
     );
 
-    assert_eq!(serve, "krm-runner serve");
+    assert_eq!(serve, "~/.local/bin/krm-runner serve");
     // `exec`, so that killing the child kills the runner, not just its shell.
     let server = Serving(
         shell
@@ -266,10 +268,17 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
     );
     wait_for_port(port);
 
-    // The second terminal: every line as written, the README's port replaced by this test's.
+    // The second terminal: every line as written, the README's port replaced by this test's;
+    // what it exports holds for the lines after it.
+    let mut exports = String::new();
     for line in blocks[1].lines().filter(|line| !line.trim().is_empty()) {
         let line = line.replace("127.0.0.1:9445", &shell.listen);
-        let output = shell.run(&line);
+        if line.starts_with("export ") {
+            exports.push_str(&line);
+            exports.push('\n');
+            continue;
+        }
+        let output = shell.run(&format!("{exports}{line}"));
         let stderr = String::from_utf8_lossy(&output.stderr);
         let stdout = String::from_utf8_lossy(&output.stdout);
         if line.contains("--server") {
@@ -313,7 +322,7 @@ fn installed_runner_runs_the_readme_examples_from_any_folder() {
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo # kept\n",
         )
         .unwrap();
-        shell.run(kpt);
+        shell.run(&format!("{exports}{kpt}"));
         let written = std::fs::read_to_string(package.join("cm.yaml")).unwrap();
         assert!(written.contains("namespace: prod"), "{kpt}: {written}");
         assert!(written.contains("# kept"), "{written}");
