@@ -11,10 +11,13 @@ use std::alloc::{GlobalAlloc, Layout, System};
 /// plugin's allocator, the failure ends the worker with the standard "memory allocation of N
 /// bytes failed", which the runner answers as RESOURCE_EXHAUSTED and replaces the worker:
 ///
-/// ```ignore
+/// ```
 /// #[global_allocator]
 /// static ALLOCATOR: krm_plugin_api::AbortOnFailedAllocation =
 ///     krm_plugin_api::AbortOnFailedAllocation;
+///
+/// let grown: Vec<u8> = Vec::with_capacity(1 << 20);
+/// assert!(grown.capacity() >= 1 << 20);
 /// ```
 ///
 /// A `cdylib` has an allocator of its own, so the runner's cannot do this for a plugin.
