@@ -49,6 +49,7 @@ impl<'a> Doc<'a> {
             doc: self,
             out: String::new(),
             handed_down: None,
+            props_below: false,
             foot_indent: None,
         };
         let own = self.own_comments(id);
@@ -632,12 +633,14 @@ struct Encoder<'d, 'a> {
     /// A line comment handed down to the next key or item written (see
     /// [`Doc::properties_comment`]), unless that one has its own.
     handed_down: Option<&'a str>,
+    /// Set before a block collection whose anchor or tag goes below the key's line comment.
+    props_below: bool,
     /// After a foot comment, its indentation: yaml.v3's emitter writes a blank line before
     /// the next line at that indentation.
     foot_indent: Option<usize>,
 }
 
-impl Encoder<'_, '_> {
+impl<'a> Encoder<'_, 'a> {
     /// Starts a line at `indent`.
     fn line(&mut self, indent: usize) {
         if !self.out.is_empty() && !self.out.ends_with('\n') {
@@ -688,6 +691,20 @@ impl Encoder<'_, '_> {
         }
     }
 
+    /// The line comment after a scalar or alias: its `own`, else the one handed down. A value
+    /// with its own passes the handed-down one on to the next key, of its map or of a map
+    /// around it, as yaml.v3's parser does.
+    fn value_comment(&mut self, own: Option<&'a str>) {
+        let handed_down = self.handed_down.take();
+        match own {
+            Some(own) => {
+                self.line_comment(Some(own));
+                self.handed_down = handed_down;
+            }
+            None => self.line_comment(handed_down),
+        }
+    }
+
     fn line_comment(&mut self, comment: Option<&str>) {
         if let Some(comment) = comment {
             self.out.push(' ');
@@ -698,6 +715,7 @@ impl Encoder<'_, '_> {
     /// Writes node `id` at `place`; `indent` is the column of the key or dash before it.
     fn node(&mut self, id: NodeId, indent: usize, place: Place, depth: usize) {
         let doc = self.doc;
+        let props_below = std::mem::take(&mut self.props_below);
         if depth > MAX_DEPTH {
             return;
         }
@@ -714,7 +732,9 @@ impl Encoder<'_, '_> {
         // A block collection below a key starts on the next line; below a dash, yaml.v3
         // writes its first entry on the dash's line, wherever it was written.
         let own_lines = block_collection && place == Place::Value;
-        if place != Place::Root && !(own_lines && props.is_empty()) {
+        if props_below {
+            self.out.push('\n');
+        } else if place != Place::Root && !(own_lines && props.is_empty()) {
             self.out.push(' ');
         }
         if !props.is_empty() {
@@ -726,8 +746,7 @@ impl Encoder<'_, '_> {
         match node.kind {
             Kind::Alias(_) => {
                 self.out.push_str(&doc.src[node.start()..node.end()]);
-                let handed_down = self.handed_down.take();
-                self.line_comment(doc.comment_after(node.end()).or(handed_down));
+                self.value_comment(doc.comment_after(node.end()));
             }
             Kind::Scalar {
                 style: Style::Block,
@@ -740,11 +759,12 @@ impl Encoder<'_, '_> {
                 if place != Place::Root && self.out.ends_with(' ') {
                     self.out.pop();
                 }
+                let handed_down = self.handed_down.take();
+                self.line_comment(handed_down);
             }
             Kind::Scalar { .. } => {
                 self.out.push_str(&scalar_text(doc, id, false, false));
-                let handed_down = self.handed_down.take();
-                self.line_comment(doc.comment_after(node.end()).or(handed_down));
+                self.value_comment(doc.comment_after(node.end()));
             }
             _ if node.flow() => {
                 self.flow(id, depth);
@@ -798,14 +818,24 @@ impl Encoder<'_, '_> {
                     .find('#')
                     .filter(|&at| line[..at].trim() == ":")
                     .map(|at| line[at..].trim_end());
+                // One handed down goes there unless the key has its own; before a value with
+                // an anchor or tag, yaml.v3's emitter then writes those on the next line, at
+                // its first column.
+                let (anchor, tag) = doc.properties(value);
+                self.props_below = comment.is_none()
+                    && handed_down.is_some()
+                    && (anchor.is_some() || tag.is_some());
                 self.line_comment(comment.or(handed_down));
             } else if matches!(value_node.kind, Kind::Scalar { .. } | Kind::Alias(_)) {
                 // yaml.v3's emitter writes a key's line comment after a scalar value without
-                // one of its own, and loses it before a flow collection.
+                // one of its own; one with its own passes it on.
                 self.handed_down = handed_down;
             }
             self.node(value, indent, Place::Value, depth + 1);
-            self.handed_down = None;
+            if value_node.flow() {
+                // yaml.v3 carries it past a flow collection, to the next key.
+                self.handed_down = handed_down;
+            }
             self.foot(&around.foot, indent);
         }
     }
@@ -904,7 +934,7 @@ impl Encoder<'_, '_> {
         } else if keep {
             self.out.push('+');
         }
-        self.line_comment(comment);
+        self.value_comment(comment);
         // yaml.v3 writes an extra line break after each content line of a folded scalar
         // (its lookahead starts at the value's first byte rather than at the break).
         let extra_breaks = folded

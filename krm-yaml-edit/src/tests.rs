@@ -485,6 +485,29 @@ a:
 }
 
 #[test]
+fn a_comment_after_an_anchor_is_carried_as_yaml_v3_carries_it() {
+    // Past values with comments of their own, out of its map, to the next key that has none;
+    // on a key whose value has an anchor or tag, the emitter writes those on the next line at
+    // the first column. Each expected text is what the real kpt (`kpt fn source`) writes.
+    let src = "\
+a: &x # c
+  k: v # own
+  j: &y # own2
+    q: 1
+  i: 2
+b:
+  m: &z # d
+    k: v # own
+  n: 1
+";
+    assert_eq!(
+        encoded(src, &["a"]),
+        "&x\nk: v # own\nj: # c\n&y\n  q: 1 # own2\ni: 2\n"
+    );
+    assert_eq!(encoded(src, &["b"]), "m: &z\n  k: v # own\nn: 1 # d\n");
+}
+
+#[test]
 fn flow_collections_with_blanks_inside_their_brackets_are_flow() {
     let src = "a: [ x, y ]\nb: { c: d }\n";
     let doc = Doc::parse(src).unwrap();

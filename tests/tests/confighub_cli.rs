@@ -827,6 +827,47 @@ data:
   anchoredNested: &an # to the key below
     q:
       r: 1
+  anchoredCarried: &acc # after the anchor, carried past a value with its own
+    k: v # own
+    j: w
+  anchoredCarriedFar: &acf # carried past values with their own
+    k: v # own
+    j: w # own too
+    i: z
+  anchoredCarriedToMap: &acm # carried to a key whose value is a block collection
+    k: v # own
+    j:
+      q: 1
+  anchoredPastFlow: &apf # carried past a one-line flow collection
+    k: [1]
+    j: w
+  anchoredPastAlias: &apa # carried past an alias with its own
+    k: *a # own
+    j: w
+  anchoredToEmpty: &ate # to an empty value
+    k:
+    j: w
+  anchoredPastFlowFar: &apff # past a flow collection, to a later key's empty value
+    k: v # own
+    j: [1]
+    i:
+  anchoredToBlockScalar: &atb # to a block scalar's header
+    k: |
+      lit
+    j: w
+  carriedOut:
+    m: &co # carried out of its map, to the next key around it
+      k: v # own
+    n: 1
+  ownKeyComment: &okc # lost at a key with a comment of its own
+    k: v # own
+    j: # own too
+      q: 1
+    i: 2
+  anchoredLeaving: &al # carried out of the value, to the next key's line
+    k: v # own
+  afterLeaving:
+    q: 1
   anchoredFlow: &af # lost before a flow collection
     q: [1,
       2]
