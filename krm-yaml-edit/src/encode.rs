@@ -691,17 +691,23 @@ impl<'a> Encoder<'_, 'a> {
         }
     }
 
-    /// The line comment after a scalar or alias: its `own`, else the one handed down. A value
-    /// with its own passes the handed-down one on to the next key, of its map or of a map
-    /// around it, as yaml.v3's parser does.
-    fn value_comment(&mut self, own: Option<&'a str>) {
+    /// The line comment after a scalar or alias at `place` (its key or dash at `indent`): its
+    /// `own`, else the one handed down. As yaml.v3's parser does, a value with its own passes
+    /// the handed-down one on to the next key, of its map or of a map around it; an item with
+    /// its own takes the handed-down one, its own going on the line below.
+    fn value_comment(&mut self, own: Option<&'a str>, place: Place, indent: usize) {
         let handed_down = self.handed_down.take();
-        match own {
-            Some(own) => {
+        match (own, handed_down) {
+            (Some(own), Some(handed_down)) if place == Place::Item => {
+                self.line_comment(Some(handed_down));
+                self.line(indent);
+                self.out.push_str(own);
+            }
+            (Some(own), handed_down) => {
                 self.line_comment(Some(own));
                 self.handed_down = handed_down;
             }
-            None => self.line_comment(handed_down),
+            (None, handed_down) => self.line_comment(handed_down),
         }
     }
 
@@ -746,7 +752,7 @@ impl<'a> Encoder<'_, 'a> {
         match node.kind {
             Kind::Alias(_) => {
                 self.out.push_str(&doc.src[node.start()..node.end()]);
-                self.value_comment(doc.comment_after(node.end()));
+                self.value_comment(doc.comment_after(node.end()), place, indent);
             }
             Kind::Scalar {
                 style: Style::Block,
@@ -764,7 +770,7 @@ impl<'a> Encoder<'_, 'a> {
             }
             Kind::Scalar { .. } => {
                 self.out.push_str(&scalar_text(doc, id, false, false));
-                self.value_comment(doc.comment_after(node.end()));
+                self.value_comment(doc.comment_after(node.end()), place, indent);
             }
             _ if node.flow() => {
                 self.flow(id, depth);
@@ -934,7 +940,7 @@ impl<'a> Encoder<'_, 'a> {
         } else if keep {
             self.out.push('+');
         }
-        self.value_comment(comment);
+        self.value_comment(comment, Place::Value, indent);
         // yaml.v3 writes an extra line break after each content line of a folded scalar
         // (its lookahead starts at the value's first byte rather than at the break).
         let extra_breaks = folded

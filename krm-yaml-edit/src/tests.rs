@@ -488,7 +488,8 @@ a:
 fn a_comment_after_an_anchor_is_carried_as_yaml_v3_carries_it() {
     // Past values with comments of their own, out of its map, to the next key that has none;
     // on a key whose value has an anchor or tag, the emitter writes those on the next line at
-    // the first column. Each expected text is what the real kpt (`kpt fn source`) writes.
+    // the first column. Each expected text is what the real kpt (`kpt fn source`) writes for
+    // the same text nested under a key.
     let src = "\
 a: &x # c
   k: v # own
@@ -499,12 +500,16 @@ b:
   m: &z # d
     k: v # own
   n: 1
+c: !!seq # e
+- x # own
 ";
     assert_eq!(
         encoded(src, &["a"]),
         "&x\nk: v # own\nj: # c\n&y\n  q: 1 # own2\ni: 2\n"
     );
     assert_eq!(encoded(src, &["b"]), "m: &z\n  k: v # own\nn: 1 # d\n");
+    // A sequence's first item takes it, its own comment going below.
+    assert_eq!(encoded(src, &["c"]), "!!seq\n- x # e\n# own\n");
 }
 
 #[test]

@@ -824,6 +824,12 @@ data:
     q: 1
   taggedList: !!seq # after the tag, to the first item
   - a
+  taggedListOwn: !!seq # after the tag, to the first item, which has its own
+  - a # own, below it
+  - b
+  taggedListFlow: !!seq # lost at a flow item with its own
+  - [1] # own
+  - b
   anchoredNested: &an # to the key below
     q:
       r: 1
