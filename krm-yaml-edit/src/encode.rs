@@ -391,6 +391,27 @@ impl<'a> Doc<'a> {
     }
 
     /// The comment on the rest of the line after byte `pos`, from its `#`.
+    /// The comment on the rest of the line after a flow entry ending at `end`, past the comma
+    /// after it.
+    fn flow_line_comment(&self, end: usize) -> Option<&'a str> {
+        let rest = self.rest_of_line(end).trim_start();
+        let rest = rest.strip_prefix(',').unwrap_or(rest).trim_start();
+        rest.starts_with('#').then(|| rest.trim_end())
+    }
+
+    /// The comments on lines of their own between a flow entry ending at `end` and the next
+    /// one, starting at `start`: the next one's head.
+    fn flow_head_comments(&self, end: usize, start: usize) -> Vec<&'a str> {
+        let gap = self.src.get(end..start).unwrap_or_default();
+        gap.find('\n').map_or_else(Vec::new, |first_break| {
+            gap[first_break + 1..]
+                .lines()
+                .map(str::trim)
+                .filter(|line| line.starts_with('#'))
+                .collect()
+        })
+    }
+
     fn comment_after(&self, pos: usize) -> Option<&'a str> {
         let rest = self.rest_of_line(pos).trim();
         rest.starts_with('#').then_some(rest)
@@ -773,7 +794,14 @@ impl<'a> Encoder<'_, 'a> {
                 self.value_comment(doc.comment_after(node.end()), place, indent);
             }
             _ if node.flow() => {
-                self.flow(id, depth);
+                // yaml.v3's emitter indents a flow collection's lines one step past the
+                // mapping or dash it is written at (yaml_emitter_increase_indent), and its
+                // closing bracket, on a line of its own, back at that step.
+                let (flow_indent, outer) = match place {
+                    Place::Root => (2, 0),
+                    Place::Value | Place::Item => (indent + 2, indent),
+                };
+                self.flow(id, depth, flow_indent, outer);
                 let handed_down = self.handed_down.take();
                 self.line_comment(doc.comment_after(node.end()).or(handed_down));
             }
@@ -871,7 +899,12 @@ impl<'a> Encoder<'_, 'a> {
     }
 
     /// A flow collection on one line, as yaml.v3 writes one: `{a: b, c: d}`, `[1, 2]`.
-    fn flow(&mut self, id: NodeId, depth: usize) {
+    /// A flow collection on one line, unless comments inside it make yaml.v3's emitter break
+    /// it (emitterc.go yaml_emitter_emit_flow_sequence_item, _flow_mapping_key): after an
+    /// entry with a line comment it writes `,`, the comment and a line break; a head comment
+    /// goes on lines of its own; lines after a break start at `indent`, a sequence's closing
+    /// bracket at `outer`, a mapping's at the first column.
+    fn flow(&mut self, id: NodeId, depth: usize, indent: usize, outer: usize) {
         let doc = self.doc;
         if depth > MAX_DEPTH {
             return;
@@ -883,17 +916,54 @@ impl<'a> Encoder<'_, 'a> {
                     encoder.out.push_str(prop);
                     encoder.out.push(' ');
                 }
-                encoder.flow(node, depth + 1);
+                encoder.flow(node, depth + 1, indent + 2, indent);
             }
             Kind::Scalar { .. } | Kind::Alias(_) => encoder.scalar_with_properties(node, true, key),
+        };
+        // Whether the line ended after an entry's line comment.
+        let mut broken = false;
+        // Writes what goes between the entries before `start` (ending at `previous`) and the
+        // entry there: a comma unless a line comment wrote one, head comments, and the
+        // indentation or space before the entry.
+        let between =
+            |encoder: &mut Self, previous: Option<usize>, start: usize, broken: &mut bool| {
+                let Some(previous) = previous else { return };
+                if !*broken {
+                    encoder.out.push(',');
+                }
+                for comment in doc.flow_head_comments(previous, start) {
+                    if !encoder.out.ends_with('\n') {
+                        encoder.out.push('\n');
+                    }
+                    encoder.out.extend(std::iter::repeat_n(' ', indent));
+                    encoder.out.push_str(comment);
+                    encoder.out.push('\n');
+                    *broken = true;
+                }
+                if std::mem::take(broken) {
+                    encoder.out.extend(std::iter::repeat_n(' ', indent));
+                } else {
+                    encoder.out.push(' ');
+                }
+            };
+        // After an entry's value: its line comment, if it has one.
+        let after = |encoder: &mut Self, value: NodeId, broken: &mut bool| {
+            if !matches!(doc.node(value).kind, Kind::Scalar { .. } | Kind::Alias(_)) {
+                return;
+            }
+            if let Some(comment) = doc.flow_line_comment(doc.node(value).end()) {
+                encoder.out.push_str(", ");
+                encoder.out.push_str(comment);
+                encoder.out.push('\n');
+                *broken = true;
+            }
         };
         match doc.node(id).kind {
             Kind::Map(_) => {
                 self.out.push('{');
-                for (i, &(key, value)) in doc.entries(id).iter().enumerate() {
-                    if i > 0 {
-                        self.out.push_str(", ");
-                    }
+                let mut previous = None;
+                for &(key, value) in doc.entries(id) {
+                    between(self, previous, doc.node(key).start(), &mut broken);
                     if doc.simple_key(key) {
                         flow_node(self, key, true);
                         self.out.push_str(": ");
@@ -903,16 +973,22 @@ impl<'a> Encoder<'_, 'a> {
                         self.out.push_str(" : ");
                     }
                     flow_node(self, value, false);
+                    after(self, value, &mut broken);
+                    previous = Some(doc.node(value).end());
                 }
                 self.out.push('}');
             }
             Kind::Seq(_) => {
                 self.out.push('[');
-                for (i, &item) in doc.items(id).iter().enumerate() {
-                    if i > 0 {
-                        self.out.push_str(", ");
-                    }
+                let mut previous = None;
+                for &item in doc.items(id) {
+                    between(self, previous, doc.node(item).start(), &mut broken);
                     flow_node(self, item, false);
+                    after(self, item, &mut broken);
+                    previous = Some(doc.node(item).end());
+                }
+                if broken {
+                    self.out.extend(std::iter::repeat_n(' ', outer));
                 }
                 self.out.push(']');
             }

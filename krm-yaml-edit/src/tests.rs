@@ -513,6 +513,20 @@ c: !!seq # e
 }
 
 #[test]
+fn comments_inside_a_flow_collection_break_it_as_yaml_v3_does() {
+    // What the real kpt writes for this document (`kpt fn source | kpt fn sink`): a line
+    // comment ends its entry's line after a comma, the next line starts one step in from the
+    // collection around it, and a sequence's closing bracket on a line of its own goes back
+    // to that step.
+    let src = "{data: {a: 1, # one\n    b: 2}, list: [1, 2 # two\n  ]}\n";
+    let doc = Doc::parse(src).unwrap();
+    assert_eq!(
+        doc.encode(doc.roots[0]),
+        "{data: {a: 1, # one\n    b: 2}, list: [1, 2, # two\n  ]}\n"
+    );
+}
+
+#[test]
 fn flow_collections_with_blanks_inside_their_brackets_are_flow() {
     let src = "a: [ x, y ]\nb: { c: d }\n";
     let doc = Doc::parse(src).unwrap();

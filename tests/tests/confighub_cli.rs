@@ -766,6 +766,19 @@ data:
     c: [1,   2]}
   flowSeq: [1, 2,
      3]   # after the flow
+  flowComment: [1, # one
+    2]
+  flowHead: [1,
+    # head of 2
+    2, 3]
+  flowLast: [1, 2 # after two
+    ]
+  flowMapComment: {a: 1, # one
+    b: 2}
+  flowMapLast: {a: 1, b: 2 # c
+    }
+  flowNested: {a: [1, # x
+      2], b: 3}
   plain: this is
     on two lines
   double: \"tab\\there
@@ -919,6 +932,25 @@ fn kpt_value(encoded: &str, key: &str) -> String {
         })
         .unwrap_or_else(|| panic!("{key} in kpt's output:\n{encoded}"));
     let indent_of = |line: &str| line.len() - line.trim_start().len();
+    // A flow collection that comments break over lines: up to its closing bracket, which a
+    // mapping's is written at the first column.
+    let open = |line: &str| -> isize {
+        let code = line.split(" #").next().unwrap_or_default();
+        code.matches(['[', '{']).count() as isize - code.matches([']', '}']).count() as isize
+    };
+    if rest.starts_with(['[', '{']) && open(rest) > 0 {
+        let mut depth = open(rest);
+        let mut value = format!("{rest}\n");
+        for line in &lines[at + 1..] {
+            value.push_str(line.get(indent.min(indent_of(line))..).unwrap_or_default());
+            value.push('\n');
+            depth += open(line);
+            if depth <= 0 {
+                break;
+            }
+        }
+        return value;
+    }
     let mut below: Vec<&str> = lines[at + 1..]
         .iter()
         .copied()
