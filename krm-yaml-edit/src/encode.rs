@@ -901,9 +901,10 @@ impl<'a> Encoder<'_, 'a> {
     /// A flow collection on one line, as yaml.v3 writes one: `{a: b, c: d}`, `[1, 2]`.
     /// A flow collection on one line, unless comments inside it make yaml.v3's emitter break
     /// it (emitterc.go yaml_emitter_emit_flow_sequence_item, _flow_mapping_key): after an
-    /// entry with a line comment it writes `,`, the comment and a line break; a head comment
-    /// goes on lines of its own; lines after a break start at `indent`, a sequence's closing
-    /// bracket at `outer`, a mapping's at the first column.
+    /// entry with a line comment it writes `,` (after a nested flow collection: on the next
+    /// line), the comment and a line break; head comments go on lines of their own; lines
+    /// after a break start at `indent`, a sequence's closing bracket at `outer`, a mapping's
+    /// at the first column.
     fn flow(&mut self, id: NodeId, depth: usize, indent: usize, outer: usize) {
         let doc = self.doc;
         if depth > MAX_DEPTH {
@@ -920,15 +921,15 @@ impl<'a> Encoder<'_, 'a> {
             }
             Kind::Scalar { .. } | Kind::Alias(_) => encoder.scalar_with_properties(node, true, key),
         };
-        // Whether the line ended after an entry's line comment.
-        let mut broken = false;
-        // Writes what goes between the entries before `start` (ending at `previous`) and the
-        // entry there: a comma unless a line comment wrote one, head comments, and the
-        // indentation or space before the entry.
+        // Whether an entry's line comment wrote the comma after it.
+        let mut trail = false;
+        // Writes what goes before the entry starting at `start`, after the one ending at
+        // `previous` (or after the opening bracket at `previous`, for the first): a comma
+        // unless a line comment wrote one, head comments, and the indentation at the start of
+        // a line or a space after a comma.
         let between =
-            |encoder: &mut Self, previous: Option<usize>, start: usize, broken: &mut bool| {
-                let Some(previous) = previous else { return };
-                if !*broken {
+            |encoder: &mut Self, previous: usize, first: bool, start: usize, trail: &mut bool| {
+                if !first && !std::mem::take(trail) {
                     encoder.out.push(',');
                 }
                 for comment in doc.flow_head_comments(previous, start) {
@@ -938,32 +939,37 @@ impl<'a> Encoder<'_, 'a> {
                     encoder.out.extend(std::iter::repeat_n(' ', indent));
                     encoder.out.push_str(comment);
                     encoder.out.push('\n');
-                    *broken = true;
                 }
-                if std::mem::take(broken) {
+                if encoder.out.ends_with('\n') {
                     encoder.out.extend(std::iter::repeat_n(' ', indent));
-                } else {
+                } else if !first {
                     encoder.out.push(' ');
                 }
             };
-        // After an entry's value: its line comment, if it has one.
-        let after = |encoder: &mut Self, value: NodeId, broken: &mut bool| {
-            if !matches!(doc.node(value).kind, Kind::Scalar { .. } | Kind::Alias(_)) {
+        // After an entry's value: its line comment, if it has one; after a scalar the comma
+        // goes before it, after a flow collection on the next line.
+        let after = |encoder: &mut Self, value: NodeId, trail: &mut bool| {
+            let Some(comment) = doc.flow_line_comment(doc.node(value).end()) else {
                 return;
+            };
+            if matches!(doc.node(value).kind, Kind::Scalar { .. } | Kind::Alias(_)) {
+                encoder.out.push(',');
+                *trail = true;
             }
-            if let Some(comment) = doc.flow_line_comment(doc.node(value).end()) {
-                encoder.out.push_str(", ");
-                encoder.out.push_str(comment);
-                encoder.out.push('\n');
-                *broken = true;
-            }
+            encoder.out.push(' ');
+            encoder.out.push_str(comment);
+            encoder.out.push('\n');
         };
-        match doc.node(id).kind {
+        let node = doc.node(id);
+        let open = doc.src[node.start()..node.end()]
+            .find(['[', '{'])
+            .map_or(node.start(), |at| node.start() + at + 1);
+        match node.kind {
             Kind::Map(_) => {
                 self.out.push('{');
-                let mut previous = None;
-                for &(key, value) in doc.entries(id) {
-                    between(self, previous, doc.node(key).start(), &mut broken);
+                let mut previous = open;
+                for (i, &(key, value)) in doc.entries(id).iter().enumerate() {
+                    between(self, previous, i == 0, doc.node(key).start(), &mut trail);
                     if doc.simple_key(key) {
                         flow_node(self, key, true);
                         self.out.push_str(": ");
@@ -973,21 +979,21 @@ impl<'a> Encoder<'_, 'a> {
                         self.out.push_str(" : ");
                     }
                     flow_node(self, value, false);
-                    after(self, value, &mut broken);
-                    previous = Some(doc.node(value).end());
+                    after(self, value, &mut trail);
+                    previous = doc.node(value).end();
                 }
                 self.out.push('}');
             }
             Kind::Seq(_) => {
                 self.out.push('[');
-                let mut previous = None;
-                for &item in doc.items(id) {
-                    between(self, previous, doc.node(item).start(), &mut broken);
+                let mut previous = open;
+                for (i, &item) in doc.items(id).iter().enumerate() {
+                    between(self, previous, i == 0, doc.node(item).start(), &mut trail);
                     flow_node(self, item, false);
-                    after(self, item, &mut broken);
-                    previous = Some(doc.node(item).end());
+                    after(self, item, &mut trail);
+                    previous = doc.node(item).end();
                 }
-                if broken {
+                if self.out.ends_with('\n') {
                     self.out.extend(std::iter::repeat_n(' ', outer));
                 }
                 self.out.push(']');

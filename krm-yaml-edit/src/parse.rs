@@ -292,16 +292,15 @@ impl<'a> Doc<'a> {
                     }
                     let is_map = matches!(event, Event::MappingStart(..));
                     expansion.open();
-                    // The span runs on over the blanks after a flow collection's bracket
-                    // (`[ x ]`).
-                    let opening = src[start..end.max(start)].trim_end();
-                    let flow = opening.ends_with(['{', '[']);
+                    // The span runs on over the blanks and comments after a flow
+                    // collection's bracket (`[ x ]`, `[ # c`).
+                    let bracket = opening_bracket(&src[start..end.max(start)]);
+                    let flow = bracket.is_some();
                     // A block collection starts at its first entry; the span may cover an
                     // anchor or tag before it, which belongs to the parent line.
-                    let (start, col) = if flow {
-                        (start + opening.len() - 1, col)
-                    } else {
-                        (end, col)
+                    let (start, col) = match bracket {
+                        Some(at) => (start + at, col),
+                        None => (end, col),
                     };
                     let kind = if is_map {
                         Kind::Map(Children::default())
@@ -515,4 +514,32 @@ fn seq_dash(src: &str, item: usize) -> usize {
 fn column_of(src: &str, pos: usize) -> Option<usize> {
     let line_start = src[..pos.min(src.len())].rfind('\n').map_or(0, |p| p + 1);
     src.get(line_start..pos).map(|s| s.chars().count())
+}
+
+/// Where the text of a collection's start event ends in a flow collection's opening bracket
+/// (after anchors, tags, blanks and comments), its offset; none for a block collection.
+fn opening_bracket(text: &str) -> Option<usize> {
+    let mut last = None;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        // A comment starts at a `#` at the start of a line or after a blank; anchors and tags
+        // may hold other ones.
+        let code_end = line
+            .char_indices()
+            .find(|&(at, c)| {
+                c == '#'
+                    && line[..at]
+                        .chars()
+                        .next_back()
+                        .is_none_or(char::is_whitespace)
+            })
+            .map_or(line.len(), |(at, _)| at);
+        let code = line[..code_end].trim_end();
+        if let Some(c) = code.chars().next_back() {
+            last = Some((offset + code.len() - c.len_utf8(), c));
+        }
+        offset += line.len();
+    }
+    last.filter(|&(_, c)| matches!(c, '[' | '{'))
+        .map(|(at, _)| at)
 }

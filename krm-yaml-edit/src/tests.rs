@@ -539,6 +539,27 @@ fn flow_collections_with_blanks_inside_their_brackets_are_flow() {
 }
 
 #[test]
+fn flow_collections_with_a_comment_after_their_bracket_are_flow() {
+    // Once taken for block collections: an entry added to one was written below it, outside
+    // its braces, and the document no longer parsed.
+    let src = "m: { # c\n  k: v}\ns: &a [ # c\n  x, y]\nt: !!seq [\n  # head\n  x]\n";
+    let out = edit(src, |doc, ed| {
+        let m = doc.get(doc.roots[0], "m").unwrap();
+        ed.ensure_map(doc, m, &[], &[("nk".into(), "3".into())], true);
+    });
+    let doc = Doc::parse(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let m = doc.get(doc.roots[0], "m").unwrap();
+    assert!(doc.node(m).flow(), "{out}");
+    assert_eq!(doc.get_str(m, &["k"]), Some("v"), "{out}");
+    assert_eq!(doc.get_str(m, &["nk"]), Some("3"), "{out}");
+    for key in ["s", "t"] {
+        let node = doc.get(doc.roots[0], key).unwrap();
+        assert!(doc.node(node).flow(), "{key}");
+        assert!(doc.src[doc.node(node).start()..].starts_with('['), "{key}");
+    }
+}
+
+#[test]
 fn entries_added_into_flow_mappings_with_blanks_stay_valid() {
     let src = "m: { k: v }\n";
     let out = edit(src, |doc, ed| {

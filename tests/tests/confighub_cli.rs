@@ -779,6 +779,15 @@ data:
     }
   flowNested: {a: [1, # x
       2], b: 3}
+  flowFirstHead: [
+    # head of the first
+    1, 2]
+  flowBracketComment: [ # dropped by yaml.v3
+    1, 2]
+  flowAfterNested: {a: [1], # after a nested one
+    b: 2}
+  flowLastNested: [[1] # after the last, nested
+    ]
   plain: this is
     on two lines
   double: \"tab\\there
