@@ -227,9 +227,9 @@ impl Editor {
             || matches!(value, New::Seq(i) if i.is_empty());
         let scalar_like = matches!(value, New::Str(_) | New::Plain(_)) || empty_collection;
         if in_flow {
-            let mut text = String::new();
+            let (start, end, space) = flow_value_span(doc, target);
+            let mut text = String::from(space);
             value.flow(&mut text);
-            let (start, end) = value_span(doc, target);
             self.push_edit(start, end, text, None);
             return;
         }
@@ -246,9 +246,20 @@ impl Editor {
         if scalar_like {
             value.flow_plain(&mut scalar);
         }
+        let block_scalar = matches!(
+            node.kind,
+            Kind::Scalar {
+                style: Style::Block,
+                ..
+            }
+        );
         if parent_is_seq || key_col.is_none() {
             // `- item` (or a root): the first line continues after the dash.
-            let (start, end) = value_span(doc, target);
+            let (start, end) = if block_scalar {
+                block_span(doc, target)
+            } else {
+                value_span(doc, target)
+            };
             let text = if scalar_like {
                 scalar
             } else {
@@ -263,9 +274,14 @@ impl Editor {
         }
         let key_col = key_col.unwrap_or(0);
         let colon = value_colon(doc, target);
+        let end = if block_scalar {
+            block_span(doc, target).1
+        } else {
+            node.end()
+        };
         if scalar_like {
             let text = format!(" {scalar}");
-            self.push_edit(colon, node.end().max(colon), text, None);
+            self.push_edit(colon, end.max(colon), text, None);
             return;
         }
         let indent = match (value, &node.kind) {
@@ -285,7 +301,7 @@ impl Editor {
             );
         } else {
             // `key: scalar` or `key: {flow}` becomes `key:` and lines below.
-            self.push_edit(colon, node.end().max(colon), format!("\n{lines}"), None);
+            self.push_edit(colon, end.max(colon), format!("\n{lines}"), None);
         }
     }
 }
@@ -316,6 +332,65 @@ fn value_span(doc: &Doc, id: NodeId) -> (usize, usize) {
     (node.start(), node.end())
 }
 
+/// The span to overwrite for block scalar `id`: from its `|` or `>` to the end of its last
+/// line with content (of its header, cut before a comment, when it has none). The parser's
+/// span starts at the content and runs on over the next line's indentation.
+pub fn block_span(doc: &Doc, id: NodeId) -> (usize, usize) {
+    let node = &doc.nodes[id];
+    // The header is the last line with text before the content.
+    let mut header_line = doc.line_start(node.start());
+    while header_line > 0 {
+        header_line = doc.line_start(header_line - 1);
+        if !doc.rest_of_line(header_line).trim().is_empty() {
+            break;
+        }
+    }
+    let line = doc.rest_of_line(header_line);
+    let code = line.find(" #").map_or(line, |cut| &line[..cut]);
+    let Some(indicator) = code.rfind(['|', '>']) else {
+        return (node.start(), node.end());
+    };
+    let mut end = header_line + code.trim_end().len();
+    let mut at = node.start();
+    for text in doc.src[node.start()..node.end().max(node.start())].split_inclusive('\n') {
+        let body = text.trim_end_matches(['\n', '\r']);
+        if !body.trim().is_empty() {
+            end = at + body.len();
+        }
+        at += text.len();
+    }
+    (header_line + indicator, end)
+}
+
+/// The span to overwrite for value `id` in a flow collection, and what to write first: an
+/// empty value sits right after its colon (`a:{...}` would be one plain scalar), or after a
+/// key written without one (`{a, b}`).
+fn flow_value_span(doc: &Doc, id: NodeId) -> (usize, usize, &'static str) {
+    let (start, end) = value_span(doc, id);
+    if start != end {
+        return (start, end, "");
+    }
+    let key_end = doc.nodes[id].parent().and_then(|parent| {
+        doc.entries(parent)
+            .iter()
+            .find(|&&(_, value)| value == id)
+            .map(|&(key, _)| doc.nodes[key].end())
+    });
+    match key_end {
+        Some(key_end)
+            if !doc
+                .src
+                .get(key_end..start)
+                .unwrap_or_default()
+                .contains(':') =>
+        {
+            (key_end, key_end, ": ")
+        }
+        _ if doc.src[..start].ends_with(':') => (start, end, " "),
+        _ => (start, end, ""),
+    }
+}
+
 /// Renders a value as block lines at `indent` (each ending in a newline).
 fn render_block(value: &New, indent: usize, out: &mut String) {
     match value {
@@ -341,7 +416,7 @@ pub fn scalar_edit(
         let Kind::Scalar { style, tagged, .. } = &node.kind else {
             return None;
         };
-        let (mut start, end) = value_span(doc, id);
+        let (mut start, mut end) = value_span(doc, id);
         let empty_after_colon = start != node.start();
         let text = match style {
             Style::Single if !value.contains('\n') => format!("'{}'", value.replace('\'', "''")),
@@ -355,13 +430,10 @@ pub fn scalar_edit(
             }
             Style::Plain => double_quoted(value),
             Style::Block => {
-                // The span starts at the content; the `|`/`>` header belongs to the value.
-                if let Some(header) = doc.src[..start].rfind(['|', '>']) {
-                    start = header;
-                }
-                let mut text = double_quoted(value);
-                text.push('\n');
-                text
+                let (header, content_end) = block_span(doc, id);
+                start = header;
+                end = content_end;
+                double_quoted(value)
             }
         };
         let text = if empty_after_colon {
@@ -496,9 +568,10 @@ impl Editor {
                     // A null value being replaced by a map: find its key's column.
                     let in_flow = is_in_flow(doc, id);
                     if in_flow {
-                        let mut text = String::new();
+                        let (start, end, space) = flow_value_span(doc, id);
+                        let mut text = String::from(space);
                         New::Map(entries).flow(&mut text);
-                        self.push_edit(node.start(), node.end(), text, None);
+                        self.push_edit(start, end, text, None);
                     } else {
                         let key_col = key_col_of(doc, id).unwrap_or(0);
                         self.push_edit(node.start(), node.end(), String::new(), None);

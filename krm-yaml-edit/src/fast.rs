@@ -637,16 +637,17 @@ impl<'a> P<'a, '_> {
         if eol >= b.len() {
             return Err(());
         }
-        // saphyr's span runs from the first content character to the first non-blank of the
-        // line that ends the scalar (or the end of the text), blank lines included.
+        // The span runs from the first content character to the end of the last line with
+        // content.
         let mut indent = None;
+        let mut content_end = 0;
         let mut start = 0;
         let mut value = String::new();
         let mut empty_lines = 0;
         let mut line = eol + 1;
-        let end = loop {
+        loop {
             if line >= b.len() {
-                break b.len();
+                break;
             }
             let line_end = self.eol(line);
             let text = &b[line..line_end];
@@ -673,7 +674,7 @@ impl<'a> P<'a, '_> {
                 None => return Err(()),
             };
             if spaces < n {
-                break line + spaces;
+                break;
             }
             if self.stop.requested() {
                 return Err(());
@@ -682,8 +683,9 @@ impl<'a> P<'a, '_> {
             empty_lines = 0;
             value.push_str(&self.src[line + n..line_end]);
             value.push('\n');
+            content_end = line_end;
             line = line_end + 1;
-        };
+        }
         let Some(n) = indent else {
             return Err(());
         };
@@ -702,7 +704,7 @@ impl<'a> P<'a, '_> {
                 tagged: false,
             },
             start,
-            end,
+            content_end,
             n,
             Some(parent),
         )?;

@@ -21,7 +21,7 @@ mod scalar;
 mod top_level;
 mod tree;
 
-pub use edit::{Editor, scalar_edit};
+pub use edit::{Editor, block_span, scalar_edit};
 pub use error::{ParseError, Position};
 pub use limits::{
     ALIAS_EXPANSION_ALLOWANCE, MAX_ALIASES, MAX_DEPTH, MAX_TEXT_BYTES, Stop, Stopped,

@@ -240,11 +240,13 @@ impl<'a> Doc<'a> {
                         ScalarStyle::DoubleQuoted => Style::Double,
                         _ => Style::Block,
                     };
-                    // saphyr's span of a quoted scalar can run over a trailing comment.
+                    // saphyr's span of a quoted scalar can run over a trailing comment, and a
+                    // block scalar's on to the next token, over the next line's indentation.
                     let end = match style {
                         Style::Single => quoted_end(src, start, b'\'').unwrap_or(end),
                         Style::Double => quoted_end(src, start, b'"').unwrap_or(end),
-                        _ => end,
+                        Style::Block => start + content_len(&src[start..end.max(start)]),
+                        Style::Plain => end,
                     };
                     expansion.scalar(value.len());
                     let value = doc.keep_value(&value).ok_or(ParseError::TooManyValues)?;
@@ -514,6 +516,21 @@ fn seq_dash(src: &str, item: usize) -> usize {
 fn column_of(src: &str, pos: usize) -> Option<usize> {
     let line_start = src[..pos.min(src.len())].rfind('\n').map_or(0, |p| p + 1);
     src.get(line_start..pos).map(|s| s.chars().count())
+}
+
+/// The length of a block scalar's text, from its first content character, up to the end of
+/// its last line with content (zero when it has none).
+fn content_len(text: &str) -> usize {
+    let mut len = 0;
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        if !body.trim().is_empty() {
+            len = at + body.len();
+        }
+        at += line.len();
+    }
+    len
 }
 
 /// Where the text of a collection's start event ends in a flow collection's opening bracket

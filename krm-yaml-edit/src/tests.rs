@@ -582,3 +582,21 @@ fn documents_keep_their_head_and_foot_comments_apart() {
     let doc = Doc::parse(set_apart).unwrap();
     assert_eq!(doc.encode(doc.roots[0]), set_apart);
 }
+
+#[test]
+fn a_block_scalar_replaced_leaves_the_next_line_as_it_was() {
+    // The parser's span of a block scalar runs on over the next line's indentation: replacing
+    // it once moved the next key to the first column.
+    let src = "a:\n  r: |\n    3\n\n  s: 1\n  t: |2 # kept\n  u: 2\n  l:\n  - >-\n    x\n  - y\n";
+    let out = edit(src, |doc, ed| {
+        let a = doc.get(doc.roots[0], "a").unwrap();
+        ed.set_scalar(doc, doc.get(a, "r").unwrap(), "7", true);
+        ed.replace_node(doc, doc.get(a, "t").unwrap(), &New::Plain("8".into()));
+        let l = doc.get(a, "l").unwrap();
+        ed.replace_node(doc, doc.items(l)[0], &New::Plain("9".into()));
+    });
+    assert_eq!(
+        out,
+        "a:\n  r: \"7\"\n\n  s: 1\n  t: 8 # kept\n  u: 2\n  l:\n  - 9\n  - y\n"
+    );
+}

@@ -150,3 +150,168 @@ fn untouched_documents_are_byte_identical_at_scale() {
     );
     assert!(out.contains("          image: nginx:1.20.2 # pinned\n"));
 }
+
+/// Flow- and comment-rich items, mutated byte by byte.
+const MUTATED_ITEMS: &str = "\
+- apiVersion: apps/v1 # keep
+  kind: Deployment
+  metadata: {name: web, namespace: old, # c
+    labels: {app: web, tier: \"front\"}, annotations: {
+      # head
+      a: b}}
+  spec:
+    replicas: 3 # kpt-set: ${replicas}
+    selector: {matchLabels: {app: web}}
+    template:
+      metadata:
+        labels: {app: web}
+      spec:
+        containers: [{name: web, image: \"nginx:1.27\"}, # c
+          {name: side, image: busybox}]
+- apiVersion: v1
+  kind: ConfigMap
+  metadata:
+    name: cfg # n
+    namespace: old
+    labels: { # c
+      a: b}
+  data: {k: v, # c
+    j: w}
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  metadata: {name: rb}
+  subjects: [{kind: ServiceAccount, name: sa, namespace: old}]
+  roleRef: {kind: Role, name: r, apiGroup: rbac.authorization.k8s.io}
+";
+
+/// What a mutation writes: YAML's indicators, and the comments and brackets that move the
+/// parser between block and flow.
+const MUTATIONS: &[&str] = &[
+    ":",
+    "-",
+    "{",
+    "}",
+    "[",
+    "]",
+    "&",
+    "*",
+    "!",
+    "|",
+    ">",
+    "#",
+    "\"",
+    "'",
+    "\n",
+    " ",
+    ",",
+    " # c",
+    " # c\n",
+    "[ # c\n",
+    "{ # c\n",
+    "\n  # head\n",
+    "\n- ",
+    ": ",
+    "&a ",
+    "*a",
+    "!!str ",
+    "\n  ",
+    "\t",
+];
+
+/// Mutated inputs: each function answers without a panic, and when the input is valid YAML and
+/// the function succeeds, its output is valid YAML too, as a parser other than the editor's
+/// (yaml_serde, libyaml's) reads it. A comment after a flow collection's opening bracket once
+/// made set-labels write an entry below the braces.
+#[test]
+fn mutated_input_gives_valid_yaml_or_an_error() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let function_configs = [
+        ("set-namespace", configmap(&[("namespace", "prod")])),
+        ("set-labels", configmap(&[("color", "blue")])),
+        ("set-annotations", configmap(&[("color", "blue")])),
+        ("set-image", configmap(&[("name", "nginx"), ("newTag", "1.28")])),
+        ("apply-setters", configmap(&[("replicas", "5"), ("image", "nginx:1.28")])),
+        ("search-replace", configmap(&[("by-path", "spec.replicas"), ("put-value", "7")])),
+        ("ensure-name-substring", configmap(&[("prepend", "pre-")])),
+        (
+            "apply-replacements",
+            "  apiVersion: fn.kpt.dev/v1alpha1\n  kind: ApplyReplacements\n  metadata: {name: r}\n  replacements:\n  - source: {kind: ConfigMap, name: cfg, fieldPath: data.k}\n    targets:\n    - select: {kind: Deployment}\n      fieldPaths: [metadata.annotations.x]\n      options: {create: true}\n".to_owned(),
+        ),
+    ];
+    let edits = prop::collection::vec(
+        (
+            any::<prop::sample::Index>(),
+            prop::sample::select(MUTATIONS),
+            0..3u8,
+        ),
+        1..4,
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|cases| cases.parse().ok())
+            .unwrap_or(256),
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&(edits, 0..function_configs.len()), |(edits, function)| {
+            let mut items = MUTATED_ITEMS.to_owned();
+            for (at, text, operation) in edits {
+                let at = at.index(items.len() + 1);
+                let at = (0..=at)
+                    .rev()
+                    .find(|&i| items.is_char_boundary(i))
+                    .unwrap_or(0);
+                match operation {
+                    0 => items.insert_str(at, text),
+                    1 => items.replace_range(at..(at + text.len()).min(items.len()), text),
+                    _ => items.replace_range(at..(at + 3).min(items.len()), ""),
+                }
+            }
+            let (name, function_config) = &function_configs[function];
+            let input = rl(&items, function_config);
+            let answer = run(name, &input);
+            let input_valid = yaml_serde::from_str::<yaml_serde::Value>(&input).is_ok();
+            if let (true, Ok(output)) = (input_valid, answer) {
+                if let Err(error) = yaml_serde::from_str::<yaml_serde::Value>(&output) {
+                    return Err(TestCaseError::fail(format!(
+                        "{name}: {error}\ninput:\n{input}\noutput:\n{output}"
+                    )));
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A mapping whose last value is a literal block scalar ends with its last line: a key added
+/// to it once went below the next key (`data:`), and a block scalar replaced took the next
+/// line's indentation with it.
+#[test]
+fn a_block_scalar_at_the_end_of_a_mapping_keeps_additions_inside_it() {
+    let items = "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: c\n    annotations:\n      note: |\n        multi\n        line\n  data:\n    k: v\n";
+    let out = ok(
+        "set-annotations",
+        &rl(items, &configmap(&[("color", "blue")])),
+    );
+    assert!(
+        out.contains(
+            "      note: |\n        multi\n        line\n      color: blue\n  data:\n    k: v\n"
+        ),
+        "{out}"
+    );
+    let items = "- apiVersion: apps/v1\n  kind: Deployment\n  metadata:\n    name: d\n  spec:\n    replicas: |\n      3\n    paused: false\n";
+    let out = ok(
+        "search-replace",
+        &rl(
+            items,
+            &configmap(&[("by-path", "spec.replicas"), ("put-value", "7")]),
+        ),
+    );
+    assert!(
+        out.contains("    replicas: 7\n    paused: false\n"),
+        "{out}"
+    );
+}

@@ -6,7 +6,9 @@ use serde_json::{Map, Value};
 
 use super::{Ctx, Exit, Function, param};
 use crate::rl::{FnResult, Obj};
-use crate::yaml::{Doc, Kind, New, NodeId, Style, block_items, scalar_edit, untyped_scalar};
+use crate::yaml::{
+    Doc, Kind, New, NodeId, Style, block_items, block_span, scalar_edit, untyped_scalar,
+};
 
 pub static FUNCTION: Function = Function {
     name: "search-replace",
@@ -409,30 +411,14 @@ impl Search<'_> {
                 Some(existing) if doc.str(existing).is_some() && !doc.is_null(existing) => {
                     // SetField replaces the value node: the new scalar has no tag or quoting.
                     let n = doc.node(existing);
-                    let start = match doc.line_comment(n.end()) {
-                        _ if matches!(
-                            n.kind,
-                            Kind::Scalar {
-                                style: Style::Block,
-                                ..
-                            }
-                        ) =>
-                        {
-                            doc.src[..n.start()].rfind(['|', '>']).unwrap_or(n.start())
-                        }
-                        _ => n.start(),
-                    };
-                    let mut text = value.clone();
-                    if matches!(
-                        n.kind,
+                    let (start, end) = match n.kind {
                         Kind::Scalar {
                             style: Style::Block,
                             ..
-                        }
-                    ) {
-                        text.push('\n');
-                    }
-                    ctx.ed.replace(start, n.end(), text);
+                        } => block_span(doc, existing),
+                        _ => (n.start(), n.end()),
+                    };
+                    ctx.ed.replace(start, end, value.clone());
                 }
                 Some(existing) => ctx
                     .ed
