@@ -274,12 +274,12 @@ fn mutated_input_gives_valid_yaml_or_an_error() {
             let input = rl(&items, function_config);
             let answer = run(name, &input);
             let input_valid = yaml_serde::from_str::<yaml_serde::Value>(&input).is_ok();
-            if let (true, Ok(output)) = (input_valid, answer) {
-                if let Err(error) = yaml_serde::from_str::<yaml_serde::Value>(&output) {
-                    return Err(TestCaseError::fail(format!(
-                        "{name}: {error}\ninput:\n{input}\noutput:\n{output}"
-                    )));
-                }
+            if let (true, Ok(output)) = (input_valid, answer)
+                && let Err(error) = yaml_serde::from_str::<yaml_serde::Value>(&output)
+            {
+                return Err(TestCaseError::fail(format!(
+                    "{name}: {error}\ninput:\n{input}\noutput:\n{output}"
+                )));
             }
             Ok(())
         })
