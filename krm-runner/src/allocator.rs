@@ -2,6 +2,9 @@
 //! frees and fills it ahead of a large input; a server gives freed memory back after large
 //! calls. (Plugins share the process's allocator.)
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
 /// For a process that runs one call and exits: glibc's allocator keeps the heap it frees (no
 /// trimming) and serves large buffers from it (no mmap per buffer), so that each parse tree
 /// and output of a sequence reuses the pages the last one touched instead of faulting in fresh
@@ -57,10 +60,30 @@ pub fn populate_heap_for(input_bytes: usize) {
 /// Calls at least this large leave big freed blocks behind in the allocator.
 pub const LARGE_CALL_BYTES: usize = 1 << 20;
 
-/// Hands freed memory back to the system. glibc keeps freed blocks in per-thread arenas, so
-/// after a few multi-megabyte ResourceLists on different blocking threads an idle runner would
-/// hold hundreds of MiB it no longer uses.
+/// Hands freed memory back to the system, now and once more a moment later. glibc keeps freed
+/// blocks in per-thread arenas, so after a few multi-megabyte ResourceLists on different
+/// blocking threads an idle runner would hold hundreds of MiB it no longer uses; the second
+/// trim takes the answers, which are freed only once they have been sent, after the call.
 pub fn release_free_memory() {
+    trim();
+    static SCHEDULED: AtomicBool = AtomicBool::new(false);
+    if SCHEDULED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let later = std::thread::Builder::new().name("trim".into()).spawn(|| {
+        std::thread::sleep(TRIM_AGAIN_AFTER);
+        SCHEDULED.store(false, Ordering::Release);
+        trim();
+    });
+    if later.is_err() {
+        SCHEDULED.store(false, Ordering::Release);
+    }
+}
+
+/// How long after a large call its answer has most likely been sent and freed.
+const TRIM_AGAIN_AFTER: Duration = Duration::from_secs(1);
+
+fn trim() {
     // SAFETY: malloc_trim only walks glibc's own heap structures.
     unsafe {
         libc::malloc_trim(0);
