@@ -334,7 +334,7 @@ fn value_span(doc: &Doc, id: NodeId) -> (usize, usize) {
 
 /// The span to overwrite for block scalar `id`: from its `|` or `>` to the end of its last
 /// line with content (of its header, cut before a comment, when it has none). The parser's
-/// span starts at the content and runs on over the next line's indentation.
+/// span holds the content only.
 pub fn block_span(doc: &Doc, id: NodeId) -> (usize, usize) {
     let node = &doc.nodes[id];
     // The header is the last line with text before the content.
@@ -350,15 +350,11 @@ pub fn block_span(doc: &Doc, id: NodeId) -> (usize, usize) {
     let Some(indicator) = code.rfind(['|', '>']) else {
         return (node.start(), node.end());
     };
-    let mut end = header_line + code.trim_end().len();
-    let mut at = node.start();
-    for text in doc.src[node.start()..node.end().max(node.start())].split_inclusive('\n') {
-        let body = text.trim_end_matches(['\n', '\r']);
-        if !body.trim().is_empty() {
-            end = at + body.len();
-        }
-        at += text.len();
-    }
+    let end = if node.end() > node.start() {
+        node.end()
+    } else {
+        header_line + code.trim_end().len()
+    };
     (header_line + indicator, end)
 }
 

@@ -390,7 +390,6 @@ impl<'a> Doc<'a> {
         }
     }
 
-    /// The comment on the rest of the line after byte `pos`, from its `#`.
     /// The comment on the rest of the line after a flow entry ending at `end`, past the comma
     /// after it.
     fn flow_line_comment(&self, end: usize) -> Option<&'a str> {
@@ -412,6 +411,7 @@ impl<'a> Doc<'a> {
         })
     }
 
+    /// The comment on the rest of the line after byte `pos`, from its `#`.
     fn comment_after(&self, pos: usize) -> Option<&'a str> {
         let rest = self.rest_of_line(pos).trim();
         rest.starts_with('#').then_some(rest)
@@ -898,13 +898,12 @@ impl<'a> Encoder<'_, 'a> {
         self.out.push_str(&scalar_text(doc, id, flow, key));
     }
 
-    /// A flow collection on one line, as yaml.v3 writes one: `{a: b, c: d}`, `[1, 2]`.
-    /// A flow collection on one line, unless comments inside it make yaml.v3's emitter break
-    /// it (emitterc.go yaml_emitter_emit_flow_sequence_item, _flow_mapping_key): after an
-    /// entry with a line comment it writes `,` (after a nested flow collection: on the next
-    /// line), the comment and a line break; head comments go on lines of their own; lines
-    /// after a break start at `indent`, a sequence's closing bracket at `outer`, a mapping's
-    /// at the first column.
+    /// A flow collection on one line (`{a: b, c: d}`, `[1, 2]`), unless comments inside it
+    /// make yaml.v3's emitter break it (emitterc.go yaml_emitter_emit_flow_sequence_item,
+    /// _flow_mapping_key): after an entry with a line comment it writes `,` (after a nested
+    /// flow collection: on the next line), the comment and a line break; head comments go on
+    /// lines of their own; lines after a break start at `indent`, a sequence's closing bracket
+    /// at `outer`, a mapping's at the first column.
     fn flow(&mut self, id: NodeId, depth: usize, indent: usize, outer: usize) {
         let doc = self.doc;
         if depth > MAX_DEPTH {
@@ -961,9 +960,8 @@ impl<'a> Encoder<'_, 'a> {
             encoder.out.push('\n');
         };
         let node = doc.node(id);
-        let open = doc.src[node.start()..node.end()]
-            .find(['[', '{'])
-            .map_or(node.start(), |at| node.start() + at + 1);
+        // A flow collection's span starts at its bracket.
+        let open = node.start() + 1;
         match node.kind {
             Kind::Map(_) => {
                 self.out.push('{');
